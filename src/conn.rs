@@ -1,0 +1,1 @@
+//! One iWARP connection engine (integrator).

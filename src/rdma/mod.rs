@@ -1,0 +1,13 @@
+//! DDP (RFC 5041) and RDMAP (RFC 5040) as a sans-IO queue-pair engine, and the memory-region table
+//! every tagged placement and Read Request is checked against.
+//!
+//! The engine takes ULPDUs (DDP header + payload, as the MPA deframer hands them up) and returns
+//! ULPDUs to frame; it never touches a socket, a thread or a clock.
+
+pub mod memory;
+pub mod qp;
+pub mod wr;
+
+pub use memory::{Access, MemoryError, MemoryTable, Mr, PdId};
+pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrKind, RtrRole};
+pub use wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

@@ -1,0 +1,100 @@
+//! Work requests and work completions, shaped like ibverbs' `ibv_send_wr` / `ibv_recv_wr` /
+//! `ibv_wc` (RFC 5040 §5, §7 describe the operations; RFC 7306 is not implemented).
+//!
+//! CONTRACT (fixed by the integrator; helpers may add variants/fields but not rename).
+
+/// One scatter/gather element: `length` bytes at absolute address `addr` inside the local memory
+/// region whose STag is `lkey` (addresses are the region's `Mr::addr()` based, like verbs VAs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// The operation of a send-queue work request (RFC 5040 §4.3 opcodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opcode {
+    /// RDMAP Send (opcode 0011b).
+    Send,
+    /// Send with Solicited Event (0101b).
+    SendSe,
+    /// Send with Invalidate (0100b): the peer invalidates `inv_stag` on delivery.
+    SendInv { inv_stag: u32 },
+    /// Send with Solicited Event and Invalidate (0110b).
+    SendSeInv { inv_stag: u32 },
+    /// RDMA Write (0000b) to `remote_addr` (Tagged Offset) of the peer's region `rkey` (STag).
+    Write { remote_addr: u64, rkey: u32 },
+    /// RDMA Read (Read Request 0001b, answered by Read Responses 0010b) from the peer's
+    /// `remote_addr`/`rkey` into the local SGEs.
+    Read { remote_addr: u64, rkey: u32 },
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub opcode: Opcode,
+    pub sg_list: Vec<Sge>,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+}
+
+/// A receive-queue work request: buffers for one incoming untagged message (RFC 5041 §5.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sg_list: Vec<Sge>,
+}
+
+/// Completion status, named after `ibv_wc_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    Success,
+    /// Incoming message longer than the posted receive buffers.
+    LocLenErr,
+    /// A local SGE failed its protection check (bad lkey, bounds, rights, PD).
+    LocProtErr,
+    /// The QP left RTS before this request was processed.
+    WrFlushErr,
+    /// The peer answered with a TERMINATE for a remote access error.
+    RemAccessErr,
+    /// The peer answered with a TERMINATE for an operation error.
+    RemOpErr,
+    /// Any other fatal error.
+    GeneralErr,
+}
+
+/// What a completion completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    Send,
+    Write,
+    Read,
+    Recv,
+}
+
+/// A work completion (`ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Bytes received (Recv) or transferred.
+    pub byte_len: u32,
+    /// Recv completions of Send with Invalidate: the STag the peer invalidated here.
+    pub invalidated_rkey: Option<u32>,
+    /// Recv completion of a Send with Solicited Event.
+    pub solicited: bool,
+}
+
+/// Why a work request was refused at post time (nothing was queued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    #[error("queue full")]
+    QueueFull,
+    #[error("queue pair is not in a state that accepts work requests")]
+    BadState,
+    #[error("invalid work request: {0}")]
+    Invalid(&'static str),
+}

@@ -1,0 +1,1 @@
+//! Kernel TCP transport (infra helper).

@@ -1,0 +1,1 @@
+//! In-memory link with fault injection (infra helper).

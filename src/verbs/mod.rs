@@ -1,0 +1,1 @@
+//! Verbs API (integrator).

@@ -1,0 +1,1 @@
+//! (RDMA helper) — see contract in docs/CONTRACTS.md

@@ -1,0 +1,25 @@
+//! Wire formats, in smoltcp's style: a checked zero-copy view (`Packet<T: AsRef<[u8]>>`-like) with
+//! field getters/setters over a `field` module of offsets, plus a plain `Repr` with `parse`/`emit`.
+//!
+//! Nothing in here allocates on parse (except where a `Repr` owns private data), and nothing panics
+//! on any input: every view has `new_checked` that validates lengths before a getter can index.
+
+pub mod ddp;
+pub mod fpdu;
+pub mod mpa;
+pub mod rdmap;
+pub mod terminate;
+
+/// Why bytes could not be parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The buffer is shorter than the header (or the length a header field announces).
+    #[error("truncated: need {need} bytes, have {have}")]
+    Truncated { need: usize, have: usize },
+    /// A field holds a value the spec does not allow.
+    #[error("malformed: {0}")]
+    Malformed(&'static str),
+}
+
+/// Result of wire parsing.
+pub type Result<T> = core::result::Result<T, Error>;

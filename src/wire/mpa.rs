@@ -1,0 +1,1 @@
+//! (MPA helper) — see contract in docs/CONTRACTS.md
