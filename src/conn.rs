@@ -1,1 +1,403 @@
-//! One iWARP connection engine (integrator).
+//! One iWARP connection as a sans-IO engine: MPA startup (RFC 5044 §7, RFC 6581), then Full
+//! MPA/DDP operation where every ULPDU the [`QpEngine`] produces is framed into an FPDU and every
+//! FPDU received is deframed, CRC-checked and handed to the QP engine.
+//!
+//! The caller (a backend driver: kernel TCP thread, DPDK worker, test harness) moves bytes:
+//! `on_bytes` with what the stream delivered, `poll_transmit` for what to send, `poll_event` /
+//! `poll_completion` for what happened, and `should_close` once the stream must be closed
+//! (after a TERMINATE or a failed startup, RFC 5040 §6.1: the LLP stream is closed after a
+//! TERMINATE has been sent).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::mpa::{
+    DeframeError, Deframer, Framer, MpaConfig, Negotiated, PeerRequest, Role, Startup,
+    StartupError, StartupEvent,
+};
+use crate::rdma::{
+    MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrRole, SendWr,
+    WorkCompletion,
+};
+use crate::wire::terminate::TermCause;
+
+/// The largest FPDU payload we accept from a peer. RFC 5044 §4.1: ULPDU_Length is 16 bits; siw
+/// sends FPDUs no larger than a segment but accepts larger ones, so accept up to the field limit.
+pub const MAX_RX_ULPDU: usize = 65535;
+
+/// Parameters of a connection (both MPA and the QP behind it).
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    /// MPA startup preferences (revision, CRC, markers, IRD/ORD, peer-to-peer, private data).
+    pub mpa: MpaConfig,
+    /// Protection domain of the QP.
+    pub pd: PdId,
+    /// Send and receive queue depths.
+    pub sq_depth: usize,
+    pub rq_depth: usize,
+    /// The transport's effective MSS; MULPDU is derived from it so that each FPDU fits one
+    /// segment (RFC 5044 §4.2, App. A).
+    pub emss: usize,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            mpa: MpaConfig::default(),
+            pd: PdId(0),
+            sq_depth: 256,
+            rq_depth: 256,
+            emss: 1448,
+        }
+    }
+}
+
+/// What happened on the connection (completions are polled separately).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnEvent {
+    /// Responder: a valid MPA Request arrived; call [`Connection::accept`] or [`Connection::reject`].
+    Request(PeerRequest),
+    /// MPA startup completed (and, in peer-to-peer mode, the RTR exchange): data may flow.
+    Established(Negotiated),
+    /// Initiator: the responder rejected the connection.
+    Rejected {
+        private_data: Vec<u8>,
+        peer_ird: Option<u16>,
+        peer_ord: Option<u16>,
+    },
+    /// Startup failed.
+    Failed(StartupError),
+    /// The peer terminated the connection (RFC 5040 §4.8).
+    TerminateReceived(TermCause),
+    /// We terminated the connection with this cause.
+    TerminateSent(TermCause),
+    /// The stream ended.
+    Closed,
+}
+
+/// Full MPA/DDP operation.
+struct DataPhase {
+    framer: Framer,
+    deframer: Deframer,
+    qp: QpEngine,
+    /// Held back until the RTR completes (peer-to-peer) so `Established` means "data may flow".
+    established: Option<Negotiated>,
+}
+
+/// One connection.
+pub struct Connection {
+    cfg: ConnConfig,
+    mem: MemoryTable,
+    startup: Startup,
+    data: Option<DataPhase>,
+    /// Work requests posted before the QP engine exists (ibverbs allows post_recv in INIT/RTR).
+    early_recv: VecDeque<RecvWr>,
+    early_send: VecDeque<SendWr>,
+    events: VecDeque<ConnEvent>,
+    /// Bytes to send that were produced outside `poll_transmit` (startup frames, TERMINATE).
+    tx: Vec<u8>,
+    /// Scratch buffer for one outgoing ULPDU.
+    ulpdu: Vec<u8>,
+    close: bool,
+    closed_reported: bool,
+}
+
+impl Connection {
+    /// An initiator (active side): the MPA Request is queued at once.
+    pub fn initiator(cfg: ConnConfig, mem: MemoryTable, now: Instant) -> Self {
+        let startup = Startup::initiator(cfg.mpa.clone(), now);
+        Self::new(cfg, mem, startup)
+    }
+
+    /// A responder (passive side): waits for the MPA Request.
+    pub fn responder(cfg: ConnConfig, mem: MemoryTable, now: Instant) -> Self {
+        let startup = Startup::responder(cfg.mpa.clone(), now);
+        Self::new(cfg, mem, startup)
+    }
+
+    fn new(cfg: ConnConfig, mem: MemoryTable, startup: Startup) -> Self {
+        let mut c = Connection {
+            cfg,
+            mem,
+            startup,
+            data: None,
+            early_recv: VecDeque::new(),
+            early_send: VecDeque::new(),
+            events: VecDeque::new(),
+            tx: Vec::new(),
+            ulpdu: Vec::with_capacity(MAX_RX_ULPDU),
+            close: false,
+            closed_reported: false,
+        };
+        c.drive_startup();
+        c
+    }
+
+    /// The configuration this connection was created with.
+    pub fn config(&self) -> &ConnConfig {
+        &self.cfg
+    }
+
+    /// True once the stream should be closed: a TERMINATE went out or came in, or startup
+    /// failed. The caller transmits whatever `poll_transmit` still returns, then closes.
+    pub fn should_close(&self) -> bool {
+        self.close
+    }
+
+    /// Whether Full MPA/DDP operation has started and the QP is ready to send.
+    pub fn is_established(&self) -> bool {
+        matches!(&self.data, Some(d) if d.established.is_none() && d.qp.state() == QpState::Rts)
+    }
+
+    /// Feed bytes the stream delivered.
+    pub fn on_bytes(&mut self, mut input: &[u8], now: Instant) {
+        if self.close {
+            return;
+        }
+        if self.data.is_none() {
+            let used = self.startup.on_bytes(input, now).min(input.len());
+            input = &input[used..];
+            self.drive_startup();
+            if self.data.is_none() {
+                if !input.is_empty() && !self.close {
+                    // RFC 5044 §7.1.2 rule 5/6: nothing but the MPA frame may arrive before
+                    // startup completes (a responder never sends before its Reply is sent).
+                    log::warn!(
+                        "mpa: {} bytes arrived before MPA startup completed; closing",
+                        input.len()
+                    );
+                    self.fail(StartupError::Malformed("data before MPA startup completed"));
+                }
+                return;
+            }
+        }
+        if input.is_empty() {
+            return;
+        }
+        let Some(d) = self.data.as_mut() else { return };
+        let qp = &mut d.qp;
+        let res = d.deframer.push(input, &mut |ulpdu| qp.on_ulpdu(ulpdu));
+        if let Err(e) = res {
+            self.on_deframe_error(e);
+        }
+        self.drive_qp();
+    }
+
+    /// The stream reached end of file.
+    pub fn on_eof(&mut self) {
+        if self.data.is_none() {
+            self.startup.on_eof();
+            self.drive_startup();
+        } else if let Some(d) = self.data.as_mut() {
+            d.qp.flush();
+        }
+        self.drive_qp();
+        self.close = true;
+        if !self.closed_reported {
+            self.closed_reported = true;
+            self.events.push_back(ConnEvent::Closed);
+        }
+    }
+
+    /// Append every byte ready to go out to `out`.
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) {
+        if self.data.is_none() {
+            self.startup.poll_transmit(out);
+            self.drive_startup();
+        }
+        out.append(&mut self.tx);
+        if let Some(d) = self.data.as_mut() {
+            loop {
+                self.ulpdu.clear();
+                if !d.qp.poll_ulpdu(&mut self.ulpdu) {
+                    break;
+                }
+                d.framer.emit(&self.ulpdu, &[], out);
+            }
+        }
+        self.drive_qp();
+    }
+
+    /// Next event, if any.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.events.pop_front()
+    }
+
+    /// Next work completion, if any.
+    pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        self.data.as_mut()?.qp.poll_completion()
+    }
+
+    /// Post a send-queue work request (queued until the connection is established).
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        match self.data.as_mut() {
+            Some(d) => d.qp.post_send(wr),
+            None if self.close => Err(PostError::BadState),
+            None if self.early_send.len() >= self.cfg.sq_depth => Err(PostError::QueueFull),
+            None => {
+                self.early_send.push_back(wr);
+                Ok(())
+            }
+        }
+    }
+
+    /// Post a receive-queue work request.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        match self.data.as_mut() {
+            Some(d) => d.qp.post_recv(wr),
+            None if self.close => Err(PostError::BadState),
+            None if self.early_recv.len() >= self.cfg.rq_depth => Err(PostError::QueueFull),
+            None => {
+                self.early_recv.push_back(wr);
+                Ok(())
+            }
+        }
+    }
+
+    /// Responder: accept the pending MPA Request (with optional private data overriding the
+    /// configured one).
+    pub fn accept(&mut self, private_data: Option<Vec<u8>>) {
+        self.startup.accept(private_data);
+        self.drive_startup();
+    }
+
+    /// Responder: reject the pending MPA Request with private data (RFC 5044 §7.1.2).
+    pub fn reject(&mut self, private_data: Vec<u8>) {
+        self.startup.reject(private_data);
+        self.drive_startup();
+    }
+
+    /// Terminate the connection from the ULP (RFC 5040 §6.1): a TERMINATE with `cause` goes out.
+    pub fn terminate(&mut self, cause: TermCause) {
+        if let Some(d) = self.data.as_mut() {
+            d.qp.terminate(cause);
+            self.drive_qp();
+        } else {
+            self.close = true;
+        }
+    }
+
+    /// When `handle_timeout` should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.data.is_none() && !self.close {
+            self.startup.poll_timeout()
+        } else {
+            None
+        }
+    }
+
+    /// Time passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.data.is_none() && !self.close {
+            self.startup.handle_timeout(now);
+            self.drive_startup();
+        }
+    }
+
+    fn fail(&mut self, e: StartupError) {
+        self.close = true;
+        self.events.push_back(ConnEvent::Failed(e));
+    }
+
+    fn on_deframe_error(&mut self, e: DeframeError) {
+        // RFC 5044 §8: on an FPDU error (CRC, marker, length) MPA reports to the ULP and the
+        // connection is torn down; RFC 5040 §4.8 / RFC 6580: a TERMINATE names the LLP layer.
+        log::warn!("mpa: {e}: nothing of the FPDU placed; sending TERMINATE and closing");
+        if let Some(d) = self.data.as_mut() {
+            d.qp.terminate(e.cause());
+        }
+    }
+
+    /// Turn startup events into connection events; enter Full MPA/DDP operation when done.
+    fn drive_startup(&mut self) {
+        while let Some(ev) = self.startup.poll_event() {
+            match ev {
+                StartupEvent::Request(r) => self.events.push_back(ConnEvent::Request(r)),
+                StartupEvent::Established(n) => self.enter_data_phase(n),
+                StartupEvent::Rejected {
+                    private_data,
+                    peer_ird,
+                    peer_ord,
+                } => {
+                    self.close = true;
+                    self.events.push_back(ConnEvent::Rejected {
+                        private_data,
+                        peer_ird,
+                        peer_ord,
+                    });
+                }
+                StartupEvent::Failed(e) => {
+                    log::warn!("mpa: startup failed: {e}");
+                    self.fail(e);
+                }
+            }
+        }
+    }
+
+    fn enter_data_phase(&mut self, n: Negotiated) {
+        let mulpdu = Framer::mulpdu_for_emss(self.cfg.emss, n.markers_tx);
+        let rtr = n.rtr.map(|k| match n.role {
+            Role::Initiator => RtrRole::Initiator(k),
+            Role::Responder => RtrRole::Responder(k),
+        });
+        let qp_cfg = QpConfig {
+            mulpdu,
+            pd: self.cfg.pd,
+            ird: u32::from(n.ird),
+            ord: u32::from(n.ord),
+            sq_depth: self.cfg.sq_depth,
+            rq_depth: self.cfg.rq_depth,
+            rtr,
+        };
+        let mut qp = QpEngine::new(qp_cfg, self.mem.clone());
+        for wr in self.early_recv.drain(..) {
+            if let Err(e) = qp.post_recv(wr) {
+                log::warn!("conn: receive posted before establishment refused: {e}");
+            }
+        }
+        for wr in self.early_send.drain(..) {
+            if let Err(e) = qp.post_send(wr) {
+                log::warn!("conn: send posted before establishment refused: {e}");
+            }
+        }
+        let held = if rtr.is_some() { Some(n.clone()) } else { None };
+        if held.is_none() {
+            self.events.push_back(ConnEvent::Established(n.clone()));
+        }
+        self.data = Some(DataPhase {
+            framer: Framer::new(n.crc_tx, n.markers_tx),
+            deframer: Deframer::new(n.crc_rx, n.markers_rx, MAX_RX_ULPDU),
+            qp,
+            established: held,
+        });
+        self.drive_qp();
+    }
+
+    /// Turn QP events into connection events.
+    fn drive_qp(&mut self) {
+        let Some(d) = self.data.as_mut() else { return };
+        while let Some(ev) = d.qp.poll_event() {
+            match ev {
+                QpEvent::RtrComplete => {
+                    if let Some(n) = d.established.take() {
+                        self.events.push_back(ConnEvent::Established(n));
+                    }
+                }
+                QpEvent::TerminateReceived(c) => {
+                    log::warn!(
+                        "rdmap: peer sent TERMINATE layer {:?} type {:#x} code {:#04x}",
+                        c.layer,
+                        c.etype,
+                        c.code
+                    );
+                    self.close = true;
+                    self.events.push_back(ConnEvent::TerminateReceived(c));
+                }
+                QpEvent::TerminateSent(c) => {
+                    self.close = true;
+                    self.events.push_back(ConnEvent::TerminateSent(c));
+                }
+            }
+        }
+    }
+}

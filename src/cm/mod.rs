@@ -1,1 +1,480 @@
-//! Connection manager (integrator).
+//! Connection manager, shaped like rdma_cm: `connect` (`rdma_connect`), [`Listener`]
+//! (`rdma_listen` + `rdma_get_request`), [`ConnRequest::accept`] / [`ConnRequest::reject`]
+//! (`rdma_accept` / `rdma_reject`) with private data, IRD/ORD (`responder_resources` /
+//! `initiator_depth`), peer-to-peer RTR choice (RFC 6581 §9.2), CRC and marker preferences
+//! (RFC 5044 §7.1).
+//!
+//! Each connected QP gets a driver: a thread that owns the byte stream, feeds received bytes to
+//! the sans-IO [`Connection`], writes what it produces and moves completions to the CQs. (The DPDK
+//! dataplane replaces these threads with poll-mode workers running the same engine.)
+
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::conn::{ConnConfig, ConnEvent, Connection};
+use crate::mpa::{MpaConfig, Negotiated, PeerRequest, RtrSet, Startup, StartupError, StartupEvent};
+use crate::transport::kernel::{KernelListener, KernelTcp};
+use crate::transport::Transport;
+use crate::verbs::{Pd, Qp, QpInitAttr, QpShared};
+
+/// Connection parameters (`rdma_conn_param` plus the iWARP-specific MPA knobs).
+#[derive(Debug, Clone)]
+pub struct ConnParam {
+    /// ULP private data carried in the MPA Request/Reply (<= 508 bytes when enhanced).
+    pub private_data: Vec<u8>,
+    /// IRD: RDMA Read Requests we serve at once (`responder_resources`), RFC 6581 §9.1.
+    pub responder_resources: u16,
+    /// ORD: RDMA Reads we may have outstanding (`initiator_depth`), RFC 6581 §9.1.
+    pub initiator_depth: u16,
+    /// Peer-to-peer mode with these RTR kinds (initiator: offered; responder: supported).
+    pub p2p: Option<RtrSet>,
+    /// Request CRC32c on FPDUs (default true; false = prefer no CRC, RFC 5044 §4.4).
+    pub crc: bool,
+    /// Require markers on FPDUs we receive (RFC 5044 §4.3, M bit).
+    pub markers: bool,
+    /// MPA revision the initiator sends (1 or 2).
+    pub revision: u8,
+    /// Send RFC 6581 enhanced data (rev 2).
+    pub enhanced: bool,
+    /// Initiator: retry with MPA rev 1 if the peer closes on an enhanced request (RFC 6581 §10).
+    pub fallback_rev1: bool,
+    /// Startup timeout.
+    pub timeout: Duration,
+    /// Kernel TCP: disable Nagle (default true; RFC 5044 App. A.2).
+    pub nodelay: bool,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        ConnParam {
+            private_data: Vec::new(),
+            responder_resources: 16,
+            initiator_depth: 16,
+            p2p: None,
+            crc: true,
+            markers: false,
+            revision: 2,
+            enhanced: true,
+            fallback_rev1: false,
+            timeout: Duration::from_secs(5),
+            nodelay: true,
+        }
+    }
+}
+
+impl ConnParam {
+    fn mpa(&self) -> MpaConfig {
+        MpaConfig {
+            revision: self.revision,
+            enhanced: self.enhanced && self.revision >= 2,
+            crc: self.crc,
+            markers: self.markers,
+            ird: self.responder_resources,
+            ord: self.initiator_depth,
+            p2p: self.p2p,
+            private_data: self.private_data.clone(),
+            fallback_rev1: self.fallback_rev1,
+            timeout: self.timeout,
+        }
+    }
+
+    fn conn_config(&self, pd: &Pd, attr: &QpInitAttr, emss: usize) -> ConnConfig {
+        ConnConfig {
+            mpa: self.mpa(),
+            pd: pd.id(),
+            sq_depth: attr.cap.max_send_wr,
+            rq_depth: attr.cap.max_recv_wr,
+            emss,
+        }
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CmError {
+    #[error("transport: {0}")]
+    Io(#[from] io::Error),
+    #[error("rejected by peer ({} bytes of private data)", private_data.len())]
+    Rejected {
+        private_data: Vec<u8>,
+        peer_ird: Option<u16>,
+        peer_ord: Option<u16>,
+    },
+    #[error("MPA startup: {0}")]
+    Startup(StartupError),
+    #[error("connection terminated during setup")]
+    Terminated,
+    #[error("timed out")]
+    Timeout,
+    #[error("stream closed")]
+    Closed,
+}
+
+/// A connected QP plus what MPA negotiated.
+pub struct Connected {
+    pub qp: Qp,
+    pub negotiated: Negotiated,
+}
+
+/// Connect over an already-open byte stream (kernel TCP, in-memory link, ...).
+pub fn connect(
+    transport: Box<dyn Transport>,
+    pd: &Pd,
+    attr: &QpInitAttr,
+    param: &ConnParam,
+) -> Result<Connected, CmError> {
+    let cfg = param.conn_config(pd, attr, transport.emss());
+    let conn = Connection::initiator(cfg, pd.memory().clone(), Instant::now());
+    let (qp, events) = spawn_driver(transport, conn, attr);
+    wait_established(qp, &events, param.timeout)
+}
+
+/// Connect to `addr` over kernel TCP (`rdma_resolve_addr` + `rdma_connect`). With
+/// `fallback_rev1`, an enhanced request the peer refuses is retried as MPA rev 1 on a new TCP
+/// connection (RFC 6581 §10).
+pub fn connect_tcp(
+    addr: SocketAddr,
+    pd: &Pd,
+    attr: &QpInitAttr,
+    param: &ConnParam,
+) -> Result<Connected, CmError> {
+    let t = KernelTcp::connect(addr, param.nodelay)?;
+    match connect(Box::new(t), pd, attr, param) {
+        Err(CmError::Startup(StartupError::EnhancedRefused)) if param.fallback_rev1 => {
+            log::info!("cm: {addr} refused the enhanced MPA request; retrying with MPA rev 1");
+            let p = ConnParam {
+                revision: 1,
+                enhanced: false,
+                fallback_rev1: false,
+                ..param.clone()
+            };
+            let t = KernelTcp::connect(addr, param.nodelay)?;
+            connect(Box::new(t), pd, attr, &p)
+        }
+        r => r,
+    }
+}
+
+/// A kernel-TCP listener for incoming iWARP connections (`rdma_listen`).
+pub struct Listener {
+    inner: KernelListener,
+    nodelay: bool,
+}
+
+impl Listener {
+    /// Listen on `addr` (port 0 picks a free port).
+    pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        Ok(Listener {
+            inner: KernelListener::bind(addr)?,
+            nodelay: true,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Wait up to `timeout` for a TCP connection and its MPA Request (`rdma_get_request`).
+    pub fn get_request(&self, timeout: Duration) -> Result<ConnRequest, CmError> {
+        let deadline = Instant::now() + timeout;
+        let stream: TcpStream = self
+            .inner
+            .accept_timeout(timeout)?
+            .ok_or(CmError::Timeout)?;
+        let t = KernelTcp::from_stream(stream, self.nodelay)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        ConnRequest::read(Box::new(t), left.max(Duration::from_millis(1)))
+    }
+}
+
+/// An incoming connection whose MPA Request has arrived (`RDMA_CM_EVENT_CONNECT_REQUEST`).
+pub struct ConnRequest {
+    transport: Box<dyn Transport>,
+    /// The Request frame's bytes, replayed into the real responder on accept/reject.
+    raw: Vec<u8>,
+    /// What the initiator asked for.
+    pub peer: PeerRequest,
+}
+
+impl ConnRequest {
+    /// Read an MPA Request from `transport` (the passive side of a stream).
+    pub fn read(mut transport: Box<dyn Transport>, timeout: Duration) -> Result<Self, CmError> {
+        let now = Instant::now();
+        let deadline = now + timeout;
+        // A probe responder parses the Request; the real one is built at accept time with the
+        // application's parameters and fed the same bytes.
+        let mut probe = Startup::responder(MpaConfig::default(), now);
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            if let Some(ev) = probe.poll_event() {
+                return match ev {
+                    StartupEvent::Request(peer) => Ok(ConnRequest {
+                        transport,
+                        raw,
+                        peer,
+                    }),
+                    StartupEvent::Failed(e) => {
+                        let _ = transport.shutdown();
+                        Err(CmError::Startup(e))
+                    }
+                    _ => Err(CmError::Closed),
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let _ = transport.shutdown();
+                return Err(CmError::Timeout);
+            }
+            match transport.recv(&mut buf) {
+                Ok(0) => {
+                    probe.on_eof();
+                    if probe.poll_event().is_none() {
+                        return Err(CmError::Closed);
+                    }
+                    return Err(CmError::Startup(StartupError::PeerClosed));
+                }
+                Ok(n) => {
+                    let used = probe.on_bytes(&buf[..n], now).min(n);
+                    raw.extend_from_slice(&buf[..used]);
+                    if used < n {
+                        // Bytes after the Request before we replied: RFC 5044 §7.1.2 forbids
+                        // them; the real responder sees them too and fails the startup.
+                        raw.extend_from_slice(&buf[used..n]);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    transport.wait_readable(Duration::from_millis(5))?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Accept (`rdma_accept`): reply with `param` (IRD/ORD, p2p support, private data) and start
+    /// the QP. Returns once established (after the RTR in peer-to-peer mode).
+    pub fn accept(
+        self,
+        pd: &Pd,
+        attr: &QpInitAttr,
+        param: &ConnParam,
+    ) -> Result<Connected, CmError> {
+        let cfg = param.conn_config(pd, attr, self.transport.emss());
+        let now = Instant::now();
+        let mut conn = Connection::responder(cfg, pd.memory().clone(), now);
+        conn.on_bytes(&self.raw, now);
+        match conn.poll_event() {
+            Some(ConnEvent::Request(_)) => conn.accept(None),
+            Some(ConnEvent::Failed(e)) => return Err(CmError::Startup(e)),
+            _ => return Err(CmError::Closed),
+        }
+        let (qp, events) = spawn_driver(self.transport, conn, attr);
+        wait_established(qp, &events, param.timeout)
+    }
+
+    /// Reject (`rdma_reject`) with private data: an MPA Reply with R=1 goes out and the stream is
+    /// closed (RFC 5044 §7.1.2).
+    pub fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
+        let now = Instant::now();
+        let mut conn = Connection::responder(
+            ConnConfig {
+                mpa: MpaConfig::default(),
+                ..ConnConfig::default()
+            },
+            crate::rdma::MemoryTable::new(),
+            now,
+        );
+        conn.on_bytes(&self.raw, now);
+        let _ = conn.poll_event();
+        conn.reject(private_data.to_vec());
+        let mut out = Vec::new();
+        conn.poll_transmit(&mut out);
+        write_all(&mut *self.transport, &out, Duration::from_secs(2))?;
+        let _ = self.transport.shutdown();
+        Ok(())
+    }
+}
+
+fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result<(), CmError> {
+    let deadline = Instant::now() + timeout;
+    while !buf.is_empty() {
+        match t.send(buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(CmError::Timeout);
+                }
+                thread::sleep(Duration::from_micros(50));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn wait_established(
+    qp: Qp,
+    events: &Receiver<ConnEvent>,
+    timeout: Duration,
+) -> Result<Connected, CmError> {
+    let deadline = Instant::now() + timeout + Duration::from_millis(500);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ev = match events.recv_timeout(left) {
+            Ok(ev) => ev,
+            Err(_) => {
+                qp.disconnect();
+                return Err(CmError::Timeout);
+            }
+        };
+        match ev {
+            ConnEvent::Established(negotiated) => return Ok(Connected { qp, negotiated }),
+            ConnEvent::Rejected {
+                private_data,
+                peer_ird,
+                peer_ord,
+            } => {
+                return Err(CmError::Rejected {
+                    private_data,
+                    peer_ird,
+                    peer_ord,
+                })
+            }
+            ConnEvent::Failed(e) => return Err(CmError::Startup(e)),
+            ConnEvent::TerminateReceived(_) | ConnEvent::TerminateSent(_) => {
+                return Err(CmError::Terminated)
+            }
+            ConnEvent::Closed => return Err(CmError::Closed),
+            ConnEvent::Request(_) => {}
+        }
+    }
+}
+
+/// Start the thread that moves `conn`'s bytes over `transport`.
+fn spawn_driver(
+    transport: Box<dyn Transport>,
+    conn: Connection,
+    attr: &QpInitAttr,
+) -> (Qp, Receiver<ConnEvent>) {
+    let shared = Arc::new(QpShared {
+        conn: std::sync::Mutex::new(conn),
+        send_cq: attr.send_cq.clone(),
+        recv_cq: attr.recv_cq.clone(),
+        closed: AtomicBool::new(false),
+        disconnect: AtomicBool::new(false),
+    });
+    let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
+    let sh = shared.clone();
+    thread::Builder::new()
+        .name("dpwarp-qp".into())
+        .spawn(move || drive(transport, sh, ev_tx))
+        .expect("spawn QP driver thread");
+    (Qp { shared }, ev_rx)
+}
+
+/// The driver loop: rx -> engine -> completions/events -> tx, backing off when idle.
+fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
+    let mut rbuf = vec![0u8; 256 * 1024];
+    let mut out: Vec<u8> = Vec::with_capacity(256 * 1024);
+    let mut out_pos = 0usize;
+    let mut eof = false;
+    let mut broken = false;
+    let mut last_progress = Instant::now();
+    loop {
+        let mut progressed = false;
+        let now = Instant::now();
+        // Receive whatever the stream has (bounded per iteration so tx is not starved).
+        if !eof && !broken {
+            for _ in 0..8 {
+                match t.recv(&mut rbuf) {
+                    Ok(0) => {
+                        eof = true;
+                        sh.lock().on_eof();
+                        break;
+                    }
+                    Ok(n) => {
+                        progressed = true;
+                        sh.lock().on_bytes(&rbuf[..n], now);
+                        if n < rbuf.len() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        log::warn!("transport: receive failed: {e}");
+                        broken = true;
+                        sh.lock().on_eof();
+                        break;
+                    }
+                }
+            }
+        }
+        let disconnect = sh.disconnect.load(Ordering::Acquire);
+        let close;
+        {
+            let mut c = sh.lock();
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+            if out_pos == out.len() {
+                out.clear();
+                out_pos = 0;
+                c.poll_transmit(&mut out);
+            }
+            sh.reap(&mut c);
+            while let Some(ev) = c.poll_event() {
+                let _ = events.try_send(ev);
+            }
+            // Every application handle is gone: nobody can post or reap any more.
+            let orphaned = Arc::strong_count(&sh) == 1;
+            close = c.should_close() || disconnect || orphaned;
+        }
+        if !broken {
+            while out_pos < out.len() {
+                match t.send(&out[out_pos..]) {
+                    Ok(n) => {
+                        out_pos += n;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        log::warn!("transport: send failed: {e}");
+                        broken = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let drained = out_pos == out.len();
+        if broken || eof || (close && drained) {
+            if !broken {
+                let _ = t.shutdown();
+            }
+            let mut c = sh.lock();
+            c.on_eof();
+            sh.reap(&mut c);
+            while let Some(ev) = c.poll_event() {
+                let _ = events.try_send(ev);
+            }
+            sh.closed.store(true, Ordering::Release);
+            return;
+        }
+        if progressed {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() < Duration::from_micros(50) {
+            std::hint::spin_loop();
+        } else if let Err(e) = t.wait_readable(Duration::from_micros(200)) {
+            log::debug!("transport: wait failed: {e}");
+            thread::sleep(Duration::from_micros(200));
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Connection-manager behaviour end to end: reject with private data, IRD/ORD reaching the ULP,
+//! peer-to-peer RTR kinds, fallback to MPA rev 1, startup timeout.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
+use dpwarp::mpa::{RtrSet, StartupError};
+use dpwarp::rdma::RtrKind;
+use dpwarp::transport::kernel::KernelTcp;
+use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, QpInitAttr, RecvWr, SendWr};
+
+/// After connecting, prove the QP works both ways: a Send each way and an RDMA Read.
+fn prove_data_flows(c: &Side, s: &Side) {
+    let sbuf = s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ);
+    sbuf.write_at(0, &pattern(5, 4096));
+    let cbuf = c.pd.reg_mr(4096, Access::LOCAL_WRITE);
+    c.conn
+        .qp
+        .post_recv(RecvWr {
+            wr_id: 1,
+            sg_list: vec![sge(&cbuf, 0, 4096)],
+        })
+        .unwrap();
+    s.conn
+        .qp
+        .post_send(SendWr {
+            wr_id: 2,
+            opcode: Opcode::Send,
+            sg_list: vec![sge(&sbuf, 0, 100)],
+            signaled: true,
+        })
+        .unwrap();
+    wc_ok(&s.cq);
+    assert_eq!(wc_ok(&c.cq).byte_len, 100);
+    assert_eq!(&cbuf.to_vec()[..100], &pattern(5, 100)[..]);
+    c.conn
+        .qp
+        .post_send(SendWr {
+            wr_id: 3,
+            opcode: Opcode::Read {
+                remote_addr: sbuf.addr(),
+                rkey: sbuf.stag(),
+            },
+            sg_list: vec![sge(&cbuf, 0, 4096)],
+            signaled: true,
+        })
+        .unwrap();
+    wc_ok(&c.cq);
+    assert_eq!(cbuf.to_vec(), pattern(5, 4096));
+}
+
+fn p2p(kind: RtrKind) {
+    let offer = RtrSet {
+        send: kind == RtrKind::Send,
+        write: kind == RtrKind::Write,
+        read: kind == RtrKind::Read,
+    };
+    let client = ConnParam {
+        p2p: Some(offer),
+        ..ConnParam::default()
+    };
+    let server = ConnParam {
+        p2p: Some(RtrSet {
+            send: true,
+            write: true,
+            read: true,
+        }),
+        ..ConnParam::default()
+    };
+    let (c, s) = connect_pair(Link::Mem(FaultConfig::default()), client, server).unwrap();
+    assert_eq!(c.conn.negotiated.rtr, Some(kind));
+    assert_eq!(s.conn.negotiated.rtr, Some(kind));
+    prove_data_flows(&c, &s);
+}
+
+#[test]
+fn rfc6581_s9_2_p2p_write_rtr() {
+    p2p(RtrKind::Write);
+}
+
+#[test]
+fn rfc6581_s9_2_p2p_read_rtr() {
+    p2p(RtrKind::Read);
+}
+
+#[test]
+fn rfc6581_s9_2_p2p_send_rtr() {
+    p2p(RtrKind::Send);
+}
+
+#[test]
+fn rfc6581_s9_1_ird_ord_and_peer_values_reach_the_ulp() {
+    let client = ConnParam {
+        responder_resources: 3,
+        initiator_depth: 5,
+        ..ConnParam::default()
+    };
+    let server = ConnParam {
+        responder_resources: 8,
+        initiator_depth: 2,
+        ..ConnParam::default()
+    };
+    let (c, s) = connect_pair(Link::Kernel, client, server).unwrap();
+    // Responder: IRD >= initiator ORD (it may raise it), ORD <= initiator IRD.
+    assert!(s.conn.negotiated.ord <= 3);
+    assert_eq!(s.conn.negotiated.peer_ird, Some(3));
+    assert_eq!(s.conn.negotiated.peer_ord, Some(5));
+    // Initiator: ORD at most the responder IRD, IRD at least the responder ORD.
+    assert!(c.conn.negotiated.ord <= s.conn.negotiated.ird);
+    assert!(c.conn.negotiated.ird >= s.conn.negotiated.ord);
+    assert_eq!(c.conn.negotiated.peer_ird, Some(s.conn.negotiated.ird));
+    assert_eq!(c.conn.negotiated.peer_ord, Some(s.conn.negotiated.ord));
+    prove_data_flows(&c, &s);
+}
+
+#[test]
+fn rfc5044_s7_1_2_reject_carries_private_data() {
+    let l = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let req = l.get_request(Duration::from_secs(10)).unwrap();
+        assert_eq!(req.peer.private_data, b"hello, may I?");
+        req.reject(b"no, go away").unwrap();
+    });
+    let dev = Device::open();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(16);
+    let r = cm::connect_tcp(
+        addr,
+        &pd,
+        &QpInitAttr::new(&cq),
+        &ConnParam {
+            private_data: b"hello, may I?".to_vec(),
+            ..ConnParam::default()
+        },
+    );
+    server.join().unwrap();
+    match r {
+        Err(CmError::Rejected { private_data, .. }) => assert_eq!(private_data, b"no, go away"),
+        Err(e) => panic!("expected a reject, got {e}"),
+        Ok(_) => panic!("expected a reject, got a connection"),
+    }
+}
+
+#[test]
+fn rfc6581_s10_initiator_falls_back_to_rev1_when_enhanced_refused() {
+    // A responder that does not know enhanced MPA closes on S=1 requests (RFC 6581 §10); this
+    // one does that for the first connection, then answers the retry with a real dpwarp responder.
+    let raw = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut first, _) = raw.accept().unwrap();
+        let mut hdr = [0u8; 20];
+        first.read_exact(&mut hdr).unwrap();
+        assert_eq!(&hdr[..16], b"MPA ID Req Frame");
+        assert_eq!(hdr[16] & 0x10, 0x10, "first request is enhanced");
+        drop(first);
+        let (second, _) = raw.accept().unwrap();
+        let t = KernelTcp::from_stream(second, true).unwrap();
+        let req = ConnRequest::read(Box::new(t), Duration::from_secs(10)).unwrap();
+        assert_eq!(req.peer.revision, 1);
+        assert!(!req.peer.enhanced);
+        let dev = Device::open();
+        let pd = dev.alloc_pd();
+        let cq = Cq::new(16);
+        let c = req
+            .accept(&pd, &QpInitAttr::new(&cq), &ConnParam::default())
+            .unwrap();
+        assert_eq!(c.negotiated.revision, 1);
+        c.qp.wait_closed(Duration::from_secs(5));
+    });
+    let dev = Device::open();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(16);
+    let c = cm::connect_tcp(
+        addr,
+        &pd,
+        &QpInitAttr::new(&cq),
+        &ConnParam {
+            fallback_rev1: true,
+            ..ConnParam::default()
+        },
+    )
+    .expect("fallback connection");
+    assert_eq!(c.negotiated.revision, 1);
+    assert!(!c.negotiated.enhanced);
+    c.qp.disconnect();
+    server.join().unwrap();
+}
+
+#[test]
+fn startup_timeout_when_responder_never_answers() {
+    let raw = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    let hold = thread::spawn(move || {
+        let (mut s, _) = raw.accept().unwrap();
+        let mut sink = [0u8; 64];
+        let _ = s.read(&mut sink);
+        thread::sleep(Duration::from_millis(1500));
+        let _ = s.write_all(b"x");
+    });
+    let dev = Device::open();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(16);
+    let r = cm::connect_tcp(
+        addr,
+        &pd,
+        &QpInitAttr::new(&cq),
+        &ConnParam {
+            timeout: Duration::from_millis(300),
+            ..ConnParam::default()
+        },
+    );
+    assert!(
+        matches!(r, Err(CmError::Startup(StartupError::Timeout))),
+        "{:?}",
+        r.err()
+    );
+    hold.join().unwrap();
+}
+
+#[test]
+fn memlink_pair_connects_with_default_params() {
+    let (c, s) = connect_pair(
+        Link::Mem(FaultConfig::default()),
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .unwrap();
+    assert!(c.conn.negotiated.crc_tx && s.conn.negotiated.crc_rx);
+    prove_data_flows(&c, &s);
+}
