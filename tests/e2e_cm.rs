@@ -21,15 +21,13 @@ fn prove_data_flows(c: &Side, s: &Side) {
     let sbuf = s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ);
     sbuf.write_at(0, &pattern(5, 4096));
     let cbuf = c.pd.reg_mr(4096, Access::LOCAL_WRITE);
-    c.conn
-        .qp
+    c.qp
         .post_recv(RecvWr {
             wr_id: 1,
             sg_list: vec![sge(&cbuf, 0, 4096)],
         })
         .unwrap();
-    s.conn
-        .qp
+    s.qp
         .post_send(SendWr {
             wr_id: 2,
             opcode: Opcode::Send,
@@ -40,8 +38,7 @@ fn prove_data_flows(c: &Side, s: &Side) {
     wc_ok(&s.cq);
     assert_eq!(wc_ok(&c.cq).byte_len, 100);
     assert_eq!(&cbuf.to_vec()[..100], &pattern(5, 100)[..]);
-    c.conn
-        .qp
+    c.qp
         .post_send(SendWr {
             wr_id: 3,
             opcode: Opcode::Read {
@@ -75,8 +72,8 @@ fn p2p(kind: RtrKind) {
         ..ConnParam::default()
     };
     let (c, s) = connect_pair(Link::Mem(FaultConfig::default()), client, server).unwrap();
-    assert_eq!(c.conn.negotiated.rtr, Some(kind));
-    assert_eq!(s.conn.negotiated.rtr, Some(kind));
+    assert_eq!(c.negotiated().rtr, Some(kind));
+    assert_eq!(s.negotiated().rtr, Some(kind));
     prove_data_flows(&c, &s);
 }
 
@@ -109,14 +106,14 @@ fn rfc6581_s9_1_ird_ord_and_peer_values_reach_the_ulp() {
     };
     let (c, s) = connect_pair(Link::Kernel, client, server).unwrap();
     // Responder: IRD >= initiator ORD (it may raise it), ORD <= initiator IRD.
-    assert!(s.conn.negotiated.ord <= 3);
-    assert_eq!(s.conn.negotiated.peer_ird, Some(3));
-    assert_eq!(s.conn.negotiated.peer_ord, Some(5));
+    assert!(s.negotiated().ord <= 3);
+    assert_eq!(s.negotiated().peer_ird, Some(3));
+    assert_eq!(s.negotiated().peer_ord, Some(5));
     // Initiator: ORD at most the responder IRD, IRD at least the responder ORD.
-    assert!(c.conn.negotiated.ord <= s.conn.negotiated.ird);
-    assert!(c.conn.negotiated.ird >= s.conn.negotiated.ord);
-    assert_eq!(c.conn.negotiated.peer_ird, Some(s.conn.negotiated.ird));
-    assert_eq!(c.conn.negotiated.peer_ord, Some(s.conn.negotiated.ord));
+    assert!(c.negotiated().ord <= s.negotiated().ird);
+    assert!(c.negotiated().ird >= s.negotiated().ord);
+    assert_eq!(c.negotiated().peer_ird, Some(s.negotiated().ird));
+    assert_eq!(c.negotiated().peer_ord, Some(s.negotiated().ord));
     prove_data_flows(&c, &s);
 }
 
@@ -129,13 +126,10 @@ fn rfc5044_s7_1_2_reject_carries_private_data() {
         assert_eq!(req.peer.private_data, b"hello, may I?");
         req.reject(b"no, go away").unwrap();
     });
-    let dev = Device::open();
-    let pd = dev.alloc_pd();
-    let cq = Cq::new(16);
+    let client = Side::new();
     let r = cm::connect_tcp(
         addr,
-        &pd,
-        &QpInitAttr::new(&cq),
+        &client.qp,
         &ConnParam {
             private_data: b"hello, may I?".to_vec(),
             ..ConnParam::default()
@@ -167,19 +161,15 @@ fn rfc6581_s10_initiator_falls_back_to_rev1_when_enhanced_refused() {
         let req = ConnRequest::read(Box::new(t), Duration::from_secs(10)).unwrap();
         assert_eq!(req.peer.revision, 1);
         assert!(!req.peer.enhanced);
-        let dev = Device::open();
-        let pd = dev.alloc_pd();
-        let cq = Cq::new(16);
-        let c = req
-            .accept(&pd, &QpInitAttr::new(&cq), &ConnParam::default())
-            .unwrap();
-        assert_eq!(c.negotiated.revision, 1);
-        c.qp.wait_closed(Duration::from_secs(5));
+        let side = Side::new();
+        let n = req.accept(&side.qp, &ConnParam::default()).unwrap();
+        assert_eq!(n.revision, 1);
+        side.qp.wait_closed(Duration::from_secs(5));
     });
     let dev = Device::open();
     let pd = dev.alloc_pd();
     let cq = Cq::new(16);
-    let c = cm::connect_tcp(
+    let (qp, n) = cm::connect_tcp_with_fallback(
         addr,
         &pd,
         &QpInitAttr::new(&cq),
@@ -189,9 +179,9 @@ fn rfc6581_s10_initiator_falls_back_to_rev1_when_enhanced_refused() {
         },
     )
     .expect("fallback connection");
-    assert_eq!(c.negotiated.revision, 1);
-    assert!(!c.negotiated.enhanced);
-    c.qp.disconnect();
+    assert_eq!(n.revision, 1);
+    assert!(!n.enhanced);
+    qp.disconnect();
     server.join().unwrap();
 }
 
@@ -206,13 +196,10 @@ fn startup_timeout_when_responder_never_answers() {
         thread::sleep(Duration::from_millis(1500));
         let _ = s.write_all(b"x");
     });
-    let dev = Device::open();
-    let pd = dev.alloc_pd();
-    let cq = Cq::new(16);
+    let client = Side::new();
     let r = cm::connect_tcp(
         addr,
-        &pd,
-        &QpInitAttr::new(&cq),
+        &client.qp,
         &ConnParam {
             timeout: Duration::from_millis(300),
             ..ConnParam::default()
@@ -234,6 +221,6 @@ fn memlink_pair_connects_with_default_params() {
         ConnParam::default(),
     )
     .unwrap();
-    assert!(c.conn.negotiated.crc_tx && s.conn.negotiated.crc_rx);
+    assert!(c.negotiated().crc_tx && s.negotiated().crc_rx);
     prove_data_flows(&c, &s);
 }

@@ -9,9 +9,8 @@ use dpwarp::transport::memlink::FaultConfig;
 use dpwarp::verbs::{sge, Access, Opcode, RecvWr, SendWr, WcOpcode, WcStatus};
 
 fn exercise(link: Link, param: ConnParam) {
-    let (c, s) = connect_pair(link, param.clone(), param).expect("connect");
-    let n = &c.conn.negotiated;
-    assert_eq!(n.crc_tx, c.conn.negotiated.crc_rx);
+    let mut c = Side::new();
+    let mut s = Side::new();
 
     let big = 200_000usize;
     // Server: receive buffers (one scattered over two regions) and a remote-accessible region.
@@ -24,7 +23,7 @@ fn exercise(link: Link, param: ConnParam) {
     );
     let inv = s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     target.write_at(big, &pattern(9, big));
-    let sqp = &s.conn.qp;
+    let sqp = &s.qp.clone();
     sqp.post_recv(RecvWr {
         wr_id: 10,
         sg_list: vec![sge(&r1, 0, big)],
@@ -41,9 +40,14 @@ fn exercise(link: Link, param: ConnParam) {
     })
     .unwrap();
 
+    connect_sides(link, &mut c, &mut s, param.clone(), param).expect("connect");
+    let n = c.negotiated();
+    assert_eq!(n.crc_tx, n.crc_rx);
+    assert_eq!(n.crc_tx, s.negotiated().crc_rx);
+
     let src = c.pd.reg_mr(2 * big, Access::LOCAL_WRITE);
     let sink = c.pd.reg_mr(2 * big, Access::LOCAL_WRITE);
-    let cqp = &c.conn.qp;
+    let cqp = &c.qp.clone();
 
     // 1. Send of a multi-segment message.
     src.write_at(0, &pattern(1, big));

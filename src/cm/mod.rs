@@ -10,7 +10,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use crate::conn::{ConnConfig, ConnEvent, Connection};
 use crate::mpa::{MpaConfig, Negotiated, PeerRequest, RtrSet, Startup, StartupError, StartupEvent};
 use crate::transport::kernel::{KernelListener, KernelTcp};
 use crate::transport::Transport;
-use crate::verbs::{Pd, Qp, QpInitAttr, QpShared};
+use crate::verbs::{Pd, Qp, QpInitAttr, QpShared, QpSlot};
 
 /// Connection parameters (`rdma_conn_param` plus the iWARP-specific MPA knobs).
 #[derive(Debug, Clone)]
@@ -84,12 +84,12 @@ impl ConnParam {
         }
     }
 
-    fn conn_config(&self, pd: &Pd, attr: &QpInitAttr, emss: usize) -> ConnConfig {
+    fn conn_config(&self, qp: &Qp, emss: usize) -> ConnConfig {
         ConnConfig {
             mpa: self.mpa(),
-            pd: pd.id(),
-            sq_depth: attr.cap.max_send_wr,
-            rq_depth: attr.cap.max_recv_wr,
+            pd: qp.shared.pd.id(),
+            sq_depth: qp.shared.cap.max_send_wr,
+            rq_depth: qp.shared.cap.max_recv_wr,
             emss,
         }
     }
@@ -114,38 +114,47 @@ pub enum CmError {
     Timeout,
     #[error("stream closed")]
     Closed,
+    #[error("the QP was already connected")]
+    QpInUse,
 }
 
-/// A connected QP plus what MPA negotiated.
-pub struct Connected {
-    pub qp: Qp,
-    pub negotiated: Negotiated,
-}
-
-/// Connect over an already-open byte stream (kernel TCP, in-memory link, ...).
+/// Connect `qp` over an already-open byte stream (kernel TCP, in-memory link, ...), as the MPA
+/// initiator. Returns what MPA negotiated once the connection is established.
 pub fn connect(
     transport: Box<dyn Transport>,
-    pd: &Pd,
-    attr: &QpInitAttr,
+    qp: &Qp,
     param: &ConnParam,
-) -> Result<Connected, CmError> {
-    let cfg = param.conn_config(pd, attr, transport.emss());
-    let conn = Connection::initiator(cfg, pd.memory().clone(), Instant::now());
-    let (qp, events) = spawn_driver(transport, conn, attr);
+) -> Result<Negotiated, CmError> {
+    if !qp.claim() {
+        return Err(CmError::QpInUse);
+    }
+    let cfg = param.conn_config(qp, transport.emss());
+    let conn = Connection::initiator(cfg, qp.shared.pd.memory().clone(), Instant::now());
+    let events = spawn_driver(transport, conn, qp);
     wait_established(qp, &events, param.timeout)
 }
 
-/// Connect to `addr` over kernel TCP (`rdma_resolve_addr` + `rdma_connect`). With
-/// `fallback_rev1`, an enhanced request the peer refuses is retried as MPA rev 1 on a new TCP
-/// connection (RFC 6581 §10).
+/// Connect `qp` to `addr` over kernel TCP (`rdma_resolve_addr` + `rdma_connect`).
 pub fn connect_tcp(
+    addr: SocketAddr,
+    qp: &Qp,
+    param: &ConnParam,
+) -> Result<Negotiated, CmError> {
+    let t = KernelTcp::connect(addr, param.nodelay)?;
+    connect(Box::new(t), qp, param)
+}
+
+/// [`connect_tcp`] with RFC 6581 §10 fallback: if the peer closes on our enhanced request and
+/// `param.fallback_rev1` is set, connect again with MPA rev 1 on a new TCP connection and a new
+/// QP made like `attr`. Returns the QP that ended up connected.
+pub fn connect_tcp_with_fallback(
     addr: SocketAddr,
     pd: &Pd,
     attr: &QpInitAttr,
     param: &ConnParam,
-) -> Result<Connected, CmError> {
-    let t = KernelTcp::connect(addr, param.nodelay)?;
-    match connect(Box::new(t), pd, attr, param) {
+) -> Result<(Qp, Negotiated), CmError> {
+    let qp = Qp::new(pd, attr);
+    match connect_tcp(addr, &qp, param) {
         Err(CmError::Startup(StartupError::EnhancedRefused)) if param.fallback_rev1 => {
             log::info!("cm: {addr} refused the enhanced MPA request; retrying with MPA rev 1");
             let p = ConnParam {
@@ -154,10 +163,11 @@ pub fn connect_tcp(
                 fallback_rev1: false,
                 ..param.clone()
             };
-            let t = KernelTcp::connect(addr, param.nodelay)?;
-            connect(Box::new(t), pd, attr, &p)
+            let qp = Qp::new(pd, attr);
+            let n = connect_tcp(addr, &qp, &p)?;
+            Ok((qp, n))
         }
-        r => r,
+        r => r.map(|n| (qp, n)),
     }
 }
 
@@ -260,22 +270,20 @@ impl ConnRequest {
 
     /// Accept (`rdma_accept`): reply with `param` (IRD/ORD, p2p support, private data) and start
     /// the QP. Returns once established (after the RTR in peer-to-peer mode).
-    pub fn accept(
-        self,
-        pd: &Pd,
-        attr: &QpInitAttr,
-        param: &ConnParam,
-    ) -> Result<Connected, CmError> {
-        let cfg = param.conn_config(pd, attr, self.transport.emss());
+    pub fn accept(self, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
+        if !qp.claim() {
+            return Err(CmError::QpInUse);
+        }
+        let cfg = param.conn_config(qp, self.transport.emss());
         let now = Instant::now();
-        let mut conn = Connection::responder(cfg, pd.memory().clone(), now);
+        let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
         conn.on_bytes(&self.raw, now);
         match conn.poll_event() {
             Some(ConnEvent::Request(_)) => conn.accept(None),
             Some(ConnEvent::Failed(e)) => return Err(CmError::Startup(e)),
             _ => return Err(CmError::Closed),
         }
-        let (qp, events) = spawn_driver(self.transport, conn, attr);
+        let events = spawn_driver(self.transport, conn, qp);
         wait_established(qp, &events, param.timeout)
     }
 
@@ -320,10 +328,10 @@ fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result
 }
 
 fn wait_established(
-    qp: Qp,
+    qp: &Qp,
     events: &Receiver<ConnEvent>,
     timeout: Duration,
-) -> Result<Connected, CmError> {
+) -> Result<Negotiated, CmError> {
     let deadline = Instant::now() + timeout + Duration::from_millis(500);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -335,7 +343,7 @@ fn wait_established(
             }
         };
         match ev {
-            ConnEvent::Established(negotiated) => return Ok(Connected { qp, negotiated }),
+            ConnEvent::Established(negotiated) => return Ok(negotiated),
             ConnEvent::Rejected {
                 private_data,
                 peer_ird,
@@ -357,26 +365,44 @@ fn wait_established(
     }
 }
 
-/// Start the thread that moves `conn`'s bytes over `transport`.
+/// Make `conn` the QP's live connection (replaying work posted in INIT) and start the thread
+/// that moves its bytes over `transport`.
 fn spawn_driver(
     transport: Box<dyn Transport>,
-    conn: Connection,
-    attr: &QpInitAttr,
-) -> (Qp, Receiver<ConnEvent>) {
-    let shared = Arc::new(QpShared {
-        conn: std::sync::Mutex::new(conn),
-        send_cq: attr.send_cq.clone(),
-        recv_cq: attr.recv_cq.clone(),
-        closed: AtomicBool::new(false),
-        disconnect: AtomicBool::new(false),
-    });
+    mut conn: Connection,
+    qp: &Qp,
+) -> Receiver<ConnEvent> {
+    {
+        let mut slot = qp.shared.lock();
+        if let QpSlot::Init { recv, send } = &mut *slot {
+            for wr in recv.drain(..) {
+                if let Err(e) = conn.post_recv(wr) {
+                    log::warn!("cm: receive posted before connect refused: {e}");
+                }
+            }
+            for wr in send.drain(..) {
+                if let Err(e) = conn.post_send(wr) {
+                    log::warn!("cm: send posted before connect refused: {e}");
+                }
+            }
+        }
+        *slot = QpSlot::Live(Box::new(conn));
+    }
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
-    let sh = shared.clone();
+    let sh = qp.shared.clone();
     thread::Builder::new()
         .name("dpwarp-qp".into())
         .spawn(move || drive(transport, sh, ev_tx))
         .expect("spawn QP driver thread");
-    (Qp { shared }, ev_rx)
+    ev_rx
+}
+
+/// Run `f` on the live connection.
+fn with_conn<R>(sh: &QpShared, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
+    match &mut *sh.lock() {
+        QpSlot::Live(c) => Some(f(c)),
+        QpSlot::Init { .. } => None,
+    }
 }
 
 /// The driver loop: rx -> engine -> completions/events -> tx, backing off when idle.
@@ -396,12 +422,12 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 match t.recv(&mut rbuf) {
                     Ok(0) => {
                         eof = true;
-                        sh.lock().on_eof();
+                        with_conn(&sh, |c| c.on_eof());
                         break;
                     }
                     Ok(n) => {
                         progressed = true;
-                        sh.lock().on_bytes(&rbuf[..n], now);
+                        with_conn(&sh, |c| c.on_bytes(&rbuf[..n], now));
                         if n < rbuf.len() {
                             break;
                         }
@@ -411,7 +437,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                     Err(e) => {
                         log::warn!("transport: receive failed: {e}");
                         broken = true;
-                        sh.lock().on_eof();
+                        with_conn(&sh, |c| c.on_eof());
                         break;
                     }
                 }
@@ -420,22 +446,25 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
         let disconnect = sh.disconnect.load(Ordering::Acquire);
         let close;
         {
-            let mut c = sh.lock();
-            if c.poll_timeout().is_some_and(|t| t <= now) {
-                c.handle_timeout(now);
-            }
-            if out_pos == out.len() {
-                out.clear();
-                out_pos = 0;
-                c.poll_transmit(&mut out);
-            }
-            sh.reap(&mut c);
-            while let Some(ev) = c.poll_event() {
-                let _ = events.try_send(ev);
-            }
             // Every application handle is gone: nobody can post or reap any more.
             let orphaned = Arc::strong_count(&sh) == 1;
-            close = c.should_close() || disconnect || orphaned;
+            let should_close = with_conn(&sh, |c| {
+                if c.poll_timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+                if out_pos == out.len() {
+                    out.clear();
+                    out_pos = 0;
+                    c.poll_transmit(&mut out);
+                }
+                sh.reap(c);
+                while let Some(ev) = c.poll_event() {
+                    let _ = events.try_send(ev);
+                }
+                c.should_close()
+            })
+            .unwrap_or(true);
+            close = should_close || disconnect || orphaned;
         }
         if !broken {
             while out_pos < out.len() {
@@ -459,12 +488,13 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
             if !broken {
                 let _ = t.shutdown();
             }
-            let mut c = sh.lock();
-            c.on_eof();
-            sh.reap(&mut c);
-            while let Some(ev) = c.poll_event() {
-                let _ = events.try_send(ev);
-            }
+            with_conn(&sh, |c| {
+                c.on_eof();
+                sh.reap(c);
+                while let Some(ev) = c.poll_event() {
+                    let _ = events.try_send(ev);
+                }
+            });
             sh.closed.store(true, Ordering::Release);
             return;
         }

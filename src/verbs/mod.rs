@@ -13,6 +13,7 @@
 //! assert_eq!(&mr.to_vec()[..5], b"hello");
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -158,22 +159,37 @@ impl QpInitAttr {
     }
 }
 
+/// Before connection the QP only collects receive (and send) work requests; the connection
+/// manager turns it into a live [`Connection`] (ibverbs allows `post_recv` in INIT/RTR, and
+/// rping and perftest rely on it: receive buffers exist before the peer's first Send).
+pub(crate) enum QpSlot {
+    Init {
+        recv: Vec<RecvWr>,
+        send: Vec<SendWr>,
+    },
+    Live(Box<Connection>),
+}
+
 /// State shared between a [`Qp`] handle and the driver that moves its bytes.
 pub(crate) struct QpShared {
-    pub(crate) conn: Mutex<Connection>,
+    pub(crate) pd: Pd,
+    pub(crate) cap: QpCap,
+    pub(crate) slot: Mutex<QpSlot>,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
+    /// Set once the QP was handed to the connection manager.
+    pub(crate) connecting: AtomicBool,
     /// Set when the connection is gone (stream closed); posts fail afterwards.
-    pub(crate) closed: std::sync::atomic::AtomicBool,
+    pub(crate) closed: AtomicBool,
     /// Application asked to disconnect.
-    pub(crate) disconnect: std::sync::atomic::AtomicBool,
+    pub(crate) disconnect: AtomicBool,
 }
 
 impl QpShared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A poisoned lock means a driver thread panicked; the connection is unusable either way,
-        // but the data inside is still consistent enough to flush.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn lock(&self) -> MutexGuard<'_, QpSlot> {
+        // A poisoned lock means a driver thread panicked; the data inside is still consistent
+        // enough to flush.
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Move completions from the engine to the CQs.
@@ -188,20 +204,55 @@ impl QpShared {
     }
 }
 
-/// A connected queue pair (`ibv_qp` after `rdma_connect`/`rdma_accept`).
+/// A queue pair (`ibv_qp`). Create it, post receives, then hand it to [`crate::cm::connect`]
+/// or [`crate::cm::ConnRequest::accept`]. Clones share the QP.
 #[derive(Clone)]
 pub struct Qp {
     pub(crate) shared: Arc<QpShared>,
 }
 
 impl Qp {
+    /// Create a QP in `pd` with the given CQs and capacities (`ibv_create_qp`).
+    pub fn new(pd: &Pd, attr: &QpInitAttr) -> Qp {
+        Qp {
+            shared: Arc::new(QpShared {
+                pd: pd.clone(),
+                cap: attr.cap,
+                slot: Mutex::new(QpSlot::Init {
+                    recv: Vec::new(),
+                    send: Vec::new(),
+                }),
+                send_cq: attr.send_cq.clone(),
+                recv_cq: attr.recv_cq.clone(),
+                connecting: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                disconnect: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The QP's protection domain.
+    pub fn pd(&self) -> &Pd {
+        &self.shared.pd
+    }
+
     /// Post a send-queue work request (`ibv_post_send`): Send, Send-SE, Send-Inv, RDMA Write,
-    /// RDMA Read (RFC 5040 §5.3, §5.4). Errors mean nothing was queued.
+    /// RDMA Read (RFC 5040 §5.3, §5.4). Errors mean nothing was queued. Requests posted before
+    /// the connection is established go out once it is.
     pub fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
-        self.shared.lock().post_send(wr)
+        match &mut *self.shared.lock() {
+            QpSlot::Live(c) => c.post_send(wr),
+            QpSlot::Init { send, .. } if send.len() >= self.shared.cap.max_send_wr => {
+                Err(PostError::QueueFull)
+            }
+            QpSlot::Init { send, .. } => {
+                send.push(wr);
+                Ok(())
+            }
+        }
     }
 
     /// Post a receive buffer for one incoming untagged message (`ibv_post_recv`, RFC 5041 §5.3).
@@ -209,21 +260,26 @@ impl Qp {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
-        self.shared.lock().post_recv(wr)
+        match &mut *self.shared.lock() {
+            QpSlot::Live(c) => c.post_recv(wr),
+            QpSlot::Init { recv, .. } if recv.len() >= self.shared.cap.max_recv_wr => {
+                Err(PostError::QueueFull)
+            }
+            QpSlot::Init { recv, .. } => {
+                recv.push(wr);
+                Ok(())
+            }
+        }
     }
 
     /// True once the underlying stream has closed (TERMINATE, disconnect, peer gone).
     pub fn is_closed(&self) -> bool {
-        self.shared
-            .closed
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.closed.load(Ordering::Acquire)
     }
 
     /// Close the connection (`rdma_disconnect`): outstanding work is flushed, the stream closed.
     pub fn disconnect(&self) {
-        self.shared
-            .disconnect
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared.disconnect.store(true, Ordering::Release);
     }
 
     /// Wait until the stream has closed or `timeout` passed; true if closed.
@@ -236,6 +292,11 @@ impl Qp {
             std::thread::sleep(Duration::from_millis(1));
         }
         self.is_closed()
+    }
+
+    /// Hand the QP to the connection manager exactly once.
+    pub(crate) fn claim(&self) -> bool {
+        !self.shared.connecting.swap(true, Ordering::AcqRel)
     }
 }
 

@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
 
-use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Connected, Listener};
+use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
+use dpwarp::mpa::Negotiated;
 use dpwarp::transport::memlink::{self, FaultConfig};
-use dpwarp::verbs::{Cq, Device, Pd, QpInitAttr, WcStatus, WorkCompletion};
+use dpwarp::verbs::{Cq, Device, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
 
 /// Which byte stream joins the two endpoints.
 #[derive(Debug, Clone)]
@@ -17,62 +18,74 @@ pub enum Link {
     Mem(FaultConfig),
 }
 
-/// One side of a connected pair.
+/// One endpoint: a PD, a CQ and a QP (not yet connected: post receives, then `connect_pair`).
 pub struct Side {
     pub pd: Pd,
     pub cq: Cq,
-    pub conn: Connected,
+    pub qp: Qp,
+    /// Filled in by `connect_pair`.
+    pub n: Option<Negotiated>,
 }
 
-/// Connect a client and a server over `link`. `server_setup` runs on the server before accept
-/// (e.g. to post receives via the returned QP is impossible before accept, so it only sees the PD).
+impl Side {
+    pub fn new() -> Side {
+        let dev = Device::open();
+        let pd = dev.alloc_pd();
+        let cq = Cq::new(1024);
+        let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+        Side { pd, cq, qp, n: None }
+    }
+
+    pub fn negotiated(&self) -> &Negotiated {
+        self.n.as_ref().expect("connected")
+    }
+}
+
+/// Connect `client` (initiator) and `server` (responder) over `link`.
+pub fn connect_sides(
+    link: Link,
+    client: &mut Side,
+    server: &mut Side,
+    client_param: ConnParam,
+    server_param: ConnParam,
+) -> Result<(), CmError> {
+    let sqp = server.qp.clone();
+    let (s, c) = match link {
+        Link::Kernel => {
+            let l = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+            let addr = l.local_addr()?;
+            let server = thread::spawn(move || {
+                let req = l.get_request(Duration::from_secs(10))?;
+                req.accept(&sqp, &server_param)
+            });
+            let c = cm::connect_tcp(addr, &client.qp, &client_param);
+            (server.join().expect("server thread"), c)
+        }
+        Link::Mem(f) => {
+            let (ce, se) = memlink::pair(f);
+            let server = thread::spawn(move || {
+                let req = ConnRequest::read(Box::new(se), Duration::from_secs(10))?;
+                req.accept(&sqp, &server_param)
+            });
+            let c = cm::connect(Box::new(ce), &client.qp, &client_param);
+            (server.join().expect("server thread"), c)
+        }
+    };
+    client.n = Some(c?);
+    server.n = Some(s?);
+    Ok(())
+}
+
+/// Fresh sides connected over `link`.
 pub fn connect_pair(
     link: Link,
     client_param: ConnParam,
     server_param: ConnParam,
 ) -> Result<(Side, Side), CmError> {
-    let dev = Device::open();
-    let spd = dev.alloc_pd();
-    let cpd = dev.alloc_pd();
-    let scq = Cq::new(1024);
-    let ccq = Cq::new(1024);
-    let sattr = QpInitAttr::new(&scq);
-    let cattr = QpInitAttr::new(&ccq);
-    let (server, client) = match link {
-        Link::Kernel => {
-            let l = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
-            let addr = l.local_addr()?;
-            let spd2 = spd.clone();
-            let server = thread::spawn(move || {
-                let req = l.get_request(Duration::from_secs(10))?;
-                req.accept(&spd2, &sattr, &server_param)
-            });
-            let client = cm::connect_tcp(addr, &cpd, &cattr, &client_param);
-            (server.join().expect("server thread"), client)
-        }
-        Link::Mem(f) => {
-            let (c, s) = memlink::pair(f);
-            let spd2 = spd.clone();
-            let server = thread::spawn(move || {
-                let req = ConnRequest::read(Box::new(s), Duration::from_secs(10))?;
-                req.accept(&spd2, &sattr, &server_param)
-            });
-            let client = cm::connect(Box::new(c), &cpd, &cattr, &client_param);
-            (server.join().expect("server thread"), client)
-        }
-    };
-    Ok((
-        Side {
-            pd: cpd,
-            cq: ccq,
-            conn: client?,
-        },
-        Side {
-            pd: spd,
-            cq: scq,
-            conn: server?,
-        },
-    ))
+    let mut c = Side::new();
+    let mut s = Side::new();
+    connect_sides(link, &mut c, &mut s, client_param, server_param)?;
+    Ok((c, s))
 }
 
 /// Wait for one completion and require success.

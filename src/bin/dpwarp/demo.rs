@@ -6,9 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
+use dpwarp::mpa::Negotiated;
 use dpwarp::transport::memlink;
 use dpwarp::verbs::{
-    sge, Access, Cq, Device, Mr, Opcode, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+    sge, Access, Cq, Device, Mr, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
 };
 
 /// Demo options.
@@ -86,7 +87,7 @@ pub fn run(a: Args) -> Result<(), String> {
 
     let (server_side, client_transport): (
         Box<dyn FnOnce() -> Result<ConnRequest, String> + Send>,
-        Box<dyn FnOnce(&ConnParam, &dpwarp::verbs::Pd, &QpInitAttr) -> Result<cm::Connected, String>>,
+        Box<dyn FnOnce(&ConnParam, &Qp) -> Result<Negotiated, String>>,
     ) = match transport.as_str() {
         "kernel" => {
             let addr: SocketAddr = ([127, 0, 0, 1], a.port).into();
@@ -98,8 +99,8 @@ pub fn run(a: Args) -> Result<(), String> {
                     l.get_request(Duration::from_secs(10))
                         .map_err(|e| format!("server: {e}"))
                 }),
-                Box::new(move |p: &ConnParam, pd: &dpwarp::verbs::Pd, attr: &QpInitAttr| {
-                    cm::connect_tcp(addr, pd, attr, p).map_err(|e| format!("connect: {e}"))
+                Box::new(move |p: &ConnParam, qp: &Qp| {
+                    cm::connect_tcp(addr, qp, p).map_err(|e| format!("connect: {e}"))
                 }),
             )
         }
@@ -111,8 +112,8 @@ pub fn run(a: Args) -> Result<(), String> {
                     ConnRequest::read(Box::new(s), Duration::from_secs(10))
                         .map_err(|e| format!("server: {e}"))
                 }),
-                Box::new(move |p: &ConnParam, pd: &dpwarp::verbs::Pd, attr: &QpInitAttr| {
-                    cm::connect(Box::new(c), pd, attr, p).map_err(|e| format!("connect: {e}"))
+                Box::new(move |p: &ConnParam, qp: &Qp| {
+                    cm::connect(Box::new(c), qp, p).map_err(|e| format!("connect: {e}"))
                 }),
             )
         }
@@ -135,6 +136,15 @@ pub fn run(a: Args) -> Result<(), String> {
         // The second half holds data for the client's RDMA Read.
         target.write_at(size, &pattern(0x5a, size));
         let rbuf = pd.reg_mr(size, Access::LOCAL_WRITE);
+        // Receive buffers go up before accepting, so the client's first Send finds one.
+        let qp = Qp::new(&pd, &attr);
+        for id in 0..2u64 {
+            qp.post_recv(RecvWr {
+                wr_id: id,
+                sg_list: vec![sge(&rbuf, 0, size)],
+            })
+            .map_err(|e| format!("server post_recv: {e}"))?;
+        }
         let req = server_side()?;
         println!(
             "server: MPA request rev {} enhanced={} crc={} markers={} ird={:?} ord={:?}",
@@ -145,24 +155,14 @@ pub fn run(a: Args) -> Result<(), String> {
             req.peer.ird,
             req.peer.ord
         );
-        let conn = req
-            .accept(
-                &pd,
-                &attr,
-                &ConnParam {
-                    private_data: encode_adv(&target),
-                    ..server_param
-                },
-            )
-            .map_err(|e| format!("server accept: {e}"))?;
-        let qp = conn.qp;
-        for id in 0..2u64 {
-            qp.post_recv(RecvWr {
-                wr_id: id,
-                sg_list: vec![sge(&rbuf, 0, size)],
-            })
-            .map_err(|e| format!("server post_recv: {e}"))?;
-        }
+        req.accept(
+            &qp,
+            &ConnParam {
+                private_data: encode_adv(&target),
+                ..server_param
+            },
+        )
+        .map_err(|e| format!("server accept: {e}"))?;
         // 1. The client's Send.
         let wc = wait_wc(&cq, "server receive of the Send")?;
         let mut got = vec![0u8; wc.byte_len as usize];
@@ -193,8 +193,8 @@ pub fn run(a: Args) -> Result<(), String> {
     let src = pd.reg_mr(size, Access::LOCAL_WRITE);
     let sink = pd.reg_mr(size, Access::LOCAL_WRITE);
     let t0 = Instant::now();
-    let conn = client_transport(&param, &pd, &attr)?;
-    let n = &conn.negotiated;
+    let qp = Qp::new(&pd, &attr);
+    let n = &client_transport(&param, &qp)?;
     println!(
         "client: connected in {:?}: MPA rev {} enhanced={} crc tx/rx={}/{} markers tx/rx={}/{} ird={} ord={} peer ird/ord={:?}/{:?}",
         t0.elapsed(),
@@ -214,7 +214,6 @@ pub fn run(a: Args) -> Result<(), String> {
     if (rlen as usize) < 2 * size {
         return Err("server region too small".into());
     }
-    let qp = conn.qp;
 
     // Send.
     src.write_at(0, &pattern(0x11, size));
