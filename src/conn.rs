@@ -330,6 +330,17 @@ impl Connection {
                     log::warn!("mpa: startup failed: {e}");
                     self.fail(e);
                 }
+                // (MPA helper, minimal placeholder) RFC 6581 §9.1/§9.2 demand a TERMINATE
+                // (code 6/7) framed per `negotiated` as the first FPDU; the integrator wires
+                // that up. Until then: fail the startup and close.
+                StartupEvent::Terminate { cause, .. } => {
+                    log::warn!("mpa: startup demands TERMINATE code {:#04x}", cause.code);
+                    self.fail(if cause == TermCause::MPA_INSUFFICIENT_IRD {
+                        StartupError::InsufficientIrd
+                    } else {
+                        StartupError::NoMatchingRtr
+                    });
+                }
             }
         }
     }

@@ -3,6 +3,12 @@
 //! CONTRACT (fixed by the integrator; the MPA helper implements, may add items).
 
 use crate::rdma::RtrKind;
+use crate::wire::mpa::{
+    EnhancedData, Frame, FrameKind, FrameRepr, ENHANCED_DATA_LEN, HEADER_LEN, IRD_ORD_MASK,
+    IRD_ORD_ULP, MAX_PRIVATE_DATA, REP_KEY, REQ_KEY,
+};
+use crate::wire::terminate::TermCause;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Which end of the MPA exchange.
@@ -18,6 +24,55 @@ pub struct RtrSet {
     pub send: bool,
     pub write: bool,
     pub read: bool,
+}
+
+impl RtrSet {
+    /// Every RTR kind (Send, Write, Read).
+    pub const ALL: RtrSet = RtrSet {
+        send: true,
+        write: true,
+        read: true,
+    };
+
+    /// No kind set.
+    pub fn is_empty(&self) -> bool {
+        !(self.send || self.write || self.read)
+    }
+
+    /// Kinds in both sets.
+    pub fn intersect(&self, other: &RtrSet) -> RtrSet {
+        RtrSet {
+            send: self.send && other.send,
+            write: self.write && other.write,
+            read: self.read && other.read,
+        }
+    }
+
+    /// Whether `kind` is in the set.
+    pub fn contains(&self, kind: RtrKind) -> bool {
+        match kind {
+            RtrKind::Send => self.send,
+            RtrKind::Write => self.write,
+            RtrKind::Read => self.read,
+        }
+    }
+
+    /// The set holding only `kind`.
+    pub fn only(kind: RtrKind) -> RtrSet {
+        RtrSet {
+            send: kind == RtrKind::Send,
+            write: kind == RtrKind::Write,
+            read: kind == RtrKind::Read,
+        }
+    }
+
+    /// The preferred kind in the set: Write, then Read, then Send (the zero-length Write is the
+    /// cheapest RTR and the one Linux siw prefers as responder; it never offers Send).
+    pub fn preferred(&self) -> Option<RtrKind> {
+        [RtrKind::Write, RtrKind::Read, RtrKind::Send]
+            .into_iter()
+            .find(|k| self.contains(*k))
+    }
 }
 
 /// Local startup preferences.
@@ -98,6 +153,10 @@ pub struct Negotiated {
     pub peer_ord: Option<u16>,
     /// Peer-to-peer: the RTR kind the initiator will send / the responder awaits.
     pub rtr: Option<RtrKind>,
+    /// Peer-to-peer: every RTR kind acceptable as the first message. Initiator: the chosen kind
+    /// only. Responder: all kinds it advertised in its Reply (RFC 6581 §9.2 lets the initiator
+    /// pick any of them; `rtr` is then the preferred one). Empty for client-server.
+    pub rtr_accept: RtrSet,
     /// The peer's ULP private data.
     pub peer_private_data: Vec<u8>,
 }
@@ -139,52 +198,531 @@ pub enum StartupEvent {
     },
     /// Startup failed; the stream must be closed (after transmitting whatever is queued).
     Failed(StartupError),
+    /// Initiator: frames were exchanged with parameters as in `negotiated`, but RFC 6581 demands
+    /// a TERMINATE (`cause`: §9.1 code 6 insufficient IRD, §9.2 code 7 no matching RTR). The
+    /// connection must send this TERMINATE as its first FPDU (framed per `negotiated`) and close.
+    Terminate {
+        cause: TermCause,
+        negotiated: Negotiated,
+    },
+}
+
+/// Where the state machine is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Responder: collecting the Request.
+    AwaitRequest,
+    /// Responder: Request reported, waiting for `accept` / `reject`.
+    AwaitUlp,
+    /// Responder: Reply queued; `Established` is reported once `poll_transmit` took it.
+    ReplyQueued,
+    /// Initiator: Request queued or sent, collecting the Reply.
+    AwaitReply,
+    /// Startup over (established, rejected, failed or terminating).
+    Done,
 }
 
 /// The startup state machine of one end.
+///
+/// Responder policy choices (RFC 6581 §9.1, §9.2), documented here because the RFC leaves them
+/// open:
+/// - Responder IRD = max(configured IRD, initiator ORD): the negotiation always succeeds
+///   (§9.1 "responder IRD ... greater than or equal to the initiator ORD for successful
+///   negotiations"; "the responder IRD MAY be increased"), and at least 1 when a Read RTR is
+///   advertised. Responder ORD = min(configured ORD, initiator IRD) (§9.1 MUST).
+/// - A responder configured with `p2p: None` still answers a peer-to-peer request (A=1) with
+///   A=1 (§9.2 MUST) and treats itself as supporting every RTR kind: the QP engine implements
+///   all three. `Some(set)` restricts the kinds; an empty set is treated like `None` because
+///   §9.2 requires at least one supported option.
+/// - The initiator treats its configured IRD as a hard maximum: a responder ORD above it is
+///   "insufficient resources" (§9.1, TERMINATE code 6).
 pub struct Startup {
-    // implementation-defined
+    role: Role,
+    cfg: MpaConfig,
+    state: State,
+    deadline: Instant,
+    /// Received frame octets (at most 20 + 512).
+    rx: Vec<u8>,
+    tx: Vec<u8>,
+    events: VecDeque<StartupEvent>,
+    /// Responder: the validated Request.
+    request: Option<FrameRepr>,
+    /// Responder: the Negotiated to report once the Reply is out.
+    pending: Option<Negotiated>,
+    /// Initiator: what the Request said.
+    sent_enhanced: bool,
 }
 
 impl Startup {
-    /// Initiator: queues the MPA Request immediately.
-    pub fn initiator(_cfg: MpaConfig, _now: Instant) -> Self {
-        todo!()
+    fn new(role: Role, cfg: MpaConfig, now: Instant, state: State) -> Self {
+        let deadline = now + cfg.timeout;
+        Startup {
+            role,
+            cfg,
+            state,
+            deadline,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            events: VecDeque::new(),
+            request: None,
+            pending: None,
+            sent_enhanced: false,
+        }
     }
+
+    /// Initiator: queues the MPA Request immediately (RFC 5044 §7.1.2 rule 1).
+    ///
+    /// A local configuration that cannot be sent (revision other than 1 or 2, private data over
+    /// 512 octets or over 508 when enhanced) reports `Failed(Malformed)` and sends nothing.
+    pub fn initiator(cfg: MpaConfig, now: Instant) -> Self {
+        let mut s = Self::new(Role::Initiator, cfg, now, State::AwaitReply);
+        let cfg = &s.cfg;
+        if !(1..=2).contains(&cfg.revision) {
+            s.fail_local("MPA revision must be 1 or 2");
+            return s;
+        }
+        // RFC 6581 §6: enhanced features need Rev >= 2; §10: do not send the enhanced format
+        // when no enhanced functionality is desired.
+        let enhanced = cfg.enhanced && cfg.revision >= 2;
+        let e = enhanced.then(|| {
+            let set = cfg.p2p.unwrap_or_default();
+            EnhancedData {
+                p2p: cfg.p2p.is_some(),
+                rtr_send: cfg.p2p.is_some() && set.send,
+                rtr_write: cfg.p2p.is_some() && set.write,
+                rtr_read: cfg.p2p.is_some() && set.read,
+                ird: cfg.ird & IRD_ORD_MASK,
+                ord: cfg.ord & IRD_ORD_MASK,
+            }
+        });
+        let req = FrameRepr {
+            kind: FrameKind::Request,
+            markers: cfg.markers,
+            crc: cfg.crc,
+            rejected: false,
+            rev: cfg.revision,
+            enhanced: e,
+            private_data: cfg.private_data.clone(),
+        };
+        if !req.is_valid_length() {
+            s.fail_local("private data too long");
+            return s;
+        }
+        req.emit_to_vec(&mut s.tx);
+        s.sent_enhanced = enhanced;
+        s
+    }
+
     /// Responder: waits for the Request.
-    pub fn responder(_cfg: MpaConfig, _now: Instant) -> Self {
-        todo!()
+    pub fn responder(cfg: MpaConfig, now: Instant) -> Self {
+        Self::new(Role::Responder, cfg, now, State::AwaitRequest)
     }
+
+    /// This end's role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
     /// Feed received bytes. Returns how many were consumed: never more than up to the end of the
     /// peer's Request/Reply frame, so FPDU bytes that follow stay with the caller.
-    pub fn on_bytes(&mut self, _input: &[u8], _now: Instant) -> usize {
-        todo!()
+    pub fn on_bytes(&mut self, input: &[u8], _now: Instant) -> usize {
+        if !matches!(self.state, State::AwaitRequest | State::AwaitReply) {
+            return 0;
+        }
+        let mut used = 0;
+        if self.rx.len() < HEADER_LEN {
+            let n = (HEADER_LEN - self.rx.len()).min(input.len());
+            self.rx.extend_from_slice(&input[..n]);
+            used = n;
+            if self.rx.len() < HEADER_LEN {
+                return used;
+            }
+            // Validate the key and PD_Length as soon as the fixed header is in: a wrong key
+            // means close at once (RFC 5044 §7.1.2 rule 5), and PD_Length bounds buffering.
+            let f = Frame::new_unchecked(&self.rx[..]);
+            let want = match self.role {
+                Role::Initiator => &REP_KEY,
+                Role::Responder => &REQ_KEY,
+            };
+            if f.key() != want {
+                let why = if f.key() == REQ_KEY {
+                    "MPA Request received by an initiator (initiator/initiator startup)"
+                } else if f.key() == REP_KEY {
+                    "MPA Reply received by a responder (responder/responder startup)"
+                } else {
+                    "bad MPA key"
+                };
+                self.fail_peer(why);
+                return used;
+            }
+            if usize::from(f.pd_length()) > MAX_PRIVATE_DATA {
+                self.fail_peer("MPA PD_Length exceeds 512");
+                return used;
+            }
+        }
+        let total = Frame::new_unchecked(&self.rx[..]).total_len();
+        let n = (total - self.rx.len()).min(input.len() - used);
+        self.rx.extend_from_slice(&input[used..used + n]);
+        used += n;
+        if self.rx.len() == total {
+            let rx = std::mem::take(&mut self.rx);
+            match FrameRepr::parse(&Frame::new_unchecked(&rx[..])) {
+                Ok(f) => match self.role {
+                    Role::Responder => self.on_request(f),
+                    Role::Initiator => self.on_reply(f),
+                },
+                Err(e) => {
+                    log::warn!("mpa: malformed startup frame: {e}");
+                    self.fail_peer("malformed MPA frame");
+                }
+            }
+        }
+        used
     }
+
     /// The peer closed the stream (EOF).
     pub fn on_eof(&mut self) {
-        todo!()
+        match self.state {
+            State::AwaitReply => {
+                let e = if self.sent_enhanced && self.cfg.fallback_rev1 {
+                    // RFC 6581 §10: an unenhanced responder closes on an enhanced request; the
+                    // initiator MAY retry with the unenhanced protocol.
+                    StartupError::EnhancedRefused
+                } else {
+                    StartupError::PeerClosed
+                };
+                log::warn!("mpa: peer closed before its MPA Reply ({e})");
+                self.finish(StartupEvent::Failed(e));
+            }
+            State::AwaitRequest | State::AwaitUlp | State::ReplyQueued => {
+                log::warn!("mpa: peer closed during MPA startup");
+                self.finish(StartupEvent::Failed(StartupError::PeerClosed));
+            }
+            State::Done => {}
+        }
     }
+
     /// Append bytes to send (Request, Reply or Reject) to `out`.
-    pub fn poll_transmit(&mut self, _out: &mut Vec<u8>) {
-        todo!()
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.tx);
+        if self.state == State::ReplyQueued {
+            if let Some(n) = self.pending.take() {
+                self.events.push_back(StartupEvent::Established(n));
+            }
+            self.state = State::Done;
+        }
     }
+
+    /// Next event, if any.
     pub fn poll_event(&mut self) -> Option<StartupEvent> {
-        todo!()
+        self.events.pop_front()
     }
+
     /// Responder: accept the pending Request with our `MpaConfig` values (IRD/ORD, p2p support,
-    /// private data), optionally overriding the private data.
-    pub fn accept(&mut self, _private_data: Option<Vec<u8>>) {
-        todo!()
+    /// private data), optionally overriding the private data. `Established` is reported once
+    /// `poll_transmit` has handed out the Reply.
+    pub fn accept(&mut self, private_data: Option<Vec<u8>>) {
+        if self.state != State::AwaitUlp {
+            log::warn!("mpa: accept() without a pending MPA Request; ignored");
+            return;
+        }
+        let Some(req) = self.request.take() else {
+            return;
+        };
+        let private_data = private_data.unwrap_or_else(|| self.cfg.private_data.clone());
+        let cfg = &self.cfg;
+        // RFC 5044 §7.1.1 "C": CRCs are used by both ends if either frame has C=1.
+        let crc = req.crc || cfg.crc;
+        let mut n = Negotiated {
+            role: Role::Responder,
+            revision: req.rev,
+            enhanced: req.enhanced.is_some(),
+            crc_tx: crc,
+            crc_rx: crc,
+            // RFC 5044 §7.1.1 "M": M=1 in the Request requires markers on our FPDUs.
+            markers_tx: req.markers,
+            markers_rx: cfg.markers,
+            ird: cfg.ird,
+            ord: cfg.ord,
+            peer_ird: None,
+            peer_ord: None,
+            rtr: None,
+            rtr_accept: RtrSet::default(),
+            peer_private_data: req.private_data,
+        };
+        // RFC 6581 §10: enhanced reply to an enhanced request, unenhanced to an unenhanced one.
+        let reply_e = req.enhanced.map(|e| {
+            n.peer_ird = Some(e.ird);
+            n.peer_ord = Some(e.ord);
+            let mut r = EnhancedData::default();
+            // RFC 6581 §9.2: A in the Reply matches A in the Request; B/C/D ignored when A=0.
+            if e.p2p {
+                let offered = RtrSet {
+                    send: e.rtr_send,
+                    write: e.rtr_write,
+                    read: e.rtr_read,
+                };
+                let supported = cfg.p2p.filter(|s| !s.is_empty()).unwrap_or(RtrSet::ALL);
+                let common = offered.intersect(&supported);
+                // §9.2: set the supported options among those offered; if none match, set at
+                // least one we support (the initiator will then TERMINATE with code 7).
+                let adv = if common.is_empty() { supported } else { common };
+                r.p2p = true;
+                r.rtr_send = adv.send;
+                r.rtr_write = adv.write;
+                r.rtr_read = adv.read;
+                n.rtr = adv.preferred();
+                n.rtr_accept = adv;
+            }
+            // RFC 6581 §9.1 IRD: at least the initiator ORD; 0x3FFF: keep ours, echo 0x3FFF.
+            if e.ord == IRD_ORD_ULP {
+                r.ird = IRD_ORD_ULP;
+            } else {
+                let mut ird = cfg.ird.max(e.ord);
+                if r.rtr_read && ird == 0 {
+                    // §9.1: a Read RTR needs one inbound Read slot.
+                    ird = 1;
+                }
+                n.ird = ird.min(IRD_ORD_ULP - 1);
+                r.ird = n.ird;
+            }
+            // ORD: at most the initiator IRD; 0x3FFF: keep ours, echo 0x3FFF.
+            if e.ird == IRD_ORD_ULP {
+                r.ord = IRD_ORD_ULP;
+            } else {
+                n.ord = cfg.ord.min(e.ird);
+                r.ord = n.ord;
+            }
+            r
+        });
+        let reply = FrameRepr {
+            kind: FrameKind::Reply,
+            markers: cfg.markers,
+            crc,
+            rejected: false,
+            rev: req.rev,
+            enhanced: reply_e,
+            private_data,
+        };
+        if !reply.is_valid_length() {
+            self.fail_local("private data too long");
+            return;
+        }
+        reply.emit_to_vec(&mut self.tx);
+        self.pending = Some(n);
+        self.state = State::ReplyQueued;
     }
-    /// Responder: reject the pending Request (R=1) with private data.
-    pub fn reject(&mut self, _private_data: Vec<u8>) {
-        todo!()
+
+    /// Responder: reject the pending Request (R=1) with private data (RFC 5044 §7.1.2 rule 2).
+    /// An enhanced Request gets an enhanced Reject carrying our IRD/ORD (RFC 6581 §9.1: "specify
+    /// the required ORD in the MPA Reject Frame"). Reports `Failed(Rejected)`: the stream is
+    /// closed after the Reject is transmitted.
+    pub fn reject(&mut self, private_data: Vec<u8>) {
+        if self.state != State::AwaitUlp {
+            log::warn!("mpa: reject() without a pending MPA Request; ignored");
+            return;
+        }
+        let Some(req) = self.request.take() else {
+            return;
+        };
+        let cfg = &self.cfg;
+        let e = req.enhanced.map(|e| EnhancedData {
+            p2p: e.p2p,
+            rtr_send: false,
+            rtr_write: false,
+            rtr_read: false,
+            ird: cfg.ird & IRD_ORD_MASK,
+            ord: cfg.ord & IRD_ORD_MASK,
+        });
+        let mut reply = FrameRepr {
+            kind: FrameKind::Reply,
+            markers: cfg.markers,
+            crc: req.crc || cfg.crc,
+            rejected: true,
+            rev: req.rev,
+            enhanced: e,
+            private_data,
+        };
+        if !reply.is_valid_length() {
+            log::warn!("mpa: reject private data too long; truncated to fit 512 octets");
+            let max = MAX_PRIVATE_DATA - reply.enhanced.map_or(0, |_| ENHANCED_DATA_LEN);
+            reply.private_data.truncate(max);
+        }
+        reply.emit_to_vec(&mut self.tx);
+        self.finish(StartupEvent::Failed(StartupError::Rejected));
     }
-    /// When `handle_timeout` should next be called.
+
+    /// When `handle_timeout` should next be called (RFC 5044 §7.1.2 rules 8 and 10).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        todo!()
+        match self.state {
+            State::Done => None,
+            _ => Some(self.deadline),
+        }
     }
-    pub fn handle_timeout(&mut self, _now: Instant) {
-        todo!()
+
+    /// Time passed: startup not complete by the deadline fails with `Timeout`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state != State::Done && now >= self.deadline {
+            log::warn!("mpa: startup did not complete within {:?}", self.cfg.timeout);
+            self.tx.clear();
+            self.finish(StartupEvent::Failed(StartupError::Timeout));
+        }
+    }
+
+    fn finish(&mut self, ev: StartupEvent) {
+        self.state = State::Done;
+        self.rx = Vec::new();
+        self.events.push_back(ev);
+    }
+
+    /// The peer sent something RFC 5044 §7.1.2 says to close on: nothing is sent.
+    fn fail_peer(&mut self, why: &'static str) {
+        log::warn!("mpa: {why}; closing without a reply");
+        self.tx.clear();
+        self.finish(StartupEvent::Failed(StartupError::Malformed(why)));
+    }
+
+    fn fail_local(&mut self, why: &'static str) {
+        log::warn!("mpa: local startup configuration refused: {why}");
+        self.tx.clear();
+        self.finish(StartupEvent::Failed(StartupError::Malformed(why)));
+    }
+
+    fn on_request(&mut self, req: FrameRepr) {
+        // RFC 5044 §7.1.1 "Rev" / RFC 6581 §6: we interoperate with revisions 1 and 2.
+        if !(1..=2).contains(&req.rev) {
+            return self.fail_peer("unsupported MPA revision");
+        }
+        if req.enhanced.is_some() {
+            if req.rev < 2 {
+                // RFC 6581 §6: enhanced features need Rev >= 2.
+                return self.fail_peer("MPA S=1 with Rev 1");
+            }
+            if !(self.cfg.enhanced && self.cfg.revision >= 2) {
+                // RFC 6581 §10: an unenhanced responder treats S=1 as improperly formatted.
+                return self.fail_peer("enhanced MPA Request to an unenhanced responder");
+            }
+        }
+        let rtr = req.enhanced.filter(|e| e.p2p).map(|e| RtrSet {
+            send: e.rtr_send,
+            write: e.rtr_write,
+            read: e.rtr_read,
+        });
+        let peer = PeerRequest {
+            revision: req.rev,
+            enhanced: req.enhanced.is_some(),
+            crc: req.crc,
+            markers: req.markers,
+            ird: req.enhanced.map(|e| e.ird),
+            ord: req.enhanced.map(|e| e.ord),
+            rtr,
+            private_data: req.private_data.clone(),
+        };
+        self.request = Some(req);
+        self.state = State::AwaitUlp;
+        self.events.push_back(StartupEvent::Request(peer));
+    }
+
+    fn on_reply(&mut self, rep: FrameRepr) {
+        if rep.rev != self.cfg.revision {
+            return self.fail_peer("MPA Reply revision differs from the Request's");
+        }
+        if rep.rejected {
+            log::warn!(
+                "mpa: peer rejected the connection ({} octets of private data)",
+                rep.private_data.len()
+            );
+            // RFC 6581 §9.1: pass the responder's IRD/ORD up for Reject too.
+            return self.finish(StartupEvent::Rejected {
+                private_data: rep.private_data,
+                peer_ird: rep.enhanced.map(|e| e.ird),
+                peer_ord: rep.enhanced.map(|e| e.ord),
+            });
+        }
+        match (self.sent_enhanced, rep.enhanced.is_some()) {
+            (true, false) => {
+                return self.fail_peer("unenhanced MPA Reply to an enhanced Request");
+            }
+            (false, true) => {
+                return self.fail_peer("enhanced MPA Reply to an unenhanced Request");
+            }
+            _ => {}
+        }
+        let cfg = &self.cfg;
+        let crc = cfg.crc || rep.crc;
+        let mut n = Negotiated {
+            role: Role::Initiator,
+            revision: rep.rev,
+            enhanced: self.sent_enhanced,
+            crc_tx: crc,
+            crc_rx: crc,
+            // M=1 in the Reply requires markers on the FPDUs we send.
+            markers_tx: rep.markers,
+            markers_rx: cfg.markers,
+            ird: cfg.ird,
+            ord: cfg.ord,
+            peer_ird: rep.enhanced.map(|e| e.ird),
+            peer_ord: rep.enhanced.map(|e| e.ord),
+            rtr: None,
+            rtr_accept: RtrSet::default(),
+            peer_private_data: rep.private_data,
+        };
+        let Some(e) = rep.enhanced else {
+            return self.finish(StartupEvent::Established(n));
+        };
+        // RFC 6581 §9.1: ORD at most the responder IRD (0x3FFF: leave ours unchanged).
+        if e.ird != IRD_ORD_ULP {
+            n.ord = cfg.ord.min(e.ird);
+        }
+        // IRD at least the responder ORD (0x3FFF: unchanged). Our configured IRD is what we
+        // can give; a larger responder ORD is "insufficient IRD resources" (TERMINATE code 6).
+        let mut cause = None;
+        if e.ord != IRD_ORD_ULP && cfg.ird != IRD_ORD_ULP && e.ord > cfg.ird {
+            log::warn!(
+                "mpa: responder ORD {} exceeds our IRD {}: insufficient IRD resources",
+                e.ord,
+                cfg.ird
+            );
+            cause = Some(TermCause::MPA_INSUFFICIENT_IRD);
+        }
+        // RFC 6581 §9.2: choose one of the responder's RTR options among those we offered.
+        let offered = cfg.p2p;
+        match (offered, e.p2p) {
+            (None, false) => {}
+            (Some(ours), true) => {
+                let theirs = RtrSet {
+                    send: e.rtr_send,
+                    write: e.rtr_write,
+                    read: e.rtr_read,
+                };
+                match ours.intersect(&theirs).preferred() {
+                    Some(k) => {
+                        n.rtr = Some(k);
+                        n.rtr_accept = RtrSet::only(k);
+                    }
+                    None => {
+                        log::warn!(
+                            "mpa: no RTR option in common (offered {ours:?}, responder {theirs:?})"
+                        );
+                        cause = cause.or(Some(TermCause::MPA_NO_MATCHING_RTR));
+                    }
+                }
+            }
+            (Some(_), false) | (None, true) => {
+                log::warn!(
+                    "mpa: responder answered connection model A={} to our A={}",
+                    e.p2p,
+                    offered.is_some()
+                );
+                cause = cause.or(Some(TermCause::MPA_NO_MATCHING_RTR));
+            }
+        }
+        match cause {
+            Some(cause) => self.finish(StartupEvent::Terminate {
+                cause,
+                negotiated: n,
+            }),
+            None => self.finish(StartupEvent::Established(n)),
+        }
     }
 }
