@@ -296,3 +296,140 @@ impl Deframer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mpa::Framer;
+    use proptest::prelude::*;
+
+    fn stream(crc: bool, markers: bool, sizes: &[usize]) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let mut f = Framer::new(crc, markers);
+        let mut out = Vec::new();
+        let mut ulpdus = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let u: Vec<u8> = (0..n).map(|j| (i * 31 + j) as u8).collect();
+            f.emit(&u, &[], &mut out);
+            ulpdus.push(u);
+        }
+        (out, ulpdus)
+    }
+
+    fn run(d: &mut Deframer, parts: &[&[u8]]) -> (Vec<Vec<u8>>, Result<(), DeframeError>) {
+        let mut got = Vec::new();
+        for p in parts {
+            if let Err(e) = d.push(p, &mut |u| got.push(u.to_vec())) {
+                return (got, Err(e));
+            }
+        }
+        (got, Ok(()))
+    }
+
+    const SIZES: &[usize] = &[0, 1, 5, 300, 700, 2, 1100, 3, 4];
+
+    #[test]
+    fn every_split_point_and_byte_by_byte() {
+        for crc in [false, true] {
+            for markers in [false, true] {
+                let (s, want) = stream(crc, markers, SIZES);
+                for cut in 0..=s.len() {
+                    let mut d = Deframer::new(crc, markers, 2000);
+                    let (got, r) = run(&mut d, &[&s[..cut], &s[cut..]]);
+                    assert_eq!(r, Ok(()));
+                    assert_eq!(got, want, "crc {crc} markers {markers} cut {cut}");
+                }
+                let mut d = Deframer::new(crc, markers, 2000);
+                let parts: Vec<&[u8]> = s.chunks(1).collect();
+                assert_eq!(run(&mut d, &parts), (want.clone(), Ok(())));
+            }
+        }
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_caught_with_crc() {
+        for markers in [false, true] {
+            let (s, want) = stream(true, markers, &[10, 3, 600]);
+            for bit in 0..s.len() * 8 {
+                let mut b = s.clone();
+                b[bit / 8] ^= 1 << (bit % 8);
+                let mut d = Deframer::new(true, markers, 2000);
+                let mut got = Vec::new();
+                let r = d.push(&b, &mut |u| got.push(u.to_vec()));
+                // Never a corrupted ULPDU: what was delivered is an intact prefix, and the
+                // stream is either failed or (a longer ULPDU_Length) still waiting.
+                assert!(got.len() < 3, "bit {bit} markers {markers} not caught");
+                assert_eq!(&want[..got.len()], &got[..]);
+                if r.is_err() {
+                    let mut m = 0;
+                    assert_eq!(d.push(&s, &mut |_| m += 1), r);
+                    assert_eq!(m, 0);
+                } else {
+                    // Only a length flip can hide; with the rest of the stream it must fail.
+                    let more = vec![0u8; 70000];
+                    let mut m = 0;
+                    let r2 = d.push(&more, &mut |_| m += 1);
+                    assert!(r2.is_err() && m == 0, "bit {bit} markers {markers}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_path_delivers_slices_of_the_input() {
+        let (s, _) = stream(true, false, &[8, 8]);
+        let base = s.as_ptr() as usize;
+        let mut d = Deframer::new(true, false, 100);
+        let mut offs = Vec::new();
+        d.push(&s, &mut |u| offs.push(u.as_ptr() as usize - base)).unwrap();
+        assert_eq!(offs, vec![2, 18]);
+        assert!(d.body.capacity() == 0, "nothing was buffered");
+    }
+
+    #[test]
+    fn bad_length_before_body_arrives() {
+        let mut d = Deframer::new(false, false, 16);
+        assert_eq!(d.push(&[0], &mut |_| ()), Ok(()));
+        assert_eq!(d.push(&[17], &mut |_| ()), Err(DeframeError::BadLength));
+        assert_eq!(d.error(), Some(DeframeError::BadLength));
+    }
+
+    proptest! {
+        #[test]
+        fn random_segmentation_round_trips(
+            sizes in proptest::collection::vec(0usize..1500, 1..8),
+            crc in any::<bool>(),
+            markers in any::<bool>(),
+            cuts in proptest::collection::vec(1usize..700, 1..20),
+        ) {
+            let (s, want) = stream(crc, markers, &sizes);
+            let mut d = Deframer::new(crc, markers, 1500);
+            let mut got = Vec::new();
+            let mut rest = &s[..];
+            let mut i = 0;
+            while !rest.is_empty() {
+                let n = cuts[i % cuts.len()].min(rest.len());
+                d.push(&rest[..n], &mut |u| got.push(u.to_vec())).unwrap();
+                rest = &rest[n..];
+                i += 1;
+            }
+            prop_assert_eq!(got, want);
+        }
+
+        #[test]
+        fn garbage_never_panics_and_stays_bounded(
+            b in proptest::collection::vec(any::<u8>(), 0..3000),
+            crc in any::<bool>(),
+            markers in any::<bool>(),
+        ) {
+            let mut d = Deframer::new(crc, markers, 200);
+            let mut failed = false;
+            for chunk in b.chunks(37) {
+                let mut n = 0;
+                let r = d.push(chunk, &mut |u| { assert!(u.len() <= 200); n += 1; });
+                if failed { prop_assert!(r.is_err() && n == 0); }
+                failed |= r.is_err();
+                prop_assert!(d.body.capacity() <= 4096);
+            }
+        }
+    }
+}
