@@ -3,9 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use dpwarp::mpa::{
-    DeframeError, Deframer, Framer, MpaConfig, Startup, StartupError, StartupEvent,
-};
+use dpwarp::mpa::{DeframeError, Deframer, Framer, MpaConfig, Startup, StartupError, StartupEvent};
 use dpwarp::wire::fpdu::fpdu_len;
 use dpwarp::wire::mpa::{REP_KEY, REQ_KEY};
 
@@ -112,7 +110,10 @@ fn rfc5044_s4_3_wrong_fpduptr_is_a_marker_error() {
     assert_eq!(&out[512..516], &[0, 0, 0x01, 0xfc]);
     out[515] = 0xf8;
     let mut d = Deframer::new(false, true, 1000);
-    assert_eq!(deframe_all(&mut d, &out), (vec![], Err(DeframeError::Marker)));
+    assert_eq!(
+        deframe_all(&mut d, &out),
+        (vec![], Err(DeframeError::Marker))
+    );
     assert_eq!(DeframeError::Marker.cause().code, 0x03);
 }
 
@@ -122,7 +123,10 @@ fn rfc5044_s4_3_markers_point_to_the_same_header_and_between_fpdus_are_zero() {
     let mut out = Vec::new();
     f.emit(&[9u8; 1200], &[], &mut out);
     for at in [512usize, 1024] {
-        assert_eq!(&out[at..at + 4], &[0, 0, (at - 4 >> 8) as u8, (at - 4) as u8]);
+        assert_eq!(
+            &out[at..at + 4],
+            &[0, 0, ((at - 4) >> 8) as u8, (at - 4) as u8]
+        );
     }
     // Pad the stream so the next FPDU starts exactly at 2048: marker FPDUPTR 0 precedes it.
     let left = 2048 - out.len();
@@ -316,7 +320,10 @@ fn rfc5044_s7_1_1_c_bit_either_side_enables_crc_both_ways() {
         );
         let (ni, nr) = run_pair(&mut i, &mut r);
         let want = init_c || resp_c;
-        assert_eq!((ni.crc_tx, ni.crc_rx, nr.crc_tx, nr.crc_rx), (want, want, want, want));
+        assert_eq!(
+            (ni.crc_tx, ni.crc_rx, nr.crc_tx, nr.crc_rx),
+            (want, want, want, want)
+        );
     }
 }
 
@@ -405,7 +412,9 @@ fn rfc5044_s7_1_2_startup_consumes_only_the_frame() {
 fn rfc5044_s7_1_2_frame_split_byte_by_byte() {
     let now = Instant::now();
     let mut r = Startup::responder(MpaConfig::default(), now);
-    let f = req(0x40, 2, &[0x00, 0x01, 0x00, 0x01]).into_iter().collect::<Vec<_>>();
+    let f = req(0x40, 2, &[0x00, 0x01, 0x00, 0x01])
+        .into_iter()
+        .collect::<Vec<_>>();
     let mut f = f;
     f[16] |= 0x10;
     let mut total = 0;
@@ -428,7 +437,10 @@ fn rfc5044_s7_1_2_rule10_startup_timeout() {
         s.handle_timeout(now + Duration::from_secs(1));
         assert!(s.poll_event().is_none());
         s.handle_timeout(t);
-        assert_eq!(s.poll_event(), Some(StartupEvent::Failed(StartupError::Timeout)));
+        assert_eq!(
+            s.poll_event(),
+            Some(StartupEvent::Failed(StartupError::Timeout))
+        );
         assert_eq!(s.poll_timeout(), None);
     }
 }
@@ -438,7 +450,10 @@ fn rfc5044_s7_1_2_eof_before_reply_is_peer_closed() {
     let now = Instant::now();
     let mut i = Startup::initiator(MpaConfig::default(), now);
     i.on_eof();
-    assert_eq!(i.poll_event(), Some(StartupEvent::Failed(StartupError::PeerClosed)));
+    assert_eq!(
+        i.poll_event(),
+        Some(StartupEvent::Failed(StartupError::PeerClosed))
+    );
 }
 
 #[test]

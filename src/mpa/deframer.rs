@@ -380,7 +380,8 @@ mod tests {
         let base = s.as_ptr() as usize;
         let mut d = Deframer::new(true, false, 100);
         let mut offs = Vec::new();
-        d.push(&s, &mut |u| offs.push(u.as_ptr() as usize - base)).unwrap();
+        d.push(&s, &mut |u| offs.push(u.as_ptr() as usize - base))
+            .unwrap();
         assert_eq!(offs, vec![2, 18]);
         assert!(d.body.capacity() == 0, "nothing was buffered");
     }

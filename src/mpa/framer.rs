@@ -177,7 +177,10 @@ mod tests {
                     f.pos = start as u64;
                     let mut out = Vec::new();
                     f.emit(&ulpdu, &[], &mut out);
-                    assert!(out.len() <= emss, "emss {emss} markers {markers} start {start}");
+                    assert!(
+                        out.len() <= emss,
+                        "emss {emss} markers {markers} start {start}"
+                    );
                     assert_eq!(out.len() as u64, f.pos - start as u64);
                 }
             }

@@ -563,7 +563,10 @@ impl Startup {
     /// Time passed: startup not complete by the deadline fails with `Timeout`.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.state != State::Done && now >= self.deadline {
-            log::warn!("mpa: startup did not complete within {:?}", self.cfg.timeout);
+            log::warn!(
+                "mpa: startup did not complete within {:?}",
+                self.cfg.timeout
+            );
             self.tx.clear();
             self.finish(StartupEvent::Failed(StartupError::Timeout));
         }

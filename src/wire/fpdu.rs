@@ -63,7 +63,10 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
     pub fn check_len(&self) -> Result<()> {
         let have = self.buffer.as_ref().len();
         if have < HEADER_LEN {
-            return Err(Error::Truncated { need: HEADER_LEN, have });
+            return Err(Error::Truncated {
+                need: HEADER_LEN,
+                have,
+            });
         }
         let need = self.total_len();
         if have < need {
@@ -223,7 +226,10 @@ impl<T: AsRef<[u8]>> Marker<T> {
     pub fn check_len(&self) -> Result<()> {
         let have = self.buffer.as_ref().len();
         if have < MARKER_LEN {
-            return Err(Error::Truncated { need: MARKER_LEN, have });
+            return Err(Error::Truncated {
+                need: MARKER_LEN,
+                have,
+            });
         }
         Ok(())
     }

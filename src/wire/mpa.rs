@@ -91,14 +91,20 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn check_len(&self) -> Result<()> {
         let have = self.buffer.as_ref().len();
         if have < HEADER_LEN {
-            return Err(Error::Truncated { need: HEADER_LEN, have });
+            return Err(Error::Truncated {
+                need: HEADER_LEN,
+                have,
+            });
         }
         let pd = usize::from(self.pd_length());
         if pd > MAX_PRIVATE_DATA {
             return Err(Error::Malformed("MPA PD_Length exceeds 512"));
         }
         if have < HEADER_LEN + pd {
-            return Err(Error::Truncated { need: HEADER_LEN + pd, have });
+            return Err(Error::Truncated {
+                need: HEADER_LEN + pd,
+                have,
+            });
         }
         Ok(())
     }
@@ -453,7 +459,11 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..=508),
         )
             .prop_map(|(req, (m, c, r, rev), e, pd)| FrameRepr {
-                kind: if req { FrameKind::Request } else { FrameKind::Reply },
+                kind: if req {
+                    FrameKind::Request
+                } else {
+                    FrameKind::Reply
+                },
                 markers: m,
                 crc: c,
                 rejected: r,
