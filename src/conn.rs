@@ -330,22 +330,47 @@ impl Connection {
                     log::warn!("mpa: startup failed: {e}");
                     self.fail(e);
                 }
-                // (MPA helper, minimal placeholder) RFC 6581 §9.1/§9.2 demand a TERMINATE
-                // (code 6/7) framed per `negotiated` as the first FPDU; the integrator wires
-                // that up. Until then: fail the startup and close.
-                StartupEvent::Terminate { cause, .. } => {
-                    log::warn!("mpa: startup demands TERMINATE code {:#04x}", cause.code);
-                    self.fail(if cause == TermCause::MPA_INSUFFICIENT_IRD {
+                // RFC 6581 §9.1 (code 6), §9.2 (code 7), §9.3 (code 5): the frames were
+                // exchanged, but the negotiated model cannot be honoured. The TERMINATE is an
+                // RDMAP message, so it goes out as the first FPDU (framed as negotiated, before
+                // any RTR) and the stream is closed after it; the ULP never sees Established.
+                StartupEvent::Terminate { cause, negotiated } => {
+                    log::warn!(
+                        "mpa: startup ends in TERMINATE (layer {:?} type {:#x} code {:#04x})",
+                        cause.layer,
+                        cause.etype,
+                        cause.code
+                    );
+                    let e = if cause == TermCause::MPA_INSUFFICIENT_IRD {
                         StartupError::InsufficientIrd
-                    } else {
+                    } else if cause == TermCause::MPA_NO_MATCHING_RTR {
                         StartupError::NoMatchingRtr
-                    });
+                    } else {
+                        StartupError::Malformed("local catastrophic error during startup")
+                    };
+                    self.fail(e);
+                    self.enter_data_phase_to_terminate(negotiated, cause);
                 }
             }
         }
     }
 
+    /// Start Full MPA operation only to send `cause` as the first FPDU and close.
+    fn enter_data_phase_to_terminate(&mut self, mut n: Negotiated, cause: TermCause) {
+        n.rtr = None;
+        self.early_send.clear();
+        self.enter_data_phase_inner(n, false);
+        if let Some(d) = self.data.as_mut() {
+            d.qp.terminate(cause);
+        }
+        self.drive_qp();
+    }
+
     fn enter_data_phase(&mut self, n: Negotiated) {
+        self.enter_data_phase_inner(n, true);
+    }
+
+    fn enter_data_phase_inner(&mut self, n: Negotiated, report: bool) {
         let mulpdu = Framer::mulpdu_for_emss(self.cfg.emss, n.markers_tx);
         let rtr = n.rtr.map(|k| match n.role {
             Role::Initiator => RtrRole::Initiator(k),
@@ -372,7 +397,7 @@ impl Connection {
             }
         }
         let held = if rtr.is_some() { Some(n.clone()) } else { None };
-        if held.is_none() {
+        if held.is_none() && report {
             self.events.push_back(ConnEvent::Established(n.clone()));
         }
         self.data = Some(DataPhase {
