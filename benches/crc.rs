@@ -5,8 +5,8 @@
 //!
 //! Run: `cargo bench --bench crc -- --warm-up-time 1 --measurement-time 2`
 
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crc_fast::{CrcAlgorithm, Digest};
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const SIZES: [usize; 4] = [64, 512, 4096, 65536];
 

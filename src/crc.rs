@@ -66,8 +66,12 @@ mod tests {
 
     #[test]
     fn agrees_with_the_crc32c_crate_across_simd_block_boundaries() {
-        let data: Vec<u8> = (0..70_000u32).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
-        for n in [0, 1, 7, 8, 15, 16, 31, 63, 64, 65, 127, 128, 255, 256, 511, 4096, 70_000] {
+        let data: Vec<u8> = (0..70_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+            .collect();
+        for n in [
+            0, 1, 7, 8, 15, 16, 31, 63, 64, 65, 127, 128, 255, 256, 511, 4096, 70_000,
+        ] {
             assert_eq!(crc32c(&data[..n]), crc32c::crc32c(&data[..n]), "len {n}");
         }
     }

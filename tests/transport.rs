@@ -68,7 +68,10 @@ fn kernel_pair(nodelay: bool) -> (KernelTcp, KernelTcp) {
     let addr = l.local_addr().unwrap();
     assert_ne!(addr.port(), 0);
     let c = thread::spawn(move || KernelTcp::connect(addr, nodelay).unwrap());
-    let s = l.accept_timeout(Duration::from_secs(5)).unwrap().expect("a connection");
+    let s = l
+        .accept_timeout(Duration::from_secs(5))
+        .unwrap()
+        .expect("a connection");
     let s = KernelTcp::from_stream(s, nodelay).unwrap();
     (c.join().unwrap(), s)
 }
@@ -105,7 +108,10 @@ fn kernel_recv_would_block_when_idle_and_wait_readable_times_out() {
     let t0 = Instant::now();
     s.wait_readable(Duration::from_millis(100)).unwrap();
     let waited = t0.elapsed();
-    assert!(waited >= Duration::from_millis(90), "returned after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(90),
+        "returned after {waited:?}"
+    );
     assert!(waited < Duration::from_secs(2), "returned after {waited:?}");
 }
 
@@ -162,7 +168,10 @@ fn kernel_emss_comes_from_tcp_maxseg() {
 fn kernel_accept_timeout_returns_none() {
     let l = KernelListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let t0 = Instant::now();
-    assert!(l.accept_timeout(Duration::from_millis(100)).unwrap().is_none());
+    assert!(l
+        .accept_timeout(Duration::from_millis(100))
+        .unwrap()
+        .is_none());
     assert!(t0.elapsed() >= Duration::from_millis(90));
 }
 
@@ -345,7 +354,10 @@ fn memlink_flip_probability_is_roughly_honoured_and_seeded() {
     };
     let g1 = run(1);
     let flipped = g1.iter().filter(|&&b| b != 0).count();
-    assert!((700..=1300).contains(&flipped), "{flipped} of 100000 bytes flipped");
+    assert!(
+        (700..=1300).contains(&flipped),
+        "{flipped} of 100000 bytes flipped"
+    );
     assert_eq!(g1, run(1), "same seed, same corruption");
     assert_ne!(g1, run(2), "another seed, other corruption");
 }

@@ -338,7 +338,9 @@ impl Transport for MemEnd {
                 return Ok(());
             }
             let until = next.map_or(deadline, |t| t.min(deadline));
-            let left = until.saturating_duration_since(now).max(Duration::from_micros(1));
+            let left = until
+                .saturating_duration_since(now)
+                .max(Duration::from_micros(1));
             st = self
                 .rx
                 .readable
