@@ -31,32 +31,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         req.accept(&qp, &ConnParam::default())
             .map_err(|e| e.to_string())?;
         let buf = pd.reg_mr(len, Access::LOCAL_WRITE);
-        qp
-            .post_send(SendWr {
-                wr_id: 1,
-                opcode: Opcode::Read {
-                    remote_addr: raddr,
-                    rkey,
-                },
-                sg_list: vec![sge(&buf, 0, len)],
-                signaled: true,
-            })
-            .map_err(|e| e.to_string())?;
-        let wc = cq.wait(Duration::from_secs(5)).ok_or("no Read completion")?;
+        qp.post_send(SendWr {
+            wr_id: 1,
+            opcode: Opcode::Read {
+                remote_addr: raddr,
+                rkey,
+            },
+            sg_list: vec![sge(&buf, 0, len)],
+            signaled: true,
+        })
+        .map_err(|e| e.to_string())?;
+        let wc = cq
+            .wait(Duration::from_secs(5))
+            .ok_or("no Read completion")?;
         assert_eq!(wc.status, WcStatus::Success);
         println!(
             "server: RDMA Read got {:?}",
             String::from_utf8_lossy(&buf.to_vec())
         );
-        qp
-            .post_send(SendWr {
-                wr_id: 2,
-                opcode: Opcode::Send,
-                sg_list: vec![sge(&buf, 0, len)],
-                signaled: true,
-            })
-            .map_err(|e| e.to_string())?;
-        cq.wait(Duration::from_secs(5)).ok_or("no Send completion")?;
+        qp.post_send(SendWr {
+            wr_id: 2,
+            opcode: Opcode::Send,
+            sg_list: vec![sge(&buf, 0, len)],
+            signaled: true,
+        })
+        .map_err(|e| e.to_string())?;
+        cq.wait(Duration::from_secs(5))
+            .ok_or("no Send completion")?;
         Ok(())
     });
 
@@ -80,7 +81,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sg_list: vec![sge(&echo, 0, msg.len())],
     })?;
     cm::connect_tcp(addr, &qp, &param)?;
-    let wc = cq.wait(Duration::from_secs(5)).ok_or("no Recv completion")?;
+    let wc = cq
+        .wait(Duration::from_secs(5))
+        .ok_or("no Recv completion")?;
     println!(
         "client: {:?} received {:?}",
         wc.status,

@@ -139,11 +139,9 @@ fn rfc5044_s4_4_every_bit_flip_in_an_fpdu_is_caught() {
         let src = p.mem_a.register(p.pd_a, 70_000, Access::LOCAL_WRITE);
         src.write_at(0, &vec![0xA5; 70_000]);
         let rbuf = p.mem_b.register(p.pd_b, msg, Access::LOCAL_WRITE);
-        let filler = p.mem_b.register(
-            p.pd_b,
-            70_000,
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        );
+        let filler = p
+            .mem_b
+            .register(p.pd_b, 70_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         p.b.post_recv(RecvWr {
             wr_id: 7,
             sg_list: vec![sge(&rbuf, 0, msg)],
@@ -187,7 +185,11 @@ fn rfc5044_s4_4_every_bit_flip_in_an_fpdu_is_caught() {
         p.b.poll_transmit(&mut ba);
         p.a.on_bytes(&ba, Instant::now());
         let ev = events(&mut p.a);
-        assert_eq!(received_terminate(&ev), Some(TermCause::MPA_CRC), "bit {bit}");
+        assert_eq!(
+            received_terminate(&ev),
+            Some(TermCause::MPA_CRC),
+            "bit {bit}"
+        );
         flips += 1;
     }
     assert_eq!(flips, fpdu_len * 8);
@@ -199,9 +201,7 @@ fn refused(setup: impl FnOnce(&mut Pair) -> (Mr, Opcode, usize)) -> TermCause {
     let mut p = Pair::new(MpaConfig::default());
     let (target, op, len) = setup(&mut p);
     let before = target.to_vec();
-    let local = p
-        .mem_a
-        .register(p.pd_a, len.max(1), Access::LOCAL_WRITE);
+    let local = p.mem_a.register(p.pd_a, len.max(1), Access::LOCAL_WRITE);
     local.write_at(0, &vec![0x77; len.max(1)]);
     p.a.post_send(SendWr {
         wr_id: 9,
@@ -367,5 +367,8 @@ fn rfc5040_s7_send_invalidate_of_foreign_stag_refused() {
     .unwrap();
     p.pump();
     assert!(sent_terminate(&events(&mut p.b)).is_some());
-    assert!(p.mem_b.check(foreign.stag(), other_pd, foreign.addr(), 64, RW).is_ok());
+    assert!(p
+        .mem_b
+        .check(foreign.stag(), other_pd, foreign.addr(), 64, RW)
+        .is_ok());
 }

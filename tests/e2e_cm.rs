@@ -21,34 +21,31 @@ fn prove_data_flows(c: &Side, s: &Side) {
     let sbuf = s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ);
     sbuf.write_at(0, &pattern(5, 4096));
     let cbuf = c.pd.reg_mr(4096, Access::LOCAL_WRITE);
-    c.qp
-        .post_recv(RecvWr {
-            wr_id: 1,
-            sg_list: vec![sge(&cbuf, 0, 4096)],
-        })
-        .unwrap();
-    s.qp
-        .post_send(SendWr {
-            wr_id: 2,
-            opcode: Opcode::Send,
-            sg_list: vec![sge(&sbuf, 0, 100)],
-            signaled: true,
-        })
-        .unwrap();
+    c.qp.post_recv(RecvWr {
+        wr_id: 1,
+        sg_list: vec![sge(&cbuf, 0, 4096)],
+    })
+    .unwrap();
+    s.qp.post_send(SendWr {
+        wr_id: 2,
+        opcode: Opcode::Send,
+        sg_list: vec![sge(&sbuf, 0, 100)],
+        signaled: true,
+    })
+    .unwrap();
     wc_ok(&s.cq);
     assert_eq!(wc_ok(&c.cq).byte_len, 100);
     assert_eq!(&cbuf.to_vec()[..100], &pattern(5, 100)[..]);
-    c.qp
-        .post_send(SendWr {
-            wr_id: 3,
-            opcode: Opcode::Read {
-                remote_addr: sbuf.addr(),
-                rkey: sbuf.stag(),
-            },
-            sg_list: vec![sge(&cbuf, 0, 4096)],
-            signaled: true,
-        })
-        .unwrap();
+    c.qp.post_send(SendWr {
+        wr_id: 3,
+        opcode: Opcode::Read {
+            remote_addr: sbuf.addr(),
+            rkey: sbuf.stag(),
+        },
+        sg_list: vec![sge(&cbuf, 0, 4096)],
+        signaled: true,
+    })
+    .unwrap();
     wc_ok(&c.cq);
     assert_eq!(cbuf.to_vec(), pattern(5, 4096));
 }

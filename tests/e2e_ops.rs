@@ -21,7 +21,8 @@ fn exercise(link: Link, param: ConnParam) {
         2 * big,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
     );
-    let inv = s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let inv =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     target.write_at(big, &pattern(9, big));
     let sqp = &s.qp.clone();
     sqp.post_recv(RecvWr {
@@ -60,7 +61,10 @@ fn exercise(link: Link, param: ConnParam) {
     .unwrap();
     assert_eq!(wc_ok(&c.cq).opcode, WcOpcode::Send);
     let wc = wc_ok(&s.cq);
-    assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (10, WcOpcode::Recv, big as u32));
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len),
+        (10, WcOpcode::Recv, big as u32)
+    );
     assert!(!wc.solicited);
     assert_eq!(r1.to_vec(), pattern(1, big));
 
@@ -108,7 +112,10 @@ fn exercise(link: Link, param: ConnParam) {
     })
     .unwrap();
     let wc = wc_ok(&c.cq);
-    assert_eq!((wc.wr_id, wc.opcode, wc.byte_len), (4, WcOpcode::Read, big as u32));
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len),
+        (4, WcOpcode::Read, big as u32)
+    );
     assert_eq!(&sink.to_vec()[..big], &pattern(9, big)[..]);
     assert_eq!(&target.to_vec()[7..7 + big], &pattern(4, big)[..]);
 

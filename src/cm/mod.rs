@@ -135,11 +135,7 @@ pub fn connect(
 }
 
 /// Connect `qp` to `addr` over kernel TCP (`rdma_resolve_addr` + `rdma_connect`).
-pub fn connect_tcp(
-    addr: SocketAddr,
-    qp: &Qp,
-    param: &ConnParam,
-) -> Result<Negotiated, CmError> {
+pub fn connect_tcp(addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
     let t = KernelTcp::connect(addr, param.nodelay)?;
     connect(Box::new(t), qp, param)
 }

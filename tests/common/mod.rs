@@ -33,7 +33,12 @@ impl Side {
         let pd = dev.alloc_pd();
         let cq = Cq::new(1024);
         let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
-        Side { pd, cq, qp, n: None }
+        Side {
+            pd,
+            cq,
+            qp,
+            n: None,
+        }
     }
 
     pub fn negotiated(&self) -> &Negotiated {
@@ -106,6 +111,10 @@ pub fn wc_any(cq: &Cq) -> WorkCompletion {
 /// A deterministic byte pattern.
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(167).wrapping_add(seed ^ (i >> 8) as u8))
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(167)
+                .wrapping_add(seed ^ (i >> 8) as u8)
+        })
         .collect()
 }

@@ -12,6 +12,11 @@ use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
 };
 
+/// Waits for the server side's connection request.
+type ServerSide = Box<dyn FnOnce() -> Result<ConnRequest, String> + Send>;
+/// Connects the client's QP.
+type ClientSide = Box<dyn FnOnce(&ConnParam, &Qp) -> Result<Negotiated, String>>;
+
 /// Demo options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -44,7 +49,10 @@ fn encode_adv(mr: &Mr) -> Vec<u8> {
 
 fn decode_adv(pd: &[u8]) -> Result<(u64, u32, u32), String> {
     if pd.len() < 16 {
-        return Err(format!("server advertisement too short: {} bytes", pd.len()));
+        return Err(format!(
+            "server advertisement too short: {} bytes",
+            pd.len()
+        ));
     }
     let addr = u64::from_be_bytes(pd[0..8].try_into().unwrap());
     let rkey = u32::from_be_bytes(pd[8..12].try_into().unwrap());
@@ -85,10 +93,7 @@ pub fn run(a: Args) -> Result<(), String> {
         param.crc, param.markers
     );
 
-    let (server_side, client_transport): (
-        Box<dyn FnOnce() -> Result<ConnRequest, String> + Send>,
-        Box<dyn FnOnce(&ConnParam, &Qp) -> Result<Negotiated, String>>,
-    ) = match transport.as_str() {
+    let (server_side, client_transport): (ServerSide, ClientSide) = match transport.as_str() {
         "kernel" => {
             let addr: SocketAddr = ([127, 0, 0, 1], a.port).into();
             let l = Listener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
@@ -242,7 +247,10 @@ pub fn run(a: Args) -> Result<(), String> {
     })
     .map_err(|e| format!("post Write: {e}"))?;
     wait_wc(&cq, "RDMA Write")?;
-    println!("client: RDMA Write of {size} bytes completed in {:?}", t.elapsed());
+    println!(
+        "client: RDMA Write of {size} bytes completed in {:?}",
+        t.elapsed()
+    );
 
     // RDMA Read of the second half.
     let t = Instant::now();

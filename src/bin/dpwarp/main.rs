@@ -5,7 +5,11 @@ mod demo;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "dpwarp", version, about = "Kernel-bypass iWARP dataplane tools")]
+#[command(
+    name = "dpwarp",
+    version,
+    about = "Kernel-bypass iWARP dataplane tools"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
