@@ -355,19 +355,46 @@ mod tests {
         let mr = m.register(pd, 100, Access::LOCAL_WRITE | Access::REMOTE_READ);
         let a = mr.addr();
         assert_eq!(m.check(mr.stag(), pd, a, 100, Access::REMOTE_READ), Ok(()));
-        assert_eq!(m.check(mr.stag() ^ 1, pd, a, 1, Access(0)), Err(MemoryError::InvalidStag));
-        assert_eq!(m.check(mr.stag() + 0x100, pd, a, 1, Access(0)), Err(MemoryError::InvalidStag));
+        assert_eq!(
+            m.check(mr.stag() ^ 1, pd, a, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+        assert_eq!(
+            m.check(mr.stag() + 0x100, pd, a, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
         // PD is checked before rights, rights before bounds.
-        assert_eq!(m.check(mr.stag(), other, a + 1000, 1, RW), Err(MemoryError::PdMismatch));
-        assert_eq!(m.check(mr.stag(), pd, a + 1000, 1, RW), Err(MemoryError::Access));
-        assert_eq!(m.check(mr.stag(), pd, a + 1, 100, Access(0)), Err(MemoryError::Bounds));
-        assert_eq!(m.check(mr.stag(), pd, a - 1, 1, Access(0)), Err(MemoryError::Bounds));
-        assert_eq!(m.check(mr.stag(), pd, u64::MAX, usize::MAX, Access(0)), Err(MemoryError::Bounds));
+        assert_eq!(
+            m.check(mr.stag(), other, a + 1000, 1, RW),
+            Err(MemoryError::PdMismatch)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, a + 1000, 1, RW),
+            Err(MemoryError::Access)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, a + 1, 100, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, a - 1, 1, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, u64::MAX, usize::MAX, Access(0)),
+            Err(MemoryError::Bounds)
+        );
         assert_eq!(m.check(mr.stag(), pd, a + 100, 0, Access(0)), Ok(()));
         m.invalidate(mr.stag(), pd).unwrap();
-        assert_eq!(m.check(mr.stag(), pd, a, 1, Access(0)), Err(MemoryError::Invalidated));
+        assert_eq!(
+            m.check(mr.stag(), pd, a, 1, Access(0)),
+            Err(MemoryError::Invalidated)
+        );
         assert!(m.deregister(mr.stag()));
-        assert_eq!(m.check(mr.stag(), pd, a, 1, Access(0)), Err(MemoryError::InvalidStag));
+        assert_eq!(
+            m.check(mr.stag(), pd, a, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
     }
 
     #[test]
@@ -389,7 +416,10 @@ mod tests {
         let m = MemoryTable::new();
         let pd = m.alloc_pd();
         let mr = m.register(pd, 8, RW);
-        assert_eq!(m.invalidate(mr.stag(), m.alloc_pd()), Err(MemoryError::PdMismatch));
+        assert_eq!(
+            m.invalidate(mr.stag(), m.alloc_pd()),
+            Err(MemoryError::PdMismatch)
+        );
         assert!(!mr.is_invalidated());
     }
 

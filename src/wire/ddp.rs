@@ -208,7 +208,12 @@ pub enum BufferRepr {
     /// Tagged buffer model: STag and TO (RFC 5041 §4.2).
     Tagged { stag: u32, to: u64 },
     /// Untagged buffer model: RsvdULP (RDMAP Invalidate STag), QN, MSN, MO (RFC 5041 §4.3).
-    Untagged { inv_stag: u32, qn: u32, msn: u32, mo: u32 },
+    Untagged {
+        inv_stag: u32,
+        qn: u32,
+        msn: u32,
+        mo: u32,
+    },
 }
 
 /// A parsed DDP header (RFC 5041 §4), with the raw RDMAP control octet.

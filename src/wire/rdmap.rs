@@ -264,7 +264,10 @@ impl TerminateRepr {
         let mut ddp_segment_len = None;
         let mut ddp_header = None;
         let mut rdma_header = None;
-        let need = |n: usize| Error::Truncated { need: n, have: b.len() };
+        let need = |n: usize| Error::Truncated {
+            need: n,
+            have: b.len(),
+        };
         if control.m || control.d {
             let l = b.get(off..off + 2).ok_or(need(off + 2))?;
             ddp_segment_len = Some(u16::from_be_bytes([l[0], l[1]]));

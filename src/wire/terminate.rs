@@ -47,17 +47,41 @@ const fn tc(layer: Layer, etype: u8, code: u8) -> TermCause {
 
 impl TermCause {
     /// LLP layer, MPA error type, CRC error (RFC 5044 §8 code 0x02).
-    pub const MPA_CRC: TermCause = TermCause { layer: Layer::Llp, etype: 0, code: 0x02 };
+    pub const MPA_CRC: TermCause = TermCause {
+        layer: Layer::Llp,
+        etype: 0,
+        code: 0x02,
+    };
     /// LLP / MPA / marker error (RFC 5044 §8 code 0x03).
-    pub const MPA_MARKER: TermCause = TermCause { layer: Layer::Llp, etype: 0, code: 0x03 };
+    pub const MPA_MARKER: TermCause = TermCause {
+        layer: Layer::Llp,
+        etype: 0,
+        code: 0x03,
+    };
     /// LLP / MPA / invalid ULPDU length (RFC 5044 §8 code 0x01).
-    pub const MPA_BAD_LEN: TermCause = TermCause { layer: Layer::Llp, etype: 0, code: 0x01 };
+    pub const MPA_BAD_LEN: TermCause = TermCause {
+        layer: Layer::Llp,
+        etype: 0,
+        code: 0x01,
+    };
     /// RFC 6581 §8 code 0x05: local catastrophic.
-    pub const MPA_LOCAL_CATASTROPHIC: TermCause = TermCause { layer: Layer::Llp, etype: 0, code: 0x05 };
+    pub const MPA_LOCAL_CATASTROPHIC: TermCause = TermCause {
+        layer: Layer::Llp,
+        etype: 0,
+        code: 0x05,
+    };
     /// RFC 6581 §8 code 0x06: insufficient IRD resources.
-    pub const MPA_INSUFFICIENT_IRD: TermCause = TermCause { layer: Layer::Llp, etype: 0, code: 0x06 };
+    pub const MPA_INSUFFICIENT_IRD: TermCause = TermCause {
+        layer: Layer::Llp,
+        etype: 0,
+        code: 0x06,
+    };
     /// RFC 6581 §8 code 0x07: no matching RTR option.
-    pub const MPA_NO_MATCHING_RTR: TermCause = TermCause { layer: Layer::Llp, etype: 0, code: 0x07 };
+    pub const MPA_NO_MATCHING_RTR: TermCause = TermCause {
+        layer: Layer::Llp,
+        etype: 0,
+        code: 0x07,
+    };
 
     // ---- MPA (RFC 5044 §8 as registered by RFC 6580 §3.3) ----
     /// 0x2/0x0/0x01: TCP connection closed, terminated, or lost (same value as `MPA_BAD_LEN`,
