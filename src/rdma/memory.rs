@@ -4,7 +4,13 @@
 //! `MemoryTable` is a cheap `Clone` handle (Arc inside), `Send + Sync`: the application registers
 //! regions while the QP engines (possibly on other threads) place data into them.
 //! STag = (index << 8) | key, with the key byte random (RFC 5040 §5.2: STags must not be guessable).
-//! Region addresses are verbs-like absolute addresses: `[mr.addr(), mr.addr() + mr.len())`.
+//! Region addresses are verbs-like absolute addresses: `[mr.addr(), mr.addr() + mr.len())`; the
+//! address is the heap address of the region's buffer (unique while the region lives, like a VA).
+//! Each region's bytes sit behind an `RwLock`, so placement from an engine thread and local CPU
+//! access never race. Every address computation a peer influences (TO, lengths) is overflow-checked.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Access rights of a region (`IBV_ACCESS_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,112 +54,387 @@ pub enum MemoryError {
     PdMismatch,
 }
 
+/// One registered region.
+struct Region {
+    stag: u32,
+    pd: PdId,
+    access: Access,
+    base: u64,
+    len: usize,
+    invalidated: AtomicBool,
+    data: RwLock<Box<[u8]>>,
+}
+
+impl Region {
+    fn bytes(&self) -> std::sync::RwLockReadGuard<'_, Box<[u8]>> {
+        // A poisoned lock only means a panic elsewhere while holding it; bytes are plain data.
+        self.data.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn bytes_mut(&self) -> std::sync::RwLockWriteGuard<'_, Box<[u8]>> {
+        self.data.write().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Offset of `[addr, addr+len)` inside the region, overflow-checked (RFC 5041 §7.1 checks 3-5).
+    fn offset(&self, addr: u64, len: usize) -> Result<usize, MemoryError> {
+        let off = addr.checked_sub(self.base).ok_or(MemoryError::Bounds)?;
+        let off = usize::try_from(off).map_err(|_| MemoryError::Bounds)?;
+        let end = off.checked_add(len).ok_or(MemoryError::Bounds)?;
+        if end > self.len {
+            return Err(MemoryError::Bounds);
+        }
+        Ok(off)
+    }
+}
+
+struct Table {
+    /// Slot `i` holds the region with STag index `i` (index 0 is never used: STag 0 and siw's
+    /// Write RTR STag 1 must not name a region).
+    slots: Vec<Option<Arc<Region>>>,
+    free: Vec<usize>,
+}
+
+struct Inner {
+    next_pd: AtomicU32,
+    table: RwLock<Table>,
+}
+
+/// Largest STag index (24 bits).
+const MAX_INDEX: usize = (1 << 24) - 1;
+
 /// The table of registered regions shared by a device's QPs. CONTRACT signatures below.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryTable {
-    // implementation-defined (Arc<...> inside)
+    inner: Arc<Inner>,
+}
+
+impl Default for MemoryTable {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl MemoryTable {
     /// An empty table.
     pub fn new() -> Self {
-        todo!()
+        MemoryTable {
+            inner: Arc::new(Inner {
+                next_pd: AtomicU32::new(1),
+                table: RwLock::new(Table {
+                    slots: vec![None],
+                    free: Vec::new(),
+                }),
+            }),
+        }
+    }
+    fn table(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.inner.table.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn table_mut(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.inner.table.write().unwrap_or_else(|p| p.into_inner())
+    }
+    fn region(&self, stag: u32) -> Option<Arc<Region>> {
+        let t = self.table();
+        let r = t.slots.get((stag >> 8) as usize)?.as_ref()?;
+        // The key byte must match too: a stale or guessed key is an invalid STag.
+        (r.stag == stag).then(|| r.clone())
     }
     /// A fresh protection domain.
     pub fn alloc_pd(&self) -> PdId {
-        todo!()
+        PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed))
     }
     /// Register `len` zeroed bytes owned by the table under `pd` with `access`; returns the region
     /// with a fresh STag (random key byte).
-    pub fn register(&self, _pd: PdId, _len: usize, _access: Access) -> Mr {
-        todo!()
+    ///
+    /// Panics if 2^24 - 1 regions are registered at once (local resource exhaustion).
+    pub fn register(&self, pd: PdId, len: usize, access: Access) -> Mr {
+        let data: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let base = data.as_ptr() as usize as u64;
+        let mut t = self.table_mut();
+        let index = match t.free.pop() {
+            Some(i) => i,
+            None => {
+                assert!(t.slots.len() <= MAX_INDEX, "STag index space exhausted");
+                t.slots.push(None);
+                t.slots.len() - 1
+            }
+        };
+        // RFC 5040 §8.1.1 / RFC 5042 §5: STags must not be predictable.
+        let key: u8 = rand::random();
+        let stag = ((index as u32) << 8) | u32::from(key);
+        let region = Arc::new(Region {
+            stag,
+            pd,
+            access,
+            base,
+            len,
+            invalidated: AtomicBool::new(false),
+            data: RwLock::new(data),
+        });
+        t.slots[index] = Some(region.clone());
+        Mr { region }
     }
     /// Remove a region; later accesses through its STag fail with `InvalidStag`.
-    pub fn deregister(&self, _stag: u32) -> bool {
-        todo!()
+    pub fn deregister(&self, stag: u32) -> bool {
+        let mut t = self.table_mut();
+        let i = (stag >> 8) as usize;
+        match t.slots.get(i) {
+            Some(Some(r)) if r.stag == stag => {
+                t.slots[i] = None;
+                t.free.push(i);
+                true
+            }
+            _ => false,
+        }
     }
     /// Invalidate a region's STag (RFC 5040 §5.2; Send with Invalidate or local invalidate).
     /// Fails if the STag is unknown or the region is not `pd`'s.
-    pub fn invalidate(&self, _stag: u32, _pd: PdId) -> Result<(), MemoryError> {
-        todo!()
+    pub fn invalidate(&self, stag: u32, pd: PdId) -> Result<(), MemoryError> {
+        let r = self.region(stag).ok_or(MemoryError::InvalidStag)?;
+        if r.pd != pd {
+            return Err(MemoryError::PdMismatch);
+        }
+        if r.invalidated.swap(true, Ordering::AcqRel) {
+            return Err(MemoryError::Invalidated);
+        }
+        Ok(())
     }
     /// Look a region up by STag.
-    pub fn get(&self, _stag: u32) -> Option<Mr> {
-        todo!()
+    pub fn get(&self, stag: u32) -> Option<Mr> {
+        self.region(stag).map(|region| Mr { region })
+    }
+    fn checked(
+        &self,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: Access,
+    ) -> Result<(Arc<Region>, usize), MemoryError> {
+        let r = self.region(stag).ok_or(MemoryError::InvalidStag)?;
+        if r.invalidated.load(Ordering::Acquire) {
+            return Err(MemoryError::Invalidated);
+        }
+        if r.pd != pd {
+            return Err(MemoryError::PdMismatch);
+        }
+        if !r.access.contains(need) {
+            return Err(MemoryError::Access);
+        }
+        let off = r.offset(addr, len)?;
+        Ok((r, off))
     }
     /// Validate `[addr, addr+len)` of region `stag` for `pd` with rights `need` (RFC 5040 §5.2
     /// order: STag valid, not invalidated, PD, rights, bounds) without moving a byte.
     pub fn check(
         &self,
-        _stag: u32,
-        _pd: PdId,
-        _addr: u64,
-        _len: usize,
-        _need: Access,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: Access,
     ) -> Result<(), MemoryError> {
-        todo!()
+        self.checked(stag, pd, addr, len, need).map(|_| ())
     }
-    /// `check` then copy `data` into the region at `addr`. Nothing is written on error.
+    /// `check` then copy `data` into the region at `addr`. Nothing is written on error. The
+    /// engine passes the payload slice straight from the received ULPDU: one copy per byte.
     pub fn write(
         &self,
-        _stag: u32,
-        _pd: PdId,
-        _addr: u64,
-        _data: &[u8],
-        _need: Access,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        data: &[u8],
+        need: Access,
     ) -> Result<(), MemoryError> {
-        todo!()
+        let (r, off) = self.checked(stag, pd, addr, data.len(), need)?;
+        if !data.is_empty() {
+            r.bytes_mut()[off..off + data.len()].copy_from_slice(data);
+        }
+        Ok(())
     }
     /// `check` then copy from the region at `addr` into `out`.
     pub fn read(
         &self,
-        _stag: u32,
-        _pd: PdId,
-        _addr: u64,
-        _out: &mut [u8],
-        _need: Access,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        out: &mut [u8],
+        need: Access,
     ) -> Result<(), MemoryError> {
-        todo!()
+        let (r, off) = self.checked(stag, pd, addr, out.len(), need)?;
+        out.copy_from_slice(&r.bytes()[off..off + out.len()]);
+        Ok(())
+    }
+    /// `check` then append `len` bytes of the region at `addr` to `out` (the engine gathers an
+    /// outgoing ULPDU this way without zero-filling first).
+    pub fn read_append(
+        &self,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: Access,
+        out: &mut Vec<u8>,
+    ) -> Result<(), MemoryError> {
+        let (r, off) = self.checked(stag, pd, addr, len, need)?;
+        out.extend_from_slice(&r.bytes()[off..off + len]);
+        Ok(())
     }
 }
 
 /// A registered memory region: a cheap `Clone` handle, `Send + Sync`.
 #[derive(Clone)]
 pub struct Mr {
-    // implementation-defined
+    region: Arc<Region>,
+}
+
+impl core::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Mr")
+            .field("stag", &format_args!("{:#x}", self.region.stag))
+            .field("addr", &format_args!("{:#x}", self.region.base))
+            .field("len", &self.region.len)
+            .field("pd", &self.region.pd)
+            .field("access", &self.region.access)
+            .finish()
+    }
 }
 
 impl Mr {
     /// The STag (used as both lkey and rkey, as iWARP RNICs do).
     pub fn stag(&self) -> u32 {
-        todo!()
+        self.region.stag
     }
     /// Base address (Tagged Offset of the first byte).
     pub fn addr(&self) -> u64 {
-        todo!()
+        self.region.base
     }
+    /// Length in bytes.
     pub fn len(&self) -> usize {
-        todo!()
+        self.region.len
     }
+    /// Whether the region has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The protection domain.
     pub fn pd(&self) -> PdId {
-        todo!()
+        self.region.pd
     }
+    /// The access rights.
     pub fn access(&self) -> Access {
-        todo!()
+        self.region.access
+    }
+    /// Whether the STag was invalidated (RFC 5040 §5.2).
+    pub fn is_invalidated(&self) -> bool {
+        self.region.invalidated.load(Ordering::Acquire)
     }
     /// Local CPU write at byte `offset` from the start (panics if out of range: local caller bug).
-    pub fn write_at(&self, _offset: usize, _data: &[u8]) {
-        todo!()
+    pub fn write_at(&self, offset: usize, data: &[u8]) {
+        self.region.bytes_mut()[offset..offset + data.len()].copy_from_slice(data);
     }
     /// Local CPU read at byte `offset` (panics if out of range: local caller bug).
-    pub fn read_at(&self, _offset: usize, _out: &mut [u8]) {
-        todo!()
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self.region.bytes()[offset..offset + out.len()]);
     }
     /// A copy of the whole region.
     pub fn to_vec(&self) -> Vec<u8> {
-        todo!()
+        self.region.bytes().to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RW: Access = Access(7);
+
+    #[test]
+    fn rfc5040_s5_2_check_order_and_bounds() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let other = m.alloc_pd();
+        let mr = m.register(pd, 100, Access::LOCAL_WRITE | Access::REMOTE_READ);
+        let a = mr.addr();
+        assert_eq!(m.check(mr.stag(), pd, a, 100, Access::REMOTE_READ), Ok(()));
+        assert_eq!(
+            m.check(mr.stag() ^ 1, pd, a, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+        assert_eq!(
+            m.check(mr.stag() + 0x100, pd, a, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+        // PD is checked before rights, rights before bounds.
+        assert_eq!(
+            m.check(mr.stag(), other, a + 1000, 1, RW),
+            Err(MemoryError::PdMismatch)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, a + 1000, 1, RW),
+            Err(MemoryError::Access)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, a + 1, 100, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, a - 1, 1, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(
+            m.check(mr.stag(), pd, u64::MAX, usize::MAX, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(m.check(mr.stag(), pd, a + 100, 0, Access(0)), Ok(()));
+        m.invalidate(mr.stag(), pd).unwrap();
+        assert_eq!(
+            m.check(mr.stag(), pd, a, 1, Access(0)),
+            Err(MemoryError::Invalidated)
+        );
+        assert!(m.deregister(mr.stag()));
+        assert_eq!(
+            m.check(mr.stag(), pd, a, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+    }
+
+    #[test]
+    fn rfc5040_s5_2_failed_write_moves_nothing() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let mr = m.register(pd, 8, RW);
+        assert!(m.write(mr.stag(), pd, mr.addr() + 4, &[1; 5], RW).is_err());
+        assert_eq!(mr.to_vec(), vec![0; 8]);
+        m.write(mr.stag(), pd, mr.addr() + 4, &[1; 4], RW).unwrap();
+        assert_eq!(mr.to_vec(), vec![0, 0, 0, 0, 1, 1, 1, 1]);
+        let mut out = [0u8; 2];
+        m.read(mr.stag(), pd, mr.addr() + 3, &mut out, RW).unwrap();
+        assert_eq!(out, [0, 1]);
+    }
+
+    #[test]
+    fn rfc5042_invalidate_requires_same_pd() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let mr = m.register(pd, 8, RW);
+        assert_eq!(
+            m.invalidate(mr.stag(), m.alloc_pd()),
+            Err(MemoryError::PdMismatch)
+        );
+        assert!(!mr.is_invalidated());
+    }
+
+    #[test]
+    fn table_is_send_sync_and_reuses_indices() {
+        fn ss<T: Send + Sync>() {}
+        ss::<MemoryTable>();
+        ss::<Mr>();
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let a = m.register(pd, 1, RW);
+        assert!(a.stag() >> 8 >= 1);
+        m.deregister(a.stag());
+        let b = m.register(pd, 1, RW);
+        assert_eq!(a.stag() >> 8, b.stag() >> 8);
+        assert!(m.get(b.stag()).is_some());
     }
 }

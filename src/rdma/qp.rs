@@ -1,10 +1,34 @@
 //! The sans-IO queue-pair engine: RDMAP over DDP (RFC 5040, RFC 5041).
 //!
 //! CONTRACT (fixed by the integrator; the RDMA helper implements, may add items).
+//!
+//! Behaviour the connection layer relies on:
+//! - Local SGEs are validated at post time (lkey valid, same PD, bounds; LOCAL_WRITE for receive
+//!   buffers and Read sinks): a bad SGE is refused with `PostError::Invalid` and nothing is queued.
+//! - An RDMA Read takes one sink: several SGEs are accepted only when they are contiguous in the
+//!   same region (like siw's single sink SGE).
+//! - IRD/ORD of 0 (MPA rev 1 has no negotiation) are treated as 1 so Reads still work.
+//! - Send/Write completions are queued when the last ULPDU is handed out (RFC 5041 §5.4), in
+//!   submission order behind earlier Reads (RFC 5040 §5.5 rule 15). A received TERMINATE that
+//!   names one of our messages (its DDP header) turns that message's not-yet-polled completion
+//!   into `RemAccessErr`/`RemOpErr`: the ULP had not been informed yet, and RFC 5040 §6.2.1 says
+//!   outstanding messages SHOULD be considered completed in error.
+//! - After a TERMINATE (sent or received) the engine drops every further inbound segment
+//!   (RFC 5041 §7.1) except a peer TERMINATE, and transmits nothing but its own TERMINATE.
 
-use super::memory::{MemoryTable, PdId};
-use super::wr::{PostError, RecvWr, SendWr, WorkCompletion};
-use crate::wire::terminate::TermCause;
+use std::collections::VecDeque;
+
+use super::memory::{Access, MemoryError, MemoryTable, PdId};
+use super::wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::ddp::{
+    BufferRepr, HeaderRepr, Segment, DDP_VERSION, QN_READ_REQUEST, QN_SEND, QN_TERMINATE,
+    TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
+};
+use crate::wire::rdmap::{
+    control_opcode, control_version, RdmapOpcode, ReadRequest, ReadRequestRepr, TerminateRepr,
+    RDMAP_VERSION,
+};
+use crate::wire::terminate::{BitOrder, TermCause};
 
 /// RFC 6581 §9.2 Ready-To-Receive indication kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,46 +89,1190 @@ pub struct QpConfig {
     pub rtr: Option<RtrRole>,
 }
 
+/// Identifies a message we sent, so a peer TERMINATE quoting its DDP header can be attributed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxIdent {
+    Tagged { stag: u32 },
+    Untagged { qn: u32, msn: u32 },
+}
+
+/// A posted send-queue WR, kept in submission order until its completion is released.
+struct Inflight {
+    seq: u64,
+    wr_id: u64,
+    opcode: WcOpcode,
+    signaled: bool,
+    byte_len: u32,
+    done: Option<WcStatus>,
+    ident: Option<TxIdent>,
+}
+
+/// The SQ message being segmented.
+struct TxMsg {
+    seq: Option<u64>,
+    opcode: RdmapOpcode,
+    /// Tagged: STag and base TO.
+    stag: u32,
+    to: u64,
+    /// Untagged: QN, MSN, Invalidate STag.
+    qn: u32,
+    msn: u32,
+    inv_stag: u32,
+    sges: Vec<Sge>,
+    /// Fixed payload (Read Request header) instead of SGEs.
+    fixed: Option<Vec<u8>>,
+    len: u32,
+    sent: u32,
+    /// Gather cursor: SGE index and offset inside it.
+    sge_idx: usize,
+    sge_off: u32,
+}
+
+/// An RDMA Read we requested (ORD slot).
+struct OutRead {
+    /// None for the RTR Read (no WR).
+    seq: Option<u64>,
+    sink_stag: u32,
+    sink_to: u64,
+    len: u32,
+}
+
+/// An inbound Read Request being served (IRD slot).
+struct InRead {
+    sink_stag: u32,
+    sink_to: u64,
+    src_stag: u32,
+    src_to: u64,
+    len: u32,
+    sent: u32,
+}
+
+/// A posted receive.
+struct PostedRecv {
+    wr: RecvWr,
+    cap: u64,
+    /// Set when the L segment arrived: (length, solicited, invalidate STag).
+    done: Option<(u32, bool, Option<u32>)>,
+}
+
 /// One queue pair's DDP/RDMAP state.
 pub struct QpEngine {
-    // implementation-defined
+    cfg: QpConfig,
+    mem: MemoryTable,
+    state: QpState,
+    next_seq: u64,
+    inflight: VecDeque<Inflight>,
+    /// Posted, not yet started (seq, wr).
+    sq: VecDeque<(u64, SendWr)>,
+    tx_cur: Option<TxMsg>,
+    out_reads: VecDeque<OutRead>,
+    irrq: VecDeque<InRead>,
+    rq: VecDeque<PostedRecv>,
+    /// Next MSN to send / expected to receive, per QN 0..=2 (RFC 5041 §5.3: start at 1).
+    msn_tx: [u32; 3],
+    msn_rx: [u32; 3],
+    term_out: Option<Vec<u8>>,
+    term_received: bool,
+    cq: VecDeque<(WorkCompletion, Option<TxIdent>)>,
+    events: VecDeque<QpEvent>,
+    rtr_send: Option<RtrKind>,
+    /// Responder: acceptable RTR kinds (send, write, read).
+    rtr_accept: [bool; 3],
+    /// Fairness toggle between SQ traffic and Read Responses.
+    prefer_resp: bool,
+    /// Status for the receive WR an error is attributed to (index in `rq`).
+    rq_err: Option<(usize, WcStatus)>,
+}
+
+fn rtr_index(k: RtrKind) -> usize {
+    match k {
+        RtrKind::Send => 0,
+        RtrKind::Write => 1,
+        RtrKind::Read => 2,
+    }
+}
+
+/// Map a tagged placement failure to RFC 5041 §7.2 (access rights: RFC 5040 §7 code, as siw
+/// does, since DDP defines none).
+fn tagged_cause(e: MemoryError, wrap: bool) -> TermCause {
+    match e {
+        MemoryError::InvalidStag | MemoryError::Invalidated => TermCause::DDP_TAGGED_INVALID_STAG,
+        MemoryError::Bounds if wrap => TermCause::DDP_TAGGED_TO_WRAP,
+        MemoryError::Bounds => TermCause::DDP_TAGGED_BASE_OR_BOUNDS_VIOLATION,
+        MemoryError::PdMismatch => TermCause::DDP_TAGGED_STAG_NOT_ASSOCIATED,
+        MemoryError::Access => TermCause::RDMAP_ACCESS_RIGHTS_VIOLATION,
+    }
+}
+
+/// Map a Read Request source failure to RFC 5040 §7.2 / §4.8 Remote Protection codes.
+fn read_cause(e: MemoryError) -> TermCause {
+    match e {
+        MemoryError::InvalidStag | MemoryError::Invalidated => TermCause::RDMAP_INVALID_STAG,
+        MemoryError::Bounds => TermCause::RDMAP_BASE_OR_BOUNDS_VIOLATION,
+        MemoryError::Access => TermCause::RDMAP_ACCESS_RIGHTS_VIOLATION,
+        MemoryError::PdMismatch => TermCause::RDMAP_STAG_NOT_ASSOCIATED,
+    }
+}
+
+fn status_for(cause: TermCause) -> WcStatus {
+    if cause.is_access_error() {
+        WcStatus::RemAccessErr
+    } else {
+        WcStatus::RemOpErr
+    }
 }
 
 impl QpEngine {
-    pub fn new(_cfg: QpConfig, _mem: MemoryTable) -> Self {
-        todo!()
+    /// A new engine; with `cfg.rtr = Some(Responder(_))` it starts in `AwaitRtr`.
+    pub fn new(cfg: QpConfig, mem: MemoryTable) -> Self {
+        let mut rtr_accept = [false; 3];
+        let mut rtr_send = None;
+        let state = match cfg.rtr {
+            Some(RtrRole::Responder(k)) => {
+                rtr_accept[rtr_index(k)] = true;
+                QpState::AwaitRtr
+            }
+            Some(RtrRole::Initiator(k)) => {
+                rtr_send = Some(k);
+                QpState::Rts
+            }
+            None => QpState::Rts,
+        };
+        QpEngine {
+            cfg,
+            mem,
+            state,
+            next_seq: 0,
+            inflight: VecDeque::new(),
+            sq: VecDeque::new(),
+            tx_cur: None,
+            out_reads: VecDeque::new(),
+            irrq: VecDeque::new(),
+            rq: VecDeque::new(),
+            msn_tx: [1; 3],
+            msn_rx: [1; 3],
+            term_out: None,
+            term_received: false,
+            cq: VecDeque::new(),
+            events: VecDeque::new(),
+            rtr_send,
+            rtr_accept,
+            prefer_resp: false,
+            rq_err: None,
+        }
     }
+
+    /// Responder: also accept these RTR kinds (RFC 6581 §9.2 when several were offered).
+    pub fn accept_rtr_kinds(&mut self, kinds: &[RtrKind]) {
+        for &k in kinds {
+            self.rtr_accept[rtr_index(k)] = true;
+        }
+    }
+
+    /// Current state.
     pub fn state(&self) -> QpState {
-        todo!()
+        self.state
     }
-    pub fn post_send(&mut self, _wr: SendWr) -> Result<(), PostError> {
-        todo!()
+
+    fn ord(&self) -> usize {
+        self.cfg.ord.max(1) as usize
     }
-    pub fn post_recv(&mut self, _wr: RecvWr) -> Result<(), PostError> {
-        todo!()
+    fn ird(&self) -> usize {
+        self.cfg.ird.max(1) as usize
     }
-    /// Process one ULPDU (DDP header + payload, CRC already verified by MPA). Never panics; any
-    /// error queues the TERMINATE the RFCs demand (nothing of the offending message is placed).
-    pub fn on_ulpdu(&mut self, _ulpdu: &[u8]) {
-        todo!()
+
+    fn check_sges(&self, sges: &[Sge], need: Access) -> Result<u64, PostError> {
+        let mut total = 0u64;
+        for s in sges {
+            self.mem
+                .check(s.lkey, self.cfg.pd, s.addr, s.length as usize, need)
+                .map_err(|e| {
+                    log::warn!("rdma: local SGE {s:?} refused: {e}");
+                    PostError::Invalid("local SGE failed its protection check")
+                })?;
+            total += u64::from(s.length);
+        }
+        Ok(total)
     }
-    /// Append the next outgoing ULPDU (at most `mulpdu` bytes) to `out`; false if none is ready.
-    pub fn poll_ulpdu(&mut self, _out: &mut Vec<u8>) -> bool {
-        todo!()
+
+    /// Post a send-queue WR (RFC 5040 §5). SGEs are validated now; see the module docs.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if self.state == QpState::Terminated {
+            return Err(PostError::BadState);
+        }
+        if self.inflight.len() >= self.cfg.sq_depth {
+            return Err(PostError::QueueFull);
+        }
+        let need = match wr.opcode {
+            Opcode::Read { .. } => Access::LOCAL_WRITE,
+            _ => Access(0),
+        };
+        let total = self.check_sges(&wr.sg_list, need)?;
+        let total =
+            u32::try_from(total).map_err(|_| PostError::Invalid("message longer than 2^32-1"))?;
+        let (opcode, ident) = match wr.opcode {
+            Opcode::Write { remote_addr, rkey } => {
+                if remote_addr.checked_add(u64::from(total)).is_none() {
+                    return Err(PostError::Invalid("remote address + length wraps"));
+                }
+                (WcOpcode::Write, Some(TxIdent::Tagged { stag: rkey }))
+            }
+            Opcode::Read { remote_addr, .. } => {
+                if remote_addr.checked_add(u64::from(total)).is_none() {
+                    return Err(PostError::Invalid("remote address + length wraps"));
+                }
+                let mut it = wr.sg_list.windows(2);
+                if it.any(|w| {
+                    w[0].lkey != w[1].lkey || w[0].addr + u64::from(w[0].length) != w[1].addr
+                }) {
+                    return Err(PostError::Invalid(
+                        "RDMA Read needs one contiguous sink (one region)",
+                    ));
+                }
+                (WcOpcode::Read, None)
+            }
+            _ => (WcOpcode::Send, None),
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.inflight.push_back(Inflight {
+            seq,
+            wr_id: wr.wr_id,
+            opcode,
+            signaled: wr.signaled,
+            byte_len: total,
+            done: None,
+            ident,
+        });
+        self.sq.push_back((seq, wr));
+        Ok(())
     }
+
+    /// Post a receive buffer for one untagged message on QN 0 (RFC 5041 §5.3).
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.state == QpState::Terminated {
+            return Err(PostError::BadState);
+        }
+        if self.rq.len() >= self.cfg.rq_depth {
+            return Err(PostError::QueueFull);
+        }
+        let cap = self.check_sges(&wr.sg_list, Access::LOCAL_WRITE)?;
+        self.rq.push_back(PostedRecv {
+            wr,
+            cap,
+            done: None,
+        });
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ completions
+
+    fn inflight_mut(&mut self, seq: u64) -> Option<&mut Inflight> {
+        let head = self.inflight.front()?.seq;
+        let i = usize::try_from(seq.checked_sub(head)?).ok()?;
+        self.inflight.get_mut(i)
+    }
+
+    fn complete_seq(&mut self, seq: u64, status: WcStatus, ident: Option<TxIdent>) {
+        if let Some(f) = self.inflight_mut(seq) {
+            f.done = Some(status);
+            if ident.is_some() {
+                f.ident = ident;
+            }
+        }
+        self.release();
+    }
+
+    /// Release finished WRs in submission order (RFC 5040 §5.5 rule 15).
+    fn release(&mut self) {
+        while self.inflight.front().is_some_and(|f| f.done.is_some()) {
+            let Some(f) = self.inflight.pop_front() else {
+                break;
+            };
+            let status = f.done.unwrap_or(WcStatus::GeneralErr);
+            if f.signaled || status != WcStatus::Success {
+                self.cq.push_back((
+                    WorkCompletion {
+                        wr_id: f.wr_id,
+                        status,
+                        opcode: f.opcode,
+                        byte_len: f.byte_len,
+                        invalidated_rkey: None,
+                        solicited: false,
+                    },
+                    f.ident,
+                ));
+            }
+        }
+    }
+
+    /// Release receive completions in MSN order.
+    fn release_recv(&mut self) {
+        while let Some((len, solicited, inv)) = self.rq.front().and_then(|r| r.done) {
+            let Some(r) = self.rq.pop_front() else { break };
+            self.msn_rx[0] = self.msn_rx[0].wrapping_add(1);
+            if let Some(stag) = inv {
+                if let Err(e) = self.mem.invalidate(stag, self.cfg.pd) {
+                    // Pre-checked on arrival; only a concurrent local change gets here.
+                    log::warn!("rdmap: Send with Invalidate: STag {stag:#x} {e}");
+                }
+            }
+            self.cq.push_back((
+                WorkCompletion {
+                    wr_id: r.wr.wr_id,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::Recv,
+                    byte_len: len,
+                    invalidated_rkey: inv,
+                    solicited,
+                },
+                None,
+            ));
+        }
+    }
+
+    /// Next work completion.
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
-        todo!()
+        self.cq.pop_front().map(|c| c.0)
     }
+
+    /// Next event.
     pub fn poll_event(&mut self) -> Option<QpEvent> {
-        todo!()
+        self.events.pop_front()
     }
+
+    // ------------------------------------------------------------------ termination
+
     /// A lower layer (MPA: CRC error, marker error; or the ULP) failed: queue a TERMINATE with
-    /// `cause`, flush outstanding work, enter `Terminated`.
-    pub fn terminate(&mut self, _cause: TermCause) {
-        todo!()
+    /// `cause`, flush outstanding work, enter `Terminated` (RFC 5040 §7.1 case 1: no headers).
+    pub fn terminate(&mut self, cause: TermCause) {
+        self.fail(cause, None, None);
     }
+
     /// The stream closed: flush every outstanding work request with `WrFlushErr`.
     pub fn flush(&mut self) {
-        todo!()
+        self.state = QpState::Terminated;
+        self.flush_all(None);
+    }
+
+    /// Queue our TERMINATE (RFC 5040 §4.8, §7.1), unless one was already sent or received.
+    fn fail(
+        &mut self,
+        cause: TermCause,
+        offending: Option<(&[u8], u16)>,
+        rr: Option<ReadRequestRepr>,
+    ) {
+        if self.state == QpState::Terminated {
+            log::debug!("rdmap: already terminated; not sending another TERMINATE");
+            return;
+        }
+        log::warn!(
+            "rdmap: sending TERMINATE layer {:?} type {:#x} code {:#04x}; nothing of the offending message placed",
+            cause.layer,
+            cause.etype,
+            cause.code
+        );
+        let msn = self.msn_tx[2];
+        self.msn_tx[2] = msn.wrapping_add(1);
+        let mut out = Vec::with_capacity(UNTAGGED_HEADER_LEN + 52);
+        HeaderRepr {
+            last: true,
+            ddp_version: DDP_VERSION,
+            rdmap_control: RdmapOpcode::Terminate.control(),
+            buffer: BufferRepr::Untagged {
+                inv_stag: 0,
+                qn: QN_TERMINATE,
+                msn,
+                mo: 0,
+            },
+        }
+        .emit_to_vec(&mut out);
+        TerminateRepr::for_cause(cause, offending, rr).emit_to_vec(&mut out);
+        self.term_out = Some(out);
+        self.events.push_back(QpEvent::TerminateSent(cause));
+        self.state = QpState::Terminated;
+        self.flush_all(None);
+    }
+
+    /// Flush everything outstanding; `attrib` = a peer TERMINATE's cause and the message it named.
+    fn flush_all(&mut self, attrib: Option<(TermCause, Option<TxIdent>)>) {
+        let named = attrib.and_then(|(c, id)| id.map(|id| (c, id)));
+        if let Some((cause, id)) = named {
+            for (wc, ident) in self.cq.iter_mut() {
+                if *ident == Some(id)
+                    && wc.status == WcStatus::Success
+                    && wc.opcode != WcOpcode::Recv
+                {
+                    wc.status = status_for(cause);
+                }
+            }
+        }
+        self.tx_cur = None;
+        self.sq.clear();
+        self.out_reads.clear();
+        self.irrq.clear();
+        for f in self.inflight.iter_mut() {
+            match (f.done, named) {
+                (None, Some((cause, id))) if f.ident == Some(id) => {
+                    f.done = Some(status_for(cause))
+                }
+                (Some(WcStatus::Success), Some((cause, id))) if f.ident == Some(id) => {
+                    f.done = Some(status_for(cause))
+                }
+                (None, _) => f.done = Some(WcStatus::WrFlushErr),
+                _ => {}
+            }
+        }
+        self.release();
+        let rq_err = self.rq_err.take();
+        for (i, r) in self.rq.drain(..).enumerate() {
+            let status = match rq_err {
+                Some((j, s)) if i == j => s,
+                _ => WcStatus::WrFlushErr,
+            };
+            self.cq.push_back((
+                WorkCompletion {
+                    wr_id: r.wr.wr_id,
+                    status,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    invalidated_rkey: None,
+                    solicited: false,
+                },
+                None,
+            ));
+        }
+    }
+
+    // ------------------------------------------------------------------ transmit
+
+    /// Append the next outgoing ULPDU (at most `mulpdu` bytes) to `out`; false if none is ready.
+    pub fn poll_ulpdu(&mut self, out: &mut Vec<u8>) -> bool {
+        if let Some(t) = self.term_out.take() {
+            out.extend_from_slice(&t);
+            return true;
+        }
+        if self.state != QpState::Rts {
+            return false;
+        }
+        if let Some(k) = self.rtr_send.take() {
+            self.emit_rtr(k, out);
+            self.events.push_back(QpEvent::RtrComplete);
+            return true;
+        }
+        let sq_ready = self.tx_cur.is_some()
+            || self.sq.front().is_some_and(|(_, wr)| {
+                !matches!(wr.opcode, Opcode::Read { .. }) || self.out_reads.len() < self.ord()
+            });
+        let resp_ready = !self.irrq.is_empty();
+        // siw cannot interleave segments of two tagged messages (it reports "packet
+        // intersection"), so a Write in progress and a Read Response in progress exclude
+        // each other; untagged SQ traffic interleaves with responses segment by segment.
+        let cur_tagged = self.tx_cur.as_ref().is_some_and(|t| t.opcode.is_tagged());
+        let next_tagged = cur_tagged
+            || (self.tx_cur.is_none()
+                && self
+                    .sq
+                    .front()
+                    .is_some_and(|(_, wr)| matches!(wr.opcode, Opcode::Write { .. })));
+        let resp_started = self.irrq.front().is_some_and(|r| r.sent > 0);
+        let sq_ok = sq_ready && !(next_tagged && resp_started);
+        let resp_ok = resp_ready && !cur_tagged;
+        let do_resp = match (sq_ok, resp_ok) {
+            (false, false) => return false,
+            (true, false) => false,
+            (false, true) => true,
+            (true, true) => self.prefer_resp,
+        };
+        self.prefer_resp = !do_resp;
+        let start = out.len();
+        let ok = if do_resp {
+            self.emit_read_response(out)
+        } else {
+            self.emit_sq(out)
+        };
+        if !ok {
+            out.truncate(start);
+            if let Some(t) = self.term_out.take() {
+                out.extend_from_slice(&t);
+                return true;
+            }
+            return false;
+        }
+        true
+    }
+
+    fn room(&self, hdr: usize) -> u32 {
+        u32::try_from(self.cfg.mulpdu.saturating_sub(hdr).max(1)).unwrap_or(u32::MAX)
+    }
+
+    fn emit_rtr(&mut self, k: RtrKind, out: &mut Vec<u8>) {
+        // RFC 6581 §9.2 with siw's choices: zero-length Send (QN 0), zero-length Write to
+        // STag 1 / TO 0, or zero-length Read Request on QN 1 answered by a zero-length Read
+        // Response. The RTR consumes an MSN on its queue.
+        let (ctrl, buffer) = match k {
+            RtrKind::Send => {
+                let msn = self.msn_tx[0];
+                self.msn_tx[0] = msn.wrapping_add(1);
+                (
+                    RdmapOpcode::Send.control(),
+                    BufferRepr::Untagged {
+                        inv_stag: 0,
+                        qn: QN_SEND,
+                        msn,
+                        mo: 0,
+                    },
+                )
+            }
+            RtrKind::Write => (
+                RdmapOpcode::RdmaWrite.control(),
+                BufferRepr::Tagged { stag: 1, to: 0 },
+            ),
+            RtrKind::Read => {
+                let msn = self.msn_tx[1];
+                self.msn_tx[1] = msn.wrapping_add(1);
+                self.out_reads.push_back(OutRead {
+                    seq: None,
+                    sink_stag: 0,
+                    sink_to: 0,
+                    len: 0,
+                });
+                (
+                    RdmapOpcode::ReadRequest.control(),
+                    BufferRepr::Untagged {
+                        inv_stag: 0,
+                        qn: QN_READ_REQUEST,
+                        msn,
+                        mo: 0,
+                    },
+                )
+            }
+        };
+        HeaderRepr {
+            last: true,
+            ddp_version: DDP_VERSION,
+            rdmap_control: ctrl,
+            buffer,
+        }
+        .emit_to_vec(out);
+        if k == RtrKind::Read {
+            ReadRequestRepr::default().emit_to_vec(out);
+        }
+    }
+
+    /// Start the next SQ WR as a message.
+    fn start_sq(&mut self) -> Option<TxMsg> {
+        let (seq, wr) = self.sq.pop_front()?;
+        let len: u32 = wr.sg_list.iter().map(|s| s.length).sum();
+        let mut m = TxMsg {
+            seq: Some(seq),
+            opcode: RdmapOpcode::Send,
+            stag: 0,
+            to: 0,
+            qn: QN_SEND,
+            msn: 0,
+            inv_stag: 0,
+            sges: wr.sg_list,
+            fixed: None,
+            len,
+            sent: 0,
+            sge_idx: 0,
+            sge_off: 0,
+        };
+        let send_msn = |s: &mut Self| {
+            let msn = s.msn_tx[0];
+            s.msn_tx[0] = msn.wrapping_add(1);
+            msn
+        };
+        match wr.opcode {
+            Opcode::Send => m.msn = send_msn(self),
+            Opcode::SendSe => {
+                m.opcode = RdmapOpcode::SendSe;
+                m.msn = send_msn(self);
+            }
+            Opcode::SendInv { inv_stag } => {
+                m.opcode = RdmapOpcode::SendInv;
+                m.inv_stag = inv_stag;
+                m.msn = send_msn(self);
+            }
+            Opcode::SendSeInv { inv_stag } => {
+                m.opcode = RdmapOpcode::SendSeInv;
+                m.inv_stag = inv_stag;
+                m.msn = send_msn(self);
+            }
+            Opcode::Write { remote_addr, rkey } => {
+                m.opcode = RdmapOpcode::RdmaWrite;
+                m.stag = rkey;
+                m.to = remote_addr;
+            }
+            Opcode::Read { remote_addr, rkey } => {
+                let msn = self.msn_tx[1];
+                self.msn_tx[1] = msn.wrapping_add(1);
+                let (sink_stag, sink_to) = m.sges.first().map_or((0, 0), |s| (s.lkey, s.addr));
+                let rr = ReadRequestRepr {
+                    sink_stag,
+                    sink_to,
+                    size: len,
+                    src_stag: rkey,
+                    src_to: remote_addr,
+                };
+                let mut body = Vec::with_capacity(28);
+                rr.emit_to_vec(&mut body);
+                m.opcode = RdmapOpcode::ReadRequest;
+                m.qn = QN_READ_REQUEST;
+                m.msn = msn;
+                m.fixed = Some(body);
+                self.out_reads.push_back(OutRead {
+                    seq: Some(seq),
+                    sink_stag,
+                    sink_to,
+                    len,
+                });
+                if let Some(f) = self.inflight_mut(seq) {
+                    f.ident = Some(TxIdent::Untagged {
+                        qn: QN_READ_REQUEST,
+                        msn,
+                    });
+                }
+            }
+        }
+        Some(m)
+    }
+
+    fn emit_sq(&mut self, out: &mut Vec<u8>) -> bool {
+        let mut m = match self.tx_cur.take() {
+            Some(m) => m,
+            None => match self.start_sq() {
+                Some(m) => m,
+                None => return false,
+            },
+        };
+        let tagged = m.opcode.is_tagged();
+        let hdr = if tagged {
+            TAGGED_HEADER_LEN
+        } else {
+            UNTAGGED_HEADER_LEN
+        };
+        let (chunk, last) = if m.fixed.is_some() {
+            (0, true)
+        } else {
+            let c = (m.len - m.sent).min(self.room(hdr));
+            (c, m.sent + c == m.len)
+        };
+        let buffer = if tagged {
+            BufferRepr::Tagged {
+                stag: m.stag,
+                to: m.to.wrapping_add(u64::from(m.sent)),
+            }
+        } else {
+            BufferRepr::Untagged {
+                inv_stag: m.inv_stag,
+                qn: m.qn,
+                msn: m.msn,
+                mo: m.sent,
+            }
+        };
+        HeaderRepr {
+            last,
+            ddp_version: DDP_VERSION,
+            rdmap_control: m.opcode.control(),
+            buffer,
+        }
+        .emit_to_vec(out);
+        if let Some(f) = &m.fixed {
+            out.extend_from_slice(f);
+        } else {
+            // Gather `chunk` bytes from the SGE list.
+            let mut left = chunk;
+            while left > 0 {
+                let Some(s) = m.sges.get(m.sge_idx).copied() else {
+                    break;
+                };
+                let n = (s.length - m.sge_off).min(left);
+                if n > 0 {
+                    let r = self.mem.read_append(
+                        s.lkey,
+                        self.cfg.pd,
+                        s.addr + u64::from(m.sge_off),
+                        n as usize,
+                        Access(0),
+                        out,
+                    );
+                    if let Err(e) = r {
+                        log::warn!("rdma: local SGE {s:?} became unusable while sending: {e}");
+                        if let Some(seq) = m.seq {
+                            self.complete_seq(seq, WcStatus::LocProtErr, None);
+                        }
+                        self.fail(TermCause::RDMAP_LOCAL_CATASTROPHIC, None, None);
+                        return false;
+                    }
+                }
+                m.sge_off += n;
+                left -= n;
+                if m.sge_off == s.length {
+                    m.sge_idx += 1;
+                    m.sge_off = 0;
+                }
+            }
+        }
+        m.sent += chunk;
+        if last {
+            if let (Some(seq), false) = (m.seq, m.opcode == RdmapOpcode::ReadRequest) {
+                let ident = if tagged {
+                    TxIdent::Tagged { stag: m.stag }
+                } else {
+                    TxIdent::Untagged {
+                        qn: m.qn,
+                        msn: m.msn,
+                    }
+                };
+                self.complete_seq(seq, WcStatus::Success, Some(ident));
+            }
+        } else {
+            self.tx_cur = Some(m);
+        }
+        true
+    }
+
+    fn emit_read_response(&mut self, out: &mut Vec<u8>) -> bool {
+        let room = self.room(TAGGED_HEADER_LEN);
+        let pd = self.cfg.pd;
+        let Some(r) = self.irrq.front_mut() else {
+            return false;
+        };
+        let chunk = (r.len - r.sent).min(room);
+        let last = r.sent + chunk == r.len;
+        HeaderRepr {
+            last,
+            ddp_version: DDP_VERSION,
+            rdmap_control: RdmapOpcode::ReadResponse.control(),
+            buffer: BufferRepr::Tagged {
+                stag: r.sink_stag,
+                to: r.sink_to.wrapping_add(u64::from(r.sent)),
+            },
+        }
+        .emit_to_vec(out);
+        if chunk > 0 {
+            let res = self.mem.read_append(
+                r.src_stag,
+                pd,
+                r.src_to + u64::from(r.sent),
+                chunk as usize,
+                Access::REMOTE_READ,
+                out,
+            );
+            if let Err(e) = res {
+                // Validated on arrival; the ULP deregistered or invalidated it since.
+                log::warn!(
+                    "rdmap: Read source STag {:#x} became unusable: {e}",
+                    r.src_stag
+                );
+                self.fail(read_cause(e), None, None);
+                return false;
+            }
+        }
+        r.sent += chunk;
+        if last {
+            self.irrq.pop_front();
+        }
+        true
+    }
+
+    // ------------------------------------------------------------------ receive
+
+    /// Process one ULPDU (DDP header + payload, CRC already verified by MPA). Never panics; any
+    /// error queues the TERMINATE the RFCs demand (nothing of the offending message is placed).
+    pub fn on_ulpdu(&mut self, ulpdu: &[u8]) {
+        let seg = match Segment::new_checked(ulpdu) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!(
+                    "ddp: ULPDU of {} bytes has no complete DDP header: {e}",
+                    ulpdu.len()
+                );
+                if self.state != QpState::Terminated {
+                    self.fail(TermCause::RDMAP_CATASTROPHIC_LOCALIZED, None, None);
+                }
+                return;
+            }
+        };
+        let hdr = seg.header();
+        let seg_len = u16::try_from(ulpdu.len()).unwrap_or(u16::MAX);
+        let off = Some((hdr, seg_len));
+        let tagged = seg.tagged();
+        let ctrl = seg.rdmap_control();
+        let opcode = RdmapOpcode::from_u8(control_opcode(ctrl));
+        if self.state == QpState::Terminated {
+            // RFC 5041 §7.1: silently drop everything after an error, but still hear the
+            // peer's own TERMINATE.
+            if !tagged && seg.qn() == QN_TERMINATE && opcode == Some(RdmapOpcode::Terminate) {
+                if !self.term_received {
+                    self.on_terminate(seg.payload());
+                }
+            } else {
+                log::debug!("ddp: dropping a segment after termination");
+            }
+            return;
+        }
+        if self.state == QpState::AwaitRtr {
+            self.on_rtr(&seg);
+            return;
+        }
+        // DDP checks first (RFC 5041 §7.1), then RDMAP (RFC 5040 §7.2).
+        if seg.ddp_version() != DDP_VERSION {
+            log::warn!("ddp: invalid DDP version {}", seg.ddp_version());
+            let c = if tagged {
+                TermCause::DDP_TAGGED_INVALID_DDP_VERSION
+            } else {
+                TermCause::DDP_UNTAGGED_INVALID_DDP_VERSION
+            };
+            return self.fail(c, off, None);
+        }
+        if !tagged && seg.qn() > QN_TERMINATE {
+            log::warn!("ddp: invalid QN {}", seg.qn());
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_QN, off, None);
+        }
+        if control_version(ctrl) != RDMAP_VERSION {
+            log::warn!("rdmap: invalid RDMAP version {}", control_version(ctrl));
+            return self.fail(TermCause::RDMAP_INVALID_RDMAP_VERSION, off, None);
+        }
+        let Some(op) = opcode.filter(|op| {
+            op.is_tagged() == tagged && (tagged || op.queue_number() == Some(seg.qn()))
+        }) else {
+            log::warn!(
+                "rdmap: unexpected opcode {:#x} (tagged {tagged}, QN {})",
+                control_opcode(ctrl),
+                if tagged { 0 } else { seg.qn() }
+            );
+            return self.fail(TermCause::RDMAP_UNEXPECTED_OPCODE, off, None);
+        };
+        match op {
+            RdmapOpcode::RdmaWrite => self.on_write(&seg),
+            RdmapOpcode::ReadResponse => self.on_read_response(&seg),
+            RdmapOpcode::ReadRequest => self.on_read_request(&seg),
+            RdmapOpcode::Terminate => self.on_terminate(seg.payload()),
+            _ => self.on_send(&seg, op),
+        }
+    }
+
+    fn seg_off<'a>(seg: &'a Segment<&[u8]>) -> Option<(&'a [u8], u16)> {
+        let len = u16::try_from(seg.header_len() + seg.payload().len()).unwrap_or(u16::MAX);
+        Some((seg.header(), len))
+    }
+
+    fn on_rtr(&mut self, seg: &Segment<&[u8]>) {
+        let ok_hdr = seg.ddp_version() == DDP_VERSION
+            && control_version(seg.rdmap_control()) == RDMAP_VERSION
+            && seg.last();
+        let op = RdmapOpcode::from_u8(control_opcode(seg.rdmap_control()));
+        let p = seg.payload();
+        let kind = match (ok_hdr, seg.tagged(), op) {
+            (true, false, Some(RdmapOpcode::Send))
+                if seg.qn() == QN_SEND
+                    && seg.msn() == self.msn_rx[0]
+                    && seg.mo() == 0
+                    && p.is_empty() =>
+            {
+                Some(RtrKind::Send)
+            }
+            (true, true, Some(RdmapOpcode::RdmaWrite)) if p.is_empty() => Some(RtrKind::Write),
+            (true, false, Some(RdmapOpcode::ReadRequest))
+                if seg.qn() == QN_READ_REQUEST && seg.msn() == self.msn_rx[1] && seg.mo() == 0 =>
+            {
+                ReadRequestRepr::parse(&ReadRequest::new_unchecked(&p))
+                    .ok()
+                    .filter(|r| r.size == 0)
+                    .map(|r| {
+                        self.irrq.push_back(InRead {
+                            sink_stag: r.sink_stag,
+                            sink_to: r.sink_to,
+                            src_stag: r.src_stag,
+                            src_to: r.src_to,
+                            len: 0,
+                            sent: 0,
+                        });
+                        RtrKind::Read
+                    })
+            }
+            _ => None,
+        };
+        match kind {
+            Some(k) if self.rtr_accept[rtr_index(k)] => {
+                match k {
+                    RtrKind::Send => self.msn_rx[0] = self.msn_rx[0].wrapping_add(1),
+                    RtrKind::Read => self.msn_rx[1] = self.msn_rx[1].wrapping_add(1),
+                    RtrKind::Write => {}
+                }
+                log::debug!("rdmap: RTR ({k:?}) received; connection ready");
+                self.state = QpState::Rts;
+                self.events.push_back(QpEvent::RtrComplete);
+            }
+            _ => {
+                log::warn!("rdmap: first message is not an acceptable RTR (got {kind:?})");
+                self.irrq.clear();
+                self.fail(TermCause::MPA_NO_MATCHING_RTR, None, None);
+            }
+        }
+    }
+
+    fn on_write(&mut self, seg: &Segment<&[u8]>) {
+        let p = seg.payload();
+        // RFC 5041 §7.1: only non-zero-length tagged segments are validated (siw's Write RTR).
+        if p.is_empty() {
+            return;
+        }
+        let (stag, to) = (seg.stag(), seg.to());
+        let wrap = to.checked_add(p.len() as u64).is_none();
+        if let Err(e) = self
+            .mem
+            .write(stag, self.cfg.pd, to, p, Access::REMOTE_WRITE)
+        {
+            log::warn!(
+                "ddp: RDMA Write to STag {stag:#x} TO {to:#x} len {} refused: {e}",
+                p.len()
+            );
+            self.fail(tagged_cause(e, wrap), Self::seg_off(seg), None);
+        }
+    }
+
+    fn on_read_response(&mut self, seg: &Segment<&[u8]>) {
+        let p = seg.payload();
+        let Some(head) = self.out_reads.front() else {
+            log::warn!("rdmap: Read Response without an outstanding Read Request");
+            return self.fail(TermCause::RDMAP_UNEXPECTED_OPCODE, Self::seg_off(seg), None);
+        };
+        let (stag, to) = (seg.stag(), seg.to());
+        if !p.is_empty() {
+            if stag != head.sink_stag {
+                log::warn!(
+                    "ddp: Read Response to STag {stag:#x}, requested {:#x}",
+                    head.sink_stag
+                );
+                return self.fail(TermCause::DDP_TAGGED_INVALID_STAG, Self::seg_off(seg), None);
+            }
+            let in_range = to
+                .checked_sub(head.sink_to)
+                .and_then(|o| o.checked_add(p.len() as u64))
+                .is_some_and(|end| end <= u64::from(head.len));
+            if !in_range {
+                log::warn!(
+                    "ddp: Read Response TO {to:#x} len {} outside the sink",
+                    p.len()
+                );
+                let wrap = to.checked_add(p.len() as u64).is_none();
+                return self.fail(
+                    tagged_cause(MemoryError::Bounds, wrap),
+                    Self::seg_off(seg),
+                    None,
+                );
+            }
+            if let Err(e) = self
+                .mem
+                .write(stag, self.cfg.pd, to, p, Access::LOCAL_WRITE)
+            {
+                log::warn!("ddp: Read Response placement into STag {stag:#x} refused: {e}");
+                let wrap = to.checked_add(p.len() as u64).is_none();
+                return self.fail(tagged_cause(e, wrap), Self::seg_off(seg), None);
+            }
+        }
+        if seg.last() {
+            if let Some(r) = self.out_reads.pop_front() {
+                if let Some(seq) = r.seq {
+                    self.complete_seq(seq, WcStatus::Success, None);
+                }
+            }
+        }
+    }
+
+    fn on_read_request(&mut self, seg: &Segment<&[u8]>) {
+        let off = Self::seg_off(seg);
+        if self.irrq.len() >= self.ird() {
+            log::warn!("rdmap: Read Request beyond IRD {}", self.ird());
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_MSN_NO_BUFFER, off, None);
+        }
+        if seg.msn() != self.msn_rx[1] {
+            log::warn!(
+                "ddp: Read Request MSN {} (expected {})",
+                seg.msn(),
+                self.msn_rx[1]
+            );
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_MSN_RANGE, off, None);
+        }
+        if seg.mo() != 0 || !seg.last() {
+            log::warn!("ddp: Read Request not a single segment at MO 0");
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_MO, off, None);
+        }
+        let p = seg.payload();
+        let rr = match ReadRequestRepr::parse(&ReadRequest::new_unchecked(&p)) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("rdmap: malformed Read Request header: {e}");
+                return self.fail(TermCause::RDMAP_OP_UNSPECIFIED, off, None);
+            }
+        };
+        if rr.size > 0 {
+            let wrap = rr.src_to.checked_add(u64::from(rr.size)).is_none()
+                || rr.sink_to.checked_add(u64::from(rr.size)).is_none();
+            let res = self.mem.check(
+                rr.src_stag,
+                self.cfg.pd,
+                rr.src_to,
+                rr.size as usize,
+                Access::REMOTE_READ,
+            );
+            let cause = match res {
+                Err(MemoryError::Bounds) if wrap => Some(TermCause::RDMAP_TO_WRAP),
+                Err(e) => Some(read_cause(e)),
+                Ok(()) if wrap => Some(TermCause::RDMAP_TO_WRAP),
+                Ok(()) => None,
+            };
+            if let Some(c) = cause {
+                log::warn!(
+                    "rdmap: Read Request for STag {:#x} TO {:#x} size {} refused",
+                    rr.src_stag,
+                    rr.src_to,
+                    rr.size
+                );
+                return self.fail(c, off, Some(rr));
+            }
+        }
+        self.msn_rx[1] = self.msn_rx[1].wrapping_add(1);
+        self.irrq.push_back(InRead {
+            sink_stag: rr.sink_stag,
+            sink_to: rr.sink_to,
+            src_stag: rr.src_stag,
+            src_to: rr.src_to,
+            len: rr.size,
+            sent: 0,
+        });
+    }
+
+    fn on_send(&mut self, seg: &Segment<&[u8]>, op: RdmapOpcode) {
+        let off = Self::seg_off(seg);
+        let p = seg.payload();
+        let d = seg.msn().wrapping_sub(self.msn_rx[0]) as usize;
+        if self.rq.is_empty() {
+            log::warn!("ddp: Send MSN {} but no receive buffer posted", seg.msn());
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_MSN_NO_BUFFER, off, None);
+        }
+        if d >= self.rq.len() {
+            log::warn!(
+                "ddp: Send MSN {} outside [{}, +{})",
+                seg.msn(),
+                self.msn_rx[0],
+                self.rq.len()
+            );
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_MSN_RANGE, off, None);
+        }
+        let cap = self.rq[d].cap;
+        let mo = u64::from(seg.mo());
+        if mo > cap {
+            log::warn!("ddp: Send MO {mo} beyond the {cap}-byte buffer");
+            self.rq_err = Some((d, WcStatus::LocLenErr));
+            return self.fail(TermCause::DDP_UNTAGGED_INVALID_MO, off, None);
+        }
+        if mo + p.len() as u64 > cap {
+            log::warn!(
+                "ddp: Send MO {mo} + {} exceeds the {cap}-byte buffer",
+                p.len()
+            );
+            self.rq_err = Some((d, WcStatus::LocLenErr));
+            return self.fail(TermCause::DDP_UNTAGGED_MESSAGE_TOO_LONG, off, None);
+        }
+        let inv =
+            matches!(op, RdmapOpcode::SendInv | RdmapOpcode::SendSeInv).then(|| seg.inv_stag());
+        if let Some(stag) = inv {
+            // RFC 5040 §7.2 checks 4-5, before anything is placed.
+            let cause = match self.mem.get(stag) {
+                None => Some(TermCause::RDMAP_INVALID_STAG),
+                Some(mr) if mr.is_invalidated() => Some(TermCause::RDMAP_INVALID_STAG),
+                Some(mr) if mr.pd() != self.cfg.pd => Some(TermCause::RDMAP_STAG_NOT_ASSOCIATED),
+                Some(_) => None,
+            };
+            if let Some(c) = cause {
+                log::warn!("rdmap: Send with Invalidate names STag {stag:#x} we cannot invalidate");
+                return self.fail(c, off, None);
+            }
+        }
+        // Scatter: check every piece, then copy (nothing placed if any piece fails).
+        let mut pieces: Vec<(Sge, u64, usize, usize)> = Vec::new();
+        let (mut pos, mut done) = (0u64, 0usize);
+        for s in &self.rq[d].wr.sg_list {
+            let end = pos + u64::from(s.length);
+            if done < p.len() && mo + (done as u64) < end {
+                let at = mo + done as u64 - pos;
+                let n = ((end - (mo + done as u64)) as usize).min(p.len() - done);
+                pieces.push((*s, s.addr + at, done, n));
+                done += n;
+            }
+            pos = end;
+        }
+        for &(s, addr, _, n) in &pieces {
+            if let Err(e) = self
+                .mem
+                .check(s.lkey, self.cfg.pd, addr, n, Access::LOCAL_WRITE)
+            {
+                log::warn!("rdma: receive SGE {s:?} became unusable: {e}");
+                self.rq_err = Some((d, WcStatus::LocProtErr));
+                return self.fail(TermCause::RDMAP_LOCAL_CATASTROPHIC, None, None);
+            }
+        }
+        for (s, addr, from, n) in pieces {
+            if let Err(e) = self.mem.write(
+                s.lkey,
+                self.cfg.pd,
+                addr,
+                &p[from..from + n],
+                Access::LOCAL_WRITE,
+            ) {
+                log::warn!("rdma: receive SGE {s:?} placement failed: {e}");
+                self.rq_err = Some((d, WcStatus::LocProtErr));
+                return self.fail(TermCause::RDMAP_LOCAL_CATASTROPHIC, None, None);
+            }
+        }
+        if seg.last() {
+            let len = u32::try_from(mo + p.len() as u64).unwrap_or(u32::MAX);
+            let solicited = matches!(op, RdmapOpcode::SendSe | RdmapOpcode::SendSeInv);
+            self.rq[d].done = Some((len, solicited, inv));
+            self.release_recv();
+        }
+    }
+
+    fn on_terminate(&mut self, body: &[u8]) {
+        self.term_received = true;
+        let (cause, named) = match TerminateRepr::parse(body) {
+            Ok((t, order)) => {
+                if order == BitOrder::Siw {
+                    log::info!(
+                        "rdmap: decoded a TERMINATE in siw bit order (nibbles/M-D-R swapped)"
+                    );
+                }
+                let named = t.ddp_header.as_ref().and_then(|h| {
+                    let s = Segment::new_checked(&h[..]).ok()?;
+                    Some(if s.tagged() {
+                        TxIdent::Tagged { stag: s.stag() }
+                    } else {
+                        TxIdent::Untagged {
+                            qn: s.qn(),
+                            msn: s.msn(),
+                        }
+                    })
+                });
+                (t.control.cause, named)
+            }
+            Err(e) => {
+                log::warn!("rdmap: malformed TERMINATE from the peer: {e}");
+                (TermCause::RDMAP_OP_UNSPECIFIED, None)
+            }
+        };
+        log::warn!(
+            "rdmap: TERMINATE received: layer {:?} type {:#x} code {:#04x}",
+            cause.layer,
+            cause.etype,
+            cause.code
+        );
+        self.events.push_back(QpEvent::TerminateReceived(cause));
+        self.state = QpState::Terminated;
+        self.flush_all(Some((cause, named)));
     }
 }
