@@ -16,8 +16,8 @@ use crate::mpa::{
     StartupError, StartupEvent,
 };
 use crate::rdma::{
-    MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrRole, SendWr,
-    WorkCompletion,
+    MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind, RtrRole,
+    SendWr, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
 
@@ -386,6 +386,14 @@ impl Connection {
             rtr,
         };
         let mut qp = QpEngine::new(qp_cfg, self.mem.clone());
+        if n.role == Role::Responder && n.rtr.is_some() {
+            // RFC 6581 §9.2: the initiator may send any of the RTR kinds we advertised.
+            let kinds: Vec<RtrKind> = [RtrKind::Send, RtrKind::Write, RtrKind::Read]
+                .into_iter()
+                .filter(|&k| n.rtr_accept.contains(k))
+                .collect();
+            qp.accept_rtr_kinds(&kinds);
+        }
         for wr in self.early_recv.drain(..) {
             if let Err(e) = qp.post_recv(wr) {
                 log::warn!("conn: receive posted before establishment refused: {e}");
