@@ -7,7 +7,7 @@ use std::time::Instant;
 use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
 use dpwarp::mpa::MpaConfig;
 use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, PdId, RecvWr, SendWr, Sge, WcStatus};
-use dpwarp::wire::terminate::{Layer, TermCause};
+use dpwarp::wire::terminate::TermCause;
 
 struct Pair {
     a: Connection,
@@ -133,7 +133,7 @@ fn rfc5044_s4_4_every_bit_flip_in_an_fpdu_is_caught() {
         .unwrap();
         p.take_a().len()
     };
-    assert_eq!(fpdu_len, (2 + 18 + msg + 3) / 4 * 4 + 4);
+    assert_eq!(fpdu_len, (2 + 18 + msg).div_ceil(4) * 4 + 4);
     for bit in 0..fpdu_len * 8 {
         let mut p = Pair::new(MpaConfig::default());
         let src = p.mem_a.register(p.pd_a, 70_000, Access::LOCAL_WRITE);
@@ -240,12 +240,12 @@ fn rfc5040_s7_write_invalid_stag_refused() {
         };
         (mr, op, 64)
     });
-    assert_ne!(c.layer, Layer::Llp);
+    assert_eq!(c, TermCause::DDP_TAGGED_INVALID_STAG);
 }
 
 #[test]
 fn rfc5040_s7_write_wrong_key_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, RW);
         let op = Opcode::Write {
             remote_addr: mr.addr(),
@@ -253,11 +253,12 @@ fn rfc5040_s7_write_wrong_key_refused() {
         };
         (mr, op, 64)
     });
+    assert_eq!(c, TermCause::DDP_TAGGED_INVALID_STAG);
 }
 
 #[test]
 fn rfc5040_s7_write_past_bounds_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, RW);
         let op = Opcode::Write {
             remote_addr: mr.addr() + 4096 - 10,
@@ -265,11 +266,12 @@ fn rfc5040_s7_write_past_bounds_refused() {
         };
         (mr, op, 64)
     });
+    assert_eq!(c, TermCause::DDP_TAGGED_BASE_OR_BOUNDS_VIOLATION);
 }
 
 #[test]
 fn rfc5040_s7_write_below_base_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, RW);
         let op = Opcode::Write {
             remote_addr: mr.addr() - 1,
@@ -277,11 +279,12 @@ fn rfc5040_s7_write_below_base_refused() {
         };
         (mr, op, 8)
     });
+    assert_eq!(c, TermCause::DDP_TAGGED_BASE_OR_BOUNDS_VIOLATION);
 }
 
 #[test]
 fn rfc5040_s7_write_without_remote_write_right_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, Access::LOCAL_WRITE | Access::REMOTE_READ);
         let op = Opcode::Write {
             remote_addr: mr.addr(),
@@ -289,11 +292,12 @@ fn rfc5040_s7_write_without_remote_write_right_refused() {
         };
         (mr, op, 64)
     });
+    assert_eq!(c, TermCause::RDMAP_ACCESS_RIGHTS_VIOLATION);
 }
 
 #[test]
 fn rfc5040_s7_read_without_remote_read_right_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         let op = Opcode::Read {
             remote_addr: mr.addr(),
@@ -301,11 +305,12 @@ fn rfc5040_s7_read_without_remote_read_right_refused() {
         };
         (mr, op, 64)
     });
+    assert_eq!(c, TermCause::RDMAP_ACCESS_RIGHTS_VIOLATION);
 }
 
 #[test]
 fn rfc5040_s7_read_past_bounds_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, RW);
         let op = Opcode::Read {
             remote_addr: mr.addr() + 100,
@@ -313,11 +318,12 @@ fn rfc5040_s7_read_past_bounds_refused() {
         };
         (mr, op, 4096)
     });
+    assert_eq!(c, TermCause::RDMAP_BASE_OR_BOUNDS_VIOLATION);
 }
 
 #[test]
 fn rfc5040_s7_write_to_other_pd_region_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let other_pd = p.mem_b.alloc_pd();
         let mr = p.mem_b.register(other_pd, 4096, RW);
         let op = Opcode::Write {
@@ -326,11 +332,12 @@ fn rfc5040_s7_write_to_other_pd_region_refused() {
         };
         (mr, op, 64)
     });
+    assert_eq!(c, TermCause::DDP_TAGGED_STAG_NOT_ASSOCIATED);
 }
 
 #[test]
 fn rfc5040_s7_write_to_invalidated_stag_refused() {
-    refused(|p| {
+    let c = refused(|p| {
         let mr = rw(p, RW);
         p.mem_b.invalidate(mr.stag(), p.pd_b).unwrap();
         let op = Opcode::Write {
@@ -339,6 +346,7 @@ fn rfc5040_s7_write_to_invalidated_stag_refused() {
         };
         (mr, op, 64)
     });
+    assert_eq!(c, TermCause::DDP_TAGGED_INVALID_STAG);
 }
 
 #[test]
@@ -366,7 +374,14 @@ fn rfc5040_s7_send_invalidate_of_foreign_stag_refused() {
     })
     .unwrap();
     p.pump();
-    assert!(sent_terminate(&events(&mut p.b)).is_some());
+    assert_eq!(
+        sent_terminate(&events(&mut p.b)),
+        Some(TermCause::RDMAP_PROT_STAG_CANNOT_BE_INVALIDATED)
+    );
+    assert!(
+        rbuf.to_vec().iter().all(|&x| x == 0),
+        "receive buffer written"
+    );
     assert!(p
         .mem_b
         .check(foreign.stag(), other_pd, foreign.addr(), 64, RW)

@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use dpwarp::cm::ConnParam;
 use dpwarp::transport::memlink::FaultConfig;
-use dpwarp::verbs::{sge, Access, Opcode, RecvWr, SendWr, WcOpcode, WcStatus};
+use dpwarp::verbs::{sge, Access, Opcode, QpTerminate, RecvWr, SendWr, WcOpcode};
+use dpwarp::wire::terminate::TermCause;
 
 fn exercise(link: Link, param: ConnParam) {
     let mut c = Side::new();
@@ -116,7 +117,11 @@ fn exercise(link: Link, param: ConnParam) {
         (wc.wr_id, wc.opcode, wc.byte_len),
         (4, WcOpcode::Read, big as u32)
     );
-    assert_eq!(&sink.to_vec()[..big], &pattern(9, big)[..]);
+    // The Write covered target[7..big + 7], so the Read (ordered after it) sees the Write's last
+    // 7 bytes at the start of target[big..].
+    let mut expect_read = pattern(4, big)[big - 7..].to_vec();
+    expect_read.extend_from_slice(&pattern(9, big)[7..]);
+    assert_eq!(&sink.to_vec()[..big], &expect_read[..]);
     assert_eq!(&target.to_vec()[7..7 + big], &pattern(4, big)[..]);
 
     // 5. Send with Invalidate: the server's `inv` region is invalidated on delivery.
@@ -135,7 +140,9 @@ fn exercise(link: Link, param: ConnParam) {
     assert_eq!(wc.invalidated_rkey, Some(inv.stag()));
     assert_eq!(&r1.to_vec()[..4], b"inv!");
 
-    // 6. An RDMA Write to the invalidated STag is refused by the server: TERMINATE, nothing placed.
+    // 6. An RDMA Write to the invalidated STag is refused by the server: TERMINATE, nothing
+    // placed. iWARP has no acknowledgements, so the Write may already have completed locally
+    // (RFC 5041 §5.4); the refusal reaches the client as the peer's TERMINATE.
     let before = inv.to_vec();
     cqp.post_send(SendWr {
         wr_id: 6,
@@ -147,10 +154,12 @@ fn exercise(link: Link, param: ConnParam) {
         signaled: true,
     })
     .unwrap();
-    let wc = wc_any(&c.cq);
-    assert_ne!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(wc_any(&c.cq).wr_id, 6);
     assert!(cqp.wait_closed(std::time::Duration::from_secs(5)));
     assert!(sqp.wait_closed(std::time::Duration::from_secs(5)));
+    let cause = TermCause::DDP_TAGGED_INVALID_STAG;
+    assert_eq!(sqp.terminate_cause(), Some(QpTerminate::Sent(cause)));
+    assert_eq!(cqp.terminate_cause(), Some(QpTerminate::Received(cause)));
     assert_eq!(inv.to_vec(), before);
 }
 

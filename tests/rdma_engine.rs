@@ -611,6 +611,7 @@ fn rfc5040_s6_5_ird_exceeded() {
 }
 
 #[test]
+/// RFC 5040 §5.3: "STag Cannot be Invalidated" when the STag is not associated with the stream.
 fn rfc5040_s7_2_send_invalidate_of_foreign_stag() {
     let (mut p, rb) = with_buffer(64);
     let other = p.b.mem.alloc_pd();
@@ -628,7 +629,7 @@ fn rfc5040_s7_2_send_invalidate_of_foreign_stag() {
     p.pump();
     assert_eq!(
         sent_term(&evs(&mut p.b.qp)),
-        Some(TermCause::RDMAP_STAG_NOT_ASSOCIATED)
+        Some(TermCause::RDMAP_PROT_STAG_CANNOT_BE_INVALIDATED)
     );
     assert_eq!(rb.to_vec(), vec![0; 64]);
     assert!(!foreign.is_invalidated());

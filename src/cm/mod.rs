@@ -455,6 +455,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 }
                 sh.reap(c);
                 while let Some(ev) = c.poll_event() {
+                    sh.note_event(&ev);
                     let _ = events.try_send(ev);
                 }
                 c.should_close()
@@ -488,6 +489,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 c.on_eof();
                 sh.reap(c);
                 while let Some(ev) = c.poll_event() {
+                    sh.note_event(&ev);
                     let _ = events.try_send(ev);
                 }
             });

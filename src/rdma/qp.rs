@@ -1182,11 +1182,15 @@ impl QpEngine {
         let inv =
             matches!(op, RdmapOpcode::SendInv | RdmapOpcode::SendSeInv).then(|| seg.inv_stag());
         if let Some(stag) = inv {
-            // RFC 5040 §7.2 checks 4-5, before anything is placed.
+            // RFC 5040 §7.2 checks 4-5, before anything is placed; §5.3: an STag not associated
+            // with this stream gets "STag cannot be Invalidated" (as siw sends it: Remote
+            // Protection Error type).
             let cause = match self.mem.get(stag) {
                 None => Some(TermCause::RDMAP_INVALID_STAG),
                 Some(mr) if mr.is_invalidated() => Some(TermCause::RDMAP_INVALID_STAG),
-                Some(mr) if mr.pd() != self.cfg.pd => Some(TermCause::RDMAP_STAG_NOT_ASSOCIATED),
+                Some(mr) if mr.pd() != self.cfg.pd => {
+                    Some(TermCause::RDMAP_PROT_STAG_CANNOT_BE_INVALIDATED)
+                }
                 Some(_) => None,
             };
             if let Some(c) = cause {

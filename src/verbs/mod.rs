@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::conn::Connection;
+use crate::conn::{ConnEvent, Connection};
 pub use crate::rdma::{
     Access, MemoryTable, Mr, Opcode, PdId, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
+use crate::wire::terminate::TermCause;
 
 /// A software RNIC instance (`ibv_context`): owns the memory-region table its QPs place into.
 #[derive(Clone, Default)]
@@ -183,6 +184,8 @@ pub(crate) struct QpShared {
     pub(crate) closed: AtomicBool,
     /// Application asked to disconnect.
     pub(crate) disconnect: AtomicBool,
+    /// Why the connection ended, if a TERMINATE did it (the `ibv_get_async_event` role).
+    pub(crate) terminate: Mutex<Option<QpTerminate>>,
 }
 
 impl QpShared {
@@ -190,6 +193,17 @@ impl QpShared {
         // A poisoned lock means a driver thread panicked; the data inside is still consistent
         // enough to flush.
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remember the first TERMINATE among connection events.
+    pub(crate) fn note_event(&self, ev: &ConnEvent) {
+        let t = match ev {
+            ConnEvent::TerminateSent(c) => QpTerminate::Sent(*c),
+            ConnEvent::TerminateReceived(c) => QpTerminate::Received(*c),
+            _ => return,
+        };
+        let mut slot = self.terminate.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(t);
     }
 
     /// Move completions from the engine to the CQs.
@@ -227,6 +241,7 @@ impl Qp {
                 connecting: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 disconnect: AtomicBool::new(false),
+                terminate: Mutex::new(None),
             }),
         }
     }
@@ -277,6 +292,19 @@ impl Qp {
         self.shared.closed.load(Ordering::Acquire)
     }
 
+    /// The TERMINATE that ended the connection, if one did (RFC 5040 §4.8). This is how a
+    /// remote access error reaches the application: iWARP has no acknowledgements, so an RDMA
+    /// Write the peer refuses has already completed locally when the peer's TERMINATE arrives
+    /// (RFC 5041 §5.4); the QP then leaves RTS and later work is flushed, as with an
+    /// `IBV_EVENT_QP_FATAL` async event on an RNIC.
+    pub fn terminate_cause(&self) -> Option<QpTerminate> {
+        *self
+            .shared
+            .terminate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Close the connection (`rdma_disconnect`): outstanding work is flushed, the stream closed.
     pub fn disconnect(&self) {
         self.shared.disconnect.store(true, Ordering::Release);
@@ -298,6 +326,15 @@ impl Qp {
     pub(crate) fn claim(&self) -> bool {
         !self.shared.connecting.swap(true, Ordering::AcqRel)
     }
+}
+
+/// A TERMINATE that ended a QP's connection (see [`Qp::terminate_cause`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpTerminate {
+    /// We sent a TERMINATE with this cause (we detected the error).
+    Sent(TermCause),
+    /// The peer sent a TERMINATE with this cause.
+    Received(TermCause),
 }
 
 /// One SGE covering `len` bytes at `offset` into `mr`.
