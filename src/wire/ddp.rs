@@ -231,7 +231,7 @@ pub struct HeaderRepr {
 
 impl HeaderRepr {
     /// Parse the header of a checked segment.
-    pub fn parse<T: AsRef<[u8]>>(seg: &Segment<&T>) -> Result<HeaderRepr> {
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(seg: &Segment<&T>) -> Result<HeaderRepr> {
         let seg = Segment::new_checked(seg.buffer.as_ref())?;
         let buffer = if seg.tagged() {
             BufferRepr::Tagged {

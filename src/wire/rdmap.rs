@@ -185,7 +185,7 @@ pub struct ReadRequestRepr {
 
 impl ReadRequestRepr {
     /// Parse from a view.
-    pub fn parse<T: AsRef<[u8]>>(r: &ReadRequest<&T>) -> Result<Self> {
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(r: &ReadRequest<&T>) -> Result<Self> {
         let r = ReadRequest::new_checked(r.buffer.as_ref())?;
         Ok(ReadRequestRepr {
             sink_stag: r.sink_stag(),
