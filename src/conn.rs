@@ -34,6 +34,7 @@ pub struct ConnConfig {
     pub pd: PdId,
     /// Send and receive queue depths.
     pub sq_depth: usize,
+    /// Receive queue depth: receive WRs held at once (before and after establishment).
     pub rq_depth: usize,
     /// The transport's effective MSS; MULPDU is derived from it so that each FPDU fits one
     /// segment (RFC 5044 §4.2, App. A).
@@ -61,8 +62,11 @@ pub enum ConnEvent {
     Established(Negotiated),
     /// Initiator: the responder rejected the connection.
     Rejected {
+        /// The responder's ULP private data from the Reject frame (RFC 5044 §7.1.4).
         private_data: Vec<u8>,
+        /// The responder's IRD from an enhanced Reject (RFC 6581 §9.1); `None` when S=0.
         peer_ird: Option<u16>,
+        /// The responder's ORD from an enhanced Reject (RFC 6581 §9.1); `None` when S=0.
         peer_ord: Option<u16>,
     },
     /// Startup failed.

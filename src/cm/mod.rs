@@ -98,22 +98,35 @@ impl ConnParam {
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CmError {
+    /// The byte stream failed (connect, bind, accept, send or receive on the transport).
     #[error("transport: {0}")]
     Io(#[from] io::Error),
+    /// Initiator: the responder answered with an MPA Reply with R=1 (RFC 5044 §7.1.2); its private
+    /// data and, if the Reject was enhanced, its IRD/ORD are passed up (RFC 6581 §9.1).
     #[error("rejected by peer ({} bytes of private data)", private_data.len())]
     Rejected {
+        /// The responder's ULP private data from the Reject frame (RFC 5044 §7.1.4).
         private_data: Vec<u8>,
+        /// The responder's IRD from an enhanced Reject (RFC 6581 §9.1); `None` when S=0.
         peer_ird: Option<u16>,
+        /// The responder's ORD from an enhanced Reject (RFC 6581 §9.1); `None` when S=0.
         peer_ord: Option<u16>,
     },
+    /// MPA startup failed (RFC 5044 §7.1, RFC 6581); see [`StartupError`].
     #[error("MPA startup: {0}")]
     Startup(StartupError),
+    /// A TERMINATE was sent or received before the connection was established (e.g. RFC 6581
+    /// §9.1 insufficient IRD, §9.2 no matching RTR); `Qp::terminate_cause` tells which.
     #[error("connection terminated during setup")]
     Terminated,
+    /// A step did not finish in time (TCP accept, MPA Request, establishment, sending a Reject).
     #[error("timed out")]
     Timeout,
+    /// The stream closed before the connection was established.
     #[error("stream closed")]
     Closed,
+    /// The QP was already handed to `connect` / `accept` once; a QP is connected at most once,
+    /// even if that attempt failed.
     #[error("the QP was already connected")]
     QpInUse,
 }

@@ -7,10 +7,15 @@ use crate::wire::terminate::TermCause;
 /// Why the stream is broken. After an error the deframer delivers nothing more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DeframeError {
+    /// The received CRC does not match the one computed over the FPDU (RFC 5044 §8 code 2).
     #[error("FPDU CRC error")]
     Crc,
+    /// A marker's FPDUPTR does not point at the start of the FPDU the ULPDU_Length fields locate
+    /// (RFC 5044 §4.3, §8 code 3).
     #[error("marker error")]
     Marker,
+    /// An FPDU's ULPDU_Length exceeds the largest ULPDU this receiver accepts (RFC 5044 §4.1);
+    /// reported as TERMINATE code 0x01 ([`TermCause::MPA_BAD_LEN`]).
     #[error("invalid ULPDU length")]
     BadLength,
 }

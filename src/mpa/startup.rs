@@ -14,15 +14,21 @@ use std::time::{Duration, Instant};
 /// Which end of the MPA exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Sends the MPA Request and waits for the Reply (RFC 5044 §7.1, the active side).
     Initiator,
+    /// Waits for the MPA Request and answers with a Reply or Reject (RFC 5044 §7.1, the
+    /// passive side).
     Responder,
 }
 
 /// RFC 6581 §9 flags B/C/D: which RTR indications are offered / supported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RtrSet {
+    /// B flag: zero-length Send RTR (RFC 6581 §9).
     pub send: bool,
+    /// C flag: zero-length RDMA Write RTR (RFC 6581 §9).
     pub write: bool,
+    /// D flag: zero-length RDMA Read RTR (RFC 6581 §9).
     pub read: bool,
 }
 
@@ -88,6 +94,7 @@ pub struct MpaConfig {
     pub markers: bool,
     /// Our IRD / ORD (14-bit; 0x3FFF = "ULP negotiates", RFC 6581 §9.1).
     pub ird: u16,
+    /// Our ORD: outbound RDMA Read Requests we want outstanding at once (same encoding as `ird`).
     pub ord: u16,
     /// Peer-to-peer: initiator offers these RTR kinds; responder supports these. None = client-server.
     pub p2p: Option<RtrSet>,
@@ -120,12 +127,17 @@ impl Default for MpaConfig {
 /// A responder's view of a received MPA Request (handed to the application before accept/reject).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerRequest {
+    /// The Request's Rev field (1 or 2; RFC 5044 §7.1.1, RFC 6581 §6).
     pub revision: u8,
+    /// S bit: the Request carries RFC 6581 enhanced data (§6).
     pub enhanced: bool,
+    /// C bit: the initiator wants CRCs (RFC 5044 §7.1.1); if set, both directions use them.
     pub crc: bool,
+    /// M bit: the initiator requires markers on the FPDUs it receives (RFC 5044 §7.1.1).
     pub markers: bool,
     /// Enhanced data (RFC 6581 §9), None when S=0.
     pub ird: Option<u16>,
+    /// The initiator's ORD from the enhanced data (RFC 6581 §9.1), None when S=0.
     pub ord: Option<u16>,
     /// Peer-to-peer offer (A=1), None for client-server.
     pub rtr: Option<RtrSet>,
@@ -136,20 +148,28 @@ pub struct PeerRequest {
 /// Outcome of a successful startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Negotiated {
+    /// Which end of the exchange we were.
     pub role: Role,
+    /// MPA revision in effect (the Reply echoes the Request's Rev; RFC 5044 §7.1.1).
     pub revision: u8,
+    /// Both frames carried RFC 6581 enhanced data (S=1, §6): IRD/ORD and RTR were negotiated.
     pub enhanced: bool,
     /// CRC on FPDUs we send / we receive (RFC 5044 §7.1 C-bit rules).
     pub crc_tx: bool,
+    /// CRC checked on FPDUs we receive (always equal to `crc_tx`: C=1 in either frame means both).
     pub crc_rx: bool,
     /// Markers on FPDUs we send / we receive (per direction, M bit).
     pub markers_tx: bool,
+    /// Markers expected on FPDUs we receive: our own M bit (RFC 5044 §4.3, §7.1.1).
     pub markers_rx: bool,
     /// Local IRD/ORD after RFC 6581 §9.1.
     pub ird: u16,
+    /// Local ORD after RFC 6581 §9.1: at most the peer's IRD; bounds the RDMA Read Requests we
+    /// have outstanding.
     pub ord: u16,
     /// The peer's advertised IRD/ORD (passed to the ULP as §9.1 demands), None if unenhanced.
     pub peer_ird: Option<u16>,
+    /// The peer's advertised ORD (RFC 6581 §9.1), None if unenhanced.
     pub peer_ord: Option<u16>,
     /// Peer-to-peer: the RTR kind the initiator will send / the responder awaits.
     pub rtr: Option<RtrKind>,
@@ -164,20 +184,34 @@ pub struct Negotiated {
 /// Why startup failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartupError {
+    /// Responder: our ULP rejected the Request; an MPA Reply with R=1 was queued and the stream
+    /// closes after it (RFC 5044 §7.1.2). The initiator sees a Reject as `StartupEvent::Rejected`.
     #[error("peer rejected the connection")]
     Rejected,
+    /// A startup frame broke RFC 5044 §7.1 / RFC 6581 §6, §10 (e.g. bad key, revision or S bit), or
+    /// our own startup parameters could not be sent; the string says which. Nothing is replied.
     #[error("malformed MPA frame: {0}")]
     Malformed(&'static str),
+    /// Startup did not complete within `MpaConfig::timeout` (RFC 5044 §7.1.2 startup timers).
     #[error("startup timed out")]
     Timeout,
+    /// The peer closed the stream before startup completed.
     #[error("peer closed the stream during startup")]
     PeerClosed,
+    /// Initiator with `fallback_rev1`: the peer closed after our enhanced (S=1) Request, as an
+    /// unenhanced responder does (RFC 6581 §10); the caller may retry with MPA revision 1.
     #[error("peer closed after an enhanced request: retry with MPA rev 1")]
     EnhancedRefused,
+    /// The peer requires markers this end cannot provide (RFC 5044 §7.1.1 M bit). Not produced at
+    /// present: markers are supported in both directions.
     #[error("peer requires markers we do not support")]
     MarkersRefused,
+    /// Initiator: the responder's ORD exceeds our IRD; startup ends in a TERMINATE with RFC 6581
+    /// §9.1 code 6 (insufficient IRD resources).
     #[error("insufficient IRD/ORD")]
     InsufficientIrd,
+    /// Initiator: no RTR kind (or connection model, A bit) in common with the responder; startup
+    /// ends in a TERMINATE with RFC 6581 §9.2 code 7 (no matching RTR option).
     #[error("no matching RTR option")]
     NoMatchingRtr,
 }
@@ -192,8 +226,11 @@ pub enum StartupEvent {
     /// Initiator: the responder rejected (R=1); its private data and IRD/ORD are passed up
     /// (RFC 6581 §9.1: "for both MPA Accept and Reject").
     Rejected {
+        /// The responder's ULP private data from the Reject frame (RFC 5044 §7.1.4).
         private_data: Vec<u8>,
+        /// The responder's IRD from an enhanced Reject (RFC 6581 §9.1); `None` when S=0.
         peer_ird: Option<u16>,
+        /// The responder's ORD from an enhanced Reject (RFC 6581 §9.1); `None` when S=0.
         peer_ord: Option<u16>,
     },
     /// Startup failed; the stream must be closed (after transmitting whatever is queued).
@@ -202,7 +239,9 @@ pub enum StartupEvent {
     /// a TERMINATE (`cause`: §9.1 code 6 insufficient IRD, §9.2 code 7 no matching RTR). The
     /// connection must send this TERMINATE as its first FPDU (framed per `negotiated`) and close.
     Terminate {
+        /// The TERMINATE to send: layer LLP, MPA error type, RFC 6581 §8 code 6 or 7.
         cause: TermCause,
+        /// The parameters both frames agreed on; they decide how the TERMINATE is framed.
         negotiated: Negotiated,
     },
 }

@@ -17,12 +17,17 @@ use std::sync::{Arc, RwLock};
 pub struct Access(pub u32);
 
 impl Access {
+    /// Local placement: receive buffers (untagged Sends land here) and RDMA Read sinks.
     pub const LOCAL_WRITE: Access = Access(1);
+    /// The peer may target the region with RDMA Write (RFC 5040 §5.1).
     pub const REMOTE_WRITE: Access = Access(2);
+    /// The peer may name the region as Data Source of an RDMA Read Request (RFC 5040 §5.2).
     pub const REMOTE_READ: Access = Access(4);
+    /// The rights of both `self` and `other` (also available as `|`).
     pub const fn union(self, other: Access) -> Access {
         Access(self.0 | other.0)
     }
+    /// Whether every right in `other` is also in `self`.
     pub const fn contains(self, other: Access) -> bool {
         self.0 & other.0 == other.0
     }
@@ -42,14 +47,22 @@ pub struct PdId(pub u32);
 /// Why a memory access was refused (maps onto RFC 5040 §7.2 / RFC 5041 §7.2 TERMINATE codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryError {
+    /// No registered region has this STag (RFC 5041 §7.1 tagged check 1; TERMINATE "Invalid STag").
     #[error("invalid STag")]
     InvalidStag,
+    /// The STag was invalidated (RFC 5040 §5.3 Send with Invalidate, or locally); reported as
+    /// "Invalid STag" on the wire.
     #[error("STag invalidated")]
     Invalidated,
+    /// The TO range falls outside the region or the TO + length wraps (RFC 5041 §7.1 checks 3-5).
     #[error("base or bounds violation")]
     Bounds,
+    /// The region lacks the [`Access`] right the operation needs (RFC 5040 §7.2 "Access rights
+    /// violation").
     #[error("access rights violation")]
     Access,
+    /// The region belongs to another protection domain than the QP's: "STag not associated with
+    /// RDMAP Stream" (RFC 5040 §7.2, RFC 5041 §7.2; PDs: RFC 5042 §2.2.4).
     #[error("protection domain mismatch")]
     PdMismatch,
 }

@@ -79,13 +79,17 @@ pub enum QpEvent {
 pub struct QpConfig {
     /// Largest ULPDU (DDP header + payload) the framer accepts (MULPDU, RFC 5044 §4.2 / App. A).
     pub mulpdu: usize,
+    /// Protection domain: every STag this QP places into or reads from must belong to it.
     pub pd: PdId,
     /// Inbound Read Queue depth: Read Requests we serve at once (RFC 5040 §6.5).
     pub ird: u32,
     /// Outbound Read depth: Read Requests we may have outstanding.
     pub ord: u32,
+    /// Send queue depth: send WRs in flight (posted, not yet completed) at once.
     pub sq_depth: usize,
+    /// Receive queue depth: posted receive WRs (untagged buffers of QN 0) held at once.
     pub rq_depth: usize,
+    /// Peer-to-peer RTR role negotiated by MPA (RFC 6581 §9.2); `None` for client-server.
     pub rtr: Option<RtrRole>,
 }
 

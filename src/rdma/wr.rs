@@ -7,8 +7,11 @@
 /// region whose STag is `lkey` (addresses are the region's `Mr::addr()` based, like verbs VAs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sge {
+    /// Absolute start address inside the region (`Mr::addr()` based).
     pub addr: u64,
+    /// Number of bytes.
     pub length: u32,
+    /// STag of the local region the bytes are in.
     pub lkey: u32,
 }
 
@@ -20,21 +23,40 @@ pub enum Opcode {
     /// Send with Solicited Event (0101b).
     SendSe,
     /// Send with Invalidate (0100b): the peer invalidates `inv_stag` on delivery.
-    SendInv { inv_stag: u32 },
+    SendInv {
+        /// The peer's STag to invalidate, carried in the Invalidate STag field (RFC 5040 §4.1).
+        inv_stag: u32,
+    },
     /// Send with Solicited Event and Invalidate (0110b).
-    SendSeInv { inv_stag: u32 },
+    SendSeInv {
+        /// The peer's STag to invalidate, carried in the Invalidate STag field (RFC 5040 §4.1).
+        inv_stag: u32,
+    },
     /// RDMA Write (0000b) to `remote_addr` (Tagged Offset) of the peer's region `rkey` (STag).
-    Write { remote_addr: u64, rkey: u32 },
+    Write {
+        /// Data Sink Tagged Offset: where in the peer's region the data goes (RFC 5041 §4.2).
+        remote_addr: u64,
+        /// Data Sink STag of the peer's region (RFC 5040 §4.3).
+        rkey: u32,
+    },
     /// RDMA Read (Read Request 0001b, answered by Read Responses 0010b) from the peer's
     /// `remote_addr`/`rkey` into the local SGEs.
-    Read { remote_addr: u64, rkey: u32 },
+    Read {
+        /// Data Source Tagged Offset in the peer's region (RFC 5040 §4.4).
+        remote_addr: u64,
+        /// Data Source STag of the peer's region (RFC 5040 §4.4).
+        rkey: u32,
+    },
 }
 
 /// A send-queue work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
+    /// Caller's identifier, returned in the work completion.
     pub wr_id: u64,
+    /// What to do.
     pub opcode: Opcode,
+    /// Local buffers: the message source (Send, Write) or the Read's Data Sink.
     pub sg_list: Vec<Sge>,
     /// Generate a completion on success (errors always complete).
     pub signaled: bool,
@@ -43,13 +65,16 @@ pub struct SendWr {
 /// A receive-queue work request: buffers for one incoming untagged message (RFC 5041 §5.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {
+    /// Caller's identifier, returned in the work completion.
     pub wr_id: u64,
+    /// Buffers the message is placed into, in order (each needs `Access::LOCAL_WRITE`).
     pub sg_list: Vec<Sge>,
 }
 
 /// Completion status, named after `ibv_wc_status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WcStatus {
+    /// The work request completed without error.
     Success,
     /// Incoming message longer than the posted receive buffers.
     LocLenErr,
@@ -68,17 +93,24 @@ pub enum WcStatus {
 /// What a completion completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WcOpcode {
+    /// A Send (any variant: SE, Invalidate) of the send queue.
     Send,
+    /// An RDMA Write.
     Write,
+    /// An RDMA Read (complete once the last Read Response was placed).
     Read,
+    /// A receive WR consumed by an incoming Send message.
     Recv,
 }
 
 /// A work completion (`ibv_wc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
+    /// The `wr_id` of the work request this completes.
     pub wr_id: u64,
+    /// How it ended.
     pub status: WcStatus,
+    /// What kind of work request it was.
     pub opcode: WcOpcode,
     /// Bytes received (Recv) or transferred.
     pub byte_len: u32,
@@ -91,10 +123,14 @@ pub struct WorkCompletion {
 /// Why a work request was refused at post time (nothing was queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PostError {
+    /// The send or receive queue already holds its configured depth of work requests.
     #[error("queue full")]
     QueueFull,
+    /// The QP is terminated or its connection closed.
     #[error("queue pair is not in a state that accepts work requests")]
     BadState,
+    /// The request itself is unusable (an SGE failed its protection check, the message exceeds
+    /// 2^32-1 bytes, the remote TO range wraps, ...); the string says why.
     #[error("invalid work request: {0}")]
     Invalid(&'static str),
 }

@@ -128,7 +128,9 @@ impl Cq {
 /// Queue-pair capacities (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy)]
 pub struct QpCap {
+    /// Send work requests outstanding at once (posted, not yet completed).
     pub max_send_wr: usize,
+    /// Receive work requests posted at once.
     pub max_recv_wr: usize,
 }
 
@@ -144,8 +146,11 @@ impl Default for QpCap {
 /// Queue-pair creation attributes (`ibv_qp_init_attr`).
 #[derive(Clone)]
 pub struct QpInitAttr {
+    /// Where send-queue completions go.
     pub send_cq: Cq,
+    /// Where receive-queue completions go.
     pub recv_cq: Cq,
+    /// Queue depths.
     pub cap: QpCap,
 }
 

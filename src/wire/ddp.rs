@@ -206,12 +206,22 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Segment<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BufferRepr {
     /// Tagged buffer model: STag and TO (RFC 5041 §4.2).
-    Tagged { stag: u32, to: u64 },
+    Tagged {
+        /// STag of the Data Sink's tagged buffer.
+        stag: u32,
+        /// Tagged Offset: where in that buffer this segment's payload goes.
+        to: u64,
+    },
     /// Untagged buffer model: RsvdULP (RDMAP Invalidate STag), QN, MSN, MO (RFC 5041 §4.3).
     Untagged {
+        /// `RsvdULP[8:39]`: RDMAP's Invalidate STag (RFC 5040 §4.1); 0 unless Send with Invalidate.
         inv_stag: u32,
+        /// Queue Number: which untagged buffer queue of the Data Sink (RDMAP: 0 Send, 1 Read
+        /// Request, 2 Terminate; RFC 5040 §3.1).
         qn: u32,
+        /// Message Sequence Number: per-QN message count, starting at 1, modulo 2^32.
         msn: u32,
+        /// Message Offset: octet offset of this segment's payload within the DDP message.
         mo: u32,
     },
 }

@@ -15,7 +15,12 @@ pub mod terminate;
 pub enum Error {
     /// The buffer is shorter than the header (or the length a header field announces).
     #[error("truncated: need {need} bytes, have {have}")]
-    Truncated { need: usize, have: usize },
+    Truncated {
+        /// Octets required.
+        need: usize,
+        /// Octets available.
+        have: usize,
+    },
     /// A field holds a value the spec does not allow.
     #[error("malformed: {0}")]
     Malformed(&'static str),

@@ -176,10 +176,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ReadRequest<T> {
 /// A parsed RDMA Read Request header (RFC 5040 §4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReadRequestRepr {
+    /// Data Sink STag: the requester's buffer the Read Responses are placed into.
     pub sink_stag: u32,
+    /// Data Sink Tagged Offset: where in that buffer the data starts.
     pub sink_to: u64,
+    /// RDMA Read Message Size in octets (0 is legal, e.g. a Read RTR).
     pub size: u32,
+    /// Data Source STag: the responder's buffer to read from.
     pub src_stag: u32,
+    /// Data Source Tagged Offset: where in that buffer the data starts.
     pub src_to: u64,
 }
 

@@ -14,8 +14,11 @@ use super::{Error, Result};
 /// Layer that detected the error (RFC 5040 §4.8, 4 bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layer {
+    /// 0x0: RDMAP detected the error (RFC 5040 §7.2 codes).
     Rdmap = 0,
+    /// 0x1: DDP detected the error (RFC 5041 §7.2 codes).
     Ddp = 1,
+    /// 0x2: the LLP (here MPA) detected the error (RFC 5044 §8, RFC 6581 §8 codes).
     Llp = 2,
 }
 
@@ -34,6 +37,7 @@ impl Layer {
 /// Layer + Error Type + Error Code: what a TERMINATE reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TermCause {
+    /// Layer that detected the error (4 bits).
     pub layer: Layer,
     /// Error Type (4 bits).
     pub etype: u8,
