@@ -10,6 +10,7 @@
 //! - [`transport`]: the byte-stream trait and its backends (kernel TCP, in-memory link).
 //! - [`verbs`] and [`cm`]: the ibverbs / rdma_cm shaped safe API applications use.
 #![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 pub mod cm;
 pub mod conn;

@@ -1,9 +1,9 @@
-//! Protection domains and memory regions (RFC 5040 §5.2 STag validation, RFC 5042 security).
+//! Protection domains and memory regions (STag validation: RFC 5040 §7.2, RFC 5041 §7; security: RFC 5040 §8.1, RFC 5042).
 //!
 //! CONTRACT (fixed by the integrator; the RDMA helper implements the bodies, may add items).
 //! `MemoryTable` is a cheap `Clone` handle (Arc inside), `Send + Sync`: the application registers
 //! regions while the QP engines (possibly on other threads) place data into them.
-//! STag = (index << 8) | key, with the key byte random (RFC 5040 §5.2: STags must not be guessable).
+//! STag = (index << 8) | key, with the key byte random (RFC 5040 §8.1, RFC 5042 §5.1.2: STags must not be guessable).
 //! Region addresses are verbs-like absolute addresses: `[mr.addr(), mr.addr() + mr.len())`; the
 //! address is the heap address of the region's buffer (unique while the region lives, like a VA).
 //! Each region's bytes sit behind an `RwLock`, so placement from an engine thread and local CPU
@@ -198,7 +198,7 @@ impl MemoryTable {
             _ => false,
         }
     }
-    /// Invalidate a region's STag (RFC 5040 §5.2; Send with Invalidate or local invalidate).
+    /// Invalidate a region's STag (RFC 5040 §5.3; Send with Invalidate or local invalidate).
     /// Fails if the STag is unknown or the region is not `pd`'s.
     pub fn invalidate(&self, stag: u32, pd: PdId) -> Result<(), MemoryError> {
         let r = self.region(stag).ok_or(MemoryError::InvalidStag)?;
@@ -235,7 +235,7 @@ impl MemoryTable {
         let off = r.offset(addr, len)?;
         Ok((r, off))
     }
-    /// Validate `[addr, addr+len)` of region `stag` for `pd` with rights `need` (RFC 5040 §5.2
+    /// Validate `[addr, addr+len)` of region `stag` for `pd` with rights `need` (RFC 5040 §7.2, RFC 5041 §7.1
     /// order: STag valid, not invalidated, PD, rights, bounds) without moving a byte.
     pub fn check(
         &self,
@@ -336,7 +336,7 @@ impl Mr {
     pub fn access(&self) -> Access {
         self.region.access
     }
-    /// Whether the STag was invalidated (RFC 5040 §5.2).
+    /// Whether the STag was invalidated (RFC 5040 §5.3).
     pub fn is_invalidated(&self) -> bool {
         self.region.invalidated.load(Ordering::Acquire)
     }

@@ -73,7 +73,7 @@ impl Pd {
     }
 
     /// Register `len` zeroed bytes with `access` rights (`ibv_reg_mr`). The region's STag serves as
-    /// lkey and rkey; its key byte is random (RFC 5040 §5.2, RFC 5042 §5.1.2).
+    /// lkey and rkey; its key byte is random (RFC 5040 §8.1, RFC 5042 §5.1.2).
     pub fn reg_mr(&self, len: usize, access: Access) -> Mr {
         self.mem.register(self.id, len, access)
     }
