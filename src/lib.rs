@@ -12,8 +12,11 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod cm;
+pub mod config;
 pub mod conn;
 pub mod crc;
+pub mod dataplane;
+pub mod dpdk;
 pub mod mpa;
 pub mod rdma;
 pub mod transport;
