@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
 
@@ -30,6 +30,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a closing socket may linger before it is aborted.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Egress passes per loop (each sends at most one segment per socket).
+const EGRESS_PASSES: usize = 256;
 
 /// A connection request reported to a listener.
 pub(crate) struct Incoming {
@@ -456,7 +458,15 @@ impl Worker {
             }
 
             // --- egress + tx burst ----------------------------------------------------------
-            iface.poll(st_now(t0), &mut self.dev, &mut sockets);
+            // smoltcp emits at most one segment per socket per egress pass: repeat until
+            // nothing is left to send (bounded; the device refuses when its tx queue is full).
+            let ts = st_now(t0);
+            iface.poll(ts, &mut self.dev, &mut sockets);
+            for _ in 0..EGRESS_PASSES {
+                if iface.poll_egress(ts, &mut self.dev, &mut sockets) == PollResult::None {
+                    break;
+                }
+            }
             if self.dev.flush() > 0 {
                 work = true;
             }
@@ -464,12 +474,20 @@ impl Worker {
             // --- back off when idle ---------------------------------------------------------
             if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
                 last_work = now;
-            } else if !self.wcfg.busy_poll
-                && now.duration_since(last_work) > Duration::from_micros(self.wcfg.spin_us)
-            {
-                std::thread::sleep(Duration::from_micros(self.wcfg.idle_sleep_us));
-            } else {
+            } else if self.wcfg.busy_poll {
                 std::hint::spin_loop();
+            } else {
+                // Shared cores: spin briefly, then yield (the application thread waiting for a
+                // completion may be on this core), and sleep once idle for longer (tests run in
+                // parallel on two cores; docs/dataplane.md "Two cores").
+                let idle = now.duration_since(last_work);
+                if idle < Duration::from_micros(self.wcfg.spin_us) {
+                    std::hint::spin_loop();
+                } else if idle < Duration::from_millis(2) {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(self.wcfg.idle_sleep_us));
+                }
             }
         }
     }
