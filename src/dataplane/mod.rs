@@ -216,6 +216,25 @@ impl Dataplane {
         v
     }
 
+    /// Wait until every port reports link up (memif links come up when the peer process
+    /// attaches); false on timeout.
+    pub fn wait_link_up(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if self
+                .ports
+                .iter()
+                .all(|p| p.link().map(|(_, up)| up).unwrap_or(false))
+            {
+                return true;
+            }
+            if Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Port counters (rte_eth_stats) of every configured port.
     pub fn port_stats(&self) -> Vec<crate::dpdk::PortStats> {
         self.ports.iter().filter_map(|p| p.stats().ok()).collect()

@@ -558,11 +558,18 @@ pub fn run(a: Args) -> Result<(), String> {
             a.transport
         ));
     };
+    if let (Some(dp), false) = (&_dp, a.server) {
+        if !dp.wait_link_up(Duration::from_secs(20)) {
+            return Err("link did not come up within 20 s (is the server running?)".into());
+        }
+    }
     let dev = Device::open();
     let pd = dev.alloc_pd();
     if a.server {
         let l = net.listen(a.addr)?;
         println!("perf server: listening on port {}", a.addr.port());
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
         let mut served = 0;
         loop {
             match l.get_request(Duration::from_secs(3600)) {
