@@ -85,7 +85,7 @@ impl Net {
 }
 
 /// Start the dataplane from a config file and return the endpoint of port `port`.
-pub fn start_dpdk(config: &PathBuf, port: usize) -> Result<(Dataplane, Endpoint), String> {
+pub fn start_dpdk(config: &std::path::Path, port: usize) -> Result<(Dataplane, Endpoint), String> {
     let cfg = DataplaneConfig::load(config)?;
     let dp = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
     let ep = dp
