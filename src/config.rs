@@ -56,6 +56,10 @@ pub struct PortConfig {
     /// Mbufs in the port's pool.
     #[serde(default = "d_mbufs")]
     pub mbufs: u32,
+    /// A capture port (e.g. `net_pcap0` created with `--vdev=net_pcap0,tx_pcap=FILE`) that gets
+    /// a copy of every frame this port's (single) worker receives and sends.
+    #[serde(default)]
+    pub capture: Option<String>,
 }
 
 /// Poll-mode worker behaviour.

@@ -41,7 +41,32 @@ pub struct DpdkDevice {
     rx: Vec<Mbuf>,
     tx: Vec<Mbuf>,
     tx_max: usize,
+    /// Copies of every frame received and sent, for a capture port (a `net_pcap` vdev with
+    /// `tx_pcap=FILE`): the capture is written by DPDK's own pcap PMD.
+    mirror: Option<Mirror>,
     pub stats: DeviceStats,
+}
+
+/// A port (queue 0) that receives a copy of every frame.
+pub struct Mirror {
+    pub port: Port,
+    pub pool: &'static Mempool,
+    pub pending: Vec<Mbuf>,
+}
+
+impl Mirror {
+    fn copy(&mut self, frame: &[u8]) {
+        if self.pending.len() >= 1024 {
+            // The capture file cannot keep up: count it as a capture drop, never stall traffic.
+            return;
+        }
+        if let Some(mut m) = self.pool.alloc() {
+            if let Some(b) = m.append(frame.len() as u16) {
+                b.copy_from_slice(frame);
+                self.pending.push(m);
+            }
+        }
+    }
 }
 
 impl DpdkDevice {
@@ -56,8 +81,18 @@ impl DpdkDevice {
             rx: Vec::with_capacity(batch),
             tx: Vec::with_capacity(batch * 8),
             tx_max: batch * 8,
+            mirror: None,
             stats: DeviceStats::default(),
         }
+    }
+
+    /// Copy every frame to `mirror` as well.
+    pub fn set_mirror(&mut self, port: Port, pool: &'static Mempool) {
+        self.mirror = Some(Mirror {
+            port,
+            pool,
+            pending: Vec::with_capacity(1024),
+        });
     }
 
     /// Pull one burst from the rx queue if everything earlier was consumed. Returns how many.
@@ -87,6 +122,9 @@ impl DpdkDevice {
             sent += n;
         }
         self.stats.tx_packets += sent as u64;
+        if let Some(m) = self.mirror.as_mut() {
+            m.port.tx_burst(0, &mut m.pending);
+        }
         sent
     }
 
@@ -145,6 +183,9 @@ impl Device for DpdkDevice {
                 self.stats.rx_dropped += 1;
                 continue;
             }
+            if let Some(mi) = self.mirror.as_mut() {
+                mi.copy(m.data());
+            }
             let tx = self.tx_token()?;
             return Some((DpdkRxToken { m }, tx));
         }
@@ -200,6 +241,9 @@ impl phy::TxToken for DpdkTxToken<'_> {
         }
         let buf = m.append(len as u16).expect("tailroom checked");
         let r = f(buf);
+        if let Some(mi) = self.dev.mirror.as_mut() {
+            mi.copy(m.data());
+        }
         self.dev.tx.push(m);
         if self.dev.tx.len() >= self.dev.batch {
             self.dev.flush();

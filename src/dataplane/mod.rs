@@ -14,6 +14,7 @@
 //! worker *i*. NICs that spread flows by RSS would need flow steering (not done; one queue per
 //! port is the tested setup for those).
 
+pub mod align;
 pub mod device;
 mod worker;
 
@@ -154,6 +155,24 @@ impl Dataplane {
                 nq,
                 mac
             );
+            let capture = match &pc.capture {
+                None => None,
+                Some(name) => {
+                    if nq != 1 {
+                        return Err(DataplaneError::Config(format!(
+                            "{}: capture needs exactly one worker",
+                            pc.device
+                        )));
+                    }
+                    let cp = Port::by_name(eal, name)?;
+                    let cpool = Mempool::create(eal, &format!("dpw_cap{pi}"), 4095, 0, room)?;
+                    cp.configure(&PortConf::default(), cpool)?;
+                    cp.start()?;
+                    ports.push(cp);
+                    log::info!("dataplane: frames of {} copied to {name}", pc.device);
+                    Some((cp, cpool))
+                }
+            };
             let mut senders = Vec::new();
             for q in 0..nq {
                 let (tx, rx) = crossbeam_channel::bounded(256);
@@ -168,6 +187,10 @@ impl Dataplane {
                     wcfg: cfg.worker.clone(),
                     tcp: cfg.tcp.clone(),
                 };
+                let mut w = w;
+                if let Some((cp, cpool)) = capture {
+                    w.dev.set_mirror(cp, cpool);
+                }
                 let core = pc.cores.get(usize::from(q)).copied();
                 let j = std::thread::Builder::new()
                     .name(format!("dpwarp-w{}", w.index))

@@ -24,6 +24,11 @@ enum Cmd {
     Perf(perf::Args),
     /// Plain kernel-TCP loopback baselines (stream and ping-pong) for scripts/bench.
     TcpBaseline(perf::TcpArgs),
+    /// RFC 5044 App. A: the fraction of TCP data segments in a pcap that begin with an FPDU.
+    FpduAlign {
+        /// A pcap (Ethernet) of iWARP traffic, e.g. from configs/net_pcap.toml.
+        pcap: std::path::PathBuf,
+    },
 }
 
 fn main() {
@@ -35,6 +40,19 @@ fn main() {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Perf(a) => perf::run(a),
         Cmd::TcpBaseline(a) => perf::run_tcp(a),
+        Cmd::FpduAlign { pcap } => std::fs::read(&pcap)
+            .map_err(|e| format!("{}: {e}", pcap.display()))
+            .and_then(|b| dpwarp::dataplane::align::analyse(&b, 1 << 30))
+            .map(|r| {
+                println!(
+                    "{}: {} of {} TCP data segments begin with an FPDU header ({:.1}%); {} flows skipped",
+                    pcap.display(),
+                    r.aligned,
+                    r.data_segments,
+                    100.0 * r.fraction(),
+                    r.skipped_flows
+                )
+            }),
     };
     if let Err(e) = res {
         eprintln!("dpwarp: {e}");
