@@ -30,6 +30,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a closing socket may linger before it is aborted.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Bytes an incoming connection may send before its MPA Request must have been recognised.
+const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
 const EGRESS_PASSES: usize = 256;
 
@@ -79,9 +81,6 @@ pub struct WorkerStats {
     pub device: DeviceStats,
     pub loops: u64,
     pub connections: usize,
-    /// TCP data segments sent, and how many began with an FPDU header (RFC 5044 App. A).
-    pub data_segments: u64,
-    pub aligned_segments: u64,
 }
 
 enum CState {
@@ -97,8 +96,7 @@ struct Conn {
     out: Vec<u8>,
     out_pos: usize,
     state: CState,
-    /// Stream offsets (bytes written into the socket so far) at which FPDUs begin, for the
-    /// alignment statistic; bounded.
+    /// The peer closed its direction (FIN seen and reported to the connection).
     eof: bool,
 }
 
@@ -352,6 +350,16 @@ impl Worker {
                     // kept too: the real responder sees them and fails the startup.
                     p.raw.extend_from_slice(&rbuf[..n]);
                     let _ = used;
+                    if p.raw.len() > MAX_PROBE_BYTES {
+                        // An MPA Request is at most 20 + 512 bytes (RFC 5044 §7.1): this peer
+                        // is not speaking MPA; never buffer without bound.
+                        log::warn!(
+                            "dataplane: {} bytes and no MPA Request; closing",
+                            p.raw.len()
+                        );
+                        done = Some(false);
+                        break;
+                    }
                     if let Some(ev) = p.startup.poll_event() {
                         done = Some(matches!(ev, StartupEvent::Request(_)));
                         if let StartupEvent::Request(peer) = ev {
@@ -403,14 +411,27 @@ impl Worker {
                     }
                 }
             }
-            awaiting.retain(|_, (h, since)| {
-                if now.duration_since(*since) > AWAIT_TIMEOUT {
-                    sockets.get_mut::<tcp::Socket>(*h).abort();
-                    false
-                } else {
-                    true
+            // Requests nobody accepted or rejected in time: abort and free their sockets.
+            let expired: Vec<u64> = awaiting
+                .iter()
+                .filter(|(_, (_, since))| now.duration_since(*since) > AWAIT_TIMEOUT)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in expired {
+                if let Some((h, _)) = awaiting.remove(&id) {
+                    log::warn!("dataplane: connection request {id} neither accepted nor rejected");
+                    sockets.get_mut::<tcp::Socket>(h).abort();
+                    conns.push(Conn {
+                        h,
+                        sh: None,
+                        events: None,
+                        out: Vec::new(),
+                        out_pos: 0,
+                        state: CState::Closing(now),
+                        eof: true,
+                    });
                 }
-            });
+            }
 
             // --- connections ----------------------------------------------------------------
             let mut i = 0;
@@ -438,7 +459,7 @@ impl Worker {
                         }
                     }
                     CState::Live => {
-                        let (w, close) = drive(c, s, &mut rbuf, now, &mut stats);
+                        let (w, close) = drive(c, s, now);
                         work |= w;
                         if close {
                             s.close();
@@ -512,13 +533,7 @@ fn finish(c: &mut Conn) {
 }
 
 /// Move bytes between the socket and the connection. Returns (did work, should close).
-fn drive(
-    c: &mut Conn,
-    s: &mut tcp::Socket<'static>,
-    rbuf: &mut [u8],
-    now: Instant,
-    stats: &mut WorkerStats,
-) -> (bool, bool) {
+fn drive(c: &mut Conn, s: &mut tcp::Socket<'static>, now: Instant) -> (bool, bool) {
     let mut work = false;
     let Some(sh) = c.sh.clone() else {
         // A rejecting responder: send the Reply, then close.
@@ -547,7 +562,6 @@ fn drive(
         }
         work = true;
     }
-    let _ = rbuf;
     if !c.eof && !s.may_recv() && s.state() != tcp::State::Established {
         c.eof = true;
         conn.on_eof();
@@ -578,7 +592,6 @@ fn drive(
         }
         work = true;
     }
-    let _ = stats;
     let orphaned = Arc::strong_count(&sh) <= 2; // ours (clone) + the Conn's
     let close = conn.should_close() || sh.disconnect.load(Ordering::Acquire) || orphaned;
     let drained = c.out_pos == c.out.len();
