@@ -60,6 +60,12 @@ pub struct PortConfig {
     /// a copy of every frame this port's (single) worker receives and sends.
     #[serde(default)]
     pub capture: Option<String>,
+    /// IPv4/TCP checksums: "software" (default: smoltcp computes and verifies them) or
+    /// "trusted-link" (neither computed nor verified; only for net_ring/net_memif between dpwarp
+    /// processes, where frames move through shared memory and cannot be corrupted in flight -
+    /// MPA's CRC32c still covers every FPDU). Never use it towards a kernel or a real NIC.
+    #[serde(default = "d_checksum")]
+    pub checksum: String,
 }
 
 /// Poll-mode worker behaviour.
@@ -115,6 +121,9 @@ impl Default for TcpConfig {
     }
 }
 
+fn d_checksum() -> String {
+    "software".into()
+}
 fn d_desc() -> u16 {
     1024
 }
@@ -162,6 +171,12 @@ impl DataplaneConfig {
             parse_cidr(&p.ip)?;
             if let Some(m) = &p.mac {
                 parse_mac(m)?;
+            }
+            if p.checksum != "software" && p.checksum != "trusted-link" {
+                return Err(format!(
+                    "port {}: checksum {:?} is neither \"software\" nor \"trusted-link\"",
+                    p.device, p.checksum
+                ));
             }
             if p.mtu != 0 && !(576..=9000).contains(&p.mtu) {
                 return Err(format!(
@@ -225,6 +240,12 @@ mod tests {
         assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4'\n")).is_err());
         assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmtu=9001\n")).is_err());
         assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmac='zz'\n")).is_err());
+        assert!(
+            DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='off'\n")).is_err()
+        );
+        let c =
+            DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='trusted-link'\n"));
+        assert_eq!(c.unwrap().ports[0].checksum, "trusted-link");
         assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap()[5], 10);
     }
 }

@@ -10,9 +10,10 @@
 //!   buffer and tries on the next poll. Nothing is dropped on a full tx ring, which matters
 //!   because smoltcp's minimum retransmission timeout is 1 s (docs/dataplane.md).
 //! - Checksums are computed by smoltcp in software on tx and verified on rx (see
-//!   docs/dataplane.md for why offload is not used).
+//!   docs/dataplane.md for why offload is not used), except on ports configured as a trusted
+//!   shared-memory link.
 
-use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 
 use crate::dpdk::{Mbuf, Mempool, Port};
@@ -44,6 +45,8 @@ pub struct DpdkDevice {
     /// Copies of every frame received and sent, for a capture port (a `net_pcap` vdev with
     /// `tx_pcap=FILE`): the capture is written by DPDK's own pcap PMD.
     mirror: Option<Mirror>,
+    /// Skip IPv4/TCP checksums (config `checksum = "trusted-link"`).
+    trusted_link: bool,
     pub stats: DeviceStats,
 }
 
@@ -82,8 +85,15 @@ impl DpdkDevice {
             tx: Vec::with_capacity(batch * 8),
             tx_max: batch * 8,
             mirror: None,
+            trusted_link: false,
             stats: DeviceStats::default(),
         }
+    }
+
+    /// Neither compute nor verify IPv4/TCP checksums (shared-memory links between dpwarp
+    /// processes only; see `PortConfig::checksum`).
+    pub fn set_trusted_link(&mut self, on: bool) {
+        self.trusted_link = on;
     }
 
     /// Copy every frame to `mirror` as well.
@@ -200,6 +210,10 @@ impl Device for DpdkDevice {
         c.medium = Medium::Ethernet;
         c.max_transmission_unit = self.mtu + 14;
         c.max_burst_size = Some(self.batch);
+        if self.trusted_link {
+            c.checksum.ipv4 = Checksum::None;
+            c.checksum.tcp = Checksum::None;
+        }
         c
     }
 }

@@ -188,6 +188,7 @@ impl Dataplane {
                     tcp: cfg.tcp.clone(),
                 };
                 let mut w = w;
+                w.dev.set_trusted_link(pc.checksum == "trusted-link");
                 if let Some((cp, cpool)) = capture {
                     w.dev.set_mirror(cp, cpool);
                 }
