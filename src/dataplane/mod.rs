@@ -68,6 +68,7 @@ pub struct Endpoint {
 impl Dataplane {
     /// Initialise the EAL (once per process), set up the ports and start the workers.
     pub fn start(cfg: &DataplaneConfig) -> Result<Dataplane, DataplaneError> {
+        remove_stale_memif_sockets(&cfg.eal.args);
         let eal = Eal::init(&cfg.eal.args)?;
         let mut rings: HashMap<String, (Port, Port)> = HashMap::new();
         let mut endpoints = Vec::new();
@@ -265,6 +266,36 @@ impl Dataplane {
     }
 }
 
+/// A memif server whose process died leaves its socket file behind and the next server fails
+/// with "Address already in use". Remove such a file if nobody accepts connections on it.
+fn remove_stale_memif_sockets(args: &[String]) {
+    for a in args {
+        let Some(v) = a.strip_prefix("--vdev=").or(Some(a.as_str())) else {
+            continue;
+        };
+        if !v.starts_with("net_memif") || !v.contains("role=server") {
+            continue;
+        }
+        if v.contains("socket-abstract=yes") {
+            continue;
+        }
+        let Some(path) = v
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("socket="))
+            .map(std::path::PathBuf::from)
+        else {
+            continue;
+        };
+        let is_socket = std::fs::symlink_metadata(&path)
+            .map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+            .unwrap_or(false);
+        if is_socket && std::os::unix::net::UnixStream::connect(&path).is_err() {
+            log::info!("dataplane: removing stale memif socket {}", path.display());
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 impl Drop for Dataplane {
     fn drop(&mut self) {
         for (tx, _) in &self.workers {
@@ -277,6 +308,7 @@ impl Drop for Dataplane {
         }
         for p in &self.ports {
             let _ = p.stop();
+            let _ = p.close();
         }
     }
 }

@@ -457,6 +457,12 @@ impl Port {
         check("rte_eth_dev_stop", unsafe { sys::dpw_port_stop(self.id) })
     }
 
+    /// Close the port (stopped first); a memif server removes its socket file here.
+    pub fn close(&self) -> Result<(), DpdkError> {
+        // SAFETY: plain call; the caller no longer uses the port's queues.
+        check("rte_eth_dev_close", unsafe { sys::dpw_port_close(self.id) })
+    }
+
     /// The current MTU.
     pub fn mtu(&self) -> Result<u16, DpdkError> {
         let mut m = 0u16;
