@@ -64,6 +64,8 @@ pub struct PortConfig {
     /// "trusted-link" (neither computed nor verified; only for net_ring/net_memif between dpwarp
     /// processes, where frames move through shared memory and cannot be corrupted in flight -
     /// MPA's CRC32c still covers every FPDU). Never use it towards a kernel or a real NIC.
+    /// "tx-only": computed on tx, not verified on rx - for AF_PACKET/tap links to virtio guests
+    /// whose frames arrive with only partial (offloaded) checksums.
     #[serde(default = "d_checksum")]
     pub checksum: String,
 }
@@ -172,9 +174,9 @@ impl DataplaneConfig {
             if let Some(m) = &p.mac {
                 parse_mac(m)?;
             }
-            if p.checksum != "software" && p.checksum != "trusted-link" {
+            if !["software", "trusted-link", "tx-only"].contains(&p.checksum.as_str()) {
                 return Err(format!(
-                    "port {}: checksum {:?} is neither \"software\" nor \"trusted-link\"",
+                    "port {}: checksum {:?} is not software, trusted-link or tx-only",
                     p.device, p.checksum
                 ));
             }

@@ -18,6 +18,17 @@ use smoltcp::time::Instant;
 
 use crate::dpdk::{Mbuf, Mempool, Port};
 
+/// IPv4/TCP checksum handling of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumMode {
+    /// Computed on tx, verified on rx (default).
+    Software,
+    /// Neither (shared-memory links between dpwarp processes).
+    TrustedLink,
+    /// Computed on tx only (peers whose frames carry offloaded, partial checksums).
+    TxOnly,
+}
+
 /// Counters of one device.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DeviceStats {
@@ -45,8 +56,8 @@ pub struct DpdkDevice {
     /// Copies of every frame received and sent, for a capture port (a `net_pcap` vdev with
     /// `tx_pcap=FILE`): the capture is written by DPDK's own pcap PMD.
     mirror: Option<Mirror>,
-    /// Skip IPv4/TCP checksums (config `checksum = "trusted-link"`).
-    trusted_link: bool,
+    /// IPv4/TCP checksum handling (config `checksum`).
+    checksum: ChecksumMode,
     pub stats: DeviceStats,
 }
 
@@ -85,15 +96,14 @@ impl DpdkDevice {
             tx: Vec::with_capacity(batch * 8),
             tx_max: batch * 8,
             mirror: None,
-            trusted_link: false,
+            checksum: ChecksumMode::Software,
             stats: DeviceStats::default(),
         }
     }
 
-    /// Neither compute nor verify IPv4/TCP checksums (shared-memory links between dpwarp
-    /// processes only; see `PortConfig::checksum`).
-    pub fn set_trusted_link(&mut self, on: bool) {
-        self.trusted_link = on;
+    /// How IPv4/TCP checksums are handled (see `PortConfig::checksum`).
+    pub fn set_checksum_mode(&mut self, m: ChecksumMode) {
+        self.checksum = m;
     }
 
     /// Copy every frame to `mirror` as well.
@@ -210,10 +220,13 @@ impl Device for DpdkDevice {
         c.medium = Medium::Ethernet;
         c.max_transmission_unit = self.mtu + 14;
         c.max_burst_size = Some(self.batch);
-        if self.trusted_link {
-            c.checksum.ipv4 = Checksum::None;
-            c.checksum.tcp = Checksum::None;
-        }
+        let ck = match self.checksum {
+            ChecksumMode::Software => Checksum::Both,
+            ChecksumMode::TrustedLink => Checksum::None,
+            ChecksumMode::TxOnly => Checksum::Tx,
+        };
+        c.checksum.ipv4 = ck;
+        c.checksum.tcp = ck;
         c
     }
 }

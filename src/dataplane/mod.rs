@@ -189,7 +189,11 @@ impl Dataplane {
                     tcp: cfg.tcp.clone(),
                 };
                 let mut w = w;
-                w.dev.set_trusted_link(pc.checksum == "trusted-link");
+                w.dev.set_checksum_mode(match pc.checksum.as_str() {
+                    "trusted-link" => device::ChecksumMode::TrustedLink,
+                    "tx-only" => device::ChecksumMode::TxOnly,
+                    _ => device::ChecksumMode::Software,
+                });
                 if let Some((cp, cpool)) = capture {
                     w.dev.set_mirror(cp, cpool);
                 }
