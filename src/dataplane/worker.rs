@@ -439,10 +439,10 @@ impl Worker {
                 let c = &mut conns[i];
                 let s = sockets.get_mut::<tcp::Socket>(c.h);
                 let remove = match c.state {
+                    // Keep a closing socket (also in TIME-WAIT, so the peer's FIN still gets
+                    // its ACK) until it is closed or CLOSE_LINGER has passed.
                     CState::Closing(since) => {
-                        !s.is_open() || now.duration_since(since) > CLOSE_LINGER || {
-                            s.state() == tcp::State::TimeWait
-                        }
+                        !s.is_open() || now.duration_since(since) > CLOSE_LINGER
                     }
                     CState::Connecting => {
                         let sh = c.sh.as_ref().expect("connecting has a QP");
