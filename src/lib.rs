@@ -9,12 +9,17 @@
 //! - [`conn`]: one iWARP connection: MPA startup, then FPDUs carrying the QP engine's ULPDUs.
 //! - [`transport`]: the byte-stream trait and its backends (kernel TCP, in-memory link).
 //! - [`verbs`] and [`cm`]: the ibverbs / rdma_cm shaped safe API applications use.
+//! - [`dpdk`], [`dataplane`], [`config`]: the DPDK FFI, the smoltcp-on-DPDK poll-mode workers
+//!   that run connections to completion, and their TOML configuration (`docs/dataplane.md`).
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod cm;
+pub mod config;
 pub mod conn;
 pub mod crc;
+pub mod dataplane;
+pub mod dpdk;
 pub mod mpa;
 pub mod rdma;
 pub mod transport;

@@ -84,7 +84,7 @@ impl ConnParam {
         }
     }
 
-    fn conn_config(&self, qp: &Qp, emss: usize) -> ConnConfig {
+    pub(crate) fn conn_config(&self, qp: &Qp, emss: usize) -> ConnConfig {
         ConnConfig {
             mpa: self.mpa(),
             pd: qp.shared.pd.id(),
@@ -336,7 +336,7 @@ fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result
     Ok(())
 }
 
-fn wait_established(
+pub(crate) fn wait_established(
     qp: &Qp,
     events: &Receiver<ConnEvent>,
     timeout: Duration,
@@ -376,11 +376,20 @@ fn wait_established(
 
 /// Make `conn` the QP's live connection (replaying work posted in INIT) and start the thread
 /// that moves its bytes over `transport`.
-fn spawn_driver(
-    transport: Box<dyn Transport>,
-    mut conn: Connection,
-    qp: &Qp,
-) -> Receiver<ConnEvent> {
+fn spawn_driver(transport: Box<dyn Transport>, conn: Connection, qp: &Qp) -> Receiver<ConnEvent> {
+    install(conn, qp);
+    let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
+    let sh = qp.shared.clone();
+    thread::Builder::new()
+        .name("dpwarp-qp".into())
+        .spawn(move || drive(transport, sh, ev_tx))
+        .expect("spawn QP driver thread");
+    ev_rx
+}
+
+/// Make `conn` the QP's live connection, replaying work posted in INIT (also used by the DPDK
+/// dataplane, whose workers then drive the connection).
+pub(crate) fn install(mut conn: Connection, qp: &Qp) {
     {
         let mut slot = qp.shared.lock();
         if let QpSlot::Init { recv, send } = &mut *slot {
@@ -397,13 +406,6 @@ fn spawn_driver(
         }
         *slot = QpSlot::Live(Box::new(conn));
     }
-    let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
-    let sh = qp.shared.clone();
-    thread::Builder::new()
-        .name("dpwarp-qp".into())
-        .spawn(move || drive(transport, sh, ev_tx))
-        .expect("spawn QP driver thread");
-    ev_rx
 }
 
 /// Run `f` on the live connection.

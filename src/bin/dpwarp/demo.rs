@@ -6,6 +6,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
+
+use crate::perf::{self, AnyRequest, Net};
 use dpwarp::mpa::Negotiated;
 use dpwarp::transport::memlink;
 use dpwarp::verbs::{
@@ -13,14 +15,15 @@ use dpwarp::verbs::{
 };
 
 /// Waits for the server side's connection request.
-type ServerSide = Box<dyn FnOnce() -> Result<ConnRequest, String> + Send>;
+type ServerSide = Box<dyn FnOnce() -> Result<AnyRequest, String> + Send>;
 /// Connects the client's QP.
 type ClientSide = Box<dyn FnOnce(&ConnParam, &Qp) -> Result<Negotiated, String>>;
 
 /// Demo options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// kernel (TCP loopback) or mem (in-memory link). Default: $DPWARP_TRANSPORT or kernel.
+    /// dpdk (smoltcp on DPDK ports, --config), kernel (TCP loopback) or mem (in-memory link).
+    /// Default: $DPWARP_TRANSPORT or dpdk.
     #[arg(long)]
     transport: Option<String>,
     /// Server port for the kernel transport (0 = any free port).
@@ -35,6 +38,13 @@ pub struct Args {
     /// Request markers (RFC 5044 §4.3).
     #[arg(long)]
     markers: bool,
+    /// Dataplane config for --transport dpdk (two ports: server on the first, client on the
+    /// second).
+    #[arg(long, default_value = "configs/net_ring.toml")]
+    config: std::path::PathBuf,
+    /// Skip the short bandwidth/latency run after the functional demo.
+    #[arg(long)]
+    no_perf: bool,
 }
 
 /// The server's advertisement in the MPA Reply private data: addr (8), rkey (4), len (4), big endian,
@@ -81,7 +91,7 @@ pub fn run(a: Args) -> Result<(), String> {
         .transport
         .clone()
         .or_else(|| std::env::var("DPWARP_TRANSPORT").ok())
-        .unwrap_or_else(|| "kernel".into());
+        .unwrap_or_else(|| "dpdk".into());
     let size = a.size.max(16);
     let param = ConnParam {
         crc: !a.no_crc,
@@ -93,6 +103,9 @@ pub fn run(a: Args) -> Result<(), String> {
         param.crc, param.markers
     );
 
+    // The dataplane (kept running until the end) and, for the perf run, where to connect.
+    let mut dp: Option<dpwarp::dataplane::Dataplane> = None;
+    let mut perf_nets: Option<(Net, Net, SocketAddr)> = None;
     let (server_side, client_transport): (ServerSide, ClientSide) = match transport.as_str() {
         "kernel" => {
             let addr: SocketAddr = ([127, 0, 0, 1], a.port).into();
@@ -102,6 +115,7 @@ pub fn run(a: Args) -> Result<(), String> {
             (
                 Box::new(move || {
                     l.get_request(Duration::from_secs(10))
+                        .map(AnyRequest::Cm)
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
@@ -115,6 +129,7 @@ pub fn run(a: Args) -> Result<(), String> {
             (
                 Box::new(move || {
                     ConnRequest::read(Box::new(s), Duration::from_secs(10))
+                        .map(AnyRequest::Cm)
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
@@ -122,8 +137,38 @@ pub fn run(a: Args) -> Result<(), String> {
                 }),
             )
         }
-        "dpdk" => return Err("the DPDK transport is not built yet (see the dataplane issue); use DPWARP_TRANSPORT=kernel".into()),
-        other => return Err(format!("unknown transport {other:?} (kernel, mem)")),
+        "dpdk" => {
+            let cfg = dpwarp::config::DataplaneConfig::load(&a.config)?;
+            let d = dpwarp::dataplane::Dataplane::start(&cfg).map_err(|e| e.to_string())?;
+            let (sep, cep) = match (d.endpoint(0), d.endpoint(1)) {
+                (Some(s), Some(c)) => (s, c),
+                _ => return Err(format!("{}: the demo needs two ports", a.config.display())),
+            };
+            let port = if a.port == 0 { 4791 } else { a.port };
+            let l = sep
+                .listen(port)
+                .map_err(|e| format!("listen :{port}: {e}"))?;
+            let addr = std::net::SocketAddrV4::new(sep.ip(), port);
+            println!(
+                "server listening on {addr} (DPDK {}, smoltcp; client {})",
+                cfg.ports[0].device,
+                cep.ip()
+            );
+            dp = Some(d);
+            perf_nets = Some((Net::Dpdk(sep), Net::Dpdk(cep.clone()), SocketAddr::V4(addr)));
+            (
+                Box::new(move || {
+                    l.get_request(Duration::from_secs(10))
+                        .map(AnyRequest::Dp)
+                        .map_err(|e| format!("server: {e}"))
+                }),
+                Box::new(move |p: &ConnParam, qp: &Qp| {
+                    cep.connect(addr, qp, p)
+                        .map_err(|e| format!("connect: {e}"))
+                }),
+            )
+        }
+        other => return Err(format!("unknown transport {other:?} (dpdk, kernel, mem)")),
     };
 
     let dev = Device::open();
@@ -153,12 +198,12 @@ pub fn run(a: Args) -> Result<(), String> {
         let req = server_side()?;
         println!(
             "server: MPA request rev {} enhanced={} crc={} markers={} ird={:?} ord={:?}",
-            req.peer.revision,
-            req.peer.enhanced,
-            req.peer.crc,
-            req.peer.markers,
-            req.peer.ird,
-            req.peer.ord
+            req.peer().revision,
+            req.peer().enhanced,
+            req.peer().crc,
+            req.peer().markers,
+            req.peer().ird,
+            req.peer().ord
         );
         req.accept(
             &qp,
@@ -291,5 +336,31 @@ pub fn run(a: Args) -> Result<(), String> {
     qp.wait_closed(Duration::from_secs(5));
     sres?;
     println!("demo OK: Send, RDMA Write and RDMA Read verified ({size} bytes each)");
+
+    if transport == "kernel" && perf_nets.is_none() {
+        let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let l = Listener::bind(addr).map_err(|e| e.to_string())?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        drop(l);
+        perf_nets = Some((Net::Kernel, Net::Kernel, addr));
+    }
+    if let (false, Some((ns, nc, addr))) = (a.no_perf, perf_nets) {
+        // A short perftest-style run on the same transport (one connection per size).
+        let bw = perf::local_pair(ns, &nc, addr, perf::Test::WriteBw, &[4096, 65536], 2000)?;
+        perf::print_table(&format!("RDMA Write BW ({transport})"), &bw);
+        let ns = match &nc {
+            Net::Dpdk(_) => match dp.as_ref().and_then(|d| d.endpoint(0)) {
+                Some(e) => Net::Dpdk(e),
+                None => return Err("no server endpoint".into()),
+            },
+            Net::Kernel => Net::Kernel,
+        };
+        let lat = perf::local_pair(ns, &nc, addr, perf::Test::SendLat, &[64, 4096], 2000)?;
+        perf::print_table(
+            &format!("Send latency ({transport}, one-way = RTT/2)"),
+            &lat,
+        );
+    }
+    drop(dp);
     Ok(())
 }

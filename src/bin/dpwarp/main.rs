@@ -1,6 +1,7 @@
 //! `dpwarp`: the command-line front end (demo now; rping, perf and rpc tools come with their issues).
 
 mod demo;
+mod perf;
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +20,15 @@ struct Cli {
 enum Cmd {
     /// Connect two endpoints and run Send, RDMA Write and RDMA Read with the data verified.
     Demo(demo::Args),
+    /// perftest-style write_bw / send_lat client or server over DPDK or kernel TCP.
+    Perf(perf::Args),
+    /// Plain kernel-TCP loopback baselines (stream and ping-pong) for scripts/bench.
+    TcpBaseline(perf::TcpArgs),
+    /// RFC 5044 App. A: the fraction of TCP data segments in a pcap that begin with an FPDU.
+    FpduAlign {
+        /// A pcap (Ethernet) of iWARP traffic, e.g. from configs/net_pcap.toml.
+        pcap: std::path::PathBuf,
+    },
 }
 
 fn main() {
@@ -28,6 +38,21 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Perf(a) => perf::run(a),
+        Cmd::TcpBaseline(a) => perf::run_tcp(a),
+        Cmd::FpduAlign { pcap } => std::fs::read(&pcap)
+            .map_err(|e| format!("{}: {e}", pcap.display()))
+            .and_then(|b| dpwarp::dataplane::align::analyse(&b, 1 << 30))
+            .map(|r| {
+                println!(
+                    "{}: {} of {} TCP data segments begin with an FPDU header ({:.1}%); {} flows skipped",
+                    pcap.display(),
+                    r.aligned,
+                    r.data_segments,
+                    100.0 * r.fraction(),
+                    r.skipped_flows
+                )
+            }),
     };
     if let Err(e) = res {
         eprintln!("dpwarp: {e}");

@@ -1,0 +1,203 @@
+/* dpwarp's C shim over DPDK 22.11: the static-inline fast-path functions (rx/tx burst, mbuf
+ * alloc/free/append/mtod), the TLS rte_errno, and port setup that needs the large rte_eth_conf
+ * structs (kept in C so the Rust bindings stay small and opaque). Built by build.rs. */
+#include <string.h>
+#include <stdio.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+#include <rte_eth_ring.h>
+#include <rte_lcore.h>
+
+#include "shim.h"
+
+int dpw_errno(void) { return rte_errno; }
+
+const char *dpw_strerror(int e) { return rte_strerror(e); }
+
+uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_rx_burst(port, queue, pkts, n);
+}
+
+uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_tx_burst(port, queue, pkts, n);
+}
+
+struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+
+void dpw_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+
+uint8_t *dpw_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, uint8_t *); }
+
+uint16_t dpw_data_len(const struct rte_mbuf *m) { return m->data_len; }
+
+uint32_t dpw_pkt_len(const struct rte_mbuf *m) { return m->pkt_len; }
+
+uint16_t dpw_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
+
+uint8_t *dpw_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
+{
+	return (uint8_t *)rte_pktmbuf_append(m, len);
+}
+
+uint16_t dpw_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
+
+uint64_t dpw_ol_flags(const struct rte_mbuf *m) { return m->ol_flags; }
+
+struct rte_mempool *dpw_pool_create(const char *name, unsigned n, unsigned cache,
+				    uint16_t data_room, int socket)
+{
+	return rte_pktmbuf_pool_create(name, n, cache, 0, data_room, socket);
+}
+
+void dpw_pool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
+
+unsigned dpw_pool_avail(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
+
+unsigned dpw_lcore_id(void) { return rte_lcore_id(); }
+
+int dpw_port_by_name(const char *name, uint16_t *port)
+{
+	return rte_eth_dev_get_port_by_name(name, port);
+}
+
+int dpw_port_info(uint16_t port, struct dpw_port_info *out)
+{
+	struct rte_eth_dev_info info;
+	struct rte_ether_addr mac;
+	int rc = rte_eth_dev_info_get(port, &info);
+	if (rc != 0)
+		return rc;
+	rc = rte_eth_macaddr_get(port, &mac);
+	if (rc != 0)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->mac, mac.addr_bytes, 6);
+	out->max_rx_queues = info.max_rx_queues;
+	out->max_tx_queues = info.max_tx_queues;
+	out->min_mtu = info.min_mtu;
+	out->max_mtu = info.max_mtu;
+	out->tx_offload_capa = info.tx_offload_capa;
+	out->rx_offload_capa = info.rx_offload_capa;
+	snprintf(out->driver, sizeof(out->driver), "%s", info.driver_name ? info.driver_name : "?");
+	return 0;
+}
+
+int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
+		   struct rte_mempool *pool, uint16_t mtu, uint64_t rx_offloads,
+		   uint64_t tx_offloads)
+{
+	struct rte_eth_conf conf;
+	uint16_t q;
+	int rc;
+	memset(&conf, 0, sizeof(conf));
+	conf.rxmode.offloads = rx_offloads;
+	conf.txmode.offloads = tx_offloads;
+	if (nq > 1) {
+		/* One queue per worker: RSS spreads flows (vdevs without RSS ignore it). */
+		struct rte_eth_dev_info info;
+		rc = rte_eth_dev_info_get(port, &info);
+		if (rc != 0)
+			return rc;
+		if (info.flow_type_rss_offloads != 0) {
+			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+			conf.rx_adv_conf.rss_conf.rss_hf =
+				(RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
+		}
+	}
+	rc = rte_eth_dev_configure(port, nq, nq, &conf);
+	if (rc != 0)
+		return rc;
+	if (mtu != 0 && mtu != RTE_ETHER_MTU) {
+		rc = rte_eth_dev_set_mtu(port, mtu);
+		if (rc != 0)
+			return rc;
+	}
+	int socket = rte_eth_dev_socket_id(port);
+	if (socket < 0)
+		socket = 0;
+	for (q = 0; q < nq; q++) {
+		rc = rte_eth_rx_queue_setup(port, q, nb_rxd, socket, NULL, pool);
+		if (rc != 0)
+			return rc;
+		rc = rte_eth_tx_queue_setup(port, q, nb_txd, socket, NULL);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int dpw_port_start(uint16_t port) { return rte_eth_dev_start(port); }
+
+int dpw_port_stop(uint16_t port) { return rte_eth_dev_stop(port); }
+
+int dpw_port_close(uint16_t port) { return rte_eth_dev_close(port); }
+
+int dpw_port_promisc(uint16_t port) { return rte_eth_promiscuous_enable(port); }
+
+int dpw_port_mtu(uint16_t port, uint16_t *mtu) { return rte_eth_dev_get_mtu(port, mtu); }
+
+int dpw_port_stats(uint16_t port, struct dpw_port_stats *out)
+{
+	struct rte_eth_stats s;
+	int rc = rte_eth_stats_get(port, &s);
+	if (rc != 0)
+		return rc;
+	out->ipackets = s.ipackets;
+	out->opackets = s.opackets;
+	out->ibytes = s.ibytes;
+	out->obytes = s.obytes;
+	out->imissed = s.imissed;
+	out->ierrors = s.ierrors;
+	out->oerrors = s.oerrors;
+	out->rx_nombuf = s.rx_nombuf;
+	return 0;
+}
+
+int dpw_port_link(uint16_t port, uint32_t *speed_mbps, int *up)
+{
+	struct rte_eth_link l;
+	int rc = rte_eth_link_get_nowait(port, &l);
+	if (rc != 0)
+		return rc;
+	*speed_mbps = l.link_speed;
+	*up = l.link_status;
+	return 0;
+}
+
+int dpw_ring_pair(const char *name, uint16_t nq, unsigned ring_size, uint16_t *port_a,
+		  uint16_t *port_b)
+{
+	struct rte_ring *ab[RTE_MAX_QUEUES_PER_PORT], *ba[RTE_MAX_QUEUES_PER_PORT];
+	char rn[RTE_RING_NAMESIZE];
+	char pn[64];
+	uint16_t q;
+	int a, b;
+	if (nq == 0 || nq > 64)
+		return -EINVAL;
+	for (q = 0; q < nq; q++) {
+		snprintf(rn, sizeof(rn), "%s_ab%u", name, q);
+		ab[q] = rte_ring_create(rn, ring_size, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+		snprintf(rn, sizeof(rn), "%s_ba%u", name, q);
+		ba[q] = rte_ring_create(rn, ring_size, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (ab[q] == NULL || ba[q] == NULL)
+			return -rte_errno;
+	}
+	/* Port A transmits into ab and receives from ba; port B the other way round. */
+	snprintf(pn, sizeof(pn), "%s_a", name);
+	a = rte_eth_from_rings(pn, ba, nq, ab, nq, SOCKET_ID_ANY);
+	if (a < 0)
+		return -rte_errno;
+	snprintf(pn, sizeof(pn), "%s_b", name);
+	b = rte_eth_from_rings(pn, ab, nq, ba, nq, SOCKET_ID_ANY);
+	if (b < 0)
+		return -rte_errno;
+	*port_a = (uint16_t)a;
+	*port_b = (uint16_t)b;
+	return 0;
+}

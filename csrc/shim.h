@@ -1,0 +1,58 @@
+/* Declarations bindgen reads: the dpwarp shim over DPDK (see shim.c). */
+#ifndef DPWARP_SHIM_H
+#define DPWARP_SHIM_H
+#include <stdint.h>
+
+struct rte_mbuf;
+struct rte_mempool;
+
+struct dpw_port_info {
+	uint8_t mac[6];
+	uint16_t max_rx_queues;
+	uint16_t max_tx_queues;
+	uint16_t min_mtu;
+	uint16_t max_mtu;
+	uint64_t tx_offload_capa;
+	uint64_t rx_offload_capa;
+	char driver[64];
+};
+
+struct dpw_port_stats {
+	uint64_t ipackets, opackets, ibytes, obytes, imissed, ierrors, oerrors, rx_nombuf;
+};
+
+int rte_eal_init(int argc, char **argv);
+int rte_eal_cleanup(void);
+int dpw_errno(void);
+const char *dpw_strerror(int e);
+uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp);
+void dpw_pktmbuf_free(struct rte_mbuf *m);
+uint8_t *dpw_mtod(struct rte_mbuf *m);
+uint16_t dpw_data_len(const struct rte_mbuf *m);
+uint32_t dpw_pkt_len(const struct rte_mbuf *m);
+uint16_t dpw_nb_segs(const struct rte_mbuf *m);
+uint8_t *dpw_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+uint16_t dpw_tailroom(const struct rte_mbuf *m);
+uint64_t dpw_ol_flags(const struct rte_mbuf *m);
+struct rte_mempool *dpw_pool_create(const char *name, unsigned n, unsigned cache,
+				    uint16_t data_room, int socket);
+void dpw_pool_free(struct rte_mempool *mp);
+unsigned dpw_pool_avail(const struct rte_mempool *mp);
+unsigned dpw_lcore_id(void);
+int dpw_port_by_name(const char *name, uint16_t *port);
+int dpw_port_info(uint16_t port, struct dpw_port_info *out);
+int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
+		   struct rte_mempool *pool, uint16_t mtu, uint64_t rx_offloads,
+		   uint64_t tx_offloads);
+int dpw_port_start(uint16_t port);
+int dpw_port_stop(uint16_t port);
+int dpw_port_close(uint16_t port);
+int dpw_port_promisc(uint16_t port);
+int dpw_port_mtu(uint16_t port, uint16_t *mtu);
+int dpw_port_stats(uint16_t port, struct dpw_port_stats *out);
+int dpw_port_link(uint16_t port, uint32_t *speed_mbps, int *up);
+int dpw_ring_pair(const char *name, uint16_t nq, unsigned ring_size, uint16_t *port_a,
+		  uint16_t *port_b);
+#endif

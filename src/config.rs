@@ -1,0 +1,253 @@
+//! Dataplane configuration files (`configs/*.toml`): EAL arguments, ports with their IPv4
+//! address, worker cores, queue sizes, TCP buffer sizes. See docs/dataplane.md.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// One dataplane setup.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    /// Free text shown in logs.
+    #[serde(default)]
+    pub description: String,
+    pub eal: EalConfig,
+    /// Ports this process drives; each gets its own workers.
+    #[serde(rename = "port")]
+    pub ports: Vec<PortConfig>,
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    #[serde(default)]
+    pub tcp: TcpConfig,
+}
+
+/// EAL arguments, passed verbatim to `rte_eal_init` (without the program name).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EalConfig {
+    pub args: Vec<String>,
+}
+
+/// A port: a `--vdev` by its device name, or one side of an in-process ring pair
+/// (`ring:NAME:a` / `ring:NAME:b`, made with `rte_eth_from_rings`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    pub device: String,
+    /// IPv4 address with prefix, e.g. `10.90.0.1/24`.
+    pub ip: String,
+    /// Default gateway, if any.
+    #[serde(default)]
+    pub gateway: Option<String>,
+    /// Override the port's MAC (`02:00:00:00:00:01`).
+    #[serde(default)]
+    pub mac: Option<String>,
+    /// Worker cores (one worker and one rx/tx queue pair each). Empty: one unpinned worker.
+    #[serde(default)]
+    pub cores: Vec<usize>,
+    #[serde(default = "d_desc")]
+    pub rx_desc: u16,
+    #[serde(default = "d_desc")]
+    pub tx_desc: u16,
+    /// IP MTU; 0 = the device default (1500). Up to 9000 where the vdev allows.
+    #[serde(default)]
+    pub mtu: u16,
+    /// Mbufs in the port's pool.
+    #[serde(default = "d_mbufs")]
+    pub mbufs: u32,
+    /// A capture port (e.g. `net_pcap0` created with `--vdev=net_pcap0,tx_pcap=FILE`) that gets
+    /// a copy of every frame this port's (single) worker receives and sends.
+    #[serde(default)]
+    pub capture: Option<String>,
+    /// IPv4/TCP checksums: "software" (default: smoltcp computes and verifies them) or
+    /// "trusted-link" (neither computed nor verified; only for net_ring/net_memif between dpwarp
+    /// processes, where frames move through shared memory and cannot be corrupted in flight -
+    /// MPA's CRC32c still covers every FPDU). Never use it towards a kernel or a real NIC.
+    /// "tx-only": computed on tx, not verified on rx - for AF_PACKET/tap links to virtio guests
+    /// whose frames arrive with only partial (offloaded) checksums.
+    #[serde(default = "d_checksum")]
+    pub checksum: String,
+}
+
+/// Poll-mode worker behaviour.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Packets per rx/tx burst.
+    #[serde(default = "d_batch")]
+    pub batch: usize,
+    /// Busy-poll without ever sleeping (benchmarks, one core per worker). When false the worker
+    /// spins `spin_us` after the last work, then sleeps `idle_sleep_us` per idle loop (tests on
+    /// shared cores).
+    #[serde(default)]
+    pub busy_poll: bool,
+    #[serde(default = "d_spin")]
+    pub spin_us: u64,
+    #[serde(default = "d_sleep")]
+    pub idle_sleep_us: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            batch: d_batch(),
+            busy_poll: false,
+            spin_us: d_spin(),
+            idle_sleep_us: d_sleep(),
+        }
+    }
+}
+
+/// smoltcp TCP socket sizing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpConfig {
+    /// Receive buffer per socket; > 64 KiB turns on window scaling (RFC 7323).
+    #[serde(default = "d_buf")]
+    pub rx_buffer: usize,
+    #[serde(default = "d_buf")]
+    pub tx_buffer: usize,
+    /// Listening sockets kept open per listener (smoltcp has no accept queue).
+    #[serde(default = "d_backlog")]
+    pub backlog: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            rx_buffer: d_buf(),
+            tx_buffer: d_buf(),
+            backlog: d_backlog(),
+        }
+    }
+}
+
+fn d_checksum() -> String {
+    "software".into()
+}
+fn d_desc() -> u16 {
+    1024
+}
+fn d_mbufs() -> u32 {
+    8191
+}
+fn d_batch() -> usize {
+    32
+}
+fn d_spin() -> u64 {
+    200
+}
+fn d_sleep() -> u64 {
+    50
+}
+fn d_buf() -> usize {
+    1 << 20
+}
+fn d_backlog() -> usize {
+    4
+}
+
+impl DataplaneConfig {
+    /// Parse a TOML text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let c: DataplaneConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Read and parse a file.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.ports.is_empty() {
+            return Err("no [[port]]".into());
+        }
+        if self.worker.batch == 0 || self.worker.batch > 512 {
+            return Err("worker.batch must be 1..=512".into());
+        }
+        for p in &self.ports {
+            parse_cidr(&p.ip)?;
+            if let Some(m) = &p.mac {
+                parse_mac(m)?;
+            }
+            if !["software", "trusted-link", "tx-only"].contains(&p.checksum.as_str()) {
+                return Err(format!(
+                    "port {}: checksum {:?} is not software, trusted-link or tx-only",
+                    p.device, p.checksum
+                ));
+            }
+            if p.mtu != 0 && !(576..=9000).contains(&p.mtu) {
+                return Err(format!(
+                    "port {}: mtu {} not in 576..=9000",
+                    p.device, p.mtu
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `a.b.c.d/len`.
+pub fn parse_cidr(s: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected a.b.c.d/len"))?;
+    let a = a.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let l: u8 = l.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if l > 32 {
+        return Err(format!("{s:?}: prefix > 32"));
+    }
+    Ok((a, l))
+}
+
+/// `xx:xx:xx:xx:xx:xx`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let mut m = [0u8; 6];
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("{s:?}: expected 6 hex bytes"));
+    }
+    for (i, p) in parts.iter().enumerate() {
+        m[i] = u8::from_str_radix(p, 16).map_err(|e| format!("{s:?}: {e}"))?;
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_config_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                DataplaneConfig::load(&p).unwrap();
+                n += 1;
+            }
+        }
+        assert!(n >= 1);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\n";
+        assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\n")).is_ok());
+        assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4'\n")).is_err());
+        assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmtu=9001\n")).is_err());
+        assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmac='zz'\n")).is_err());
+        assert!(
+            DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='off'\n")).is_err()
+        );
+        let c =
+            DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='trusted-link'\n"));
+        assert_eq!(c.unwrap().ports[0].checksum, "trusted-link");
+        assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap()[5], 10);
+    }
+}

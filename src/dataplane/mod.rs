@@ -1,0 +1,488 @@
+//! The DPDK dataplane: poll-mode workers running smoltcp TCP directly on DPDK port queues, with
+//! the iWARP engine ([`crate::conn::Connection`]) run to completion inside each worker.
+//!
+//! [`Dataplane::start`] initialises the EAL from a [`DataplaneConfig`], sets up every port (one
+//! rx/tx queue pair per worker core, an mbuf pool per port) and starts one pinned worker per
+//! core. Applications use the same verbs objects as over kernel TCP (`Device`, `Pd`, `Mr`,
+//! `Cq`, `Qp`, `post_send`/`post_recv`/`poll`) and rdma_cm-shaped entry points on an
+//! [`Endpoint`]: [`Endpoint::connect`], [`Endpoint::listen`] -> [`DpListener::get_request`] ->
+//! [`DpConnRequest::accept`] / [`DpConnRequest::reject`], with the same [`ConnParam`] and
+//! [`CmError`] as [`crate::cm`].
+//!
+//! Multi-queue: with the vdevs used here (net_ring pairs, net_memif) queue *i* of one side
+//! reaches queue *i* of the other, so a connection opened by worker *i* is served by the peer's
+//! worker *i*. NICs that spread flows by RSS would need flow steering (not done; one queue per
+//! port is the tested setup for those).
+
+pub mod align;
+pub mod device;
+mod worker;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::cm::{self, CmError, ConnParam};
+use crate::config::{parse_cidr, parse_mac, DataplaneConfig};
+use crate::conn::{ConnConfig, ConnEvent, Connection};
+use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
+use crate::mpa::{MpaConfig, Negotiated, PeerRequest};
+use crate::verbs::Qp;
+
+pub use worker::WorkerStats;
+use worker::{Cmd, Incoming, Worker};
+
+/// RTE_PKTMBUF_HEADROOM in the Debian DPDK 22.11 build.
+const MBUF_HEADROOM: u16 = 128;
+
+/// Why the dataplane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    #[error("DPDK: {0}")]
+    Dpdk(#[from] DpdkError),
+    #[error("config: {0}")]
+    Config(String),
+}
+
+/// A running dataplane.
+pub struct Dataplane {
+    endpoints: Vec<Endpoint>,
+    workers: Vec<(Sender<Cmd>, Option<JoinHandle<()>>)>,
+    ports: Vec<Port>,
+}
+
+/// One port's address: connect from it and listen on it.
+#[derive(Clone)]
+pub struct Endpoint {
+    ip: Ipv4Addr,
+    mtu: usize,
+    workers: Arc<Vec<Sender<Cmd>>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Dataplane {
+    /// Initialise the EAL (once per process), set up the ports and start the workers.
+    pub fn start(cfg: &DataplaneConfig) -> Result<Dataplane, DataplaneError> {
+        remove_stale_memif_sockets(&cfg.eal.args);
+        let eal = Eal::init(&cfg.eal.args)?;
+        let mut rings: HashMap<String, (Port, Port)> = HashMap::new();
+        let mut endpoints = Vec::new();
+        let mut workers = Vec::new();
+        let mut ports = Vec::new();
+        for (pi, pc) in cfg.ports.iter().enumerate() {
+            let nq = pc.cores.len().max(1) as u16;
+            let port = if let Some(rest) = pc.device.strip_prefix("ring:") {
+                let (name, side) = rest.rsplit_once(':').ok_or_else(|| {
+                    DataplaneError::Config(format!("{}: expected ring:NAME:a|b", pc.device))
+                })?;
+                let pair = match rings.get(name) {
+                    Some(p) => *p,
+                    None => {
+                        let p = Port::ring_pair(eal, name, nq, 4096)?;
+                        rings.insert(name.to_string(), p);
+                        p
+                    }
+                };
+                match side {
+                    "a" => pair.0,
+                    "b" => pair.1,
+                    _ => {
+                        return Err(DataplaneError::Config(format!(
+                            "{}: side must be a or b",
+                            pc.device
+                        )))
+                    }
+                }
+            } else {
+                Port::by_name(eal, &pc.device)?
+            };
+            let info = port.info()?;
+            if nq > info.max_rx_queues.min(info.max_tx_queues) {
+                return Err(DataplaneError::Config(format!(
+                    "{}: {} cores need {} queues; {} offers {}",
+                    pc.device,
+                    nq,
+                    nq,
+                    info.driver,
+                    info.max_rx_queues.min(info.max_tx_queues)
+                )));
+            }
+            let mtu = if pc.mtu == 0 { 1500 } else { pc.mtu };
+            if pc.mtu != 0 && info.max_mtu != 0 && pc.mtu > info.max_mtu {
+                return Err(DataplaneError::Config(format!(
+                    "{}: mtu {} above the {} maximum {}",
+                    pc.device, pc.mtu, info.driver, info.max_mtu
+                )));
+            }
+            let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
+            let pool = Mempool::create(eal, &format!("dpw_pool{pi}"), pc.mbufs, 256, room)?;
+            port.configure(
+                &PortConf {
+                    queues: nq,
+                    rx_desc: pc.rx_desc,
+                    tx_desc: pc.tx_desc,
+                    mtu: pc.mtu,
+                    rx_offloads: 0,
+                    tx_offloads: 0,
+                },
+                pool,
+            )?;
+            port.start()?;
+            ports.push(port);
+            let mac = match &pc.mac {
+                Some(m) => parse_mac(m).map_err(DataplaneError::Config)?,
+                None => info.mac,
+            };
+            let ip = parse_cidr(&pc.ip).map_err(DataplaneError::Config)?;
+            let gateway = match &pc.gateway {
+                Some(g) => Some(
+                    g.parse()
+                        .map_err(|e| DataplaneError::Config(format!("gateway {g:?}: {e}")))?,
+                ),
+                None => None,
+            };
+            log::info!(
+                "dataplane: port {} ({}, driver {}) {} mtu {} queues {} mac {:02x?}",
+                port.id(),
+                pc.device,
+                info.driver,
+                pc.ip,
+                mtu,
+                nq,
+                mac
+            );
+            let capture = match &pc.capture {
+                None => None,
+                Some(name) => {
+                    if nq != 1 {
+                        return Err(DataplaneError::Config(format!(
+                            "{}: capture needs exactly one worker",
+                            pc.device
+                        )));
+                    }
+                    let cp = Port::by_name(eal, name)?;
+                    let cpool = Mempool::create(eal, &format!("dpw_cap{pi}"), 4095, 0, room)?;
+                    cp.configure(&PortConf::default(), cpool)?;
+                    cp.start()?;
+                    ports.push(cp);
+                    log::info!("dataplane: frames of {} copied to {name}", pc.device);
+                    Some((cp, cpool))
+                }
+            };
+            let mut senders = Vec::new();
+            for q in 0..nq {
+                let (tx, rx) = crossbeam_channel::bounded(256);
+                let w = Worker {
+                    index: workers.len(),
+                    dev: device::DpdkDevice::new(port, q, pool, cfg.worker.batch, usize::from(mtu)),
+                    mac,
+                    ip,
+                    gateway,
+                    mtu: usize::from(mtu),
+                    cmds: rx,
+                    wcfg: cfg.worker.clone(),
+                    tcp: cfg.tcp.clone(),
+                };
+                let mut w = w;
+                w.dev.set_checksum_mode(match pc.checksum.as_str() {
+                    "trusted-link" => device::ChecksumMode::TrustedLink,
+                    "tx-only" => device::ChecksumMode::TxOnly,
+                    _ => device::ChecksumMode::Software,
+                });
+                if let Some((cp, cpool)) = capture {
+                    w.dev.set_mirror(cp, cpool);
+                }
+                let core = pc.cores.get(usize::from(q)).copied();
+                let j = std::thread::Builder::new()
+                    .name(format!("dpwarp-w{}", w.index))
+                    .spawn(move || {
+                        if let Some(c) = core {
+                            if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
+                                log::warn!("dataplane: could not pin worker to core {c}");
+                            }
+                        }
+                        w.run()
+                    })
+                    .map_err(|e| DataplaneError::Config(format!("spawn worker: {e}")))?;
+                senders.push(tx.clone());
+                workers.push((tx, Some(j)));
+            }
+            endpoints.push(Endpoint {
+                ip: ip.0,
+                mtu: usize::from(mtu),
+                workers: Arc::new(senders),
+                next: Arc::new(AtomicUsize::new(0)),
+            });
+        }
+        Ok(Dataplane {
+            endpoints,
+            workers,
+            ports,
+        })
+    }
+
+    /// The endpoint of the `i`-th configured port.
+    pub fn endpoint(&self, i: usize) -> Option<Endpoint> {
+        self.endpoints.get(i).cloned()
+    }
+
+    /// Counters of every worker.
+    pub fn stats(&self) -> Vec<WorkerStats> {
+        let mut v = Vec::new();
+        for (tx, _) in &self.workers {
+            let (rtx, rrx) = crossbeam_channel::bounded(1);
+            if tx.send(Cmd::Stats { reply: rtx }).is_ok() {
+                if let Ok(s) = rrx.recv_timeout(Duration::from_secs(1)) {
+                    v.push(s);
+                }
+            }
+        }
+        v
+    }
+
+    /// Wait until every port reports link up (memif links come up when the peer process
+    /// attaches); false on timeout.
+    pub fn wait_link_up(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if self
+                .ports
+                .iter()
+                .all(|p| p.link().map(|(_, up)| up).unwrap_or(false))
+            {
+                return true;
+            }
+            if Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Port counters (rte_eth_stats) of every configured port.
+    pub fn port_stats(&self) -> Vec<crate::dpdk::PortStats> {
+        self.ports.iter().filter_map(|p| p.stats().ok()).collect()
+    }
+}
+
+/// A memif server whose process died leaves its socket file behind and the next server fails
+/// with "Address already in use". Remove such a file if nobody accepts connections on it.
+fn remove_stale_memif_sockets(args: &[String]) {
+    for a in args {
+        let Some(v) = a.strip_prefix("--vdev=").or(Some(a.as_str())) else {
+            continue;
+        };
+        if !v.starts_with("net_memif") || !v.contains("role=server") {
+            continue;
+        }
+        if v.contains("socket-abstract=yes") {
+            continue;
+        }
+        let Some(path) = v
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("socket="))
+            .map(std::path::PathBuf::from)
+        else {
+            continue;
+        };
+        let is_socket = std::fs::symlink_metadata(&path)
+            .map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+            .unwrap_or(false);
+        if is_socket && std::os::unix::net::UnixStream::connect(&path).is_err() {
+            log::info!("dataplane: removing stale memif socket {}", path.display());
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+impl Drop for Dataplane {
+    fn drop(&mut self) {
+        for (tx, _) in &self.workers {
+            let _ = tx.send(Cmd::Stop);
+        }
+        for (_, j) in &mut self.workers {
+            if let Some(j) = j.take() {
+                let _ = j.join();
+            }
+        }
+        for p in &self.ports {
+            let _ = p.stop();
+            let _ = p.close();
+        }
+    }
+}
+
+impl Endpoint {
+    /// The endpoint's IPv4 address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    /// EMSS of TCP on this port (IP MTU - 40: smoltcp sends no TCP options on data segments);
+    /// MULPDU follows from it (RFC 5044 App. A).
+    pub fn emss(&self) -> usize {
+        self.mtu - 40
+    }
+
+    /// Connect `qp` to `remote` as the MPA initiator (`rdma_connect`). Workers are used round
+    /// robin.
+    pub fn connect(
+        &self,
+        remote: SocketAddrV4,
+        qp: &Qp,
+        param: &ConnParam,
+    ) -> Result<Negotiated, CmError> {
+        if !qp.claim() {
+            return Err(CmError::QpInUse);
+        }
+        let w = self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+        let cfg = param.conn_config(qp, self.emss());
+        let conn = Connection::initiator(cfg, qp.shared.pd.memory().clone(), Instant::now());
+        cm::install(conn, qp);
+        let (etx, erx) = crossbeam_channel::bounded(64);
+        self.workers[w]
+            .send(Cmd::Connect {
+                remote,
+                sh: qp.shared.clone(),
+                events: etx,
+            })
+            .map_err(|_| CmError::Closed)?;
+        cm::wait_established(qp, &erx, param.timeout)
+    }
+
+    /// Listen on `port` on every worker (`rdma_listen`).
+    pub fn listen(&self, port: u16) -> Result<DpListener, CmError> {
+        let (rtx, rrx) = crossbeam_channel::bounded(64);
+        for w in self.workers.iter() {
+            let (ok_tx, ok_rx) = crossbeam_channel::bounded(1);
+            w.send(Cmd::Listen {
+                port,
+                requests: rtx.clone(),
+                reply: ok_tx,
+            })
+            .map_err(|_| CmError::Closed)?;
+            match ok_rx.recv_timeout(Duration::from_secs(5)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    return Err(CmError::Io(std::io::Error::new(
+                        std::io::ErrorKind::AddrInUse,
+                        e,
+                    )))
+                }
+                Err(_) => return Err(CmError::Timeout),
+            }
+        }
+        Ok(DpListener {
+            port,
+            ep: self.clone(),
+            requests: rrx,
+        })
+    }
+}
+
+/// A dataplane listener (`rdma_listen`).
+pub struct DpListener {
+    port: u16,
+    ep: Endpoint,
+    requests: Receiver<Incoming>,
+}
+
+impl DpListener {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::from((self.ep.ip, self.port))
+    }
+
+    /// Wait up to `timeout` for a connection and its MPA Request (`rdma_get_request`).
+    pub fn get_request(&self, timeout: Duration) -> Result<DpConnRequest, CmError> {
+        let inc = self
+            .requests
+            .recv_timeout(timeout)
+            .map_err(|_| CmError::Timeout)?;
+        Ok(DpConnRequest {
+            peer: inc.peer.clone(),
+            remote: inc.remote,
+            emss: self.ep.emss(),
+            worker: self.ep.workers[inc.worker % self.ep.workers.len()].clone(),
+            id: inc.id,
+            raw: inc.raw,
+        })
+    }
+}
+
+impl Drop for DpListener {
+    fn drop(&mut self) {
+        for w in self.ep.workers.iter() {
+            let _ = w.send(Cmd::Unlisten { port: self.port });
+        }
+    }
+}
+
+/// An incoming connection whose MPA Request arrived (`RDMA_CM_EVENT_CONNECT_REQUEST`).
+pub struct DpConnRequest {
+    /// What the initiator asked for.
+    pub peer: PeerRequest,
+    /// The initiator's address.
+    pub remote: SocketAddr,
+    emss: usize,
+    worker: Sender<Cmd>,
+    id: u64,
+    raw: Vec<u8>,
+}
+
+impl DpConnRequest {
+    /// Accept (`rdma_accept`) with `param`; returns once established.
+    pub fn accept(self, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
+        if !qp.claim() {
+            return Err(CmError::QpInUse);
+        }
+        let cfg = param.conn_config(qp, self.emss);
+        let now = Instant::now();
+        let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
+        conn.on_bytes(&self.raw, now);
+        match conn.poll_event() {
+            Some(ConnEvent::Request(_)) => conn.accept(None),
+            Some(ConnEvent::Failed(e)) => return Err(CmError::Startup(e)),
+            _ => return Err(CmError::Closed),
+        }
+        cm::install(conn, qp);
+        let (etx, erx) = crossbeam_channel::bounded(64);
+        self.worker
+            .send(Cmd::Accept {
+                id: self.id,
+                sh: qp.shared.clone(),
+                events: etx,
+            })
+            .map_err(|_| CmError::Closed)?;
+        cm::wait_established(qp, &erx, param.timeout)
+    }
+
+    /// Reject (`rdma_reject`): an MPA Reply with R=1 and `private_data`, then the stream closes.
+    pub fn reject(self, private_data: &[u8]) -> Result<(), CmError> {
+        let now = Instant::now();
+        let mut conn = Connection::responder(
+            ConnConfig {
+                mpa: MpaConfig::default(),
+                ..ConnConfig::default()
+            },
+            crate::rdma::MemoryTable::new(),
+            now,
+        );
+        conn.on_bytes(&self.raw, now);
+        let _ = conn.poll_event();
+        conn.reject(private_data.to_vec());
+        let mut out = Vec::new();
+        conn.poll_transmit(&mut out);
+        self.worker
+            .send(Cmd::Reject {
+                id: self.id,
+                bytes: out,
+            })
+            .map_err(|_| CmError::Closed)
+    }
+}

@@ -1,0 +1,548 @@
+//! dpwarp's own DPDK FFI and safe wrappers (DPDK 22.11 LTS, linked dynamically).
+//!
+//! `build.rs` compiles `csrc/shim.c` (the static-inline fast path and port setup) and generates
+//! bindings for `csrc/shim.h` only. This module and the memory-region code are the only places
+//! with `unsafe`; every block says why it is sound.
+//!
+//! Resource model (see docs/dataplane.md):
+//! - [`Eal`]: one per process. `rte_eal_init` fails with EALREADY on a second call, even after
+//!   `rte_eal_cleanup`, so [`Eal::init`] succeeds once and later calls return an error.
+//! - [`Mempool`]: created once and kept for the life of the process (`&'static`): ports and
+//!   in-flight mbufs point into it, and the EAL itself cannot be torn down and re-created.
+//! - [`Mbuf`]: owned packet buffer; dropping it returns it to its pool (no leaks).
+//! - [`Port`]: an ethdev port (a vdev such as `net_ring`, `net_memif`, `net_tap`).
+
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    clippy::all
+)]
+mod sys {
+    include!(concat!(env!("OUT_DIR"), "/dpdk_bindings.rs"));
+}
+
+/// The DPDK version this crate was built against (from pkg-config).
+pub const DPDK_VERSION: &str = env!("DPWARP_DPDK_VERSION");
+
+/// RTE_ETH_TX_OFFLOAD_* and RTE_ETH_RX_OFFLOAD_* bits (rte_ethdev.h, DPDK 22.11).
+pub mod offload {
+    pub const TX_IPV4_CKSUM: u64 = 1 << 1;
+    pub const TX_UDP_CKSUM: u64 = 1 << 2;
+    pub const TX_TCP_CKSUM: u64 = 1 << 3;
+    pub const TX_MULTI_SEGS: u64 = 1 << 15;
+    pub const RX_IPV4_CKSUM: u64 = 1 << 1;
+    pub const RX_TCP_CKSUM: u64 = 1 << 3;
+}
+
+/// A DPDK call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkError {
+    /// What was being done.
+    pub what: String,
+    /// The (positive) errno, when DPDK gave one; 0 when it did not (rte_errno may stay 0).
+    pub errno: i32,
+}
+
+impl DpdkError {
+    fn new(what: impl Into<String>, rc: i32) -> Self {
+        DpdkError {
+            what: what.into(),
+            errno: rc.abs(),
+        }
+    }
+}
+
+impl fmt::Display for DpdkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.errno == 0 {
+            return write!(f, "{} failed", self.what);
+        }
+        // SAFETY: rte_strerror returns a pointer to a static or thread-local NUL-terminated
+        // string for any errno value.
+        let msg = unsafe { CStr::from_ptr(sys::dpw_strerror(self.errno)) };
+        write!(
+            f,
+            "{} failed: {} (errno {})",
+            self.what,
+            msg.to_string_lossy(),
+            self.errno
+        )
+    }
+}
+
+impl std::error::Error for DpdkError {}
+
+fn rte_errno() -> i32 {
+    // SAFETY: reads the calling thread's rte_errno TLS variable.
+    unsafe { sys::dpw_errno() }
+}
+
+fn check(what: &str, rc: i32) -> Result<(), DpdkError> {
+    if rc < 0 {
+        Err(DpdkError::new(what, rc))
+    } else {
+        Ok(())
+    }
+}
+
+/// The initialised Environment Abstraction Layer (one per process).
+#[derive(Debug)]
+pub struct Eal {
+    args: Vec<String>,
+}
+
+static EAL: OnceLock<Result<Eal, DpdkError>> = OnceLock::new();
+
+impl Eal {
+    /// Initialise the EAL with `args` (without the program name), once per process. Every later
+    /// call returns the first call's outcome if the arguments are the same, and an error if they
+    /// differ (the EAL cannot be re-initialised, DPDK 22.11).
+    pub fn init<S: AsRef<str>>(args: &[S]) -> Result<&'static Eal, DpdkError> {
+        let args: Vec<String> = args.iter().map(|s| s.as_ref().to_string()).collect();
+        let r = EAL.get_or_init(|| Self::do_init(&args));
+        match r {
+            Ok(e) if e.args == args => Ok(e),
+            Ok(e) => Err(DpdkError {
+                what: format!(
+                    "EAL already initialised in this process with {:?}; cannot re-init with {:?}",
+                    e.args, args
+                ),
+                errno: libc::EALREADY,
+            }),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// The EAL if it was initialised successfully.
+    pub fn get() -> Option<&'static Eal> {
+        EAL.get().and_then(|r| r.as_ref().ok())
+    }
+
+    fn do_init(args: &[String]) -> Result<Eal, DpdkError> {
+        let mut owned = vec![CString::new("dpwarp").expect("no NUL")];
+        for a in args {
+            owned.push(CString::new(a.as_str()).map_err(|_| DpdkError {
+                what: format!("EAL argument {a:?} contains NUL"),
+                errno: libc::EINVAL,
+            })?);
+        }
+        // EAL keeps pointers into argv (e.g. for --vdev strings): leak them for the process.
+        let owned: &'static [CString] = Box::leak(owned.into_boxed_slice());
+        let argv: &'static mut [*mut libc::c_char] = Box::leak(
+            owned
+                .iter()
+                .map(|c| c.as_ptr() as *mut libc::c_char)
+                .chain(std::iter::once(std::ptr::null_mut()))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        log::info!("dpdk: EAL init (DPDK {DPDK_VERSION}) with {args:?}");
+        // SAFETY: argv holds argc valid NUL-terminated strings plus a NULL terminator, all
+        // leaked so they outlive the EAL; OnceLock makes this the only call in the process.
+        let rc = unsafe { sys::rte_eal_init(owned.len() as i32, argv.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(DpdkError {
+                what: format!("rte_eal_init({args:?})"),
+                errno: rte_errno(),
+            });
+        }
+        Ok(Eal {
+            args: args.to_vec(),
+        })
+    }
+
+    /// The arguments the EAL was initialised with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+}
+
+/// An mbuf pool (`rte_pktmbuf_pool_create`); lives for the rest of the process.
+pub struct Mempool {
+    ptr: NonNull<sys::rte_mempool>,
+    data_room: u16,
+    name: String,
+}
+
+// SAFETY: DPDK mempools are multi-producer/multi-consumer safe (ring ops with per-lcore caches;
+// non-EAL threads use the shared ring), so the handle may be used from any thread.
+unsafe impl Send for Mempool {}
+// SAFETY: see Send: all operations through the handle are thread-safe in DPDK.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Create a pool of `n` mbufs with `data_room` bytes each (headroom included).
+    pub fn create(
+        _eal: &Eal,
+        name: &str,
+        n: u32,
+        cache: u32,
+        data_room: u16,
+    ) -> Result<&'static Mempool, DpdkError> {
+        let cname = CString::new(name).map_err(|_| DpdkError::new("pool name", libc::EINVAL))?;
+        // SAFETY: cname is a valid C string for the duration of the call; the EAL is initialised
+        // (the &Eal proves it).
+        let p = unsafe { sys::dpw_pool_create(cname.as_ptr(), n, cache, data_room, -1) };
+        let ptr = NonNull::new(p).ok_or_else(|| DpdkError {
+            what: format!("rte_pktmbuf_pool_create({name}, n={n}, data_room={data_room})"),
+            errno: rte_errno(),
+        })?;
+        Ok(Box::leak(Box::new(Mempool {
+            ptr,
+            data_room,
+            name: name.to_string(),
+        })))
+    }
+
+    /// Allocate one mbuf (None when the pool is empty).
+    #[inline]
+    pub fn alloc(&'static self) -> Option<Mbuf> {
+        // SAFETY: the pool pointer is valid for the process lifetime.
+        let m = unsafe { sys::dpw_pktmbuf_alloc(self.ptr.as_ptr()) };
+        NonNull::new(m).map(|ptr| Mbuf { ptr })
+    }
+
+    /// Free mbufs in the pool.
+    pub fn available(&self) -> u32 {
+        // SAFETY: valid pool pointer.
+        unsafe { sys::dpw_pool_avail(self.ptr.as_ptr()) }
+    }
+
+    /// Bytes of data room per mbuf (including RTE_PKTMBUF_HEADROOM).
+    pub fn data_room(&self) -> u16 {
+        self.data_room
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// An owned packet buffer; freed to its pool on drop.
+#[repr(transparent)]
+pub struct Mbuf {
+    ptr: NonNull<sys::rte_mbuf>,
+}
+
+// SAFETY: an Mbuf is exclusively owned; freeing it from another thread is allowed by DPDK.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// The packet's first segment data.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: mtod points at data_len initialised bytes inside the mbuf we own.
+        unsafe {
+            let p = sys::dpw_mtod(self.ptr.as_ptr());
+            std::slice::from_raw_parts(p, usize::from(sys::dpw_data_len(self.ptr.as_ptr())))
+        }
+    }
+
+    /// Mutable view of the first segment's data.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `data`, and we hold the only reference.
+        unsafe {
+            let p = sys::dpw_mtod(self.ptr.as_ptr());
+            std::slice::from_raw_parts_mut(p, usize::from(sys::dpw_data_len(self.ptr.as_ptr())))
+        }
+    }
+
+    /// Number of segments (a chained packet has more than one).
+    pub fn nb_segs(&self) -> u16 {
+        // SAFETY: reads a field of the mbuf we own.
+        unsafe { sys::dpw_nb_segs(self.ptr.as_ptr()) }
+    }
+
+    /// Total packet length over all segments.
+    pub fn pkt_len(&self) -> u32 {
+        // SAFETY: reads a field of the mbuf we own.
+        unsafe { sys::dpw_pkt_len(self.ptr.as_ptr()) }
+    }
+
+    /// Room left after the data.
+    pub fn tailroom(&self) -> u16 {
+        // SAFETY: reads fields of the mbuf we own.
+        unsafe { sys::dpw_tailroom(self.ptr.as_ptr()) }
+    }
+
+    /// Offload flags (RTE_MBUF_F_*).
+    pub fn ol_flags(&self) -> u64 {
+        // SAFETY: reads a field of the mbuf we own.
+        unsafe { sys::dpw_ol_flags(self.ptr.as_ptr()) }
+    }
+
+    /// Grow the data by `len` bytes and return them (None when the tailroom is too small).
+    #[inline]
+    pub fn append(&mut self, len: u16) -> Option<&mut [u8]> {
+        // SAFETY: rte_pktmbuf_append checks the tailroom and returns NULL when it is too small;
+        // otherwise the returned pointer addresses `len` bytes inside the mbuf we own.
+        unsafe {
+            let p = sys::dpw_pktmbuf_append(self.ptr.as_ptr(), len);
+            if p.is_null() {
+                None
+            } else {
+                Some(std::slice::from_raw_parts_mut(p, usize::from(len)))
+            }
+        }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf (it was never handed to tx_burst, which forgets it).
+        unsafe { sys::dpw_pktmbuf_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// What a port can do.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    pub driver: String,
+    pub mac: [u8; 6],
+    pub max_rx_queues: u16,
+    pub max_tx_queues: u16,
+    pub min_mtu: u16,
+    pub max_mtu: u16,
+    pub tx_offload_capa: u64,
+    pub rx_offload_capa: u64,
+}
+
+/// Port counters (`rte_eth_stats`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PortStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+/// How to set a port up.
+#[derive(Debug, Clone)]
+pub struct PortConf {
+    /// Queues (rx and tx), one per worker.
+    pub queues: u16,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+    /// 0 keeps the device default (1500).
+    pub mtu: u16,
+    pub rx_offloads: u64,
+    pub tx_offloads: u64,
+}
+
+impl Default for PortConf {
+    fn default() -> Self {
+        PortConf {
+            queues: 1,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            mtu: 0,
+            rx_offloads: 0,
+            tx_offloads: 0,
+        }
+    }
+}
+
+/// An ethdev port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    id: u16,
+}
+
+impl Port {
+    /// The port DPDK created for the device `name` (e.g. `net_memif0`, the `--vdev` name).
+    pub fn by_name(_eal: &Eal, name: &str) -> Result<Port, DpdkError> {
+        let cname = CString::new(name).map_err(|_| DpdkError::new("port name", libc::EINVAL))?;
+        let mut id = 0u16;
+        // SAFETY: valid C string and out pointer.
+        let rc = unsafe { sys::dpw_port_by_name(cname.as_ptr(), &mut id) };
+        check(&format!("rte_eth_dev_get_port_by_name({name})"), rc)?;
+        Ok(Port { id })
+    }
+
+    /// Two `net_ring` ports wired back to back in this process (what A sends, B receives and
+    /// vice versa), `queues` queue pairs each, rings of `ring_size` (a power of two).
+    pub fn ring_pair(
+        _eal: &Eal,
+        name: &str,
+        queues: u16,
+        ring_size: u32,
+    ) -> Result<(Port, Port), DpdkError> {
+        let cname = CString::new(name).map_err(|_| DpdkError::new("ring name", libc::EINVAL))?;
+        let (mut a, mut b) = (0u16, 0u16);
+        // SAFETY: valid C string and out pointers; the EAL is initialised.
+        let rc = unsafe { sys::dpw_ring_pair(cname.as_ptr(), queues, ring_size, &mut a, &mut b) };
+        check(&format!("net_ring pair {name}"), rc)?;
+        Ok((Port { id: a }, Port { id: b }))
+    }
+
+    /// The port id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// Device information and MAC address.
+    pub fn info(&self) -> Result<PortInfo, DpdkError> {
+        let mut i = sys::dpw_port_info::default();
+        // SAFETY: out pointer to a properly sized struct.
+        let rc = unsafe { sys::dpw_port_info(self.id, &mut i) };
+        check("rte_eth_dev_info_get", rc)?;
+        // SAFETY: the shim writes a NUL-terminated string (snprintf) into `driver`.
+        let driver = unsafe { CStr::from_ptr(i.driver.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        Ok(PortInfo {
+            driver,
+            mac: i.mac,
+            max_rx_queues: i.max_rx_queues,
+            max_tx_queues: i.max_tx_queues,
+            min_mtu: i.min_mtu,
+            max_mtu: i.max_mtu,
+            tx_offload_capa: i.tx_offload_capa,
+            rx_offload_capa: i.rx_offload_capa,
+        })
+    }
+
+    /// Configure queues (rx mbufs from `pool`), MTU and offloads. The port must be stopped.
+    pub fn configure(&self, conf: &PortConf, pool: &'static Mempool) -> Result<(), DpdkError> {
+        // SAFETY: the pool lives for the process; the shim only reads `conf` values.
+        let rc = unsafe {
+            sys::dpw_port_setup(
+                self.id,
+                conf.queues,
+                conf.rx_desc,
+                conf.tx_desc,
+                pool.ptr.as_ptr(),
+                conf.mtu,
+                conf.rx_offloads,
+                conf.tx_offloads,
+            )
+        };
+        check(
+            &format!(
+                "configure port {} ({} queues, mtu {})",
+                self.id, conf.queues, conf.mtu
+            ),
+            rc,
+        )
+    }
+
+    /// Start the port.
+    pub fn start(&self) -> Result<(), DpdkError> {
+        // SAFETY: plain call on a configured port id.
+        check("rte_eth_dev_start", unsafe { sys::dpw_port_start(self.id) })?;
+        // Promiscuous mode is not supported by every vdev (net_ring); it is only a convenience.
+        // SAFETY: plain call on a started port.
+        let _ = unsafe { sys::dpw_port_promisc(self.id) };
+        Ok(())
+    }
+
+    /// Stop the port.
+    pub fn stop(&self) -> Result<(), DpdkError> {
+        // SAFETY: plain call.
+        check("rte_eth_dev_stop", unsafe { sys::dpw_port_stop(self.id) })
+    }
+
+    /// Close the port (stopped first); a memif server removes its socket file here.
+    pub fn close(&self) -> Result<(), DpdkError> {
+        // SAFETY: plain call; the caller no longer uses the port's queues.
+        check("rte_eth_dev_close", unsafe { sys::dpw_port_close(self.id) })
+    }
+
+    /// The current MTU.
+    pub fn mtu(&self) -> Result<u16, DpdkError> {
+        let mut m = 0u16;
+        // SAFETY: valid out pointer.
+        check("rte_eth_dev_get_mtu", unsafe {
+            sys::dpw_port_mtu(self.id, &mut m)
+        })?;
+        Ok(m)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Result<PortStats, DpdkError> {
+        let mut s = sys::dpw_port_stats::default();
+        // SAFETY: valid out pointer.
+        check("rte_eth_stats_get", unsafe {
+            sys::dpw_port_stats(self.id, &mut s)
+        })?;
+        Ok(PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Link state: (speed in Mbit/s, up).
+    pub fn link(&self) -> Result<(u32, bool), DpdkError> {
+        let (mut speed, mut up) = (0u32, 0i32);
+        // SAFETY: valid out pointers.
+        check("rte_eth_link_get_nowait", unsafe {
+            sys::dpw_port_link(self.id, &mut speed, &mut up)
+        })?;
+        Ok((speed, up != 0))
+    }
+
+    /// Receive up to `out`'s spare capacity (at most 512) packets from `queue` into `out`.
+    /// Only one thread may use a given queue.
+    #[inline]
+    pub fn rx_burst(&self, queue: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+        let n = max.min(out.capacity() - out.len()).min(512) as u16;
+        if n == 0 {
+            return 0;
+        }
+        let len = out.len();
+        // SAFETY: Mbuf is repr(transparent) over a non-null rte_mbuf pointer; the spare capacity
+        // holds at least n slots; rx_burst writes `got` valid, owned mbuf pointers to them, and
+        // only then do we extend the length over exactly those.
+        unsafe {
+            let dst = out.as_mut_ptr().add(len) as *mut *mut sys::rte_mbuf;
+            let got = sys::dpw_rx_burst(self.id, queue, dst, n);
+            out.set_len(len + usize::from(got));
+            usize::from(got)
+        }
+    }
+
+    /// Hand the first packets of `pkts` to `queue`; returns how many the driver took (those are
+    /// removed from `pkts`, the rest stay for a later call: nothing is dropped here).
+    #[inline]
+    pub fn tx_burst(&self, queue: u16, pkts: &mut Vec<Mbuf>) -> usize {
+        if pkts.is_empty() {
+            return 0;
+        }
+        let n = pkts.len().min(usize::from(u16::MAX)) as u16;
+        // SAFETY: repr(transparent) slice of owned mbuf pointers; the driver takes ownership of
+        // the first `sent`, which we then remove without running Drop.
+        let sent = unsafe {
+            usize::from(sys::dpw_tx_burst(
+                self.id,
+                queue,
+                pkts.as_mut_ptr() as *mut *mut sys::rte_mbuf,
+                n,
+            ))
+        };
+        for m in pkts.drain(..sent) {
+            std::mem::forget(m);
+        }
+        sent
+    }
+}

@@ -1,0 +1,212 @@
+//! DPDK <-> the Linux kernel TCP stack, each test in a network namespace it creates (and
+//! deletes), with names unique to the test process:
+//! - net_tap: the DPDK process runs inside the namespace, its tap interface appears there and
+//!   gets the kernel side's address; a dpwarp kernel-TCP perf server listens in the namespace.
+//! - net_af_packet on a veth pair inside the namespace (kernel tx checksum offload turned off on
+//!   the kernel end, since AF_PACKET hands over partially checksummed frames otherwise).
+//!
+//! The DPDK side is a `dpwarp perf` client (write_bw, whose final Send is answered only after
+//! every Write arrived, then send_lat). Needs root (netns, tap, veth): without it the tests fail
+//! rather than pass silently.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Netns(String);
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().expect("run ip");
+    assert!(st.success(), "ip {args:?} failed");
+}
+
+fn netns(tag: &str) -> Netns {
+    assert_eq!(
+        rustix_uid(),
+        0,
+        "this test needs root (network namespaces, tap, veth)"
+    );
+    let name = format!("dpw{tag}{}", std::process::id());
+    ip(&["netns", "add", &name]);
+    let ns = Netns(name);
+    ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+    ns
+}
+
+fn rustix_uid() -> u32 {
+    // `id -u` keeps the test free of extra dependencies.
+    let o = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(1)
+}
+
+fn kernel_server(ns: &Netns, port: u16, count: usize) -> Kill {
+    let bin = env!("CARGO_BIN_EXE_dpwarp");
+    let mut c = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            bin,
+            "perf",
+            "--transport",
+            "kernel",
+            "--server",
+        ])
+        .args([
+            "--count",
+            &count.to_string(),
+            "--addr",
+            &format!("0.0.0.0:{port}"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = c.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let t0 = Instant::now();
+    loop {
+        let l = lines.next().expect("kernel server exited").unwrap();
+        if l.contains("listening") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+    Kill(c)
+}
+
+fn write_config(tag: &str, vdev: &str, ip: &str, mac: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("dpwarp-{tag}-{}.toml", std::process::id()));
+    let text = format!(
+        r#"
+[eal]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
+        "--vdev={vdev}"]
+[[port]]
+device = "{dev}"
+ip = "{ip}/24"
+mac = "{mac}"
+mbufs = 8191
+[worker]
+spin_us = 5
+"#,
+        dev = vdev.split(',').next().unwrap()
+    );
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Run the DPDK perf client inside `ns`; `setup` runs once the client process exists (to give
+/// the tap its address).
+fn dpdk_client(ns: &Netns, cfg: &std::path::Path, server: &str, test: &str, size: &str) -> Child {
+    let bin = env!("CARGO_BIN_EXE_dpwarp");
+    Command::new("ip")
+        .args([
+            "netns", "exec", &ns.0, bin, "perf", "--json", "--iters", "200",
+        ])
+        .args(["--addr", server, "--test", test, "--size", size, "--config"])
+        .arg(cfg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(c: Child, what: &str) -> String {
+    let o = c.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{what} failed: {}\n{out}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[test]
+fn tap_dpdk_to_kernel_stack_in_netns() {
+    let ns = netns("tap");
+    let tap = format!("dpwt{}", std::process::id());
+    let _srv = kernel_server(&ns, 18516, 2);
+    let cfg = write_config(
+        "tap",
+        &format!("net_tap0,iface={tap}"),
+        "10.95.0.2",
+        "02:00:00:95:00:02",
+    );
+    for (test, size) in [("write_bw", "65536"), ("send_lat", "64")] {
+        let c = dpdk_client(&ns, &cfg, "10.95.0.1:18516", test, size);
+        // The tap exists once the client's EAL created it: give the kernel end its address.
+        let t0 = Instant::now();
+        loop {
+            let st = Command::new("ip")
+                .args(["-n", &ns.0, "link", "show", &tap])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            if st.success() {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "tap never appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = Command::new("ip")
+            .args(["-n", &ns.0, "addr", "add", "10.95.0.1/24", "dev", &tap])
+            .stderr(Stdio::null())
+            .status();
+        ip(&["-n", &ns.0, "link", "set", &tap, "up"]);
+        let out = finish(c, test);
+        assert!(out.contains(&format!("\"test\":\"{test}\"")), "{out}");
+    }
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn af_packet_on_veth_in_netns() {
+    let ns = netns("afp");
+    let a = format!("dpwa{}", std::process::id());
+    let b = format!("dpwb{}", std::process::id());
+    ip(&[
+        "-n", &ns.0, "link", "add", &a, "type", "veth", "peer", "name", &b,
+    ]);
+    ip(&["-n", &ns.0, "addr", "add", "10.96.0.1/24", "dev", &b]);
+    ip(&["-n", &ns.0, "link", "set", &a, "up"]);
+    ip(&["-n", &ns.0, "link", "set", &b, "up"]);
+    // The kernel end would otherwise send frames with only a partial TCP checksum (offload),
+    // which AF_PACKET passes to DPDK as they are.
+    let st = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "ethtool", "-K", &b, "tx", "off"])
+        .stdout(Stdio::null())
+        .status()
+        .expect("ethtool");
+    assert!(st.success(), "ethtool -K tx off failed");
+    let _srv = kernel_server(&ns, 18517, 2);
+    let cfg = write_config(
+        "afp",
+        &format!("net_af_packet0,iface={a}"),
+        "10.96.0.2",
+        "02:00:00:96:00:02",
+    );
+    for (test, size) in [("write_bw", "65536"), ("send_lat", "64")] {
+        let c = dpdk_client(&ns, &cfg, "10.96.0.1:18517", test, size);
+        let out = finish(c, test);
+        assert!(out.contains(&format!("\"test\":\"{test}\"")), "{out}");
+    }
+    let _ = std::fs::remove_file(cfg);
+}

@@ -1,0 +1,114 @@
+//! net_memif across two processes: a `dpwarp perf --server` and a `dpwarp perf` client, each
+//! with its own EAL, connected through a memif socket unique to this test. The client runs
+//! write_bw (its final Send is answered only after every Write arrived) and send_lat
+//! (every ping answered), so success means data flowed both ways over DPDK.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn config(
+    dir: &std::path::Path,
+    role: &str,
+    sock: &str,
+    ip: &str,
+    mac: &str,
+) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[eal]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
+        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
+[[port]]
+device = "net_memif0"
+ip = "{ip}/24"
+mac = "{mac}"
+mbufs = 8191
+[worker]
+spin_us = 5
+"#
+    );
+    let p = dir.join(format!("{role}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn memif_two_processes_write_bw_and_send_lat() {
+    let dir = std::env::temp_dir().join(format!("dpwarp-memif-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("memif.sock");
+    let sock = sock.to_str().unwrap();
+    let scfg = config(&dir, "server", sock, "10.93.0.1", "02:00:00:93:00:01");
+    let ccfg = config(&dir, "client", sock, "10.93.0.2", "02:00:00:93:00:02");
+    let bin = env!("CARGO_BIN_EXE_dpwarp");
+
+    let mut server = Kill(
+        Command::new(bin)
+            .args([
+                "perf",
+                "--server",
+                "--count",
+                "2",
+                "--addr",
+                "10.93.0.1:18515",
+                "--config",
+            ])
+            .arg(&scfg)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Wait for the server to listen (its memif socket exists then).
+    let out = server.0.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let t0 = Instant::now();
+    loop {
+        let l = lines.next().expect("server exited early").unwrap();
+        if l.contains("listening") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+    let run = |test: &str, sizes: &str, iters: &str| {
+        let o = Command::new(bin)
+            .args([
+                "perf",
+                "--addr",
+                "10.93.0.1:18515",
+                "--json",
+                "--test",
+                test,
+            ])
+            .args(["--size", sizes, "--iters", iters, "--config"])
+            .arg(&ccfg)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "{test} failed: {}\n{stdout}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        stdout
+    };
+    // Each client process makes one connection (one size): the server serves two.
+    let bw = run("write_bw", "65536", "300");
+    assert!(
+        bw.contains("\"test\":\"write_bw\"") && bw.contains("\"size\":65536"),
+        "{bw}"
+    );
+    let lat = run("send_lat", "64", "300");
+    assert!(lat.contains("\"test\":\"send_lat\""), "{lat}");
+    let st = server.0.wait().unwrap();
+    assert!(st.success(), "server exit {st}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
