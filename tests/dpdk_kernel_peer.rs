@@ -5,7 +5,7 @@
 //! - net_af_packet on a veth pair inside the namespace (kernel tx checksum offload turned off on
 //!   the kernel end, since AF_PACKET hands over partially checksummed frames otherwise).
 //!
-//! The DPDK side is a `dpwarp perf` client (write_bw, whose final Send is answered only after
+//! The DPDK side is a `dpwarp dpperf` client (write_bw, whose final Send is answered only after
 //! every Write arrived, then send_lat). Needs root (netns, tap, veth): without it the tests fail
 //! rather than pass silently.
 
@@ -63,7 +63,7 @@ fn kernel_server(ns: &Netns, port: u16, count: usize) -> Kill {
             "exec",
             &ns.0,
             bin,
-            "perf",
+            "dpperf",
             "--transport",
             "kernel",
             "--server",
@@ -117,7 +117,7 @@ fn dpdk_client(ns: &Netns, cfg: &std::path::Path, server: &str, test: &str, size
     let bin = env!("CARGO_BIN_EXE_dpwarp");
     Command::new("ip")
         .args([
-            "netns", "exec", &ns.0, bin, "perf", "--json", "--iters", "200",
+            "netns", "exec", &ns.0, bin, "dpperf", "--json", "--iters", "200",
         ])
         .args(["--addr", server, "--test", test, "--size", size, "--config"])
         .arg(cfg)

@@ -1,4 +1,4 @@
-//! net_memif across two processes: a `dpwarp perf --server` and a `dpwarp perf` client, each
+//! net_memif across two processes: a `dpwarp dpperf --server` and a `dpwarp dpperf` client, each
 //! with its own EAL, connected through a memif socket unique to this test. The client runs
 //! write_bw (its final Send is answered only after every Write arrived) and send_lat
 //! (every ping answered), so success means data flowed both ways over DPDK.
@@ -54,7 +54,7 @@ fn memif_two_processes_write_bw_and_send_lat() {
     let mut server = Kill(
         Command::new(bin)
             .args([
-                "perf",
+                "dpperf",
                 "--server",
                 "--count",
                 "2",
@@ -81,7 +81,7 @@ fn memif_two_processes_write_bw_and_send_lat() {
     let run = |test: &str, sizes: &str, iters: &str| {
         let o = Command::new(bin)
             .args([
-                "perf",
+                "dpperf",
                 "--addr",
                 "10.93.0.1:18515",
                 "--json",

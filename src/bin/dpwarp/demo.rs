@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
 
-use crate::perf::{self, AnyRequest, Net};
+use crate::dpperf::{self as perf, AnyRequest, Net};
 use dpwarp::mpa::Negotiated;
 use dpwarp::transport::memlink;
 use dpwarp::verbs::{

@@ -1,7 +1,7 @@
 //! `dpwarp`: the command-line front end (demo now; rping, perf and rpc tools come with their issues).
 
 mod demo;
-mod perf;
+mod dpperf;
 
 use clap::{Parser, Subcommand};
 
@@ -20,10 +20,11 @@ struct Cli {
 enum Cmd {
     /// Connect two endpoints and run Send, RDMA Write and RDMA Read with the data verified.
     Demo(demo::Args),
-    /// perftest-style write_bw / send_lat client or server over DPDK or kernel TCP.
-    Perf(perf::Args),
+    /// dpwarp's own write_bw / send_lat client and server over DPDK or kernel TCP (used by
+    /// scripts/bench and the demo; not perftest's protocol: see `dpwarp perf` for that).
+    Dpperf(dpperf::Args),
     /// Plain kernel-TCP loopback baselines (stream and ping-pong) for scripts/bench.
-    TcpBaseline(perf::TcpArgs),
+    TcpBaseline(dpperf::TcpArgs),
     /// RFC 5044 App. A: the fraction of TCP data segments in a pcap that begin with an FPDU.
     FpduAlign {
         /// A pcap (Ethernet) of iWARP traffic, e.g. from configs/net_pcap.toml.
@@ -38,8 +39,8 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
-        Cmd::Perf(a) => perf::run(a),
-        Cmd::TcpBaseline(a) => perf::run_tcp(a),
+        Cmd::Dpperf(a) => dpperf::run(a),
+        Cmd::TcpBaseline(a) => dpperf::run_tcp(a),
         Cmd::FpduAlign { pcap } => std::fs::read(&pcap)
             .map_err(|e| format!("{}: {e}", pcap.display()))
             .and_then(|b| dpwarp::dataplane::align::analyse(&b, 1 << 30))

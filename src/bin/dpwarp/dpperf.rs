@@ -241,7 +241,7 @@ fn spin_ok(cq: &Cq, what: &str) -> Result<WorkCompletion, String> {
 /// Serve one perf connection (the test is named by the client's private data).
 pub fn serve_one(req: AnyRequest, pd: &Pd) -> Result<(), String> {
     let (test, size, iters) =
-        decode_req(&req.peer().private_data).ok_or("not a dpwarp perf request")?;
+        decode_req(&req.peer().private_data).ok_or("not a dpwarp dpperf request")?;
     let cq = Cq::new(4 * DEPTH);
     let qp = Qp::new(pd, &attr(&cq));
     let mr = pd.reg_mr(
@@ -510,7 +510,7 @@ pub fn tcp_pingpong(size: usize, iters: usize) -> Result<PerfResult, String> {
     Ok(r)
 }
 
-/// `dpwarp perf` options.
+/// `dpwarp dpperf` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// dpdk (default) or kernel.
