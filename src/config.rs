@@ -12,12 +12,15 @@ pub struct DataplaneConfig {
     /// Free text shown in logs.
     #[serde(default)]
     pub description: String,
+    /// EAL arguments (`[eal]` table).
     pub eal: EalConfig,
     /// Ports this process drives; each gets its own workers.
     #[serde(rename = "port")]
     pub ports: Vec<PortConfig>,
+    /// Poll-mode worker behaviour (`[worker]` table), shared by all ports.
     #[serde(default)]
     pub worker: WorkerConfig,
+    /// smoltcp TCP socket sizing (`[tcp]` table).
     #[serde(default)]
     pub tcp: TcpConfig,
 }
@@ -26,6 +29,7 @@ pub struct DataplaneConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EalConfig {
+    /// Arguments such as `-l 0`, `--no-huge`, `--no-pci`, `--vdev=net_memif0,...`.
     pub args: Vec<String>,
 }
 
@@ -34,6 +38,8 @@ pub struct EalConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PortConfig {
+    /// Device name as looked up with `rte_eth_dev_get_port_by_name` (e.g. `net_memif0`), or
+    /// `ring:NAME:a|b` for one side of an in-process `net_ring` pair.
     pub device: String,
     /// IPv4 address with prefix, e.g. `10.90.0.1/24`.
     pub ip: String,
@@ -46,8 +52,10 @@ pub struct PortConfig {
     /// Worker cores (one worker and one rx/tx queue pair each). Empty: one unpinned worker.
     #[serde(default)]
     pub cores: Vec<usize>,
+    /// Descriptors per rx queue (`nb_rx_desc` of `rte_eth_rx_queue_setup`; default 1024).
     #[serde(default = "d_desc")]
     pub rx_desc: u16,
+    /// Descriptors per tx queue (`nb_tx_desc` of `rte_eth_tx_queue_setup`; default 1024).
     #[serde(default = "d_desc")]
     pub tx_desc: u16,
     /// IP MTU; 0 = the device default (1500). Up to 9000 where the vdev allows.
@@ -82,8 +90,10 @@ pub struct WorkerConfig {
     /// shared cores).
     #[serde(default)]
     pub busy_poll: bool,
+    /// Microseconds to keep spinning after the last work before sleeping (default 200).
     #[serde(default = "d_spin")]
     pub spin_us: u64,
+    /// Microseconds to sleep per idle loop once `spin_us` has passed (default 50).
     #[serde(default = "d_sleep")]
     pub idle_sleep_us: u64,
 }
@@ -106,6 +116,7 @@ pub struct TcpConfig {
     /// Receive buffer per socket; > 64 KiB turns on window scaling (RFC 7323).
     #[serde(default = "d_buf")]
     pub rx_buffer: usize,
+    /// Send buffer per socket (default 1 MiB).
     #[serde(default = "d_buf")]
     pub tx_buffer: usize,
     /// Listening sockets kept open per listener (smoltcp has no accept queue).

@@ -21,6 +21,8 @@ pub struct Alignment {
 }
 
 impl Alignment {
+    /// `aligned / data_segments`: the share of data segments that start on an FPDU boundary
+    /// (0.0 when there were none).
     pub fn fraction(&self) -> f64 {
         if self.data_segments == 0 {
             0.0

@@ -32,7 +32,9 @@ pub enum ChecksumMode {
 /// Counters of one device.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DeviceStats {
+    /// Frames taken from the rx queue by `rte_eth_rx_burst`.
     pub rx_packets: u64,
+    /// Frames the driver accepted in `rte_eth_tx_burst`.
     pub tx_packets: u64,
     /// `transmit` refused because the tx queue was full (backpressure, not a drop).
     pub tx_backpressure: u64,
@@ -58,13 +60,18 @@ pub struct DpdkDevice {
     mirror: Option<Mirror>,
     /// IPv4/TCP checksum handling (config `checksum`).
     checksum: ChecksumMode,
+    /// This device's counters.
     pub stats: DeviceStats,
 }
 
 /// A port (queue 0) that receives a copy of every frame.
 pub struct Mirror {
+    /// The capture port; copies are sent on its queue 0.
     pub port: Port,
+    /// Pool the copies are allocated from.
     pub pool: &'static Mempool,
+    /// Copies not yet taken by the capture port's driver (at most 1024; beyond that copies
+    /// are skipped rather than stalling traffic).
     pub pending: Vec<Mbuf>,
 }
 

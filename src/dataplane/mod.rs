@@ -43,8 +43,12 @@ const MBUF_HEADROOM: u16 = 128;
 /// Why the dataplane could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DataplaneError {
+    /// A DPDK call failed (EAL init, port lookup/setup, mempool creation).
     #[error("DPDK: {0}")]
     Dpdk(#[from] DpdkError),
+    /// The configuration is inconsistent with itself or with what the device offers (bad
+    /// `ring:` name, too many queues, MTU above the driver maximum, bad address), or a worker
+    /// thread could not be spawned.
     #[error("config: {0}")]
     Config(String),
 }

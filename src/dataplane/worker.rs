@@ -78,8 +78,11 @@ pub(crate) enum Cmd {
 /// Counters of one worker.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WorkerStats {
+    /// Counters of the worker's port queue.
     pub device: DeviceStats,
+    /// Iterations of the poll loop so far.
     pub loops: u64,
+    /// Connections the worker holds (connecting, established or closing) when asked.
     pub connections: usize,
 }
 

@@ -35,11 +35,17 @@ pub const DPDK_VERSION: &str = env!("DPWARP_DPDK_VERSION");
 
 /// RTE_ETH_TX_OFFLOAD_* and RTE_ETH_RX_OFFLOAD_* bits (rte_ethdev.h, DPDK 22.11).
 pub mod offload {
+    /// `RTE_ETH_TX_OFFLOAD_IPV4_CKSUM`: the NIC computes the IPv4 header checksum.
     pub const TX_IPV4_CKSUM: u64 = 1 << 1;
+    /// `RTE_ETH_TX_OFFLOAD_UDP_CKSUM`: the NIC computes UDP checksums.
     pub const TX_UDP_CKSUM: u64 = 1 << 2;
+    /// `RTE_ETH_TX_OFFLOAD_TCP_CKSUM`: the NIC computes TCP checksums.
     pub const TX_TCP_CKSUM: u64 = 1 << 3;
+    /// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`: the driver accepts chained (multi-segment) mbufs.
     pub const TX_MULTI_SEGS: u64 = 1 << 15;
+    /// `RTE_ETH_RX_OFFLOAD_IPV4_CKSUM`: the NIC verifies IPv4 header checksums on rx.
     pub const RX_IPV4_CKSUM: u64 = 1 << 1;
+    /// `RTE_ETH_RX_OFFLOAD_TCP_CKSUM`: the NIC verifies TCP checksums on rx.
     pub const RX_TCP_CKSUM: u64 = 1 << 3;
 }
 
@@ -308,26 +314,42 @@ impl Drop for Mbuf {
 /// What a port can do.
 #[derive(Debug, Clone)]
 pub struct PortInfo {
+    /// Driver name (`rte_eth_dev_info::driver_name`, e.g. `net_memif`).
     pub driver: String,
+    /// The port's MAC address (`rte_eth_macaddr_get`).
     pub mac: [u8; 6],
+    /// Most rx queues the device supports (`rte_eth_dev_info::max_rx_queues`).
     pub max_rx_queues: u16,
+    /// Most tx queues the device supports (`rte_eth_dev_info::max_tx_queues`).
     pub max_tx_queues: u16,
+    /// Smallest MTU accepted by `rte_eth_dev_set_mtu`.
     pub min_mtu: u16,
+    /// Largest MTU accepted by `rte_eth_dev_set_mtu` (`rte_eth_dev_info::max_mtu`).
     pub max_mtu: u16,
+    /// Supported tx offloads (`RTE_ETH_TX_OFFLOAD_*` bits, see [`offload`]).
     pub tx_offload_capa: u64,
+    /// Supported rx offloads (`RTE_ETH_RX_OFFLOAD_*` bits, see [`offload`]).
     pub rx_offload_capa: u64,
 }
 
 /// Port counters (`rte_eth_stats`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PortStats {
+    /// Packets received.
     pub ipackets: u64,
+    /// Packets transmitted.
     pub opackets: u64,
+    /// Bytes received.
     pub ibytes: u64,
+    /// Bytes transmitted.
     pub obytes: u64,
+    /// Packets dropped by the hardware/driver because the rx queues were full.
     pub imissed: u64,
+    /// Erroneous packets received.
     pub ierrors: u64,
+    /// Failed transmissions.
     pub oerrors: u64,
+    /// Rx mbuf allocation failures (the port's mempool was empty).
     pub rx_nombuf: u64,
 }
 
@@ -336,11 +358,15 @@ pub struct PortStats {
 pub struct PortConf {
     /// Queues (rx and tx), one per worker.
     pub queues: u16,
+    /// Descriptors per rx queue (`rte_eth_rx_queue_setup`).
     pub rx_desc: u16,
+    /// Descriptors per tx queue (`rte_eth_tx_queue_setup`).
     pub tx_desc: u16,
     /// 0 keeps the device default (1500).
     pub mtu: u16,
+    /// `RTE_ETH_RX_OFFLOAD_*` bits for `rte_eth_conf::rxmode.offloads` (see [`offload`]).
     pub rx_offloads: u64,
+    /// `RTE_ETH_TX_OFFLOAD_*` bits for `rte_eth_conf::txmode.offloads` (see [`offload`]).
     pub tx_offloads: u64,
 }
 
