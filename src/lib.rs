@@ -9,6 +9,8 @@
 //! - [`conn`]: one iWARP connection: MPA startup, then FPDUs carrying the QP engine's ULPDUs.
 //! - [`transport`]: the byte-stream trait and its backends (kernel TCP, in-memory link).
 //! - [`verbs`] and [`cm`]: the ibverbs / rdma_cm shaped safe API applications use.
+//! - [`rpc`]: RPC-over-RDMA (server framework, client, block-storage program) and the ONC RPC
+//!   over TCP baseline.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod cm;
@@ -16,6 +18,7 @@ pub mod conn;
 pub mod crc;
 pub mod mpa;
 pub mod rdma;
+pub mod rpc;
 pub mod transport;
 pub mod verbs;
 pub mod wire;
