@@ -49,6 +49,9 @@ pub struct ClientConfig {
     pub conn: ConnParam,
     /// How long to wait for a reply.
     pub timeout: Duration,
+    /// Send RDMA_DONE after pulling a reply's read chunk (default true; false only to test the
+    /// server's DONE timeout).
+    pub send_done: bool,
 }
 
 impl Default for ClientConfig {
@@ -62,6 +65,7 @@ impl Default for ClientConfig {
             configure: true,
             conn: ConnParam::default(),
             timeout: Duration::from_secs(10),
+            send_done: true,
         }
     }
 }
@@ -276,6 +280,16 @@ impl RdmaClient {
     /// The server's limits in force.
     pub fn server_limits(&self) -> ConfigReply {
         self.server
+    }
+
+    /// The next XID `submit` would use (tests craft raw messages with it).
+    pub fn peek_xid(&self) -> u32 {
+        self.next_xid.wrapping_add(1)
+    }
+
+    /// The credit value our calls carry.
+    pub fn requested(&self) -> u32 {
+        self.cfg.credits
     }
 
     /// The last grant received.
@@ -525,9 +539,13 @@ impl RdmaClient {
         self.wait(x)
     }
 
-    /// Send a raw message (tests: malformed headers). Counts as one call in flight under `xid`.
-    pub fn send_raw(&mut self, xid: u32, bytes: &[u8]) -> Result<(), RpcError> {
+    /// Send a raw message (tests: malformed headers). With `Some(xid)` it counts as a call in
+    /// flight awaiting a reply under `xid`.
+    pub fn send_raw(&mut self, xid: Option<u32>, bytes: &[u8]) -> Result<(), RpcError> {
         self.seq += 1;
+        let Some(xid) = xid else {
+            return self.ep.send(bytes, vec![]);
+        };
         self.outstanding.insert(
             xid,
             Pending {
@@ -678,7 +696,9 @@ impl RdmaClient {
                     let mut v = vec![0u8; n];
                     mr.read_at(0, &mut v);
                     self.ep.unstage(mr);
-                    self.queued_dones.push_back(xid);
+                    if self.cfg.send_done {
+                        self.queued_dones.push_back(xid);
+                    }
                     (v, None, ReplyPath::ReadChunk, c)
                 } else {
                     self.finish(

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -76,6 +76,30 @@ impl Default for ServerConfig {
     }
 }
 
+/// Counters over all connections (what a test or an operator can check).
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub connections: AtomicU64,
+    pub calls: AtomicU64,
+    pub dones: AtomicU64,
+    pub done_timeouts: AtomicU64,
+    pub err_vers: AtomicU64,
+    pub err_chunk: AtomicU64,
+    pub dropped: AtomicU64,
+    pub reads_pulled: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+impl ServerStats {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
 /// The server: programs, settings and the shared credit pool.
 #[derive(Clone)]
 pub struct RdmaServer {
@@ -83,6 +107,7 @@ pub struct RdmaServer {
     cfg: Arc<ServerConfig>,
     pool: CreditPool,
     dev: Device,
+    stats: Arc<ServerStats>,
 }
 
 /// A running listener; dropping it does not stop it, [`ServerHandle::stop`] does.
@@ -110,7 +135,13 @@ impl RdmaServer {
             cfg: Arc::new(cfg),
             pool,
             dev: Device::open(),
+            stats: Arc::new(ServerStats::default()),
         }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
     }
 
     /// The shared credit pool.
@@ -183,7 +214,9 @@ impl RdmaServer {
         }
         let n = req.accept(&qp, &self.cfg.conn)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
+        bump(&self.stats.connections, 1);
         let conn = ConnServer {
+            stats: self.stats.clone(),
             ep,
             reg: self.registry.clone(),
             cfg: self.cfg.clone(),
@@ -198,6 +231,7 @@ impl RdmaServer {
 }
 
 struct ConnServer {
+    stats: Arc<ServerStats>,
     ep: Endpoint,
     reg: Arc<Registry>,
     cfg: Arc<ServerConfig>,
@@ -279,6 +313,7 @@ impl ConnServer {
         for xid in expired {
             if let Some((mr, _)) = self.done_wait.remove(&xid) {
                 log::warn!("rpc-server: no RDMA_DONE for xid {xid:#x}; freeing its read chunk");
+                bump(&self.stats.done_timeouts, 1);
                 self.ep.pd.dereg_mr(&mr);
             }
         }
@@ -316,10 +351,12 @@ impl ConnServer {
                     "rpc-server: {}-byte message too short for a header; dropped",
                     msg.len()
                 );
+                bump(&self.stats.dropped, 1);
                 return Ok(());
             }
             Err(HeaderError::Version { xid, vers }) => {
                 log::warn!("rpc-server: xid {xid:#x}: version {vers}; answering ERR_VERS 1..1");
+                bump(&self.stats.err_vers, 1);
                 return self.send_header(
                     xid,
                     RdmaBody::ErrVers {
@@ -332,6 +369,7 @@ impl ConnServer {
             }
             Err(e @ HeaderError::Chunk { xid, .. }) => {
                 log::warn!("rpc-server: {e}; answering ERR_CHUNK");
+                bump(&self.stats.err_chunk, 1);
                 return self.send_header(xid, RdmaBody::ErrChunk, &[], vec![]);
             }
         };
@@ -342,6 +380,7 @@ impl ConnServer {
                 match self.done_wait.remove(&xid) {
                     Some((mr, _)) => {
                         self.ep.pd.dereg_mr(&mr);
+                        bump(&self.stats.dones, 1);
                     }
                     None => log::warn!("rpc-server: RDMA_DONE for unknown xid {xid:#x}"),
                 }
@@ -366,6 +405,7 @@ impl ConnServer {
             Ok(()) => Ok(()),
             Err(Fail::Chunk(why)) => {
                 log::warn!("rpc-server: xid {xid:#x}: {why}; answering ERR_CHUNK");
+                bump(&self.stats.err_chunk, 1);
                 self.send_header(xid, RdmaBody::ErrChunk, &[], vec![])
             }
             Err(Fail::Fatal(e)) => Err(e),
@@ -376,6 +416,7 @@ impl ConnServer {
         let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
         let mr = self.ep.stage(len);
         let r = self.ep.rdma_read(segs, &mr, window);
+        bump(&self.stats.reads_pulled, 1);
         let out = match r {
             Ok(n) => {
                 let mut v = vec![0u8; n];
@@ -475,6 +516,7 @@ impl ConnServer {
                 call.xid
             );
         }
+        bump(&self.stats.calls, 1);
         let (rep, body) = if call.prog == CONFIG_RDMA_PROG {
             self.config_rdma(&call, &mut r)
         } else {
@@ -552,6 +594,7 @@ impl ConnServer {
                     let mr = self.ep.stage(d.len());
                     mr.write_at(0, d);
                     returned[wi] = self.ep.rdma_write(&mr, 0, d.len(), wc)?;
+                    bump(&self.stats.bytes_written, d.len() as u64);
                     staged.push(Res::Stage(mr));
                     in_chunk[i] = true;
                     wi += 1;
