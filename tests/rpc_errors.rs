@@ -36,7 +36,13 @@ fn default_setup() -> (RdmaServer, RdmaClient) {
 /// The connection still answers a NULL call.
 fn still_works(c: &mut RdmaClient) {
     let rep = c
-        .call(BLOCK_PROG, BLOCK_VERS, block::PROC_NULL, Body::new(), &CallOpts::default())
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_NULL,
+            Body::new(),
+            &CallOpts::default(),
+        )
         .expect("NULL after the error");
     assert!(rep.results().is_ok());
 }
@@ -210,7 +216,13 @@ fn write_chunk_too_small_gets_err_chunk() {
         write_chunks: vec![1000],
         reply_chunk: None,
     };
-    let r = c.call(BLOCK_PROG, BLOCK_VERS, block::PROC_READ, block::read_args(0, 5000), &opts);
+    let r = c.call(
+        BLOCK_PROG,
+        BLOCK_VERS,
+        block::PROC_READ,
+        block::read_args(0, 5000),
+        &opts,
+    );
     assert!(matches!(r, Err(RpcError::ErrChunk)), "{r:?}");
     still_works(&mut c);
 }
@@ -226,7 +238,13 @@ fn xdr_length_differs_from_chunk_sum_gets_garbage_args() {
     // The server reads offset, then get_bulk reads the lie (100) at a position where no chunk
     // starts and treats the next 100 bytes inline: the chunk then sits at an unused position.
     let rep = c
-        .call(BLOCK_PROG, BLOCK_VERS, block::PROC_WRITE, args, &CallOpts::default())
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_WRITE,
+            args,
+            &CallOpts::default(),
+        )
         .unwrap();
     assert!(
         matches!(
@@ -327,7 +345,13 @@ fn rpc_level_errors() {
     ));
     // READ beyond the end: a program-level status, not an RPC error.
     let rep = c
-        .call(BLOCK_PROG, BLOCK_VERS, block::PROC_READ, block::read_args(1 << 16, 1), &o)
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_READ,
+            block::read_args(1 << 16, 1),
+            &o,
+        )
         .unwrap();
     assert_eq!(
         block::decode_read(&mut rep.results().unwrap()).unwrap(),
@@ -408,12 +432,21 @@ fn missing_done_is_freed_after_the_timeout() {
     };
     let (s, mut c) = setup(cfg, ccfg);
     let rep = c
-        .call(BLOCK_PROG, BLOCK_VERS, block::PROC_READ, block::read_args(0, 20_000), &CallOpts::default())
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_READ,
+            block::read_args(0, 20_000),
+            &CallOpts::default(),
+        )
         .unwrap();
     assert_eq!(rep.path, dpwarp::rpc::client::ReplyPath::ReadChunk);
     let t = Instant::now();
     while ServerStats::get(&s.stats().done_timeouts) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "reply chunk never freed");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "reply chunk never freed"
+        );
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(ServerStats::get(&s.stats().dones), 0);
@@ -423,8 +456,14 @@ fn missing_done_is_freed_after_the_timeout() {
 #[test]
 fn done_frees_the_reply_chunk_at_once() {
     let (s, mut c) = default_setup();
-    c.call(BLOCK_PROG, BLOCK_VERS, block::PROC_READ, block::read_args(0, 20_000), &CallOpts::default())
-        .unwrap();
+    c.call(
+        BLOCK_PROG,
+        BLOCK_VERS,
+        block::PROC_READ,
+        block::read_args(0, 20_000),
+        &CallOpts::default(),
+    )
+    .unwrap();
     // The DONE is sent right after the pull; the next call's reply proves it was handled.
     still_works(&mut c);
     assert_eq!(ServerStats::get(&s.stats().dones), 1);
@@ -462,7 +501,10 @@ fn bad_stag_in_read_chunk_closes_only_that_connection() {
     still_works(&mut good);
     let t = Instant::now();
     while s.pool().connections() != 1 {
-        assert!(t.elapsed() < Duration::from_secs(5), "dead connection kept its credits");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "dead connection kept its credits"
+        );
         thread::sleep(Duration::from_millis(20));
     }
 }

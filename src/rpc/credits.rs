@@ -20,11 +20,17 @@
 //! - A client that sends more than its grant overruns its connection's posted receives: the RNIC
 //!   answers with a TERMINATE (DDP untagged buffer error, RFC 5041 §7.2) and that connection
 //!   closes. Other connections' buffers are their own, so they are untouched.
+//! - Growth never takes the last 2 free buffers, so a new connection can be admitted at once;
+//!   the others shrink towards the new fair share at their next replies.
 //! - Load: a connection's target is `min(requested, max_per_conn, fair share)`, where the fair
 //!   share is the pool divided by the number of connections. More connections shrink everyone's
 //!   target; departures let the others grow at their next reply.
 
 use std::sync::{Arc, Mutex};
+
+/// Buffers growth never takes, so that a new connection can always be admitted while the pool
+/// is shared by connections that have not shrunk yet.
+const JOIN_RESERVE: u32 = 2;
 
 #[derive(Debug)]
 struct PoolState {
@@ -154,7 +160,9 @@ impl ConnCredits {
         let mut post = 0;
         if target > self.bound {
             let mut s = self.pool.lock();
-            let got = (target - self.bound).min(s.total - s.reserved);
+            // Keep room for one more connection to join (grant 1 + DONE slot).
+            let free = (s.total - s.reserved).saturating_sub(JOIN_RESERVE);
+            let got = (target - self.bound).min(free);
             s.reserved += got;
             drop(s);
             self.bound += got;
@@ -197,7 +205,7 @@ mod tests {
 
     #[test]
     fn grows_to_request_and_fair_share() {
-        let pool = CreditPool::new(66, 32);
+        let pool = CreditPool::new(68, 32);
         let mut a = pool.join().unwrap();
         a.on_request(64);
         let s = a.next_reply();
@@ -211,11 +219,14 @@ mod tests {
         assert_eq!(pool.reserved(), 33);
         let mut b = pool.join().unwrap();
         b.on_request(64);
-        // Fair share is now 66/2 - 1 = 32; the pool has 66-33-2 = 31 left.
+        // Fair share is now 68/2 - 1 = 33, capped at 32; 68-35 = 33 free, 2 kept in reserve.
         let s = b.next_reply();
         assert_eq!(s.credits, 32);
         assert_eq!(pool.reserved(), 66);
+        let c = pool.join().expect("the reserve admits one more");
         assert!(pool.join().is_none(), "exhausted pool refuses a connection");
+        drop(c);
+        assert_eq!(pool.reserved(), 66);
     }
 
     #[test]
