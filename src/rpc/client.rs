@@ -605,7 +605,7 @@ impl RdmaClient {
                 self.ep.pd.dereg_mr(&m);
             }
             for m in p.writes.into_iter().chain(p.reply_chunk) {
-                if self.sink_cache.len() < 8 {
+                if self.sink_cache.len() < 64 {
                     self.sink_cache.push(m);
                 } else {
                     self.ep.pd.dereg_mr(&m);
