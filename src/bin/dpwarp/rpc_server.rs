@@ -210,3 +210,32 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_configs_parse() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let s = load(&root.join("rpc-server.toml")).unwrap();
+        assert_eq!(s.store.kind, "memory");
+        assert!(s.tcp.is_some());
+        let sc = s.rdma.server_config();
+        assert_eq!((sc.credit_pool, sc.max_credits), (1024, 128));
+        let f = load(&root.join("rpc-file.toml")).unwrap();
+        assert_eq!(f.store.kind, "file");
+        let fc = f.rdma.server_config();
+        assert_eq!(fc.reply_padding.map(|p| p.align), Some(4096));
+        assert!(check_transport("dpdk").is_err());
+        assert!(check_transport("kernel").is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = toml::from_str::<FileConfig>(
+            "listen = \"127.0.0.1:1\"\nbogus = 1\n[store]\nkind = \"memory\"\nsize = 1\n",
+        );
+        assert!(e.is_err());
+    }
+}
