@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat, AUTH_BADCRED};
-use crate::wire::xdr::{XdrReader, XdrWriter};
+use crate::wire::xdr::{padded, XdrReader, XdrWriter};
 use crate::wire::{Error, Result};
 
 /// A read chunk's payload, already pulled into local memory, at its XDR position (the offset of
@@ -42,14 +42,16 @@ impl<'a> ArgReader<'a> {
     /// Variable-length opaque data of at most `max` bytes that may have been moved in a read
     /// chunk. The length word is always inline; if the next read chunk sits at the position right
     /// after it, the data is that chunk and its byte count must equal the length word
-    /// (RFC 8166 §4.2.1: a mismatch is a malformed call, answered GARBAGE_ARGS).
+    /// or that plus its XDR roundup (RFC 8166 §3.4.5.2); a mismatch is a malformed call,
+    /// answered GARBAGE_ARGS.
     pub fn get_bulk(&mut self, max: usize) -> Result<&'a [u8]> {
         let len = self.xdr.get_len(max)?;
         let pos = self.xdr.position();
         let chunks: &'a [PulledChunk] = self.chunks;
         if let Some(c) = chunks.get(self.next) {
             if c.position as usize == pos {
-                if c.data.len() != len {
+                // RFC 8166 §3.4.5.2: the chunk may or may not carry the XDR roundup padding.
+                if c.data.len() != len && c.data.len() != padded(len) {
                     log::warn!(
                         "rpc: read chunk at {pos} holds {} bytes, XDR length says {len}",
                         c.data.len()
@@ -59,7 +61,7 @@ impl<'a> ArgReader<'a> {
                     ));
                 }
                 self.next += 1;
-                return Ok(&c.data);
+                return Ok(&c.data[..len]);
             }
         }
         self.xdr.skip_msgp_pad(len)?;
@@ -211,4 +213,39 @@ impl Registry {
 pub fn garbage(e: Error) -> AcceptStat {
     log::warn!("rpc: cannot decode arguments: {e}");
     AcceptStat::GarbageArgs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_from_chunk_with_or_without_roundup() {
+        let mut w = XdrWriter::new();
+        w.put_u32(5);
+        w.put_u32(7);
+        let inline = w.into_vec();
+        for data in [vec![1u8; 5], vec![1u8, 1, 1, 1, 1, 0, 0, 0]] {
+            let chunks = [PulledChunk { position: 4, data }];
+            let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+            assert_eq!(a.get_bulk(100).unwrap(), &[1u8; 5]);
+            assert_eq!(a.xdr.get_u32().unwrap(), 7);
+            a.finish().unwrap();
+        }
+        let chunks = [PulledChunk {
+            position: 4,
+            data: vec![1u8; 6],
+        }];
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert!(
+            a.get_bulk(100).is_err(),
+            "neither the length nor the rounded length"
+        );
+        let chunks = [PulledChunk {
+            position: 8,
+            data: vec![1u8; 6],
+        }];
+        let a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert!(a.finish().is_err(), "an unconsumed chunk is refused");
+    }
 }
