@@ -508,3 +508,32 @@ fn bad_stag_in_read_chunk_closes_only_that_connection() {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn replies_awaiting_done_are_bounded() {
+    let cfg = ServerConfig {
+        max_credits: 2,
+        done_timeout: Duration::from_secs(60),
+        ..ServerConfig::default()
+    };
+    let ccfg = ClientConfig {
+        send_done: false,
+        ..ClientConfig::default()
+    };
+    let (s, mut c) = setup(cfg, ccfg);
+    for _ in 0..7 {
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(0, 20_000),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        assert_eq!(rep.path, dpwarp::rpc::client::ReplyPath::ReadChunk);
+    }
+    // At most 2 * max_credits = 4 stay exposed: 3 were freed early.
+    assert_eq!(ServerStats::get(&s.stats().done_timeouts), 3);
+    still_works(&mut c);
+}

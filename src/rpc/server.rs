@@ -670,6 +670,21 @@ impl ConnServer {
         if let Some((old, _)) = self.done_wait.insert(xid, (mr, Instant::now())) {
             self.ep.pd.dereg_mr(&old);
         }
+        // Bound what a client that never sends RDMA_DONE can pin: beyond twice its largest
+        // grant, the oldest exposed reply is freed early (as at its timeout).
+        let cap = 2 * self.cfg.max_credits.max(1) as usize;
+        while self.done_wait.len() > cap {
+            let Some((&oldest, _)) = self.done_wait.iter().min_by_key(|(_, (_, t))| *t) else {
+                break;
+            };
+            if let Some((m, _)) = self.done_wait.remove(&oldest) {
+                log::warn!(
+                    "rpc-server: too many replies awaiting RDMA_DONE; freeing xid {oldest:#x}"
+                );
+                bump(&self.stats.done_timeouts, 1);
+                self.ep.pd.dereg_mr(&m);
+            }
+        }
         let body = RdmaBody::NoMsg(Chunks {
             reads: vec![ReadSegment {
                 position: 0,
