@@ -52,6 +52,8 @@ pub struct ClientConfig {
     /// Send RDMA_DONE after pulling a reply's read chunk (default true; false only to test the
     /// server's DONE timeout).
     pub send_done: bool,
+    /// Busy-poll the receive CQ this long before sleeping (0: never spin).
+    pub poll_spin: Duration,
 }
 
 impl Default for ClientConfig {
@@ -66,6 +68,7 @@ impl Default for ClientConfig {
             conn: ConnParam::default(),
             timeout: Duration::from_secs(10),
             send_done: true,
+            poll_spin: Duration::from_micros(super::server::POLL_SPIN_US),
         }
     }
 }
@@ -228,6 +231,7 @@ impl RdmaClient {
             cfg.inline_send as usize,
         );
         ep.timeout = cfg.timeout;
+        ep.spin = cfg.poll_spin;
         for _ in 0..cfg.credits.max(1) {
             ep.add_recv()?;
         }
@@ -562,7 +566,7 @@ impl RdmaClient {
     pub fn progress(&mut self, block: bool) -> Result<(), RpcError> {
         self.ep.reap_sends()?;
         let wc = if block {
-            match self.ep.rcq.wait(self.cfg.timeout) {
+            match self.ep.wait_recv(self.cfg.timeout) {
                 Some(wc) => wc,
                 None if self.ep.qp.is_closed() => return Err(RpcError::Closed),
                 None => return Err(RpcError::Timeout),

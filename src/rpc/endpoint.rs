@@ -39,6 +39,8 @@ pub(crate) struct Endpoint {
     next_wr: u64,
     pending: HashMap<u64, Vec<Res>>,
     pub timeout: Duration,
+    /// Busy-poll the receive CQ this long before sleeping on it.
+    pub spin: Duration,
 }
 
 impl Endpoint {
@@ -57,7 +59,23 @@ impl Endpoint {
             next_wr: 1,
             pending: HashMap::new(),
             timeout: Duration::from_secs(10),
+            spin: Duration::ZERO,
         }
+    }
+
+    /// The next receive completion: busy-poll up to `spin` (a wake-up costs more than a short
+    /// spin when messages arrive back to back), then sleep on the CQ up to `timeout`.
+    pub fn wait_recv(&self, timeout: Duration) -> Option<WorkCompletion> {
+        if !self.spin.is_zero() {
+            let t = std::time::Instant::now();
+            while t.elapsed() < self.spin {
+                if let Some(wc) = self.rcq.poll_one() {
+                    return Some(wc);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.rcq.wait(timeout)
     }
 
     /// Register and post one more receive buffer.

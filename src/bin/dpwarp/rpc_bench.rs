@@ -50,6 +50,9 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Busy-poll receive CQs this many microseconds before sleeping (client and in-process server).
+    #[arg(long, default_value_t = dpwarp::rpc::server::POLL_SPIN_US)]
+    poll_spin_us: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -108,7 +111,13 @@ fn start_servers(a: &Args) -> Result<Servers, String> {
     let rdma = match a.server {
         Some(s) => s,
         None => {
-            let srv = RdmaServer::new(reg.clone(), ServerConfig::default());
+            let srv = RdmaServer::new(
+                reg.clone(),
+                ServerConfig {
+                    poll_spin: Duration::from_micros(a.poll_spin_us),
+                    ..ServerConfig::default()
+                },
+            );
             let l =
                 Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
             let h = srv.listen(l).map_err(|e| e.to_string())?;
@@ -191,11 +200,13 @@ fn bench_rdma(
     size: usize,
     credits: u32,
     secs: f64,
+    spin_us: u64,
 ) -> Result<Stats, String> {
     let mut c = RdmaClient::connect_tcp(
         addr,
         ClientConfig {
             credits,
+            poll_spin: Duration::from_micros(spin_us),
             ..ClientConfig::default()
         },
     )
@@ -358,9 +369,9 @@ pub fn run(a: Args) -> Result<(), String> {
             servers
         };
         let secs = a.seconds;
-        let mut nr = bench_rdma(s.rdma, "null", 0, a.credits, secs)?;
+        let mut nr = bench_rdma(s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
         let mut nt = bench_tcp(s.tcp, "null", 0, a.credits, secs)?;
-        let mut rr = bench_rdma(s.rdma, "read", mib, a.credits, secs)?;
+        let mut rr = bench_rdma(s.rdma, "read", mib, a.credits, secs, a.poll_spin_us)?;
         let mut rt = bench_tcp(s.tcp, "read", mib, a.credits, secs)?;
         let wv = bench_verbs_write(mib, a.credits as usize, secs)?;
         if a.json {
@@ -400,7 +411,14 @@ pub fn run(a: Args) -> Result<(), String> {
         return Ok(());
     }
     let mut st = match a.proto.as_str() {
-        "rdma" => bench_rdma(servers.rdma, &a.op, a.size, a.credits, a.seconds)?,
+        "rdma" => bench_rdma(
+            servers.rdma,
+            &a.op,
+            a.size,
+            a.credits,
+            a.seconds,
+            a.poll_spin_us,
+        )?,
         "tcp" => bench_tcp(servers.tcp, &a.op, a.size, a.credits, a.seconds)?,
         p => return Err(format!("--proto {p:?}: expected rdma or tcp")),
     };

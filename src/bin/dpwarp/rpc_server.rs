@@ -76,6 +76,7 @@ pub struct RdmaConfig {
     pub ird: u16,
     pub ord: u16,
     pub crc: bool,
+    pub poll_spin_us: u64,
 }
 
 impl Default for RdmaConfig {
@@ -93,6 +94,7 @@ impl Default for RdmaConfig {
             ird: 16,
             ord: 16,
             crc: true,
+            poll_spin_us: s.poll_spin.as_micros() as u64,
         }
     }
 }
@@ -123,6 +125,7 @@ impl RdmaConfig {
                 crc: self.crc,
                 ..ConnParam::default()
             },
+            poll_spin: Duration::from_micros(self.poll_spin_us),
         }
     }
 }
