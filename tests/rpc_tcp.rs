@@ -42,7 +42,7 @@ fn procedures_with_data_verified_and_pipelined() {
     assert_eq!(store.read(100, 300_000).unwrap(), data);
     // 50 pipelined READs, 8 in flight, each checked.
     let mut got = 0;
-    let mut check = |rep: tcp::TcpReply, k: u64| {
+    let check = |rep: tcp::TcpReply, k: u64| {
         let d = block::decode_read(&mut rep.results().unwrap())
             .unwrap()
             .unwrap();
