@@ -307,3 +307,73 @@ fn client_exceeding_its_grant_is_terminated_alone() {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn pipelined_read_chunk_replies_then_a_grant_drop_do_not_deadlock() {
+    // Many replies as read chunks in flight at once (each wants a DONE), then the server grants
+    // 1: the next calls must still go out.
+    let cfg = ServerConfig {
+        credit_pool: 40,
+        max_credits: 32,
+        ..ServerConfig::default()
+    };
+    let (s, store) = server(cfg);
+    store.write(0, &vec![9u8; 40_000]).unwrap();
+    let mut c = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    let mut xs = Vec::new();
+    for _ in 0..32 {
+        xs.push(
+            c.submit(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(0, 20_000),
+                &CallOpts::default(),
+            )
+            .unwrap(),
+        );
+    }
+    for x in xs {
+        assert_eq!(c.wait(x).unwrap().path, ReplyPath::ReadChunk);
+    }
+    // Two more connections take the pool: this one's fair share drops to 40/3 - 1 = 12.
+    let _b = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    let _d = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    for i in 0..50u64 {
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(i, 20_000),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        assert_eq!(
+            block::decode_read(&mut rep.results().unwrap())
+                .unwrap()
+                .unwrap(),
+            store.read(i, 20_000).unwrap()
+        );
+    }
+    assert!(c.grant() <= 12);
+    assert_eq!(c.stats.over_grant, 0);
+}

@@ -8,9 +8,10 @@
 //! - write chunks for bulk results and a reply chunk for long replies, per call ([`CallOpts`]);
 //! - replies whose body comes as a read chunk are pulled and acknowledged with RDMA_DONE;
 //! - credits: at most `min(grant, requested)` calls in flight, where the grant is the last one
-//!   the server sent. An RDMA_DONE occupies a credit until a reply to a later call shows the
-//!   server consumed it; the server keeps one extra buffer for a DONE, so a DONE never waits for
-//!   a call (no deadlock at a grant of 1).
+//!   the server sent. An RDMA_DONE consumes the one extra receive buffer the server keeps for
+//!   it; a second DONE waits until a reply to a later call shows the first was consumed (or, with
+//!   no later call, the server frees the chunk at its timeout). Calls never wait for DONEs, so
+//!   no grant, even 1, can deadlock.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -310,13 +311,15 @@ impl RdmaClient {
         self.grant.min(self.cfg.credits).max(1)
     }
 
+    /// Calls use the grant; an RDMA_DONE uses the server's one DONE buffer, free again once a
+    /// reply to a later call shows the DONE was consumed. Calls never wait for DONEs, so no
+    /// credit state can block a call with nothing in flight.
     fn can_send_call(&self) -> bool {
-        let dones_beyond_slot = self.unconfirmed_dones.len().saturating_sub(1) as u32;
-        self.in_flight() + dones_beyond_slot < self.limit()
+        self.in_flight() < self.limit()
     }
 
     fn can_send_done(&self) -> bool {
-        self.in_flight() + (self.unconfirmed_dones.len() as u32) < self.limit() + 1
+        self.unconfirmed_dones.is_empty()
     }
 
     fn header(&self, xid: u32, body: RdmaBody) -> HeaderRepr {
@@ -497,8 +500,7 @@ impl RdmaClient {
     fn note_send(&mut self) {
         let f = self.in_flight();
         self.stats.max_in_flight = self.stats.max_in_flight.max(f);
-        let dones_beyond = self.unconfirmed_dones.len().saturating_sub(1) as u32;
-        if f + dones_beyond > self.limit() {
+        if f > self.limit() || self.unconfirmed_dones.len() > 1 {
             self.stats.over_grant += 1;
         }
     }
