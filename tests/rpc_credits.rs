@@ -279,11 +279,19 @@ fn client_exceeding_its_grant_is_terminated_alone() {
         qp.wait_closed(Duration::from_secs(5)),
         "over-grant connection not closed"
     );
-    assert_eq!(
-        qp.terminate_cause(),
-        Some(QpTerminate::Received(
-            TermCause::DDP_UNTAGGED_INVALID_MSN_NO_BUFFER
-        ))
+    // DDP untagged buffer error (RFC 5041 §7.2): no buffer, or an MSN beyond the posted ones,
+    // depending on how the burst was segmented.
+    let cause = qp.terminate_cause();
+    assert!(
+        cause
+            == Some(QpTerminate::Received(
+                TermCause::DDP_UNTAGGED_INVALID_MSN_NO_BUFFER
+            ))
+            || cause
+                == Some(QpTerminate::Received(
+                    TermCause::DDP_UNTAGGED_INVALID_MSN_RANGE
+                )),
+        "{cause:?}"
     );
     // The well-behaved connection is unaffected.
     let rep = good
