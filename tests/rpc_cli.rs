@@ -75,6 +75,7 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
     let opts = CallOpts {
         write_chunks: vec![100_000],
         reply_chunk: None,
+        segments: 0,
     };
     let rep = c
         .call(

@@ -112,6 +112,7 @@ fn exercise(c: &mut RdmaClient, store: &BlockStore) {
     let opts = CallOpts {
         write_chunks: vec![300_000],
         reply_chunk: None,
+        segments: 0,
     };
     let (d, path) = read(c, 4096, 300_000, &opts);
     assert_eq!(d, big);
@@ -126,6 +127,7 @@ fn exercise(c: &mut RdmaClient, store: &BlockStore) {
     let opts = CallOpts {
         write_chunks: vec![],
         reply_chunk: Some(64 * 1024),
+        segments: 0,
     };
     let (d, path) = read(c, 4096, 20_000, &opts);
     assert_eq!((d, path), (want.clone(), ReplyPath::ReplyChunk));
@@ -239,6 +241,7 @@ fn config_rdma_limits_are_obeyed() {
     let opts = CallOpts {
         write_chunks: vec![],
         reply_chunk: Some(4096),
+        segments: 0,
     };
     let (d, path) = read(&mut c, 0, 2048, &opts);
     assert_eq!((d, path), (data.clone(), ReplyPath::ReplyChunk));
@@ -259,8 +262,71 @@ fn block_store_backed_by_a_file() {
     let opts = CallOpts {
         write_chunks: vec![200_000],
         reply_chunk: None,
+        segments: 0,
     };
     assert_eq!(read(&mut c, 1000, 200_000, &opts).0, data);
     drop(c);
     let _ = std::fs::remove_file(&dir);
+}
+
+#[test]
+fn multi_segment_chunks_every_path() {
+    let (s, store) = server(ServerConfig::default(), 1 << 20);
+    let mut c = mem_client(&s, FaultConfig::default(), ClientConfig::default());
+    let big = pattern(11, 300_001);
+    // WRITE through a read chunk of 4 segments.
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_WRITE,
+            block::write_args(3, big.clone()),
+            &CallOpts {
+                segments: 4,
+                ..CallOpts::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        block::decode_write(&mut rep.results().unwrap()).unwrap(),
+        Ok(300_001)
+    );
+    assert_eq!(store.read(3, 300_001).unwrap(), big);
+    // READ into a write chunk of 3 segments (larger than needed: lengths rewritten).
+    let opts = CallOpts {
+        write_chunks: vec![400_000],
+        segments: 3,
+        ..CallOpts::default()
+    };
+    let (d, _) = read(&mut c, 3, 300_001, &opts);
+    assert_eq!(d, big);
+    // A long reply into a reply chunk of 5 segments.
+    let opts = CallOpts {
+        reply_chunk: Some(50_000),
+        segments: 5,
+        ..CallOpts::default()
+    };
+    let (d, path) = read(&mut c, 3, 30_000, &opts);
+    assert_eq!((d, path), (big[..30_000].to_vec(), ReplyPath::ReplyChunk));
+    // A long call in a position-zero read chunk of 3 segments.
+    let mut args = Body::new();
+    args.xdr().put_u64(0);
+    args.xdr().put_opaque(&pattern(12, 9000));
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_WRITE,
+            args,
+            &CallOpts {
+                segments: 3,
+                ..CallOpts::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        block::decode_write(&mut rep.results().unwrap()).unwrap(),
+        Ok(9000)
+    );
+    assert_eq!(store.read(0, 9000).unwrap(), pattern(12, 9000));
 }

@@ -215,6 +215,7 @@ fn write_chunk_too_small_gets_err_chunk() {
     let opts = CallOpts {
         write_chunks: vec![1000],
         reply_chunk: None,
+        segments: 0,
     };
     let r = c.call(
         BLOCK_PROG,

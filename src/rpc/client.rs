@@ -81,6 +81,26 @@ pub struct CallOpts {
     pub write_chunks: Vec<usize>,
     /// A reply chunk of this capacity for a long reply.
     pub reply_chunk: Option<usize>,
+    /// Split every chunk this call advertises into this many RDMA segments (0 or 1: one);
+    /// RFC 8166 §3.4.4 lets a requester divide a chunk at any boundaries.
+    pub segments: u32,
+}
+
+/// `len` bytes of `mr` as `k` segments (the last takes the remainder).
+fn split(mr: &Mr, len: usize, k: u32) -> Vec<Segment> {
+    let k = (k.max(1) as usize).min(len.max(1));
+    let step = len / k;
+    (0..k)
+        .map(|i| {
+            let start = i * step;
+            let end = if i + 1 == k { len } else { start + step };
+            Segment {
+                handle: mr.stag(),
+                length: (end - start) as u32,
+                offset: mr.addr() + start as u64,
+            }
+        })
+        .collect()
 }
 
 /// How a reply travelled (for tests and statistics).
@@ -383,29 +403,26 @@ impl RdmaClient {
             }
             (w.into_vec(), reads)
         };
-        let nreads = pieces
+        let k = opts.segments;
+        let nreads: usize = pieces
             .iter()
-            .filter(|p| matches!(p, Piece::Bulk(d) if d.len() >= thr))
-            .count();
+            .filter_map(|p| match p {
+                Piece::Bulk(d) if d.len() >= thr => Some((k.max(1) as usize).min(d.len().max(1))),
+                _ => None,
+            })
+            .sum();
         let mut writes = Vec::new();
         let mut wsegs = Vec::new();
         for &cap in &opts.write_chunks {
             let mr = self.sink(cap);
-            wsegs.push(vec![Segment {
-                handle: mr.stag(),
-                length: cap as u32,
-                offset: mr.addr(),
-            }]);
+            wsegs.push(split(&mr, cap, k));
             writes.push(mr);
         }
         let reply_chunk = opts.reply_chunk.map(|cap| self.sink(cap));
-        let rseg = reply_chunk.as_ref().zip(opts.reply_chunk).map(|(mr, cap)| {
-            vec![Segment {
-                handle: mr.stag(),
-                length: cap as u32,
-                offset: mr.addr(),
-            }]
-        });
+        let rseg = reply_chunk
+            .as_ref()
+            .zip(opts.reply_chunk)
+            .map(|(mr, cap)| split(mr, cap, k));
         let dummy = ReadSegment {
             position: 0,
             target: Segment::default(),
@@ -439,28 +456,24 @@ impl RdmaClient {
         let mut rlist = Vec::new();
         if long {
             let mr = self.ep.expose(&msg);
-            rlist.push(ReadSegment {
-                position: 0,
-                target: Segment {
-                    handle: mr.stag(),
-                    length: msg.len() as u32,
-                    offset: mr.addr(),
-                },
-            });
+            for target in split(&mr, msg.len(), k) {
+                rlist.push(ReadSegment {
+                    position: 0,
+                    target,
+                });
+            }
             exposed.push(mr);
             self.stats.long_calls += 1;
         }
         for (pos, i) in reads {
             let Piece::Bulk(d) = &pieces[i] else { continue };
             let mr = self.ep.expose(d);
-            rlist.push(ReadSegment {
-                position: pos,
-                target: Segment {
-                    handle: mr.stag(),
-                    length: d.len() as u32,
-                    offset: mr.addr(),
-                },
-            });
+            for target in split(&mr, d.len(), k) {
+                rlist.push(ReadSegment {
+                    position: pos,
+                    target,
+                });
+            }
             exposed.push(mr);
         }
         let chunks = Chunks {

@@ -151,6 +151,7 @@ fn args_for(op: &str, size: usize) -> (u32, Body, CallOpts, u64) {
             CallOpts {
                 write_chunks: vec![size],
                 reply_chunk: None,
+                segments: 0,
             },
             size as u64,
         ),
