@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread;
 
-use dpwarp::cm::Listener;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyPath};
 use dpwarp::rpc::program::{Body, Registry};
@@ -185,8 +184,7 @@ fn all_paths_over_resegmented_memlink() {
 #[test]
 fn all_paths_over_kernel_tcp() {
     let (s, store) = server(ServerConfig::default(), 1 << 20);
-    let l = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-    let h = s.listen(l).unwrap();
+    let h = s.listen(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
     let mut c = RdmaClient::connect_tcp(h.addr, ClientConfig::default()).unwrap();
     exercise(&mut c, &store);
     drop(c);

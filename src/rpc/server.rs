@@ -27,7 +27,8 @@ use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
 use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
-use crate::cm::{ConnParam, ConnRequest, Listener};
+use crate::cm::{ConnParam, ConnRequest};
+use crate::transport::kernel::{KernelListener, KernelTcp};
 use crate::transport::Transport;
 use crate::verbs::{Cq, Device, Mr, Qp, QpCap, QpInitAttr, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
@@ -155,22 +156,38 @@ impl RdmaServer {
         &self.pool
     }
 
-    /// Accept connections on `listener` until stopped.
-    pub fn listen(&self, listener: Listener) -> std::io::Result<ServerHandle> {
+    /// Listen on `addr` (port 0: any free port) over kernel TCP and serve until stopped.
+    ///
+    /// The accept loop polls a stop flag every 200 ms, so it accepts the TCP connection and
+    /// reads the MPA Request with separate timeouts: `cm::Listener::get_request` spends one
+    /// timeout on both, and a connection accepted late in a short window would be dropped.
+    pub fn listen(&self, addr: SocketAddr) -> std::io::Result<ServerHandle> {
+        let listener = KernelListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let me = self.clone();
         let join = thread::spawn(move || {
             while !st.load(Ordering::Acquire) {
-                match listener.get_request(Duration::from_millis(200)) {
-                    Ok(req) => {
-                        if let Err(e) = me.serve_request(req) {
-                            log::warn!("rpc-server: connection not served: {e}");
-                        }
+                let stream = match listener.accept_timeout(Duration::from_millis(200)) {
+                    Ok(Some(s)) => s,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        log::warn!("rpc-server: accept: {e}");
+                        thread::sleep(Duration::from_millis(50));
+                        continue;
                     }
-                    Err(crate::cm::CmError::Timeout) => {}
-                    Err(e) => log::warn!("rpc-server: connection request failed: {e}"),
+                };
+                let t = match KernelTcp::from_stream(stream, me.cfg.conn.nodelay) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        log::warn!("rpc-server: {e}");
+                        continue;
+                    }
+                };
+                match me.serve_transport(Box::new(t)) {
+                    Ok(_) => {}
+                    Err(e) => log::warn!("rpc-server: connection not served: {e}"),
                 }
             }
         });

@@ -118,9 +118,9 @@ fn start_servers(a: &Args) -> Result<Servers, String> {
                     ..ServerConfig::default()
                 },
             );
-            let l =
-                Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
-            let h = srv.listen(l).map_err(|e| e.to_string())?;
+            let h = srv
+                .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .map_err(|e| e.to_string())?;
             let addr = h.addr;
             keep.push(Box::new(h));
             addr

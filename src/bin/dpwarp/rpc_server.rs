@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use dpwarp::cm::{ConnParam, Listener};
+use dpwarp::cm::ConnParam;
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
@@ -176,8 +176,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
     let server = RdmaServer::new(reg.clone(), cfg.rdma.server_config());
-    let l = Listener::bind(cfg.listen).map_err(|e| format!("listen {}: {e}", cfg.listen))?;
-    let h = server.listen(l).map_err(|e| e.to_string())?;
+    let h = server
+        .listen(cfg.listen)
+        .map_err(|e| format!("listen {}: {e}", cfg.listen))?;
     println!(
         "rpc-server: RPC-over-RDMA (iWARP over kernel TCP) on {}, block store {} bytes ({}), \
          program {:#x} v{}",
