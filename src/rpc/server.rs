@@ -185,10 +185,14 @@ impl RdmaServer {
                         continue;
                     }
                 };
-                match me.serve_transport(Box::new(t)) {
-                    Ok(_) => {}
-                    Err(e) => log::warn!("rpc-server: connection not served: {e}"),
-                }
+                // The MPA exchange runs on its own thread: a slow or silent peer must not hold
+                // up the accept loop for its startup timeout.
+                let srv = me.clone();
+                thread::spawn(move || {
+                    if let Err(e) = srv.serve_transport(Box::new(t)) {
+                        log::warn!("rpc-server: connection not served: {e}");
+                    }
+                });
             }
         });
         Ok(ServerHandle {
