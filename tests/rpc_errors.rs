@@ -538,3 +538,18 @@ fn replies_awaiting_done_are_bounded() {
     assert_eq!(ServerStats::get(&s.stats().done_timeouts), 3);
     still_works(&mut c);
 }
+
+#[test]
+fn bad_msgp_alignment_gets_err_chunk() {
+    let (_s, mut c) = default_setup();
+    let xid = 0xe000_000c;
+    let mut w = XdrWriter::new();
+    // RDMA_MSGP with rdma_align 6 (not a power of two), empty lists, then a NULL call.
+    for v in [xid, 1, 4, 2, 6, 64, 0, 0, 0] {
+        w.put_u32(v);
+    }
+    null_call(xid, &mut w);
+    c.send_raw(Some(xid), w.as_slice()).unwrap();
+    assert!(matches!(c.wait(xid), Err(RpcError::ErrChunk)));
+    still_works(&mut c);
+}
