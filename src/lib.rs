@@ -11,6 +11,8 @@
 //! - [`verbs`] and [`cm`]: the ibverbs / rdma_cm shaped safe API applications use.
 //! - [`dpdk`], [`dataplane`], [`config`]: the DPDK FFI, the smoltcp-on-DPDK poll-mode workers
 //!   that run connections to completion, and their TOML configuration (`docs/dataplane.md`).
+//! - [`rpc`]: RPC-over-RDMA (server framework, client, block-storage program) and the ONC RPC
+//!   over TCP baseline.
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -22,6 +24,7 @@ pub mod dataplane;
 pub mod dpdk;
 pub mod mpa;
 pub mod rdma;
+pub mod rpc;
 pub mod transport;
 pub mod verbs;
 pub mod wire;

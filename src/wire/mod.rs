@@ -7,8 +7,11 @@
 pub mod ddp;
 pub mod fpdu;
 pub mod mpa;
+pub mod oncrpc;
 pub mod rdmap;
+pub mod rpcrdma;
 pub mod terminate;
+pub mod xdr;
 
 /// Why bytes could not be parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -2,6 +2,8 @@
 
 mod demo;
 mod dpperf;
+mod rpc_bench;
+mod rpc_server;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +32,10 @@ enum Cmd {
         /// A pcap (Ethernet) of iWARP traffic, e.g. from configs/net_pcap.toml.
         pcap: std::path::PathBuf,
     },
+    /// Serve the block-storage program over RPC-over-RDMA (and ONC RPC/TCP) from a TOML config.
+    RpcServer(rpc_server::Args),
+    /// Benchmark NULL/READ/WRITE over RPC-over-RDMA and ONC RPC/TCP (--compare --json).
+    RpcBench(rpc_bench::Args),
 }
 
 fn main() {
@@ -54,6 +60,8 @@ fn main() {
                     r.skipped_flows
                 )
             }),
+        Cmd::RpcServer(a) => rpc_server::run(a),
+        Cmd::RpcBench(a) => rpc_bench::run(a),
     };
     if let Err(e) = res {
         eprintln!("dpwarp: {e}");

@@ -1,0 +1,231 @@
+//! The NULL procedure and a block-storage program: READ (offset, count -> data, returned in a
+//! write chunk when the client offers one), WRITE (offset, data, taken from a read chunk when the
+//! client sends one), GETATTR. Backed by memory or by a file.
+//!
+//! ```text
+//! program DPWARP_BLOCK_PROG { version BLOCK_V1 {
+//!     void      NULL(void)                     = 0;
+//!     read_res  READ(uint64 offset, uint32 count) = 1;  read_res  = status, [opaque data<>]
+//!     write_res WRITE(uint64 offset, opaque data<>) = 2; write_res = status, uint32 count
+//!     attr_res  GETATTR(void)                   = 3;  attr_res  = status, [uint64 size,
+//!                                                                 uint32 block_size, bool ro]
+//! } = 1; } = 0x20000b1c;
+//! ```
+//! Status values: 0 OK, 5 EIO, 22 EINVAL (count above the per-call limit), 30 EROFS,
+//! 34 ERANGE (beyond the end of the store).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use super::client::ReplyReader;
+use super::program::{garbage, Body, Registry};
+
+/// Program number (RFC 5531 §7.3 user-defined range; dpwarp's choice).
+pub const BLOCK_PROG: u32 = 0x2000_0b1c;
+pub const BLOCK_VERS: u32 = 1;
+pub const PROC_NULL: u32 = 0;
+pub const PROC_READ: u32 = 1;
+pub const PROC_WRITE: u32 = 2;
+pub const PROC_GETATTR: u32 = 3;
+
+pub const BLK_OK: u32 = 0;
+pub const BLK_EIO: u32 = 5;
+pub const BLK_EINVAL: u32 = 22;
+pub const BLK_EROFS: u32 = 30;
+pub const BLK_ERANGE: u32 = 34;
+
+/// Largest READ/WRITE count per call.
+pub const MAX_IO: usize = 16 << 20;
+
+enum Backing {
+    Memory(RwLock<Vec<u8>>),
+    File(File),
+}
+
+/// A block store.
+pub struct BlockStore {
+    backing: Backing,
+    size: u64,
+    pub block_size: u32,
+    pub read_only: bool,
+}
+
+impl BlockStore {
+    /// `size` zeroed bytes in memory.
+    pub fn memory(size: usize) -> Self {
+        BlockStore {
+            backing: Backing::Memory(RwLock::new(vec![0u8; size])),
+            size: size as u64,
+            block_size: 4096,
+            read_only: false,
+        }
+    }
+
+    /// A file of `size` bytes (created or extended as needed).
+    pub fn file(path: &Path, size: u64) -> std::io::Result<Self> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if f.metadata()?.len() < size {
+            f.set_len(size)?;
+        }
+        Ok(BlockStore {
+            backing: Backing::File(f),
+            size,
+            block_size: 4096,
+            read_only: false,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn range(&self, off: u64, len: usize) -> Result<(), u32> {
+        if len > MAX_IO {
+            return Err(BLK_EINVAL);
+        }
+        match off.checked_add(len as u64) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(BLK_ERANGE),
+        }
+    }
+
+    pub fn read(&self, off: u64, len: usize) -> Result<Vec<u8>, u32> {
+        self.range(off, len)?;
+        match &self.backing {
+            Backing::Memory(m) => {
+                let m = m.read().unwrap_or_else(|p| p.into_inner());
+                Ok(m[off as usize..off as usize + len].to_vec())
+            }
+            Backing::File(f) => {
+                let mut v = vec![0u8; len];
+                f.read_exact_at(&mut v, off).map_err(|e| {
+                    log::warn!("block: read at {off}: {e}");
+                    BLK_EIO
+                })?;
+                Ok(v)
+            }
+        }
+    }
+
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), u32> {
+        if self.read_only {
+            return Err(BLK_EROFS);
+        }
+        self.range(off, data.len())?;
+        match &self.backing {
+            Backing::Memory(m) => {
+                let mut m = m.write().unwrap_or_else(|p| p.into_inner());
+                m[off as usize..off as usize + data.len()].copy_from_slice(data);
+                Ok(())
+            }
+            Backing::File(f) => f.write_all_at(data, off).map_err(|e| {
+                log::warn!("block: write at {off}: {e}");
+                BLK_EIO
+            }),
+        }
+    }
+}
+
+/// Register NULL, READ, WRITE and GETATTR for `store`.
+pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
+    reg.register(BLOCK_PROG, BLOCK_VERS, PROC_NULL, |_, _| Ok(Body::new()));
+    let s = store.clone();
+    reg.register(BLOCK_PROG, BLOCK_VERS, PROC_READ, move |_, a| {
+        let off = a.xdr.get_u64().map_err(garbage)?;
+        let count = a.xdr.get_u32().map_err(garbage)? as usize;
+        let mut b = Body::new();
+        match s.read(off, count) {
+            Ok(d) => {
+                b.xdr().put_u32(BLK_OK);
+                b.put_bulk(d);
+            }
+            Err(st) => b.xdr().put_u32(st),
+        }
+        Ok(b)
+    });
+    let s = store.clone();
+    reg.register(BLOCK_PROG, BLOCK_VERS, PROC_WRITE, move |_, a| {
+        let off = a.xdr.get_u64().map_err(garbage)?;
+        let data = a.get_bulk(MAX_IO).map_err(garbage)?;
+        let mut b = Body::new();
+        match s.write(off, data) {
+            Ok(()) => {
+                b.xdr().put_u32(BLK_OK);
+                b.xdr().put_u32(data.len() as u32);
+            }
+            Err(st) => {
+                b.xdr().put_u32(st);
+                b.xdr().put_u32(0);
+            }
+        }
+        Ok(b)
+    });
+    let s = store;
+    reg.register(BLOCK_PROG, BLOCK_VERS, PROC_GETATTR, move |_, _| {
+        let mut b = Body::new();
+        b.xdr().put_u32(BLK_OK);
+        b.xdr().put_u64(s.size());
+        b.xdr().put_u32(s.block_size);
+        b.xdr().put_bool(s.read_only);
+        Ok(b)
+    });
+}
+
+/// READ arguments.
+pub fn read_args(off: u64, count: u32) -> Body {
+    let mut b = Body::new();
+    b.xdr().put_u64(off);
+    b.xdr().put_u32(count);
+    b
+}
+
+/// WRITE arguments (the data is DDP-eligible).
+pub fn write_args(off: u64, data: Vec<u8>) -> Body {
+    let mut b = Body::new();
+    b.xdr().put_u64(off);
+    b.put_bulk(data);
+    b
+}
+
+/// Decode READ results: data or a status.
+pub fn decode_read(r: &mut ReplyReader<'_>) -> Result<Result<Vec<u8>, u32>, crate::wire::Error> {
+    let st = r.xdr.get_u32()?;
+    if st != BLK_OK {
+        return Ok(Err(st));
+    }
+    Ok(Ok(r.get_bulk(MAX_IO)?.to_vec()))
+}
+
+/// Decode WRITE results: bytes written or a status.
+pub fn decode_write(r: &mut ReplyReader<'_>) -> Result<Result<u32, u32>, crate::wire::Error> {
+    let st = r.xdr.get_u32()?;
+    let n = r.xdr.get_u32()?;
+    Ok(if st == BLK_OK { Ok(n) } else { Err(st) })
+}
+
+/// GETATTR results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub size: u64,
+    pub block_size: u32,
+    pub read_only: bool,
+}
+
+pub fn decode_getattr(r: &mut ReplyReader<'_>) -> Result<Result<Attr, u32>, crate::wire::Error> {
+    let st = r.xdr.get_u32()?;
+    if st != BLK_OK {
+        return Ok(Err(st));
+    }
+    Ok(Ok(Attr {
+        size: r.xdr.get_u64()?,
+        block_size: r.xdr.get_u32()?,
+        read_only: r.xdr.get_bool()?,
+    }))
+}

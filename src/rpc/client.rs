@@ -1,0 +1,780 @@
+//! The RPC-over-RDMA client library (draft-ietf-nfsv4-rpcrdma-01 §3, RFC 8166 §3.3, §4).
+//!
+//! - inline calls (RDMA_MSG, or RDMA_MSGP with the server's alignment when `padding_thresh` is
+//!   set and the server advertised an `align`);
+//! - bulk arguments ([`Body::put_bulk`] items of at least `bulk_threshold` bytes) go in read
+//!   chunks at their XDR position; a call too long for the server's inline limit goes whole in a
+//!   position-zero read chunk of an RDMA_NOMSG (long call);
+//! - write chunks for bulk results and a reply chunk for long replies, per call ([`CallOpts`]);
+//! - replies whose body comes as a read chunk are pulled and acknowledged with RDMA_DONE;
+//! - credits: at most `min(grant, requested)` calls in flight, where the grant is the last one
+//!   the server sent. An RDMA_DONE consumes the one extra receive buffer the server keeps for
+//!   it; a second DONE waits until a reply to a later call shows the first was consumed (or, with
+//!   no later call, the server frees the chunk at its timeout). Calls never wait for DONEs, so
+//!   no grant, even 1, can deadlock.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::endpoint::Endpoint;
+use super::program::{Body, Piece};
+use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
+use crate::cm::{self, ConnParam};
+use crate::transport::kernel::KernelTcp;
+use crate::transport::Transport;
+use crate::verbs::{Cq, Device, Mr, Qp, QpCap, QpInitAttr, WcStatus};
+use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
+use crate::wire::rpcrdma::{
+    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
+};
+use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
+use crate::wire::Error;
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Credits requested (and receive buffers posted for replies).
+    pub credits: u32,
+    /// Largest inline call we send (send buffer size; also capped by the server's limit).
+    pub inline_send: u32,
+    /// Largest inline reply we accept (receive buffer size; our maxreply_sendsize).
+    pub inline_recv: u32,
+    /// Bulk arguments at least this long go in read chunks.
+    pub bulk_threshold: usize,
+    /// Send RDMA_MSGP with the server's `align` for opaques of at least this many bytes.
+    pub padding_thresh: Option<u32>,
+    /// Run CONFIG_RDMA (draft §6) right after connecting.
+    pub configure: bool,
+    /// MPA / IRD / ORD settings.
+    pub conn: ConnParam,
+    /// How long to wait for a reply.
+    pub timeout: Duration,
+    /// Send RDMA_DONE after pulling a reply's read chunk (default true; false only to test the
+    /// server's DONE timeout).
+    pub send_done: bool,
+    /// Busy-poll the receive CQ this long before sleeping (0: never spin).
+    pub poll_spin: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            credits: 32,
+            inline_send: 4096,
+            inline_recv: 4096,
+            bulk_threshold: 1024,
+            padding_thresh: None,
+            configure: true,
+            conn: ConnParam::default(),
+            timeout: Duration::from_secs(10),
+            send_done: true,
+            poll_spin: Duration::from_micros(super::server::POLL_SPIN_US),
+        }
+    }
+}
+
+/// Per-call chunk requests.
+#[derive(Debug, Clone, Default)]
+pub struct CallOpts {
+    /// One write chunk of this capacity per bulk result expected, in order.
+    pub write_chunks: Vec<usize>,
+    /// A reply chunk of this capacity for a long reply.
+    pub reply_chunk: Option<usize>,
+    /// Split every chunk this call advertises into this many RDMA segments (0 or 1: one);
+    /// RFC 8166 §3.4.4 lets a requester divide a chunk at any boundaries.
+    pub segments: u32,
+}
+
+/// `len` bytes of `mr` as `k` segments (the last takes the remainder).
+fn split(mr: &Mr, len: usize, k: u32) -> Vec<Segment> {
+    let k = (k.max(1) as usize).min(len.max(1));
+    let step = len / k;
+    (0..k)
+        .map(|i| {
+            let start = i * step;
+            let end = if i + 1 == k { len } else { start + step };
+            Segment {
+                handle: mr.stag(),
+                length: (end - start) as u32,
+                offset: mr.addr() + start as u64,
+            }
+        })
+        .collect()
+}
+
+/// How a reply travelled (for tests and statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyPath {
+    Inline,
+    InlinePadded,
+    ReplyChunk,
+    ReadChunk,
+}
+
+/// A completed call.
+#[derive(Debug)]
+pub struct Reply {
+    pub header: ReplyRepr,
+    pub path: ReplyPath,
+    msg: Vec<u8>,
+    results_at: usize,
+    bulk: Vec<Vec<u8>>,
+    pad: Option<(Padding, usize)>,
+    /// The grant the reply carried.
+    pub credits: u32,
+}
+
+impl Reply {
+    /// The results, if the call was accepted with SUCCESS.
+    pub fn results(&self) -> Result<ReplyReader<'_>, ReplyStat> {
+        match &self.header.stat {
+            ReplyStat::Accepted {
+                stat: AcceptStat::Success,
+                ..
+            } => {
+                let mut x = XdrReader::new(&self.msg);
+                x.set_padding(self.pad.map(|p| p.0), self.pad.map_or(0, |p| p.1));
+                // Skip the header we already parsed.
+                let _ = x.get_fixed(self.results_at);
+                Ok(ReplyReader {
+                    xdr: x,
+                    bulk: &self.bulk,
+                    next: 0,
+                })
+            }
+            s => Err(s.clone()),
+        }
+    }
+}
+
+/// Results decoder: plain XDR plus bulk items that may have arrived in write chunks.
+pub struct ReplyReader<'a> {
+    pub xdr: XdrReader<'a>,
+    bulk: &'a [Vec<u8>],
+    next: usize,
+}
+
+impl<'a> ReplyReader<'a> {
+    /// A reader over results that came entirely inline (e.g. over TCP).
+    pub fn inline(xdr: XdrReader<'a>) -> Self {
+        ReplyReader {
+            xdr,
+            bulk: &[],
+            next: 0,
+        }
+    }
+
+    /// A DDP-eligible opaque: from the next write chunk if the call had one (its returned length
+    /// must equal the inline length word), else inline.
+    pub fn get_bulk(&mut self, max: usize) -> crate::wire::Result<&'a [u8]> {
+        let len = self.xdr.get_len(max)?;
+        let bulk: &'a [Vec<u8>] = self.bulk;
+        if let Some(d) = bulk.get(self.next) {
+            self.next += 1;
+            if d.len() != len {
+                return Err(Error::Malformed(
+                    "write chunk length differs from XDR length",
+                ));
+            }
+            return Ok(d);
+        }
+        self.xdr.skip_msgp_pad(len)?;
+        self.xdr.get_fixed(len)
+    }
+}
+
+struct Pending {
+    seq: u64,
+    exposed: Vec<Mr>,
+    writes: Vec<Mr>,
+    reply_chunk: Option<Mr>,
+}
+
+/// Counters a test or benchmark can check.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientStats {
+    pub calls: u64,
+    pub dones: u64,
+    /// Largest number of calls in flight seen when sending.
+    pub max_in_flight: u32,
+    /// Times a message was sent with more in flight than the grant allowed (must stay 0).
+    pub over_grant: u64,
+    pub long_calls: u64,
+}
+
+/// An RPC-over-RDMA client connection.
+pub struct RdmaClient {
+    ep: Endpoint,
+    cfg: ClientConfig,
+    grant: u32,
+    outstanding: HashMap<u32, Pending>,
+    done: HashMap<u32, Result<Reply, RpcError>>,
+    unconfirmed_dones: VecDeque<u64>,
+    queued_dones: VecDeque<u32>,
+    seq: u64,
+    next_xid: u32,
+    server: ConfigReply,
+    ord: u32,
+    sink_cache: Vec<Mr>,
+    pub stats: ClientStats,
+    pub cred: Auth,
+}
+
+impl RdmaClient {
+    /// Connect over kernel TCP.
+    pub fn connect_tcp(addr: SocketAddr, cfg: ClientConfig) -> Result<Self, RpcError> {
+        let t = KernelTcp::connect(addr, cfg.conn.nodelay)?;
+        Self::connect(Box::new(t), cfg)
+    }
+
+    /// Connect over an open byte stream, then run CONFIG_RDMA if configured.
+    pub fn connect(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
+        let dev = Device::open();
+        let pd = dev.alloc_pd();
+        let scq = Cq::new(4096);
+        let rcq = Cq::new(4096);
+        let attr = QpInitAttr {
+            send_cq: scq.clone(),
+            recv_cq: rcq.clone(),
+            cap: QpCap {
+                max_send_wr: 1024,
+                max_recv_wr: 1024,
+            },
+        };
+        let qp = Qp::new(&pd, &attr);
+        let mut ep = Endpoint::new(
+            qp.clone(),
+            pd,
+            scq,
+            rcq,
+            cfg.inline_recv as usize,
+            cfg.inline_send as usize,
+        );
+        ep.timeout = cfg.timeout;
+        ep.spin = cfg.poll_spin;
+        for _ in 0..cfg.credits.max(1) {
+            ep.add_recv()?;
+        }
+        let n = cm::connect(t, &qp, &cfg.conn)?;
+        let mut c = RdmaClient {
+            ep,
+            grant: 1,
+            outstanding: HashMap::new(),
+            done: HashMap::new(),
+            unconfirmed_dones: VecDeque::new(),
+            queued_dones: VecDeque::new(),
+            seq: 0,
+            next_xid: rand::random(),
+            server: ConfigReply {
+                maxcall_sendsize: DEFAULT_INLINE,
+                align: 0,
+                maxrdmaread: u32::from(n.peer_ird.unwrap_or(1)),
+            },
+            ord: u32::from(n.ord.max(1)),
+            sink_cache: Vec::new(),
+            stats: ClientStats::default(),
+            cred: Auth::None,
+            cfg,
+        };
+        if c.cfg.configure {
+            c.configure()?;
+        }
+        Ok(c)
+    }
+
+    /// CONFIG_RDMA (draft §6.2): tell the server our limits, learn its.
+    pub fn configure(&mut self) -> Result<ConfigReply, RpcError> {
+        let mut args = Body::new();
+        ConfigReq {
+            maxcall_sendsize: self.cfg.inline_send,
+            maxreply_sendsize: self.cfg.inline_recv,
+            maxrdmaread: u32::from(self.cfg.conn.responder_resources),
+        }
+        .emit(args.xdr());
+        let rep = self.call(CONFIG_RDMA_PROG, 1, CONF_RDMA, args, &CallOpts::default())?;
+        let mut r = rep
+            .results()
+            .map_err(|_| RpcError::Usage("server refused CONFIG_RDMA"))?;
+        let c = ConfigReply::parse(&mut r.xdr)?;
+        log::info!("rpc-client: server limits {c:?}");
+        self.server = c;
+        Ok(c)
+    }
+
+    /// The server's limits in force.
+    pub fn server_limits(&self) -> ConfigReply {
+        self.server
+    }
+
+    /// The next XID `submit` would use (tests craft raw messages with it).
+    pub fn peek_xid(&self) -> u32 {
+        self.next_xid.wrapping_add(1)
+    }
+
+    /// The credit value our calls carry.
+    pub fn requested(&self) -> u32 {
+        self.cfg.credits
+    }
+
+    /// The last grant received.
+    pub fn grant(&self) -> u32 {
+        self.grant
+    }
+
+    /// Calls sent and not yet answered.
+    pub fn in_flight(&self) -> u32 {
+        self.outstanding.len() as u32
+    }
+
+    fn limit(&self) -> u32 {
+        self.grant.min(self.cfg.credits).max(1)
+    }
+
+    /// Calls use the grant; an RDMA_DONE uses the server's one DONE buffer, free again once a
+    /// reply to a later call shows the DONE was consumed. Calls never wait for DONEs, so no
+    /// credit state can block a call with nothing in flight.
+    fn can_send_call(&self) -> bool {
+        self.in_flight() < self.limit()
+    }
+
+    fn can_send_done(&self) -> bool {
+        self.unconfirmed_dones.is_empty()
+    }
+
+    fn header(&self, xid: u32, body: RdmaBody) -> HeaderRepr {
+        HeaderRepr {
+            xid,
+            vers: RPCRDMA_VERSION,
+            credits: self.cfg.credits,
+            body,
+        }
+    }
+
+    fn sink(&mut self, len: usize) -> Mr {
+        if let Some(i) = self.sink_cache.iter().position(|m| m.len() >= len) {
+            return self.sink_cache.swap_remove(i);
+        }
+        self.ep.sink(len)
+    }
+
+    /// Start a call; blocks (handling replies) until a credit is free. Returns the XID.
+    pub fn submit(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        args: Body,
+        opts: &CallOpts,
+    ) -> Result<u32, RpcError> {
+        while !self.can_send_call() {
+            self.progress(true)?;
+        }
+        self.next_xid = self.next_xid.wrapping_add(1);
+        let xid = self.next_xid;
+        let call = CallRepr {
+            xid,
+            prog,
+            vers,
+            proc_,
+            cred: self.cred.clone(),
+            verf: Auth::None,
+        };
+        let pieces = args.into_pieces();
+        let thr = self.cfg.bulk_threshold;
+        // Encode with or without MSGP padding; bulk items in read chunks leave only their
+        // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
+        let encode = |pad: Option<(Padding, usize)>| {
+            let mut w = XdrWriter::new();
+            if let Some((p, off)) = pad {
+                w.set_padding(Some(p), off);
+            }
+            call.emit(&mut w);
+            let mut reads: Vec<(u32, usize)> = Vec::new();
+            for (i, p) in pieces.iter().enumerate() {
+                match p {
+                    Piece::Xdr(b) => w.put_raw(b),
+                    Piece::Bulk(d) if d.len() >= thr => {
+                        w.put_u32(d.len() as u32);
+                        reads.push((w.position() as u32, i));
+                    }
+                    Piece::Bulk(d) => w.put_opaque(d),
+                }
+            }
+            (w.into_vec(), reads)
+        };
+        let k = opts.segments;
+        let nreads: usize = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Bulk(d) if d.len() >= thr => Some((k.max(1) as usize).min(d.len().max(1))),
+                _ => None,
+            })
+            .sum();
+        let mut writes = Vec::new();
+        let mut wsegs = Vec::new();
+        for &cap in &opts.write_chunks {
+            let mr = self.sink(cap);
+            wsegs.push(split(&mr, cap, k));
+            writes.push(mr);
+        }
+        let reply_chunk = opts.reply_chunk.map(|cap| self.sink(cap));
+        let rseg = reply_chunk
+            .as_ref()
+            .zip(opts.reply_chunk)
+            .map(|(mr, cap)| split(mr, cap, k));
+        let dummy = ReadSegment {
+            position: 0,
+            target: Segment::default(),
+        };
+        let shape = Chunks {
+            reads: vec![dummy; nreads],
+            writes: wsegs.clone(),
+            reply: rseg.clone(),
+        };
+        let padding = match (self.cfg.padding_thresh, self.server.align) {
+            (Some(thresh), align) if align >= 4 && align.is_power_of_two() => {
+                Some(Padding { align, thresh })
+            }
+            _ => None,
+        };
+        let inline_body = |c: Chunks| match padding {
+            Some(p) => RdmaBody::MsgP {
+                padding: p,
+                chunks: c,
+            },
+            None => RdmaBody::Msg(c),
+        };
+        let hlen = self.header(xid, inline_body(shape)).buffer_len();
+        let inline_max = self.cfg.inline_send.min(self.server.maxcall_sendsize) as usize;
+        let (mut msg, mut reads) = encode(padding.map(|p| (p, hlen)));
+        let long = hlen + msg.len() > inline_max;
+        if long && padding.is_some() {
+            (msg, reads) = encode(None);
+        }
+        let mut exposed = Vec::new();
+        let mut rlist = Vec::new();
+        if long {
+            let mr = self.ep.expose(&msg);
+            for target in split(&mr, msg.len(), k) {
+                rlist.push(ReadSegment {
+                    position: 0,
+                    target,
+                });
+            }
+            exposed.push(mr);
+            self.stats.long_calls += 1;
+        }
+        for (pos, i) in reads {
+            let Piece::Bulk(d) = &pieces[i] else { continue };
+            let mr = self.ep.expose(d);
+            for target in split(&mr, d.len(), k) {
+                rlist.push(ReadSegment {
+                    position: pos,
+                    target,
+                });
+            }
+            exposed.push(mr);
+        }
+        let chunks = Chunks {
+            reads: rlist,
+            writes: wsegs,
+            reply: rseg,
+        };
+        let (h, inline_rpc) = if long {
+            (self.header(xid, RdmaBody::NoMsg(chunks)), &[][..])
+        } else {
+            (self.header(xid, inline_body(chunks)), &msg[..])
+        };
+        let mut w = XdrWriter::new();
+        h.emit(&mut w);
+        debug_assert!(long || w.len() == hlen);
+        w.put_raw(inline_rpc);
+        self.seq += 1;
+        let seq = self.seq;
+        self.outstanding.insert(
+            xid,
+            Pending {
+                seq,
+                exposed,
+                writes,
+                reply_chunk,
+            },
+        );
+        self.note_send();
+        if let Err(e) = self.ep.send(w.as_slice(), vec![]) {
+            self.outstanding.remove(&xid);
+            return Err(e);
+        }
+        self.stats.calls += 1;
+        Ok(xid)
+    }
+
+    fn note_send(&mut self) {
+        let f = self.in_flight();
+        self.stats.max_in_flight = self.stats.max_in_flight.max(f);
+        if f > self.limit() || self.unconfirmed_dones.len() > 1 {
+            self.stats.over_grant += 1;
+        }
+    }
+
+    /// Wait for the reply to `xid`.
+    pub fn wait(&mut self, xid: u32) -> Result<Reply, RpcError> {
+        loop {
+            if let Some(r) = self.done.remove(&xid) {
+                return r;
+            }
+            if !self.outstanding.contains_key(&xid) {
+                return Err(RpcError::Usage("unknown xid"));
+            }
+            self.progress(true)?;
+        }
+    }
+
+    /// Wait for any reply; returns its XID and result.
+    pub fn wait_any(&mut self) -> Result<(u32, Result<Reply, RpcError>), RpcError> {
+        loop {
+            if let Some(&x) = self.done.keys().next() {
+                let r = self.done.remove(&x).expect("present");
+                return Ok((x, r));
+            }
+            if self.outstanding.is_empty() {
+                return Err(RpcError::Usage("nothing in flight"));
+            }
+            self.progress(true)?;
+        }
+    }
+
+    /// Submit and wait.
+    pub fn call(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        args: Body,
+        opts: &CallOpts,
+    ) -> Result<Reply, RpcError> {
+        let x = self.submit(prog, vers, proc_, args, opts)?;
+        self.wait(x)
+    }
+
+    /// Send a raw message (tests: malformed headers). With `Some(xid)` it counts as a call in
+    /// flight awaiting a reply under `xid`.
+    pub fn send_raw(&mut self, xid: Option<u32>, bytes: &[u8]) -> Result<(), RpcError> {
+        self.seq += 1;
+        let Some(xid) = xid else {
+            return self.ep.send(bytes, vec![]);
+        };
+        self.outstanding.insert(
+            xid,
+            Pending {
+                seq: self.seq,
+                exposed: vec![],
+                writes: vec![],
+                reply_chunk: None,
+            },
+        );
+        self.ep.send(bytes, vec![])
+    }
+
+    /// Handle what has arrived; with `block`, wait up to the timeout for something.
+    pub fn progress(&mut self, block: bool) -> Result<(), RpcError> {
+        self.ep.reap_sends()?;
+        let wc = if block {
+            match self.ep.wait_recv(self.cfg.timeout) {
+                Some(wc) => wc,
+                None if self.ep.qp.is_closed() => return Err(RpcError::Closed),
+                None => return Err(RpcError::Timeout),
+            }
+        } else {
+            match self.ep.rcq.poll_one() {
+                Some(wc) => wc,
+                None => return Ok(()),
+            }
+        };
+        if wc.status != WcStatus::Success {
+            return Err(RpcError::Rdma(format!("receive: {:?}", wc.status)));
+        }
+        let msg = self.ep.take_recv(&wc).unwrap_or_default();
+        self.ep.repost(&wc)?;
+        self.on_reply(&msg)?;
+        self.flush_dones()
+    }
+
+    fn flush_dones(&mut self) -> Result<(), RpcError> {
+        while !self.queued_dones.is_empty() && self.can_send_done() {
+            let xid = self.queued_dones.pop_front().expect("non-empty");
+            let mut w = XdrWriter::new();
+            self.header(xid, RdmaBody::Done).emit(&mut w);
+            self.seq += 1;
+            self.unconfirmed_dones.push_back(self.seq);
+            self.ep.send(w.as_slice(), vec![])?;
+            self.stats.dones += 1;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, xid: u32, r: Result<Reply, RpcError>) {
+        if let Some(p) = self.outstanding.remove(&xid) {
+            // Every DONE sent before this call reached the server before it (in order).
+            while self.unconfirmed_dones.front().is_some_and(|&s| s < p.seq) {
+                self.unconfirmed_dones.pop_front();
+            }
+            for m in p.exposed {
+                self.ep.pd.dereg_mr(&m);
+            }
+            for m in p.writes.into_iter().chain(p.reply_chunk) {
+                if self.sink_cache.len() < 64 {
+                    self.sink_cache.push(m);
+                } else {
+                    self.ep.pd.dereg_mr(&m);
+                }
+            }
+            self.done.insert(xid, r);
+        } else {
+            log::warn!("rpc-client: reply for unknown xid {xid:#x}");
+        }
+    }
+
+    fn on_reply(&mut self, msg: &[u8]) -> Result<(), RpcError> {
+        let (h, hlen) = match HeaderRepr::parse(msg) {
+            Ok(x) => x,
+            Err(HeaderError::Short) => {
+                log::warn!("rpc-client: short message dropped");
+                return Ok(());
+            }
+            Err(HeaderError::Version { xid, vers }) => {
+                self.finish(xid, Err(RpcError::Wire(Error::Malformed("reply version"))));
+                log::warn!("rpc-client: reply with version {vers}");
+                return Ok(());
+            }
+            Err(HeaderError::Chunk { xid, err }) => {
+                self.finish(xid, Err(RpcError::Wire(err)));
+                return Ok(());
+            }
+        };
+        if h.credits == 0 {
+            log::warn!("rpc-client: server granted 0 credits; keeping 1");
+        }
+        let xid = h.xid;
+        let (rpc, pad, path, writes) = match h.body {
+            RdmaBody::ErrVers { low, high } => {
+                self.grant = h.credits.max(1);
+                self.finish(xid, Err(RpcError::ErrVers { low, high }));
+                return Ok(());
+            }
+            RdmaBody::ErrChunk => {
+                self.grant = h.credits.max(1);
+                self.finish(xid, Err(RpcError::ErrChunk));
+                return Ok(());
+            }
+            RdmaBody::Done => {
+                log::warn!("rpc-client: server sent RDMA_DONE; ignored");
+                return Ok(());
+            }
+            RdmaBody::Msg(c) => (msg[hlen..].to_vec(), None, ReplyPath::Inline, c),
+            RdmaBody::MsgP { padding, chunks } => (
+                msg[hlen..].to_vec(),
+                Some((padding, hlen)),
+                ReplyPath::InlinePadded,
+                chunks,
+            ),
+            RdmaBody::NoMsg(c) => {
+                if let Some(rc) = &c.reply {
+                    let n: u64 = rc.iter().map(|s| u64::from(s.length)).sum();
+                    let Some(p) = self.outstanding.get(&xid) else {
+                        log::warn!("rpc-client: reply for unknown xid {xid:#x}");
+                        return Ok(());
+                    };
+                    let Some(mr) = p.reply_chunk.as_ref().filter(|m| n <= m.len() as u64) else {
+                        self.finish(xid, Err(RpcError::Wire(Error::Malformed("reply chunk"))));
+                        return Ok(());
+                    };
+                    let mut v = vec![0u8; n as usize];
+                    mr.read_at(0, &mut v);
+                    (v, None, ReplyPath::ReplyChunk, c)
+                } else if let Some(first) = c.reads.first().filter(|r| r.position == 0) {
+                    let seg = first.target;
+                    if u64::from(seg.length) > 64 << 20 {
+                        self.finish(
+                            xid,
+                            Err(RpcError::Wire(Error::Malformed("huge read chunk"))),
+                        );
+                        return Ok(());
+                    }
+                    let segs: Vec<Segment> = c
+                        .reads
+                        .iter()
+                        .filter(|r| r.position == 0)
+                        .map(|r| r.target)
+                        .collect();
+                    let total: usize = segs.iter().map(|s| s.length as usize).sum();
+                    let mr = self.ep.stage(total);
+                    let window = self.ord.min(self.server.maxrdmaread).max(1) as usize;
+                    let n = self.ep.rdma_read(&segs, &mr, window)?;
+                    let mut v = vec![0u8; n];
+                    mr.read_at(0, &mut v);
+                    self.ep.unstage(mr);
+                    if self.cfg.send_done {
+                        self.queued_dones.push_back(xid);
+                    }
+                    (v, None, ReplyPath::ReadChunk, c)
+                } else {
+                    self.finish(
+                        xid,
+                        Err(RpcError::Wire(Error::Malformed("empty NOMSG reply"))),
+                    );
+                    return Ok(());
+                }
+            }
+        };
+        self.grant = h.credits.max(1);
+        // Bulk results from the write chunks, with the lengths the server returned.
+        let mut bulk = Vec::new();
+        if let Some(p) = self.outstanding.get(&xid) {
+            for (i, segs) in writes.writes.iter().enumerate() {
+                let n: u64 = segs.iter().map(|s| u64::from(s.length)).sum();
+                match p.writes.get(i) {
+                    Some(mr) if n <= mr.len() as u64 => {
+                        let mut v = vec![0u8; n as usize];
+                        mr.read_at(0, &mut v);
+                        bulk.push(v);
+                    }
+                    _ => {
+                        self.finish(xid, Err(RpcError::Wire(Error::Malformed("write list"))));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let mut r = XdrReader::new(&rpc);
+        let r = match ReplyRepr::parse(&mut r) {
+            Ok(header) => {
+                let results_at = r.consumed();
+                Ok(Reply {
+                    header,
+                    path,
+                    msg: rpc.clone(),
+                    results_at,
+                    bulk,
+                    pad,
+                    credits: h.credits,
+                })
+            }
+            Err(e) => Err(RpcError::Wire(e)),
+        };
+        self.finish(xid, r);
+        Ok(())
+    }
+
+    /// Close the connection.
+    pub fn disconnect(&self) {
+        self.ep.qp.disconnect();
+    }
+}
+
+impl Drop for RdmaClient {
+    fn drop(&mut self) {
+        self.ep.qp.disconnect();
+    }
+}

@@ -1,0 +1,259 @@
+//! Credit management (draft-ietf-nfsv4-rpcrdma-01 §3.3, RFC 8166 §3.3.1).
+//!
+//! A credit is one posted receive buffer at the server. The server owns a budget of receive
+//! buffers ([`CreditPool`]) shared by all its connections; each connection holds a slice of it
+//! ([`ConnCredits`]) and posts that many receive buffers.
+//!
+//! Rules, and why they are safe:
+//! - A connection holds `bound + 1` buffers: `bound` for calls (the largest grant that may still
+//!   be in force at the client) and one for an RDMA_DONE, which consumes a buffer at the server
+//!   without ever being answered (draft §3.8). The server re-posts every buffer as soon as the
+//!   message in it is taken (before answering), so a DONE's credit is replenished at once.
+//! - The grant is never 0: a new connection gets 1 (plus the DONE slot) before its first reply,
+//!   as the client may always send one call (RFC 8166 §3.3.1). If the pool cannot give a new
+//!   connection those 2 buffers, the connection is refused at accept time.
+//! - Growing: buffers are taken from the pool and posted before the larger grant is announced.
+//! - Shrinking: the smaller grant is announced at once, but the buffers go back to the pool only
+//!   after `bound` replies carrying it were sent. Replies leave in call order, so by then every
+//!   call sent under the old grant was answered, and the client (which only sends while its
+//!   outstanding calls are below the latest grant) cannot have more than the new grant in flight.
+//! - A client that sends more than its grant overruns its connection's posted receives: the RNIC
+//!   answers with a TERMINATE (DDP untagged buffer error, RFC 5041 §7.2) and that connection
+//!   closes. Other connections' buffers are their own, so they are untouched.
+//! - Growth never takes the last 2 free buffers, so a new connection can be admitted at once;
+//!   the others shrink towards the new fair share at their next replies.
+//! - Load: a connection's target is `min(requested, max_per_conn, fair share)`, where the fair
+//!   share is the pool divided by the number of connections. More connections shrink everyone's
+//!   target; departures let the others grow at their next reply.
+
+use std::sync::{Arc, Mutex};
+
+/// Buffers growth never takes, so that a new connection can always be admitted while the pool
+/// is shared by connections that have not shrunk yet.
+const JOIN_RESERVE: u32 = 2;
+
+#[derive(Debug)]
+struct PoolState {
+    total: u32,
+    reserved: u32,
+    conns: u32,
+    max_per_conn: u32,
+}
+
+/// The server-wide budget of receive buffers.
+#[derive(Debug, Clone)]
+pub struct CreditPool {
+    inner: Arc<Mutex<PoolState>>,
+}
+
+impl CreditPool {
+    /// A pool of `total` buffers; no connection is granted more than `max_per_conn` credits.
+    pub fn new(total: u32, max_per_conn: u32) -> Self {
+        CreditPool {
+            inner: Arc::new(Mutex::new(PoolState {
+                total,
+                reserved: 0,
+                conns: 0,
+                max_per_conn: max_per_conn.max(1),
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Buffers currently held by connections.
+    pub fn reserved(&self) -> u32 {
+        self.lock().reserved
+    }
+
+    /// Pool size.
+    pub fn total(&self) -> u32 {
+        self.lock().total
+    }
+
+    /// Connections holding credits.
+    pub fn connections(&self) -> u32 {
+        self.lock().conns
+    }
+
+    /// Admit a connection with grant 1 and its DONE slot, or `None` if the pool is exhausted.
+    pub fn join(&self) -> Option<ConnCredits> {
+        let mut s = self.lock();
+        if s.total - s.reserved < 2 {
+            return None;
+        }
+        s.reserved += 2;
+        s.conns += 1;
+        Some(ConnCredits {
+            pool: self.clone(),
+            bound: 1,
+            announced: 1,
+            requested: 1,
+            shrink_replies: 0,
+            retire: 0,
+        })
+    }
+}
+
+/// What to do before sending a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantStep {
+    /// Post this many new receive buffers before sending the reply.
+    pub post: u32,
+    /// The credit value to put in the reply.
+    pub credits: u32,
+}
+
+/// One connection's share of the pool.
+#[derive(Debug)]
+pub struct ConnCredits {
+    pool: CreditPool,
+    /// Largest grant that may still be in force at the client; `bound + 1` buffers are held.
+    bound: u32,
+    /// Grant carried by replies now.
+    announced: u32,
+    /// The client's latest request.
+    requested: u32,
+    /// Replies sent with `announced < bound` since the last decrease.
+    shrink_replies: u32,
+    /// Buffers given back to the pool but still posted: do not re-post this many.
+    retire: u32,
+}
+
+impl ConnCredits {
+    /// Record the credit value a call carried (the client's request).
+    pub fn on_request(&mut self, requested: u32) {
+        self.requested = requested.max(1);
+    }
+
+    /// The grant now in force for replies.
+    pub fn grant(&self) -> u32 {
+        self.announced
+    }
+
+    /// Buffers this connection holds (calls + DONE slot).
+    pub fn held(&self) -> u32 {
+        self.bound + 1
+    }
+
+    /// A message was taken from a receive buffer: re-post it (true) or let it go (false)?
+    pub fn repost(&mut self) -> bool {
+        if self.retire > 0 {
+            self.retire -= 1;
+            false
+        } else {
+            true
+        }
+    }
+
+    fn target(&self) -> u32 {
+        let s = self.pool.lock();
+        let fair = (s.total / s.conns.max(1)).saturating_sub(1).max(1);
+        self.requested.min(s.max_per_conn).min(fair).max(1)
+    }
+
+    /// Decide the grant for the next reply (call once per reply sent).
+    pub fn next_reply(&mut self) -> GrantStep {
+        let target = self.target();
+        let mut post = 0;
+        if target > self.bound {
+            let mut s = self.pool.lock();
+            // Keep room for one more connection to join (grant 1 + DONE slot).
+            let free = (s.total - s.reserved).saturating_sub(JOIN_RESERVE);
+            let got = (target - self.bound).min(free);
+            s.reserved += got;
+            drop(s);
+            self.bound += got;
+            post = got;
+            self.announced = self.bound;
+            self.shrink_replies = 0;
+        } else if target < self.announced {
+            self.announced = target;
+            self.shrink_replies = 0;
+        } else if target > self.announced {
+            // Within the buffers already held: safe to raise at once.
+            self.announced = target;
+        }
+        let credits = self.announced;
+        if self.announced < self.bound {
+            self.shrink_replies += 1;
+            if self.shrink_replies >= self.bound {
+                let give = self.bound - self.announced;
+                self.bound = self.announced;
+                self.retire += give;
+                self.shrink_replies = 0;
+                self.pool.lock().reserved -= give;
+            }
+        }
+        GrantStep { post, credits }
+    }
+}
+
+impl Drop for ConnCredits {
+    fn drop(&mut self) {
+        let mut s = self.pool.lock();
+        s.reserved = s.reserved.saturating_sub(self.bound + 1);
+        s.conns = s.conns.saturating_sub(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_to_request_and_fair_share() {
+        let pool = CreditPool::new(68, 32);
+        let mut a = pool.join().unwrap();
+        a.on_request(64);
+        let s = a.next_reply();
+        assert_eq!(
+            s,
+            GrantStep {
+                post: 31,
+                credits: 32
+            }
+        );
+        assert_eq!(pool.reserved(), 33);
+        let mut b = pool.join().unwrap();
+        b.on_request(64);
+        // Fair share is now 68/2 - 1 = 33, capped at 32; 68-35 = 33 free, 2 kept in reserve.
+        let s = b.next_reply();
+        assert_eq!(s.credits, 32);
+        assert_eq!(pool.reserved(), 66);
+        let c = pool.join().expect("the reserve admits one more");
+        assert!(pool.join().is_none(), "exhausted pool refuses a connection");
+        drop(c);
+        assert_eq!(pool.reserved(), 66);
+    }
+
+    #[test]
+    fn shrink_waits_for_bound_replies_and_never_hits_zero() {
+        let pool = CreditPool::new(100, 16);
+        let mut a = pool.join().unwrap();
+        a.on_request(16);
+        assert_eq!(a.next_reply().credits, 16);
+        let held = pool.reserved();
+        a.on_request(0);
+        for i in 1..16 {
+            assert_eq!(a.next_reply().credits, 1);
+            assert_eq!(
+                pool.reserved(),
+                held,
+                "reply {i}: buffers kept while old grant may live"
+            );
+            assert!(a.repost());
+        }
+        assert_eq!(a.next_reply().credits, 1);
+        assert_eq!(pool.reserved(), 2);
+        for _ in 0..15 {
+            assert!(!a.repost());
+        }
+        assert!(a.repost());
+        drop(a);
+        assert_eq!(pool.reserved(), 0);
+        assert_eq!(pool.connections(), 0);
+    }
+}

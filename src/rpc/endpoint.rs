@@ -1,0 +1,309 @@
+//! One side of an RPC-over-RDMA connection on the verbs API: receive buffers, send buffers,
+//! staging regions for chunk data, and RDMA Read/Write of chunk segments. Shared by the server
+//! and the client.
+//!
+//! Buffers are registered once and reused: a send buffer or a staging region is handed back
+//! only when the completion of the Send that used it (or that follows the RDMA Writes that
+//! used it — send-queue completions are in order) arrives, because the engine gathers the bytes
+//! when it transmits, not when the work request is posted.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::RpcError;
+use crate::verbs::{sge, Access, Cq, Mr, Opcode, Pd, Qp, RecvWr, SendWr, WcStatus, WorkCompletion};
+use crate::wire::rpcrdma::Segment;
+
+/// What a send-queue work request holds until it completes.
+pub(crate) enum Res {
+    Send(Mr),
+    Stage(Mr),
+}
+
+/// Send buffers kept at most.
+const MAX_SEND_BUFS: usize = 256;
+/// Staging regions kept for reuse.
+const MAX_STAGE_CACHE: usize = 16;
+
+pub(crate) struct Endpoint {
+    pub qp: Qp,
+    pub pd: Pd,
+    pub scq: Cq,
+    pub rcq: Cq,
+    recv_bufs: Vec<Mr>,
+    pub recv_size: usize,
+    pub send_size: usize,
+    send_free: Vec<Mr>,
+    send_count: usize,
+    stage_free: Vec<Mr>,
+    next_wr: u64,
+    pending: HashMap<u64, Vec<Res>>,
+    pub timeout: Duration,
+    /// Busy-poll the receive CQ this long before sleeping on it.
+    pub spin: Duration,
+}
+
+impl Endpoint {
+    pub fn new(qp: Qp, pd: Pd, scq: Cq, rcq: Cq, recv_size: usize, send_size: usize) -> Self {
+        Endpoint {
+            qp,
+            pd,
+            scq,
+            rcq,
+            recv_bufs: Vec::new(),
+            recv_size,
+            send_size,
+            send_free: Vec::new(),
+            send_count: 0,
+            stage_free: Vec::new(),
+            next_wr: 1,
+            pending: HashMap::new(),
+            timeout: Duration::from_secs(10),
+            spin: Duration::ZERO,
+        }
+    }
+
+    /// The next receive completion: busy-poll up to `spin` (a wake-up costs more than a short
+    /// spin when messages arrive back to back), then sleep on the CQ up to `timeout`.
+    pub fn wait_recv(&self, timeout: Duration) -> Option<WorkCompletion> {
+        if !self.spin.is_zero() {
+            let t = std::time::Instant::now();
+            while t.elapsed() < self.spin {
+                if let Some(wc) = self.rcq.poll_one() {
+                    return Some(wc);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.rcq.wait(timeout)
+    }
+
+    /// Register and post one more receive buffer.
+    pub fn add_recv(&mut self) -> Result<(), RpcError> {
+        let mr = self.pd.reg_mr(self.recv_size, Access::LOCAL_WRITE);
+        let idx = self.recv_bufs.len() as u64;
+        self.qp.post_recv(RecvWr {
+            wr_id: idx,
+            sg_list: vec![sge(&mr, 0, self.recv_size)],
+        })?;
+        self.recv_bufs.push(mr);
+        Ok(())
+    }
+
+    /// Copy the message out of the buffer a receive completion names.
+    pub fn take_recv(&self, wc: &WorkCompletion) -> Option<Vec<u8>> {
+        let mr = self.recv_bufs.get(wc.wr_id as usize)?;
+        let n = (wc.byte_len as usize).min(mr.len());
+        let mut v = vec![0u8; n];
+        mr.read_at(0, &mut v);
+        Some(v)
+    }
+
+    /// Post the buffer of a receive completion again.
+    pub fn repost(&self, wc: &WorkCompletion) -> Result<(), RpcError> {
+        let Some(mr) = self.recv_bufs.get(wc.wr_id as usize) else {
+            return Ok(());
+        };
+        self.qp.post_recv(RecvWr {
+            wr_id: wc.wr_id,
+            sg_list: vec![sge(mr, 0, self.recv_size)],
+        })?;
+        Ok(())
+    }
+
+    fn wr_id(&mut self) -> u64 {
+        self.next_wr += 1;
+        self.next_wr
+    }
+
+    /// A staging region of at least `len` bytes (reused when one is free). Local access only:
+    /// regions the peer may read are registered apart (see [`Endpoint::expose`]).
+    pub fn stage(&mut self, len: usize) -> Mr {
+        if let Some(i) = self.stage_free.iter().position(|m| m.len() >= len) {
+            return self.stage_free.swap_remove(i);
+        }
+        self.pd.reg_mr(len.max(4096), Access::LOCAL_WRITE)
+    }
+
+    /// Give a staging region back.
+    pub fn unstage(&mut self, mr: Mr) {
+        if self.stage_free.len() < MAX_STAGE_CACHE {
+            self.stage_free.push(mr);
+        } else {
+            self.pd.dereg_mr(&mr);
+        }
+    }
+
+    /// Register `data` in a region the peer may RDMA Read (a chunk we advertise).
+    pub fn expose(&self, data: &[u8]) -> Mr {
+        let mr = self
+            .pd
+            .reg_mr(data.len().max(1), Access::LOCAL_WRITE | Access::REMOTE_READ);
+        mr.write_at(0, data);
+        mr
+    }
+
+    /// Register `len` bytes the peer may RDMA Write (a write or reply chunk we advertise).
+    pub fn sink(&mut self, len: usize) -> Mr {
+        self.pd
+            .reg_mr(len.max(1), Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+    }
+
+    /// Handle one send-queue completion: free what its request held.
+    pub fn on_send_wc(&mut self, wc: &WorkCompletion) -> Result<(), RpcError> {
+        if let Some(res) = self.pending.remove(&wc.wr_id) {
+            for r in res {
+                match r {
+                    Res::Send(m) => self.send_free.push(m),
+                    Res::Stage(m) => self.unstage(m),
+                }
+            }
+        }
+        if wc.status != WcStatus::Success {
+            return Err(RpcError::Rdma(format!(
+                "{:?} failed: {:?}",
+                wc.opcode, wc.status
+            )));
+        }
+        Ok(())
+    }
+
+    /// Handle every send completion already queued.
+    pub fn reap_sends(&mut self) -> Result<(), RpcError> {
+        while let Some(wc) = self.scq.poll_one() {
+            self.on_send_wc(&wc)?;
+        }
+        Ok(())
+    }
+
+    fn send_buf(&mut self) -> Result<Mr, RpcError> {
+        loop {
+            self.reap_sends()?;
+            if let Some(m) = self.send_free.pop() {
+                return Ok(m);
+            }
+            if self.send_count < MAX_SEND_BUFS {
+                self.send_count += 1;
+                return Ok(self.pd.reg_mr(self.send_size, Access::LOCAL_WRITE));
+            }
+            let wc = self.scq.wait(self.timeout).ok_or(RpcError::Timeout)?;
+            self.on_send_wc(&wc)?;
+        }
+    }
+
+    /// Send `bytes` (at most `send_size`), holding `extra` until the Send completes.
+    pub fn send(&mut self, bytes: &[u8], mut extra: Vec<Res>) -> Result<(), RpcError> {
+        if bytes.len() > self.send_size {
+            return Err(RpcError::Usage("message longer than the send buffer"));
+        }
+        let mr = self.send_buf()?;
+        mr.write_at(0, bytes);
+        let id = self.wr_id();
+        let r = self.qp.post_send(SendWr {
+            wr_id: id,
+            opcode: Opcode::Send,
+            sg_list: vec![sge(&mr, 0, bytes.len())],
+            signaled: true,
+        });
+        extra.push(Res::Send(mr));
+        match r {
+            Ok(()) => {
+                self.pending.insert(id, extra);
+                Ok(())
+            }
+            Err(e) => {
+                for x in extra {
+                    if let Res::Send(m) = x {
+                        self.send_free.push(m)
+                    }
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// RDMA Read every segment into `sink` back to back, at most `window` Reads outstanding
+    /// (the peer's IRD, RFC 5040 §6.3 / draft §6.2 maxrdmaread). Returns the bytes read.
+    pub fn rdma_read(
+        &mut self,
+        segs: &[Segment],
+        sink: &Mr,
+        window: usize,
+    ) -> Result<usize, RpcError> {
+        let window = window.max(1);
+        let mut outstanding: Vec<u64> = Vec::new();
+        let mut off = 0usize;
+        let mut next = 0usize;
+        loop {
+            while next < segs.len() && outstanding.len() < window {
+                let s = segs[next];
+                next += 1;
+                if s.length == 0 {
+                    continue;
+                }
+                let id = self.wr_id();
+                self.qp.post_send(SendWr {
+                    wr_id: id,
+                    opcode: Opcode::Read {
+                        remote_addr: s.offset,
+                        rkey: s.handle,
+                    },
+                    sg_list: vec![sge(sink, off, s.length as usize)],
+                    signaled: true,
+                })?;
+                off += s.length as usize;
+                outstanding.push(id);
+            }
+            if outstanding.is_empty() {
+                return Ok(off);
+            }
+            let wc = self.scq.wait(self.timeout).ok_or(RpcError::Timeout)?;
+            if let Some(i) = outstanding.iter().position(|&x| x == wc.wr_id) {
+                outstanding.swap_remove(i);
+                if wc.status != WcStatus::Success {
+                    return Err(RpcError::Rdma(format!("RDMA Read failed: {:?}", wc.status)));
+                }
+            } else {
+                self.on_send_wc(&wc)?;
+            }
+        }
+    }
+
+    /// RDMA Write `len` bytes of `src` from `src_off` into `segs` in order; returns the segments
+    /// with their lengths rewritten to what was written (RFC 8166 §4.3.2). Unsignaled: the Send
+    /// that follows completes after them and frees `src`.
+    pub fn rdma_write(
+        &mut self,
+        src: &Mr,
+        src_off: usize,
+        len: usize,
+        segs: &[Segment],
+    ) -> Result<Vec<Segment>, RpcError> {
+        let mut out = Vec::with_capacity(segs.len());
+        let mut done = 0usize;
+        for s in segs {
+            let n = (len - done).min(s.length as usize);
+            if n > 0 {
+                let id = self.wr_id();
+                self.qp.post_send(SendWr {
+                    wr_id: id,
+                    opcode: Opcode::Write {
+                        remote_addr: s.offset,
+                        rkey: s.handle,
+                    },
+                    sg_list: vec![sge(src, src_off + done, n)],
+                    signaled: false,
+                })?;
+            }
+            done += n;
+            out.push(Segment {
+                length: n as u32,
+                ..*s
+            });
+        }
+        if done < len {
+            return Err(RpcError::Usage("chunk smaller than the data"));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,387 @@
+//! Credit invariants under load (draft §3.3): never above the grant, no deadlock at a grant of 1,
+//! RDMA_DONE consuming a credit, grants shrinking as connections share the pool, and a client
+//! that exceeds its grant losing only its own connection.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dpwarp::cm::{self, ConnParam};
+use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
+use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyPath};
+use dpwarp::rpc::program::{Body, Registry};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig};
+use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, QpTerminate, RecvWr, SendWr};
+use dpwarp::wire::oncrpc::{Auth, CallRepr};
+use dpwarp::wire::rpcrdma::{Body as RdmaBody, Chunks, HeaderRepr};
+use dpwarp::wire::terminate::TermCause;
+use dpwarp::wire::xdr::XdrWriter;
+
+const SLOW_PROC: u32 = 50;
+
+fn server(cfg: ServerConfig) -> (RdmaServer, Arc<BlockStore>) {
+    let store = Arc::new(BlockStore::memory(1 << 20));
+    let mut reg = Registry::new();
+    block::register(&mut reg, store.clone());
+    reg.register(BLOCK_PROG, BLOCK_VERS, SLOW_PROC, |_, _| {
+        thread::sleep(Duration::from_millis(100));
+        Ok(Body::new())
+    });
+    (RdmaServer::new(reg, cfg), store)
+}
+
+fn client(s: &RdmaServer, cfg: ClientConfig) -> RdmaClient {
+    let (ce, se) = memlink::pair(FaultConfig::default());
+    let srv = s.clone();
+    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
+    let c = RdmaClient::connect(Box::new(ce), cfg).unwrap();
+    h.join().unwrap().unwrap();
+    c
+}
+
+/// Pipeline `n` READs of 64 bytes (inline) with as many in flight as the grant allows, checking
+/// every reply's data and the in-flight count against the grant before each submit.
+fn load(c: &mut RdmaClient, store: &BlockStore, n: usize, seed: u64) {
+    let mut sent = 0usize;
+    let mut got = 0usize;
+    let mut expect = std::collections::HashMap::new();
+    while got < n {
+        while sent < n && c.in_flight() < c.grant().min(c.requested()) {
+            let off = (seed * 4096 + (sent as u64 % 64) * 64) % ((1 << 20) - 64);
+            let x = c
+                .submit(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_READ,
+                    block::read_args(off, 64),
+                    &CallOpts::default(),
+                )
+                .unwrap();
+            assert!(
+                c.in_flight() <= c.grant().max(1),
+                "in flight above the grant"
+            );
+            expect.insert(x, off);
+            sent += 1;
+        }
+        let (x, r) = c.wait_any().unwrap();
+        let rep = r.unwrap();
+        assert!(rep.credits >= 1, "a zero grant");
+        let d = block::decode_read(&mut rep.results().unwrap())
+            .unwrap()
+            .unwrap();
+        let off = expect.remove(&x).unwrap();
+        assert_eq!(d, store.read(off, 64).unwrap());
+        got += 1;
+    }
+    assert_eq!(c.stats.over_grant, 0);
+}
+
+#[test]
+fn grant_follows_request_and_is_never_exceeded() {
+    let (s, store) = server(ServerConfig::default());
+    store.write(0, &vec![7u8; 1 << 20]).unwrap();
+    let mut c = client(
+        &s,
+        ClientConfig {
+            credits: 16,
+            ..ClientConfig::default()
+        },
+    );
+    load(&mut c, &store, 500, 1);
+    assert_eq!(c.grant(), 16);
+    assert!(c.stats.max_in_flight <= 16);
+    assert!(c.stats.max_in_flight > 1, "pipelining happened");
+}
+
+#[test]
+fn connections_share_the_pool_under_load() {
+    // 40 buffers for 4 clients asking 32 each: fair share 40/4 - 1 = 9.
+    let cfg = ServerConfig {
+        credit_pool: 40,
+        max_credits: 32,
+        ..ServerConfig::default()
+    };
+    let (s, store) = server(cfg);
+    for i in 0..(1 << 20) / 4096 {
+        store.write(i * 4096, &[(i % 251) as u8; 4096]).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let s = s.clone();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                assert!(
+                    s.pool().reserved() <= s.pool().total(),
+                    "pool overcommitted"
+                );
+                thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let mut hs = Vec::new();
+    for i in 0..4u64 {
+        let mut c = client(
+            &s,
+            ClientConfig {
+                credits: 32,
+                ..ClientConfig::default()
+            },
+        );
+        let store = store.clone();
+        hs.push(thread::spawn(move || {
+            load(&mut c, &store, 400, i);
+            c.grant()
+        }));
+    }
+    let grants: Vec<u32> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    stop.store(true, Ordering::Release);
+    watch.join().unwrap();
+    for g in grants {
+        assert!((1..=32).contains(&g), "grant {g}");
+    }
+}
+
+#[test]
+fn grant_shrinks_when_others_join_then_grows_back() {
+    let cfg = ServerConfig {
+        credit_pool: 36,
+        max_credits: 32,
+        ..ServerConfig::default()
+    };
+    let (s, store) = server(cfg);
+    let mut a = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    load(&mut a, &store, 100, 0);
+    assert_eq!(a.grant(), 32);
+    let mut b = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    // With two connections the fair share is 36/2 - 1 = 17.
+    load(&mut a, &store, 100, 0);
+    assert_eq!(a.grant(), 17);
+    load(&mut b, &store, 100, 0);
+    assert!(b.grant() <= 17 && b.grant() >= 1);
+    drop(b);
+    let t = Instant::now();
+    while s.pool().connections() != 1 {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        thread::sleep(Duration::from_millis(10));
+    }
+    load(&mut a, &store, 200, 0);
+    assert_eq!(a.grant(), 32, "grows back once alone");
+}
+
+#[test]
+fn grant_of_one_with_dones_does_not_deadlock() {
+    let cfg = ServerConfig {
+        max_credits: 1,
+        ..ServerConfig::default()
+    };
+    let (s, store) = server(cfg);
+    store.write(0, &vec![3u8; 30_000]).unwrap();
+    let mut c = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    // Every reply comes as a read chunk, so every call is followed by an RDMA_DONE.
+    for i in 0..100 {
+        let x = c
+            .submit(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(i, 20_000),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        let rep = c.wait(x).unwrap();
+        assert_eq!(rep.path, ReplyPath::ReadChunk);
+        assert_eq!(rep.credits, 1);
+        let d = block::decode_read(&mut rep.results().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(d, store.read(i, 20_000).unwrap());
+    }
+    assert_eq!(c.stats.dones, 100);
+    assert_eq!(c.stats.over_grant, 0);
+    assert!(c.stats.max_in_flight <= 1);
+}
+
+#[test]
+fn client_exceeding_its_grant_is_terminated_alone() {
+    let (s, _store) = server(ServerConfig::default());
+    let mut good = client(&s, ClientConfig::default());
+
+    // A raw verbs client that ignores credits: 10 calls to a slow procedure at once, while the
+    // server holds 2 receive buffers for it (grant 1 + the DONE slot).
+    let (ce, se) = memlink::pair(FaultConfig::default());
+    let srv = s.clone();
+    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
+    let dev = Device::open();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(256);
+    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+    let rbuf = pd.reg_mr(4096 * 16, Access::LOCAL_WRITE);
+    for i in 0..16 {
+        qp.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: vec![sge(&rbuf, i as usize * 4096, 4096)],
+        })
+        .unwrap();
+    }
+    cm::connect(Box::new(ce), &qp, &ConnParam::default()).unwrap();
+    h.join().unwrap().unwrap();
+    let sbuf = pd.reg_mr(4096 * 10, Access::LOCAL_WRITE);
+    for i in 0..10u32 {
+        let mut w = XdrWriter::new();
+        HeaderRepr {
+            xid: i,
+            vers: 1,
+            credits: 32,
+            body: RdmaBody::Msg(Chunks::default()),
+        }
+        .emit(&mut w);
+        CallRepr {
+            xid: i,
+            prog: BLOCK_PROG,
+            vers: BLOCK_VERS,
+            proc_: SLOW_PROC,
+            cred: Auth::None,
+            verf: Auth::None,
+        }
+        .emit(&mut w);
+        sbuf.write_at(i as usize * 4096, w.as_slice());
+        qp.post_send(SendWr {
+            wr_id: u64::from(i),
+            opcode: Opcode::Send,
+            sg_list: vec![sge(&sbuf, i as usize * 4096, w.len())],
+            signaled: true,
+        })
+        .unwrap();
+    }
+    assert!(
+        qp.wait_closed(Duration::from_secs(5)),
+        "over-grant connection not closed"
+    );
+    // DDP untagged buffer error (RFC 5041 §7.2): no buffer, or an MSN beyond the posted ones,
+    // depending on how the burst was segmented.
+    let cause = qp.terminate_cause();
+    assert!(
+        cause
+            == Some(QpTerminate::Received(
+                TermCause::DDP_UNTAGGED_INVALID_MSN_NO_BUFFER
+            ))
+            || cause
+                == Some(QpTerminate::Received(
+                    TermCause::DDP_UNTAGGED_INVALID_MSN_RANGE
+                )),
+        "{cause:?}"
+    );
+    // The well-behaved connection is unaffected.
+    let rep = good
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_GETATTR,
+            Body::new(),
+            &CallOpts::default(),
+        )
+        .unwrap();
+    assert!(block::decode_getattr(&mut rep.results().unwrap())
+        .unwrap()
+        .is_ok());
+    let t = Instant::now();
+    while s.pool().connections() != 1 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "terminated connection kept credits"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn pipelined_read_chunk_replies_then_a_grant_drop_do_not_deadlock() {
+    // Many replies as read chunks in flight at once (each wants a DONE), then the server grants
+    // 1: the next calls must still go out.
+    let cfg = ServerConfig {
+        credit_pool: 40,
+        max_credits: 32,
+        ..ServerConfig::default()
+    };
+    let (s, store) = server(cfg);
+    store.write(0, &vec![9u8; 40_000]).unwrap();
+    let mut c = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    let mut xs = Vec::new();
+    for _ in 0..32 {
+        xs.push(
+            c.submit(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(0, 20_000),
+                &CallOpts::default(),
+            )
+            .unwrap(),
+        );
+    }
+    for x in xs {
+        assert_eq!(c.wait(x).unwrap().path, ReplyPath::ReadChunk);
+    }
+    // Two more connections take the pool: this one's fair share drops to 40/3 - 1 = 12.
+    let _b = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    let _d = client(
+        &s,
+        ClientConfig {
+            credits: 32,
+            ..ClientConfig::default()
+        },
+    );
+    for i in 0..50u64 {
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(i, 20_000),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        assert_eq!(
+            block::decode_read(&mut rep.results().unwrap())
+                .unwrap()
+                .unwrap(),
+            store.read(i, 20_000).unwrap()
+        );
+    }
+    assert!(c.grant() <= 12);
+    assert_eq!(c.stats.over_grant, 0);
+}
