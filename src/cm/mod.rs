@@ -426,6 +426,8 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
     let mut last_progress = Instant::now();
     loop {
         let mut progressed = false;
+        // Posts after this point keep the driver from sleeping at the end of the iteration.
+        let seq_at_start = sh.post_seq.load(Ordering::SeqCst);
         let now = Instant::now();
         // Receive whatever the stream has (bounded per iteration so tx is not starved).
         if !eof && !broken {
@@ -515,9 +517,33 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
             last_progress = Instant::now();
         } else if last_progress.elapsed() < Duration::from_micros(50) {
             std::hint::spin_loop();
-        } else if let Err(e) = t.wait_readable(Duration::from_micros(200)) {
-            log::debug!("transport: wait failed: {e}");
-            thread::sleep(Duration::from_micros(200));
+        } else {
+            // Sleep until the peer sends, the application posts (the QP's eventfd) or the
+            // startup timer fires; with output still queued (send buffer full) only briefly,
+            // as writability is not waited for.
+            let mut nap = if out_pos < out.len() {
+                Duration::from_micros(200)
+            } else {
+                Duration::from_millis(5)
+            };
+            if let Some(at) = with_conn(&sh, |c| c.poll_timeout()).flatten() {
+                nap = nap.min(at.saturating_duration_since(Instant::now()));
+            }
+            sh.sleeping.store(true, Ordering::SeqCst);
+            if sh.post_seq.load(Ordering::SeqCst) == seq_at_start {
+                let r = match &sh.wake {
+                    Some(w) => t.wait_readable_or_woken(nap, w),
+                    None => t.wait_readable(nap.min(Duration::from_micros(200))),
+                };
+                if let Err(e) = r {
+                    log::debug!("transport: wait failed: {e}");
+                    thread::sleep(Duration::from_micros(200));
+                }
+            }
+            sh.sleeping.store(false, Ordering::SeqCst);
+            if let Some(w) = &sh.wake {
+                w.drain();
+            }
         }
     }
 }

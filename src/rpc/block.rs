@@ -24,16 +24,26 @@ use super::program::{garbage, Body, Registry};
 
 /// Program number (RFC 5531 §7.3 user-defined range; dpwarp's choice).
 pub const BLOCK_PROG: u32 = 0x2000_0b1c;
+/// Program version `BLOCK_V1`.
 pub const BLOCK_VERS: u32 = 1;
+/// NULL: no arguments, no results (RFC 5531 §12.1 convention).
 pub const PROC_NULL: u32 = 0;
+/// READ(offset, count) -> status, data.
 pub const PROC_READ: u32 = 1;
+/// WRITE(offset, data) -> status, count.
 pub const PROC_WRITE: u32 = 2;
+/// GETATTR() -> status, size, block size, read-only flag.
 pub const PROC_GETATTR: u32 = 3;
 
+/// Status: success.
 pub const BLK_OK: u32 = 0;
+/// Status: the backing file reported an I/O error.
 pub const BLK_EIO: u32 = 5;
+/// Status: count above [`MAX_IO`].
 pub const BLK_EINVAL: u32 = 22;
+/// Status: WRITE to a read-only store.
 pub const BLK_EROFS: u32 = 30;
+/// Status: the range extends beyond the end of the store.
 pub const BLK_ERANGE: u32 = 34;
 
 /// Largest READ/WRITE count per call.
@@ -48,7 +58,9 @@ enum Backing {
 pub struct BlockStore {
     backing: Backing,
     size: u64,
+    /// Block size reported by GETATTR (4096 by default; advisory, I/O is byte-addressed).
     pub block_size: u32,
+    /// Refuse WRITE with [`BLK_EROFS`].
     pub read_only: bool,
 }
 
@@ -82,6 +94,7 @@ impl BlockStore {
         })
     }
 
+    /// Size of the store in bytes.
     pub fn size(&self) -> u64 {
         self.size
     }
@@ -96,6 +109,7 @@ impl BlockStore {
         }
     }
 
+    /// Read `len` bytes at `off`, or a `BLK_*` status.
     pub fn read(&self, off: u64, len: usize) -> Result<Vec<u8>, u32> {
         self.range(off, len)?;
         match &self.backing {
@@ -114,6 +128,7 @@ impl BlockStore {
         }
     }
 
+    /// Write `data` at `off`, or a `BLK_*` status.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), u32> {
         if self.read_only {
             return Err(BLK_EROFS);
@@ -213,11 +228,15 @@ pub fn decode_write(r: &mut ReplyReader<'_>) -> Result<Result<u32, u32>, crate::
 /// GETATTR results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr {
+    /// Size of the store in bytes.
     pub size: u64,
+    /// The store's block size.
     pub block_size: u32,
+    /// The store refuses writes.
     pub read_only: bool,
 }
 
+/// Decode GETATTR results: attributes or a status.
 pub fn decode_getattr(r: &mut ReplyReader<'_>) -> Result<Result<Attr, u32>, crate::wire::Error> {
     let st = r.xdr.get_u32()?;
     if st != BLK_OK {

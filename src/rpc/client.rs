@@ -106,16 +106,24 @@ fn split(mr: &Mr, len: usize, k: u32) -> Vec<Segment> {
 /// How a reply travelled (for tests and statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyPath {
+    /// Inline in an RDMA_MSG (draft §3.1, RFC 8166 §3.5.1).
     Inline,
+    /// Inline in an RDMA_MSGP with the server's padding (draft §3.5).
     InlinePadded,
+    /// An RDMA_NOMSG whose reply the server wrote into our reply chunk (draft §5.2,
+    /// RFC 8166 §3.5.3).
     ReplyChunk,
+    /// An RDMA_NOMSG whose reply we pulled from a position-zero read chunk, then acknowledged
+    /// with RDMA_DONE (draft §5.1, §3.8; not in RFC 8166).
     ReadChunk,
 }
 
 /// A completed call.
 #[derive(Debug)]
 pub struct Reply {
+    /// The RPC reply header (RFC 5531 §9).
     pub header: ReplyRepr,
+    /// How the reply travelled.
     pub path: ReplyPath,
     msg: Vec<u8>,
     results_at: usize,
@@ -150,6 +158,7 @@ impl Reply {
 
 /// Results decoder: plain XDR plus bulk items that may have arrived in write chunks.
 pub struct ReplyReader<'a> {
+    /// The inline results, positioned after the reply header.
     pub xdr: XdrReader<'a>,
     bulk: &'a [Vec<u8>],
     next: usize,
@@ -194,12 +203,16 @@ struct Pending {
 /// Counters a test or benchmark can check.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClientStats {
+    /// Calls sent.
     pub calls: u64,
+    /// RDMA_DONE messages sent (draft §3.8).
     pub dones: u64,
     /// Largest number of calls in flight seen when sending.
     pub max_in_flight: u32,
     /// Times a message was sent with more in flight than the grant allowed (must stay 0).
     pub over_grant: u64,
+    /// Calls sent as RDMA_NOMSG with the whole message in a position-zero read chunk (draft
+    /// §5.1, RFC 8166 §3.5.3).
     pub long_calls: u64,
 }
 
@@ -217,7 +230,9 @@ pub struct RdmaClient {
     server: ConfigReply,
     ord: u32,
     sink_cache: Vec<Mr>,
+    /// Counters since connecting.
     pub stats: ClientStats,
+    /// Credentials put in every call (RFC 5531 §8.2; AUTH_NONE unless changed).
     pub cred: Auth,
 }
 

@@ -23,7 +23,9 @@ use crate::wire::xdr::{XdrReader, XdrWriter};
 /// CONFIG_RDMA program (draft §6.2). The draft leaves the number unassigned ("nnnnnn"); this one
 /// is from the user-defined range of RFC 5531 §7.3 and is dpwarp's choice.
 pub const CONFIG_RDMA_PROG: u32 = 0x2000_1ab0;
+/// CONFIG_RDMA_PROG version `VERS1` (draft §6.2).
 pub const CONFIG_RDMA_VERS: u32 = 1;
+/// Procedure CONF_RDMA: `config_rdma_reply CONF_RDMA(config_rdma_req)` (draft §6.2).
 pub const CONF_RDMA: u32 = 1;
 
 /// The inline size every peer must accept before configuration (draft §6.1: at least 1 KB;
@@ -53,11 +55,13 @@ pub struct ConfigReply {
 }
 
 impl ConfigReq {
+    /// Encode as XDR (three `uint32`s, draft §6.2).
     pub fn emit(&self, w: &mut XdrWriter) {
         w.put_u32(self.maxcall_sendsize);
         w.put_u32(self.maxreply_sendsize);
         w.put_u32(self.maxrdmaread);
     }
+    /// Decode from XDR (draft §6.2).
     pub fn parse(r: &mut XdrReader<'_>) -> crate::wire::Result<Self> {
         Ok(ConfigReq {
             maxcall_sendsize: r.get_u32()?,
@@ -68,11 +72,13 @@ impl ConfigReq {
 }
 
 impl ConfigReply {
+    /// Encode as XDR (three `uint32`s, draft §6.2).
     pub fn emit(&self, w: &mut XdrWriter) {
         w.put_u32(self.maxcall_sendsize);
         w.put_u32(self.align);
         w.put_u32(self.maxrdmaread);
     }
+    /// Decode from XDR (draft §6.2).
     pub fn parse(r: &mut XdrReader<'_>) -> crate::wire::Result<Self> {
         Ok(ConfigReply {
             maxcall_sendsize: r.get_u32()?,
@@ -85,24 +91,40 @@ impl ConfigReply {
 /// Errors of the RPC client and server.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
+    /// Connection management (connect, accept, disconnect) failed.
     #[error("connection: {0}")]
     Cm(#[from] crate::cm::CmError),
+    /// An I/O error (TCP transport, file or device).
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// Posting a work request to a queue pair failed.
     #[error("post: {0}")]
     Post(#[from] crate::verbs::PostError),
+    /// A received header or RPC message did not decode.
     #[error("malformed message: {0}")]
     Wire(#[from] crate::wire::Error),
     #[error("peer answered RDMA_ERROR/ERR_VERS (supports {low}..={high})")]
-    ErrVers { low: u32, high: u32 },
+    /// The peer answered RDMA_ERROR / ERR_VERS (RFC 8166 §4.5.1).
+    ErrVers {
+        /// Lowest RPC-over-RDMA version the peer supports.
+        low: u32,
+        /// Highest RPC-over-RDMA version the peer supports.
+        high: u32,
+    },
+    /// The peer answered RDMA_ERROR / ERR_CHUNK (RFC 8166 §4.5.2).
     #[error("peer answered RDMA_ERROR/ERR_CHUNK")]
     ErrChunk,
+    /// A work completion (Send, Receive, RDMA Read/Write) reported an error status.
     #[error("RDMA operation failed: {0}")]
     Rdma(String),
+    /// No completion or reply arrived in time.
     #[error("timed out")]
     Timeout,
+    /// The connection was closed.
     #[error("connection closed")]
     Closed,
+    /// An operation the current state does not allow (e.g. an unknown XID, nothing in flight, a
+    /// message larger than the buffers, an exhausted credit pool).
     #[error("{0}")]
     Usage(&'static str),
 }

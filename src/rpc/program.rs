@@ -18,7 +18,9 @@ use crate::wire::{Error, Result};
 /// the data item in the RPC message, RFC 8166 §3.5.3).
 #[derive(Debug, Clone)]
 pub struct PulledChunk {
+    /// XDR position of the chunk in the call.
     pub position: u32,
+    /// The bytes read from the client's segments, in order.
     pub data: Vec<u8>,
 }
 
@@ -31,6 +33,8 @@ pub struct ArgReader<'a> {
 }
 
 impl<'a> ArgReader<'a> {
+    /// Arguments from `xdr` (after the call header) and the call's pulled read chunks, sorted
+    /// by position.
     pub fn new(xdr: XdrReader<'a>, chunks: &'a [PulledChunk]) -> Self {
         ArgReader {
             xdr,
@@ -96,6 +100,7 @@ pub struct Body {
 }
 
 impl Body {
+    /// An empty body (a `void` result or argument).
     pub fn new() -> Self {
         Self::default()
     }
@@ -149,6 +154,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with no programs.
     pub fn new() -> Self {
         Self::default()
     }

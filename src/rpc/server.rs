@@ -86,18 +86,28 @@ pub const POLL_SPIN_US: u64 = 0;
 /// Counters over all connections (what a test or an operator can check).
 #[derive(Debug, Default)]
 pub struct ServerStats {
+    /// Connections accepted and served.
     pub connections: AtomicU64,
+    /// Calls whose RPC header decoded (CONFIG_RDMA included).
     pub calls: AtomicU64,
+    /// RDMA_DONE messages that freed a reply's read chunk (draft §3.8).
     pub dones: AtomicU64,
+    /// Reply read chunks freed without RDMA_DONE (timeout or too many waiting).
     pub done_timeouts: AtomicU64,
+    /// RDMA_ERROR / ERR_VERS answers sent (RFC 8166 §4.5.1).
     pub err_vers: AtomicU64,
+    /// RDMA_ERROR / ERR_CHUNK answers sent (draft §5.3, RFC 8166 §4.5.2).
     pub err_chunk: AtomicU64,
+    /// Messages too short for a header, dropped unanswered.
     pub dropped: AtomicU64,
+    /// Read chunk pulls (each a series of RDMA Reads).
     pub reads_pulled: AtomicU64,
+    /// Bulk result bytes RDMA Written into write chunks.
     pub bytes_written: AtomicU64,
 }
 
 impl ServerStats {
+    /// Read one counter (relaxed ordering).
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
@@ -119,6 +129,7 @@ pub struct RdmaServer {
 
 /// A running listener; dropping it does not stop it, [`ServerHandle::stop`] does.
 pub struct ServerHandle {
+    /// The address actually bound (the real port when 0 was asked for).
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
@@ -135,6 +146,8 @@ impl ServerHandle {
 }
 
 impl RdmaServer {
+    /// A server answering `registry`'s programs (and CONFIG_RDMA) with `cfg`; nothing is
+    /// served until [`RdmaServer::listen`] or [`RdmaServer::serve_transport`].
     pub fn new(registry: Registry, cfg: ServerConfig) -> Self {
         let pool = CreditPool::new(cfg.credit_pool, cfg.max_credits);
         RdmaServer {

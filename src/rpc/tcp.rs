@@ -23,12 +23,14 @@ pub const MAX_RECORD: usize = (16 << 20) + 4096;
 
 /// A running TCP RPC server.
 pub struct TcpServerHandle {
+    /// The address actually bound (the real port when 0 was asked for).
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
 }
 
 impl TcpServerHandle {
+    /// Stop accepting and wait for the accept thread (open connections run on).
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(j) = self.join.take() {
@@ -140,12 +142,14 @@ pub fn handle(reg: &Registry, rec: &[u8]) -> Option<Vec<u8>> {
 /// A reply over TCP.
 #[derive(Debug)]
 pub struct TcpReply {
+    /// The RPC reply header (RFC 5531 §9).
     pub header: ReplyRepr,
     msg: Vec<u8>,
     results_at: usize,
 }
 
 impl TcpReply {
+    /// The results, if the call was accepted with SUCCESS; else the reply status.
     pub fn results(&self) -> Result<ReplyReader<'_>, ReplyStat> {
         match &self.header.stat {
             ReplyStat::Accepted {
@@ -166,10 +170,13 @@ pub struct TcpClient {
     buf: Vec<u8>,
     next_xid: u32,
     inflight: VecDeque<u32>,
+    /// Most calls outstanding at once.
     pub window: usize,
 }
 
 impl TcpClient {
+    /// Connect to `addr` (TCP_NODELAY, 10 s read timeout) allowing `window` (at least 1) calls
+    /// outstanding.
     pub fn connect(addr: SocketAddr, window: usize) -> Result<Self, RpcError> {
         let s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
@@ -184,6 +191,7 @@ impl TcpClient {
         })
     }
 
+    /// Calls sent and not yet answered.
     pub fn in_flight(&self) -> usize {
         self.inflight.len()
     }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::SockRef;
 
-use super::Transport;
+use super::{Transport, Wakeup};
 
 /// The EMSS assumed when the kernel does not report one (Ethernet MTU 1500 minus IPv4, TCP and the
 /// 12-byte timestamp option), the same default as [`Transport::emss`].
@@ -124,6 +124,22 @@ impl Transport for KernelTcp {
     fn wait_readable(&mut self, timeout: Duration) -> io::Result<()> {
         // IN covers data and FIN; ERR/HUP are always reported and make the next recv say why.
         poll_fd(&self.stream, PollFlags::IN, timeout).map(|_| ())
+    }
+
+    fn wait_readable_or_woken(&mut self, timeout: Duration, wake: &Wakeup) -> io::Result<()> {
+        let mut fds = [
+            PollFd::new(&self.stream, PollFlags::IN),
+            PollFd::from_borrowed_fd(wake.fd(), PollFlags::IN),
+        ];
+        let t = timeout.min(Duration::from_secs(86_400));
+        let ts = Timespec {
+            tv_sec: t.as_secs() as _,
+            tv_nsec: t.subsec_nanos() as _,
+        };
+        match poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

@@ -13,13 +13,14 @@
 //! assert_eq!(&mr.to_vec()[..5], b"hello");
 //! ```
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::conn::{ConnEvent, Connection};
+use crate::transport::Wakeup;
 pub use crate::rdma::{
     Access, MemoryTable, Mr, Opcode, PdId, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
@@ -191,6 +192,13 @@ pub(crate) struct QpShared {
     pub(crate) disconnect: AtomicBool,
     /// Why the connection ended, if a TERMINATE did it (the `ibv_get_async_event` role).
     pub(crate) terminate: Mutex<Option<QpTerminate>>,
+    /// Wakes the kernel-transport driver thread when work is posted (None if no eventfd could
+    /// be made: the driver then falls back to short idle waits).
+    pub(crate) wake: Option<Wakeup>,
+    /// Bumped on every post; with `sleeping` it tells the driver whether it may sleep.
+    pub(crate) post_seq: AtomicU64,
+    /// Set by the driver just before it sleeps in its transport's wait.
+    pub(crate) sleeping: AtomicBool,
 }
 
 impl QpShared {
@@ -198,6 +206,18 @@ impl QpShared {
         // A poisoned lock means a driver thread panicked; the data inside is still consistent
         // enough to flush.
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Work was posted: make sure the driver sees it now. (Dekker-style with the driver: it sets
+    /// `sleeping` then re-reads `post_seq`; we bump `post_seq` then read `sleeping`, both SeqCst,
+    /// so at least one of us sees the other.)
+    pub(crate) fn kick(&self) {
+        self.post_seq.fetch_add(1, Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            if let Some(w) = &self.wake {
+                w.notify();
+            }
+        }
     }
 
     /// Remember the first TERMINATE among connection events.
@@ -247,6 +267,11 @@ impl Qp {
                 closed: AtomicBool::new(false),
                 disconnect: AtomicBool::new(false),
                 terminate: Mutex::new(None),
+                wake: Wakeup::new()
+                    .map_err(|e| log::warn!("verbs: no eventfd for the QP driver: {e}"))
+                    .ok(),
+                post_seq: AtomicU64::new(0),
+                sleeping: AtomicBool::new(false),
             }),
         }
     }
@@ -263,6 +288,12 @@ impl Qp {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
+        let r = self.post_send_locked(wr);
+        self.shared.kick();
+        r
+    }
+
+    fn post_send_locked(&self, wr: SendWr) -> Result<(), PostError> {
         match &mut *self.shared.lock() {
             QpSlot::Live(c) => c.post_send(wr),
             QpSlot::Init { send, .. } if send.len() >= self.shared.cap.max_send_wr => {
@@ -280,6 +311,12 @@ impl Qp {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
+        let r = self.post_recv_locked(wr);
+        self.shared.kick();
+        r
+    }
+
+    fn post_recv_locked(&self, wr: RecvWr) -> Result<(), PostError> {
         match &mut *self.shared.lock() {
             QpSlot::Live(c) => c.post_recv(wr),
             QpSlot::Init { recv, .. } if recv.len() >= self.shared.cap.max_recv_wr => {
@@ -313,6 +350,7 @@ impl Qp {
     /// Close the connection (`rdma_disconnect`): outstanding work is flushed, the stream closed.
     pub fn disconnect(&self) {
         self.shared.disconnect.store(true, Ordering::Release);
+        self.shared.kick();
     }
 
     /// Wait until the stream has closed or `timeout` passed; true if closed.

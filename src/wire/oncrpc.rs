@@ -10,41 +10,54 @@ use super::{Error, Result};
 
 /// RPC protocol version (RFC 5531 §9).
 pub const RPC_VERSION: u32 = 2;
-/// msg_type CALL / REPLY.
+/// `msg_type` CALL (RFC 5531 §9).
 pub const CALL: u32 = 0;
+/// `msg_type` REPLY (RFC 5531 §9).
 pub const REPLY: u32 = 1;
-/// Auth flavors (RFC 5531 §8.2, App. A).
+/// Auth flavor AUTH_NONE: no credentials (RFC 5531 §8.2, §10.1).
 pub const AUTH_NONE: u32 = 0;
+/// Auth flavor AUTH_SYS, a.k.a. AUTH_UNIX (RFC 5531 §8.2, App. A).
 pub const AUTH_SYS: u32 = 1;
 /// Largest opaque_auth body (RFC 5531 §8.2).
 pub const MAX_AUTH_BYTES: usize = 400;
-/// AUTH_SYS machinename bound and gid count bound (RFC 5531 App. A).
+/// Bound on the AUTH_SYS `machinename` string, in bytes (RFC 5531 App. A).
 pub const MAX_MACHINE_NAME: usize = 255;
+/// Bound on the number of AUTH_SYS supplementary `gids` (RFC 5531 App. A).
 pub const MAX_GIDS: usize = 16;
 
 /// AUTH_SYS credentials (RFC 5531 App. A).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AuthSys {
+    /// Arbitrary ID chosen by the caller's machine.
     pub stamp: u32,
+    /// The caller's host name (at most [`MAX_MACHINE_NAME`] bytes, not necessarily UTF-8).
     pub machinename: Vec<u8>,
+    /// The caller's effective user ID.
     pub uid: u32,
+    /// The caller's effective group ID.
     pub gid: u32,
+    /// Supplementary group IDs (at most [`MAX_GIDS`]).
     pub gids: Vec<u32>,
 }
 
 /// An `opaque_auth` (RFC 5531 §8.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
+    /// AUTH_NONE with an empty body.
     None,
+    /// AUTH_SYS with its decoded body.
     Sys(AuthSys),
     /// Another flavor, body kept verbatim.
     Other {
+        /// The flavor number.
         flavor: u32,
+        /// The undecoded body (at most [`MAX_AUTH_BYTES`]).
         body: Vec<u8>,
     },
 }
 
 impl Auth {
+    /// Decode an `opaque_auth`; an AUTH_SYS body must decode exactly, with no trailing bytes.
     pub fn parse(r: &mut XdrReader<'_>) -> Result<Auth> {
         let flavor = r.get_u32()?;
         let body = r.get_opaque(MAX_AUTH_BYTES)?;
@@ -79,6 +92,7 @@ impl Auth {
         }
     }
 
+    /// Encode as an `opaque_auth`: flavor, then the body as variable-length opaque.
     pub fn emit(&self, w: &mut XdrWriter) {
         match self {
             Auth::None => {
@@ -109,11 +123,17 @@ impl Auth {
 /// The header of an RPC call (RFC 5531 §9 `call_body`); arguments follow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallRepr {
+    /// Transaction ID, echoed in the reply.
     pub xid: u32,
+    /// Remote program number.
     pub prog: u32,
+    /// Remote program version.
     pub vers: u32,
+    /// Procedure number within the program.
     pub proc_: u32,
+    /// Caller's credentials.
     pub cred: Auth,
+    /// Caller's verifier.
     pub verf: Auth,
 }
 
@@ -123,7 +143,10 @@ pub enum CallError {
     /// Bytes do not form a call header.
     Garbage(Error),
     /// `rpcvers` is not 2: reply MSG_DENIED / RPC_MISMATCH (RFC 5531 §9).
-    RpcMismatch { xid: u32 },
+    RpcMismatch {
+        /// The call's transaction ID, for the rejection reply.
+        xid: u32,
+    },
 }
 
 impl CallRepr {
@@ -152,6 +175,7 @@ impl CallRepr {
         })
     }
 
+    /// Encode the call header (`rpcvers` is always [`RPC_VERSION`]); arguments go after it.
     pub fn emit(&self, w: &mut XdrWriter) {
         w.put_u32(self.xid);
         w.put_u32(CALL);
@@ -167,26 +191,49 @@ impl CallRepr {
 /// `accept_stat` (RFC 5531 §9), with the mismatch range of PROG_MISMATCH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcceptStat {
+    /// SUCCESS (0): the procedure ran; results follow.
     Success,
+    /// PROG_UNAVAIL (1): the program is not exported.
     ProgUnavail,
-    ProgMismatch { low: u32, high: u32 },
+    /// PROG_MISMATCH (2): the program version is not supported.
+    ProgMismatch {
+        /// Lowest supported version.
+        low: u32,
+        /// Highest supported version.
+        high: u32,
+    },
+    /// PROC_UNAVAIL (3): the program has no such procedure.
     ProcUnavail,
+    /// GARBAGE_ARGS (4): the arguments could not be decoded.
     GarbageArgs,
+    /// SYSTEM_ERR (5): e.g. a memory allocation failure.
     SystemErr,
 }
 
 /// `auth_stat` (RFC 5531 §9), kept as its number.
 pub type AuthStat = u32;
+/// `auth_stat` AUTH_BADCRED: bad credential (seal broken) (RFC 5531 §9).
 pub const AUTH_BADCRED: AuthStat = 1;
+/// `auth_stat` AUTH_TOOWEAK: rejected for security reasons (RFC 5531 §9).
 pub const AUTH_TOOWEAK: AuthStat = 5;
 
 /// The reply body (RFC 5531 §9 `reply_body`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplyStat {
     /// MSG_ACCEPTED with its verifier and status; results follow SUCCESS.
-    Accepted { verf: Auth, stat: AcceptStat },
+    Accepted {
+        /// The server's verifier.
+        verf: Auth,
+        /// Whether, and how, the call was carried out.
+        stat: AcceptStat,
+    },
     /// MSG_DENIED / RPC_MISMATCH.
-    RpcMismatch { low: u32, high: u32 },
+    RpcMismatch {
+        /// Lowest supported RPC version.
+        low: u32,
+        /// Highest supported RPC version.
+        high: u32,
+    },
     /// MSG_DENIED / AUTH_ERROR.
     AuthError(AuthStat),
 }
@@ -194,7 +241,9 @@ pub enum ReplyStat {
 /// The header of an RPC reply; results follow an accepted SUCCESS.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyRepr {
+    /// Transaction ID of the call being answered.
     pub xid: u32,
+    /// Accepted or denied, with details.
     pub stat: ReplyStat,
 }
 
@@ -204,6 +253,7 @@ impl ReplyRepr {
         Self::accepted(xid, AcceptStat::Success)
     }
 
+    /// An accepted reply (MSG_ACCEPTED) with AUTH_NONE verifier and the given status.
     pub fn accepted(xid: u32, stat: AcceptStat) -> Self {
         ReplyRepr {
             xid,
@@ -214,6 +264,7 @@ impl ReplyRepr {
         }
     }
 
+    /// Parse a reply header; after an accepted SUCCESS the reader is left at the results.
     pub fn parse(r: &mut XdrReader<'_>) -> Result<ReplyRepr> {
         let xid = r.get_u32()?;
         if r.get_u32()? != REPLY {
@@ -249,6 +300,7 @@ impl ReplyRepr {
         Ok(ReplyRepr { xid, stat })
     }
 
+    /// Encode the reply header; results of an accepted SUCCESS go after it.
     pub fn emit(&self, w: &mut XdrWriter) {
         w.put_u32(self.xid);
         w.put_u32(REPLY);
@@ -300,6 +352,7 @@ pub struct RecordDecoder {
 }
 
 impl RecordDecoder {
+    /// A decoder that refuses records longer than `max_record` bytes.
     pub fn new(max_record: usize) -> Self {
         RecordDecoder {
             max_record,

@@ -27,41 +27,62 @@ pub const MAX_SEGMENTS: usize = 64;
 /// Fixed header: xid, vers, credit, proc.
 pub const FIXED_LEN: usize = 16;
 
+/// `rdma_proc` RDMA_MSG: an RPC message follows the header inline (draft §4.2, RFC 8166 §4.2.4).
 pub const RDMA_MSG: u32 = 0;
+/// `rdma_proc` RDMA_NOMSG: header only, the RPC message travels in a chunk (draft §5,
+/// RFC 8166 §4.2.4).
 pub const RDMA_NOMSG: u32 = 1;
+/// `rdma_proc` RDMA_MSGP: RDMA_MSG with padding parameters (draft §3.5; RFC 8166 §4.6.1 retires
+/// it).
 pub const RDMA_MSGP: u32 = 2;
+/// `rdma_proc` RDMA_DONE: the client signals reply completion (draft §3.8; RFC 8166 §4.6.2
+/// retires it).
 pub const RDMA_DONE: u32 = 3;
+/// `rdma_proc` RDMA_ERROR: the header could not be processed (draft §5.3, RFC 8166 §4.5).
 pub const RDMA_ERROR: u32 = 4;
+/// `rpc_rdma_errcode` ERR_VERS: unsupported version; the supported range follows (RFC 8166
+/// §4.5.1).
 pub const ERR_VERS: u32 = 1;
+/// `rpc_rdma_errcode` ERR_CHUNK: bad chunk lists or header (RFC 8166 §4.5.2).
 pub const ERR_CHUNK: u32 = 2;
 
 /// An RDMA segment (`xdr_rdma_segment`): handle (STag), length, offset (Tagged Offset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Segment {
+    /// The steering tag (STag) of the registered memory.
     pub handle: u32,
+    /// Length of the segment in bytes.
     pub length: u32,
+    /// Tagged Offset of the segment's first byte.
     pub offset: u64,
 }
 
 /// A read-list entry: a segment to be pulled with RDMA Read, at an XDR position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadSegment {
+    /// XDR position of the data in the RPC message (RFC 8166 §3.4.5).
     pub position: u32,
+    /// Where the data is in the peer's memory.
     pub target: Segment,
 }
 
 /// The three chunk lists of RDMA_MSG / RDMA_NOMSG / RDMA_MSGP.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Chunks {
+    /// The read list, flat (RFC 8166 §4.3.1); see [`Chunks::read_chunks`].
     pub reads: Vec<ReadSegment>,
+    /// The write list: one segment array per write chunk (RFC 8166 §4.3.2).
     pub writes: Vec<Vec<Segment>>,
+    /// The reply chunk, if any (RFC 8166 §4.3.3).
     pub reply: Option<Vec<Segment>>,
 }
 
 /// One read chunk: the segments sharing a position, in list order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadChunk {
+    /// XDR position shared by the segments.
     pub position: u32,
+    /// The segments, in list order.
     pub segments: Vec<Segment>,
 }
 
@@ -71,6 +92,7 @@ impl ReadChunk {
         self.segments.iter().map(|s| u64::from(s.length)).sum()
     }
 
+    /// The chunk carries no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -191,11 +213,21 @@ pub enum Body {
     /// the reply chunk (reply).
     NoMsg(Chunks),
     /// RDMA_MSGP: padding rule, chunk lists, then the padded RPC message (draft §3.5).
-    MsgP { padding: Padding, chunks: Chunks },
+    MsgP {
+        /// `rdma_align` and `rdma_thresh`, validated.
+        padding: Padding,
+        /// The chunk lists.
+        chunks: Chunks,
+    },
     /// RDMA_DONE: the client finished pulling the reply's read chunks (draft §3.8).
     Done,
     /// RDMA_ERROR with ERR_VERS and the supported range.
-    ErrVers { low: u32, high: u32 },
+    ErrVers {
+        /// `rdma_vers_low`: lowest version the sender supports.
+        low: u32,
+        /// `rdma_vers_high`: highest version the sender supports.
+        high: u32,
+    },
     /// RDMA_ERROR with ERR_CHUNK.
     ErrChunk,
 }
@@ -213,9 +245,13 @@ impl Body {
 /// A whole RPC-over-RDMA header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderRepr {
+    /// `rdma_xid`: mirrors the RPC message's XID (RFC 8166 §4.2.1).
     pub xid: u32,
+    /// `rdma_vers`: [`RPCRDMA_VERSION`] (RFC 8166 §4.2.2).
     pub vers: u32,
+    /// `rdma_credit`: credits requested (call) or granted (reply) (draft §3.3, RFC 8166 §4.2.3).
     pub credits: u32,
+    /// The `rdma_proc`-selected body (RFC 8166 §4.2.4).
     pub body: Body,
 }
 
@@ -227,10 +263,20 @@ pub enum HeaderError {
     Short,
     /// Unsupported `rdma_vers`: answer RDMA_ERROR / ERR_VERS.
     #[error("unsupported RPC-over-RDMA version {vers}")]
-    Version { xid: u32, vers: u32 },
+    Version {
+        /// `rdma_xid`, to echo in the error reply.
+        xid: u32,
+        /// The version received.
+        vers: u32,
+    },
     /// Bad proc or chunk lists: answer RDMA_ERROR / ERR_CHUNK.
     #[error("bad header or chunk list (xid {xid:#x}): {err}")]
-    Chunk { xid: u32, err: Error },
+    Chunk {
+        /// `rdma_xid`, to echo in the error reply.
+        xid: u32,
+        /// What was wrong.
+        err: Error,
+    },
 }
 
 impl HeaderRepr {

@@ -30,7 +30,9 @@ pub fn padded(len: usize) -> usize {
 /// `align` (a power of two >= 4) counted from the start of the Send message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Padding {
+    /// `rdma_align`: the alignment, in bytes, of qualifying opaque data (draft §3.5).
     pub align: u32,
+    /// `rdma_thresh`: the smallest opaque length that gets padded (draft §3.5).
     pub thresh: u32,
 }
 
@@ -257,18 +259,22 @@ impl XdrWriter {
         self.buf.extend_from_slice(b);
     }
 
+    /// An unsigned 32-bit integer, big-endian (RFC 4506 §4.2).
     pub fn put_u32(&mut self, v: u32) {
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
+    /// A signed 32-bit integer, two's complement (RFC 4506 §4.1).
     pub fn put_i32(&mut self, v: i32) {
         self.put_u32(v as u32)
     }
 
+    /// An unsigned hyper, big-endian (RFC 4506 §4.5).
     pub fn put_u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
+    /// A boolean as the integer 0 or 1 (RFC 4506 §4.4).
     pub fn put_bool(&mut self, v: bool) {
         self.put_u32(u32::from(v))
     }
