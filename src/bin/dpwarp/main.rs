@@ -1,6 +1,7 @@
 //! `dpwarp`: the command-line front end (demo now; rping, perf and rpc tools come with their issues).
 
 mod demo;
+mod rping;
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +20,9 @@ struct Cli {
 enum Cmd {
     /// Connect two endpoints and run Send, RDMA Write and RDMA Read with the data verified.
     Demo(demo::Args),
+    /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
+    /// and RDMA Write (-s server / -c client, -a addr, -p port, -C count, -S size, -v, -V, -d).
+    Rping(rping::Args),
 }
 
 fn main() {
@@ -28,6 +32,7 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Rping(a) => rping::run(a),
     };
     if let Err(e) = res {
         eprintln!("dpwarp: {e}");
