@@ -30,9 +30,9 @@ use dpwarp::verbs::{
 const INFO_LEN: usize = 16;
 /// rping's largest `-S` (`RPING_BUFSIZE - 1`).
 const MAX_SIZE: usize = 64 * 1024 - 1;
-/// rping's smallest `-S`: room for `rdma-ping-<INT_MAX>: ` (sizeof of the stringified INT_MAX,
-/// "0x7fffffff", plus sizeof the format string).
-const MIN_SIZE: usize = 11 + 15;
+/// rping's smallest `-S`: sizeof("INT_MAX") + sizeof("rdma-ping-%d: ") (its macro stringifies
+/// the name, not the value; stock rping prints "valid range is 23 to 65536").
+const MIN_SIZE: usize = 8 + 15;
 /// rping's send queue depth; receive depth is 2.
 const SQ_DEPTH: usize = 16;
 
@@ -59,7 +59,7 @@ pub struct Args {
     /// Ping count (0 = forever; the server runs until the client disconnects).
     #[arg(short = 'C', default_value_t = 0)]
     count: u64,
-    /// Ping data size (26..=65535, as rping).
+    /// Ping data size (23..=65535, as rping).
     #[arg(short = 'S', default_value_t = 64)]
     size: usize,
     /// Display ping data on stdout.
