@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::mpa::{Negotiated, RtrSet};
 use dpwarp::verbs::{
-    sge, Access, Cq, Device, Mr, Opcode, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode,
-    WcStatus, WorkCompletion,
+    sge, Access, Cq, Device, Mr, Opcode, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
@@ -179,7 +179,10 @@ pub fn run(a: Args) -> Result<(), String> {
         count: a.count,
         timeout: Duration::from_secs(a.timeout.max(1)),
     };
-    let crc = a.crc.unwrap_or(if a.server { OnOff::Off } else { OnOff::On }) == OnOff::On;
+    let crc = a
+        .crc
+        .unwrap_or(if a.server { OnOff::Off } else { OnOff::On })
+        == OnOff::On;
     // rping's rping_init_conn_param: responder_resources = initiator_depth = 1.
     let param = ConnParam {
         responder_resources: 1,
@@ -202,7 +205,10 @@ pub fn run(a: Args) -> Result<(), String> {
         if let Some(src) = &a.source {
             // The kernel picks the source address from the route; a -I that disagrees with it
             // would need a bound socket before connect, which the transport does not take yet.
-            debug_log!(ctx, "source address {src} requested; using the route's address");
+            debug_log!(
+                ctx,
+                "source address {src} requested; using the route's address"
+            );
         }
         run_client(&ctx, addr, &param)
     }
@@ -452,7 +458,11 @@ fn run_server(
     persistent: bool,
 ) -> Result<(), String> {
     let l = Listener::bind(addr).map_err(|e| format!("rdma_bind_addr: {e}"))?;
-    debug_log!(ctx, "rdma_listen on {}", l.local_addr().map_err(|e| e.to_string())?);
+    debug_log!(
+        ctx,
+        "rdma_listen on {}",
+        l.local_addr().map_err(|e| e.to_string())?
+    );
     loop {
         let req = wait_request(&l)?;
         if persistent {
