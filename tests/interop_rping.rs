@@ -259,3 +259,20 @@ fn rping_client_larger_than_server_buffer_fails_cleanly() {
     assert!(!client.status.success());
     assert!(!server.status.success());
 }
+
+#[test]
+fn rping_client_source_address() {
+    // -I: bind the client's side of the stream to a source address first.
+    ping_pong(2, 64, &[], &["-I", "127.0.0.1"]);
+}
+
+#[test]
+fn rping_unknown_transport_is_refused() {
+    let out = finish(
+        spawn(&["-c", "-a", "127.0.0.1", "--transport", "dpdk"]),
+        Duration::from_secs(10),
+        "client",
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--transport dpdk"));
+}

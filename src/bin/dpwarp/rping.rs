@@ -19,8 +19,12 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use socket2::{Domain, Protocol, Socket, Type};
+
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::mpa::{Negotiated, RtrSet};
+use dpwarp::transport::kernel::KernelTcp;
+use dpwarp::transport::Transport;
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
     WorkCompletion,
@@ -202,15 +206,8 @@ pub fn run(a: Args) -> Result<(), String> {
     } else {
         let host = a.addr.as_deref().ok_or("client needs -a addr")?;
         let addr = resolve(host, a.port)?;
-        if let Some(src) = &a.source {
-            // The kernel picks the source address from the route; a -I that disagrees with it
-            // would need a bound socket before connect, which the transport does not take yet.
-            debug_log!(
-                ctx,
-                "source address {src} requested; using the route's address"
-            );
-        }
-        run_client(&ctx, addr, &param)
+        let source = a.source.as_deref().map(|h| resolve(h, 0)).transpose()?;
+        run_client(&ctx, addr, source, &param)
     }
 }
 
@@ -395,10 +392,36 @@ fn explain(e: &CmError, param: &ConnParam) -> String {
 /// first Send avoids it and costs nothing measurable to a ping tool.
 const FIRST_SEND_DELAY: Duration = Duration::from_millis(100);
 
-fn run_client(ctx: &Ctx, addr: SocketAddr, param: &ConnParam) -> Result<(), String> {
+/// The client's byte stream (`rdma_resolve_addr` with an optional source address). The QP is
+/// then connected through [`cm::connect`], which takes any `Transport`: this is where another
+/// `--transport` plugs in.
+fn open_stream(
+    addr: SocketAddr,
+    source: Option<SocketAddr>,
+    timeout: Duration,
+) -> Result<Box<dyn Transport>, String> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| format!("socket: {e}"))?;
+    if let Some(src) = source {
+        sock.bind(&src.into())
+            .map_err(|e| format!("rdma_resolve_addr: bind {src}: {e}"))?;
+    }
+    sock.connect_timeout(&addr.into(), timeout)
+        .map_err(|e| format!("cma event RDMA_CM_EVENT_UNREACHABLE: {addr}: {e}"))?;
+    let t = KernelTcp::from_stream(sock.into(), true).map_err(|e| format!("{addr}: {e}"))?;
+    Ok(Box::new(t))
+}
+
+fn run_client(
+    ctx: &Ctx,
+    addr: SocketAddr,
+    source: Option<SocketAddr>,
+    param: &ConnParam,
+) -> Result<(), String> {
     let (cq, qp, b) = setup(ctx, false);
     post_info_recv(&qp, &b)?;
-    let n = cm::connect_tcp(addr, &qp, param).map_err(|e| explain(&e, param))?;
+    let stream = open_stream(addr, source, ctx.timeout)?;
+    let n = cm::connect(stream, &qp, param).map_err(|e| explain(&e, param))?;
     debug_log!(ctx, "rdma_connect successful: {}", describe(&n));
     log::info!("rping: connected to {addr}: {}", describe(&n));
     std::thread::sleep(FIRST_SEND_DELAY);
