@@ -1,6 +1,7 @@
 //! `dpwarp`: the command-line front end (demo now; rping, perf and rpc tools come with their issues).
 
 mod demo;
+mod perf;
 mod rping;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,8 @@ enum Cmd {
     /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
     /// and RDMA Write (-s server / -c client, -a addr, -p port, -C count, -S size, -v, -V, -d).
     Rping(rping::Args),
+    /// perftest -R compatible benchmarks (write_bw so far): `dpwarp perf write_bw [server] -s SIZE -n ITERS`.
+    Perf(perf::Args),
 }
 
 fn main() {
@@ -33,6 +36,7 @@ fn main() {
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Rping(a) => rping::run(a),
+        Cmd::Perf(a) => perf::run(a),
     };
     if let Err(e) = res {
         eprintln!("dpwarp: {e}");
