@@ -1,6 +1,6 @@
-//! `dpwarp perf`: perftest's `ib_write_bw -R` (rdma_cm) on dpwarp, wire-compatible with the
-//! stock tool so either end can be perftest. Only `write_bw` exists so far; the other tests
-//! (`read_bw`, `send_bw`, `*_lat`) are refused with a clear message (docs/interop.md).
+//! `dpwarp perf`: perftest's `ib_write_bw -R` / `ib_read_bw -R` (rdma_cm) on dpwarp,
+//! wire-compatible with the stock tools so either end can be perftest. `send_bw` and the latency
+//! tests are not implemented yet and are refused with a clear message (docs/interop.md).
 //!
 //! perftest -R runs two rdma_cm connections to the same port: a control ("comm") connection and
 //! the data connection. On the control connection every step is a lock-step exchange of one Send
@@ -30,6 +30,8 @@ const CTRL_BUF: usize = 256;
 const CTRL_RECVS: usize = 8;
 /// perftest's default send queue depth for bandwidth tests.
 const TX_DEPTH: usize = 128;
+/// Outstanding RDMA Reads we ask for in read_bw (the MPA IRD/ORD; siw's maximum is 128).
+const READ_DEPTH: u16 = 16;
 /// Page size and cache line the other side is told about (`check_sys_data`).
 const CYCLE_BUFFER: u32 = 4096;
 const CACHE_LINE: u32 = 64;
@@ -91,16 +93,17 @@ pub fn run(a: Args) -> Result<(), String> {
             a.transport
         ));
     }
-    match a.test.as_str() {
-        "write_bw" => {}
-        "read_bw" | "send_bw" | "write_lat" | "read_lat" | "send_lat" => {
+    let read = match a.test.as_str() {
+        "write_bw" => false,
+        "read_bw" => true,
+        "send_bw" | "write_lat" | "read_lat" | "send_lat" => {
             return Err(format!(
-                "perf {}: not implemented yet (only write_bw); see docs/interop.md",
+                "perf {}: not implemented yet (write_bw, read_bw); see docs/interop.md",
                 a.test
             ))
         }
         t => return Err(format!("perf: unknown test {t:?}")),
-    }
+    };
     let crc = match a.crc.as_str() {
         "on" => true,
         "off" => false,
@@ -114,10 +117,12 @@ pub fn run(a: Args) -> Result<(), String> {
     if sizes.iter().any(|&s| s == 0 || s > 1 << 23) {
         return Err("size must be 1..=8388608".into());
     }
+    // perftest -R write_bw asks for responder_resources = initiator_depth = 0 (MPA IRD/ORD 0);
+    // read_bw needs outstanding Reads: ask for READ_DEPTH both ways.
+    let depth = if read { READ_DEPTH } else { 0 };
     let param = ConnParam {
-        // perftest -R write_bw: responder_resources = initiator_depth = 0 (MPA IRD/ORD 0).
-        responder_resources: 0,
-        initiator_depth: 0,
+        responder_resources: depth,
+        initiator_depth: depth,
         crc,
         timeout: Duration::from_secs(10),
         ..ConnParam::default()
@@ -312,13 +317,13 @@ fn client(a: &Args, addr: SocketAddr, param: &ConnParam, sizes: &[usize]) -> Res
     // The server listens for the data connection only after the preamble: like perftest's
     // retry_rdma_connect, try up to 10 times 100 ms apart (a QP connects once: new one each time).
     let mut attempt = 0;
-    let (data, buf) = loop {
+    let (data, buf, ord) = loop {
         let data = endpoint(&dev, 1);
         let buf = data
             .pd
             .reg_mr(max.max(CYCLE_BUFFER as usize) * 2, Access::LOCAL_WRITE);
         match cm::connect_tcp(addr, &data.qp, param) {
-            Ok(_) => break (data, buf),
+            Ok(n) => break (data, buf, n.ord),
             Err(e) if attempt < 10 => {
                 log::debug!("perf: data connection attempt {attempt}: {e}");
                 attempt += 1;
@@ -335,9 +340,15 @@ fn client(a: &Args, addr: SocketAddr, param: &ConnParam, sizes: &[usize]) -> Res
         remote = parse_dest(&ctrl.xchg(&my)?)?;
     }
     let (rkey, raddr) = remote;
-    print_header(a, "RDMA_Write BW Test", max);
+    print_header(a, title(a), max);
+    // Reads in flight are bounded by the negotiated ORD (RFC 6581 §9.1), Writes by the SQ depth.
+    let depth = if a.test == "read_bw" {
+        usize::from(ord).clamp(1, TX_DEPTH)
+    } else {
+        TX_DEPTH
+    };
     for &size in sizes {
-        let r = write_loop(a, &data, &buf, size, rkey, raddr)?;
+        let r = bw_loop(a, &data, &buf, size, rkey, raddr, depth)?;
         ctrl.xchg(&my)?;
         ctrl.xchg(&r.size.to_be_bytes())?;
         ctrl.xchg(&r.iters.to_be_bytes())?;
@@ -358,15 +369,18 @@ fn client(a: &Args, addr: SocketAddr, param: &ConnParam, sizes: &[usize]) -> Res
     Ok(())
 }
 
-/// Post `iters` (or `-D` seconds of) RDMA Writes with at most TX_DEPTH outstanding and measure.
-fn write_loop(
+/// Post `iters` (or `-D` seconds of) RDMA Writes (write_bw) or RDMA Reads (read_bw) with at
+/// most `depth` outstanding, and measure from the first post to the last completion.
+fn bw_loop(
     a: &Args,
     ep: &Ep,
     buf: &Mr,
     size: usize,
     rkey: u32,
     raddr: u64,
+    depth: usize,
 ) -> Result<Report, String> {
+    let read = a.test == "read_bw";
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
     let want = if deadline.is_some() {
         u64::MAX
@@ -385,14 +399,22 @@ fn write_loop(
     let mut last = Instant::now();
     loop {
         let stop_posting = deadline.is_some_and(|d| Instant::now() >= d) || posted >= want;
-        while !stop_posting && posted - done < TX_DEPTH as u64 && posted < want {
+        while !stop_posting && posted - done < depth as u64 && posted < want {
+            let opcode = if read {
+                Opcode::Read {
+                    remote_addr: raddr,
+                    rkey,
+                }
+            } else {
+                Opcode::Write {
+                    remote_addr: raddr,
+                    rkey,
+                }
+            };
             ep.qp
                 .post_send(SendWr {
                     wr_id: posted,
-                    opcode: Opcode::Write {
-                        remote_addr: raddr,
-                        rkey,
-                    },
+                    opcode,
                     sg_list: vec![sge(buf, 0, size)],
                     signaled: true,
                 })
@@ -461,7 +483,7 @@ fn server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
     for _ in 0..3 {
         ctrl.xchg(&my)?;
     }
-    print_header(a, "RDMA_Write BW Test", max);
+    print_header(a, title(a), max);
     for _ in sizes {
         // The client writes; the server waits for its report.
         ctrl.xchg(&my)?;
@@ -505,6 +527,13 @@ fn accept(l: &Listener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), St
     req.accept(qp, param)
         .map(|_| ())
         .map_err(|e| format!("{what} connection: {e}"))
+}
+
+fn title(a: &Args) -> &'static str {
+    match a.test.as_str() {
+        "read_bw" => "RDMA_Read BW Test",
+        _ => "RDMA_Write BW Test",
+    }
 }
 
 const LINE: &str =
