@@ -94,11 +94,11 @@ pub fn run(a: Args) -> Result<(), String> {
         ));
     }
     let read = match a.test.as_str() {
-        "write_bw" => false,
+        "write_bw" | "send_bw" => false,
         "read_bw" => true,
-        "send_bw" | "write_lat" | "read_lat" | "send_lat" => {
+        "write_lat" | "read_lat" | "send_lat" => {
             return Err(format!(
-                "perf {}: not implemented yet (write_bw, read_bw); see docs/interop.md",
+                "perf {}: not implemented yet (write_bw, read_bw, send_bw); see docs/interop.md",
                 a.test
             ))
         }
@@ -127,12 +127,11 @@ pub fn run(a: Args) -> Result<(), String> {
         timeout: Duration::from_secs(10),
         ..ConnParam::default()
     };
-    match &a.server {
-        Some(host) => {
-            let addr = resolve(host, a.port)?;
-            client(&a, addr, &param, &sizes)
-        }
-        None => server(&a, &param, &sizes),
+    match (&a.server, a.test == "send_bw") {
+        (Some(host), false) => client(&a, resolve(host, a.port)?, &param, &sizes),
+        (Some(host), true) => send_client(&a, resolve(host, a.port)?, &param, &sizes),
+        (None, false) => server(&a, &param, &sizes),
+        (None, true) => send_server(&a, &param, &sizes),
     }
 }
 
@@ -532,6 +531,7 @@ fn accept(l: &Listener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), St
 fn title(a: &Args) -> &'static str {
     match a.test.as_str() {
         "read_bw" => "RDMA_Read BW Test",
+        "send_bw" => "Send BW Test",
         _ => "RDMA_Write BW Test",
     }
 }
@@ -589,4 +589,206 @@ fn print_row(a: &Args, r: &Report) {
 
 fn print_footer() {
     println!("{LINE}");
+}
+
+/// perftest's receive depth for send_bw: 512, or the iteration count when smaller.
+fn rx_depth(a: &Args) -> usize {
+    (a.iters.min(512) as usize).max(1)
+}
+
+/// Connect the data QP with perftest's retries (the server listens for it only after the
+/// control preamble). `recvs` receive buffers of `buf` are posted before connecting.
+fn connect_data(
+    dev: &Device,
+    addr: SocketAddr,
+    param: &ConnParam,
+    len: usize,
+) -> Result<(Ep, Mr), String> {
+    let mut attempt = 0;
+    loop {
+        let data = endpoint(dev, 1);
+        let buf = data.pd.reg_mr(len, Access::LOCAL_WRITE);
+        match cm::connect_tcp(addr, &data.qp, param) {
+            Ok(_) => return Ok((data, buf)),
+            Err(e) if attempt < 10 => {
+                log::debug!("perf: data connection attempt {attempt}: {e}");
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(format!("data connection: {e}")),
+        }
+    }
+}
+
+/// send_bw client. iWARP has no receiver-not-ready retry, so perftest paces Sends with credits:
+/// the server RDMA Writes the running count of messages it has received (u32, host order, i.e.
+/// little endian on x86) into a buffer the client advertised in its dest record; the client
+/// keeps at most `rx_depth` Sends beyond that count in flight.
+fn send_client(
+    a: &Args,
+    addr: SocketAddr,
+    param: &ConnParam,
+    sizes: &[usize],
+) -> Result<(), String> {
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, true)?;
+    cm::connect_tcp(addr, &ctrl.ep.qp, param).map_err(|e| format!("control connection: {e}"))?;
+    std::thread::sleep(FIRST_SEND_DELAY);
+    preamble(&ctrl)?;
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let (data, buf) = connect_data(&dev, addr, param, max)?;
+    let credit = data
+        .pd
+        .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    std::thread::sleep(FIRST_SEND_DELAY);
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, credit.stag(), credit.addr());
+    for _ in 0..4 {
+        ctrl.xchg(&my)?;
+    }
+    print_header(a, title(a), max);
+    let depth = rx_depth(a) as u64;
+    for &size in sizes {
+        credit.write_at(0, &[0; 4]);
+        let t0 = Instant::now();
+        let (mut posted, mut done) = (0u64, 0u64);
+        let mut last = Instant::now();
+        while done < a.iters {
+            let mut c = [0u8; 4];
+            credit.read_at(0, &mut c);
+            let credits = u64::from(u32::from_le_bytes(c));
+            while posted < a.iters && posted < credits + depth && posted - done < TX_DEPTH as u64 {
+                data.qp
+                    .post_send(SendWr {
+                        wr_id: posted,
+                        opcode: Opcode::Send,
+                        sg_list: vec![sge(&buf, 0, size)],
+                        signaled: true,
+                    })
+                    .map_err(|e| format!("post send: {e}"))?;
+                posted += 1;
+            }
+            match data.cq.wait(Duration::from_millis(1)) {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!("completion failed: {:?}", wc.status))
+                }
+                Some(_) => {
+                    done += 1;
+                    last = Instant::now();
+                }
+                None if data.qp.is_closed() => return Err("data connection closed".into()),
+                None if last.elapsed() > Duration::from_secs(60) => {
+                    return Err("no completion or credit for 60 s".into())
+                }
+                None => {}
+            }
+        }
+        let r = report(size, done, t0.elapsed());
+        ctrl.xchg(&my)?;
+        print_row(a, &r);
+    }
+    print_footer();
+    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    data.qp.wait_closed(Duration::from_secs(2));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    Ok(())
+}
+
+fn report(size: usize, done: u64, elapsed: Duration) -> Report {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let bw = (done * size as u64) as f64 / secs / (1024.0 * 1024.0);
+    Report {
+        size: size as u64,
+        iters: done,
+        // perftest does not measure a peak for send_bw; neither do we (0.00, as it prints).
+        bw_peak: 0.0,
+        bw_avg: bw,
+        msg_rate: done as f64 / secs / 1e6,
+    }
+}
+
+/// send_bw server: `rx_depth` receives posted before accepting, each reposted as it completes;
+/// every `rx_depth / 3` messages the running count goes to the client's credit buffer.
+fn send_server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+    let l = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
+        .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, false)?;
+    accept(&l, &ctrl.ep.qp, param, "control")?;
+    preamble(&ctrl)?;
+    let depth = rx_depth(a);
+    let data = endpoint(&dev, depth);
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let buf = data.pd.reg_mr(max, Access::LOCAL_WRITE);
+    let cnt = data.pd.reg_mr(4, Access::LOCAL_WRITE);
+    let post = |i: u64| {
+        data.qp
+            .post_recv(RecvWr {
+                wr_id: i,
+                sg_list: vec![sge(&buf, 0, max)],
+            })
+            .map_err(|e| format!("post recv: {e}"))
+    };
+    for i in 0..depth {
+        post(i as u64)?;
+    }
+    accept(&l, &data.qp, param, "data")?;
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, buf.stag(), buf.addr());
+    let mut peer = (0, 0);
+    for _ in 0..4 {
+        peer = parse_dest(&ctrl.xchg(&my)?)?;
+    }
+    let (crkey, caddr) = peer;
+    let batch = (depth / 3).max(1) as u64;
+    print_header(a, title(a), max);
+    for &size in sizes {
+        let mut got = 0u64;
+        let mut t0 = None;
+        let mut last = Instant::now();
+        while got < a.iters {
+            match data.cq.wait(Duration::from_millis(20)) {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!("completion failed: {:?} ({wc:?})", wc.status))
+                }
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    t0.get_or_insert_with(Instant::now);
+                    got += 1;
+                    last = Instant::now();
+                    post(got)?;
+                    if got % batch == 0 || got == a.iters {
+                        cnt.write_at(0, &(got as u32).to_le_bytes());
+                        data.qp
+                            .post_send(SendWr {
+                                wr_id: got,
+                                opcode: Opcode::Write {
+                                    remote_addr: caddr,
+                                    rkey: crkey,
+                                },
+                                sg_list: vec![sge(&cnt, 0, 4)],
+                                signaled: false,
+                            })
+                            .map_err(|e| format!("post credit write: {e}"))?;
+                    }
+                }
+                Some(_) => {}
+                None if data.qp.is_closed() => return Err("data connection closed".into()),
+                None if last.elapsed() > Duration::from_secs(60) => {
+                    return Err(format!("only {got} of {} messages arrived", a.iters))
+                }
+                None => {}
+            }
+        }
+        let r = report(size, got, t0.map_or(Duration::ZERO, |t| t.elapsed()));
+        ctrl.xchg(&my)?;
+        print_row(a, &r);
+    }
+    print_footer();
+    data.qp.wait_closed(Duration::from_secs(5));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(5));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    Ok(())
 }
