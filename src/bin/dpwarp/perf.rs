@@ -96,9 +96,11 @@ pub fn run(a: Args) -> Result<(), String> {
     let read = match a.test.as_str() {
         "write_bw" | "send_bw" => false,
         "read_bw" => true,
-        "write_lat" | "read_lat" | "send_lat" => {
+        "write_lat" => false,
+        "read_lat" => true,
+        "send_lat" => {
             return Err(format!(
-                "perf {}: not implemented yet (write_bw, read_bw, send_bw); see docs/interop.md",
+                "perf {}: not implemented yet (write/read/send_bw, write/read_lat); see docs/interop.md",
                 a.test
             ))
         }
@@ -127,6 +129,14 @@ pub fn run(a: Args) -> Result<(), String> {
         timeout: Duration::from_secs(10),
         ..ConnParam::default()
     };
+    if a.test.ends_with("_lat") {
+        let addr = a
+            .server
+            .as_deref()
+            .map(|h| resolve(h, a.port))
+            .transpose()?;
+        return lat(&a, addr, &param, &sizes);
+    }
     match (&a.server, a.test == "send_bw") {
         (Some(host), false) => client(&a, resolve(host, a.port)?, &param, &sizes),
         (Some(host), true) => send_client(&a, resolve(host, a.port)?, &param, &sizes),
@@ -532,6 +542,8 @@ fn title(a: &Args) -> &'static str {
     match a.test.as_str() {
         "read_bw" => "RDMA_Read BW Test",
         "send_bw" => "Send BW Test",
+        "write_lat" => "RDMA_Write Latency Test",
+        "read_lat" => "RDMA_Read Latency Test",
         _ => "RDMA_Write BW Test",
     }
 }
@@ -540,6 +552,12 @@ const LINE: &str =
     "---------------------------------------------------------------------------------------";
 
 fn print_header(a: &Args, title: &str, size: usize) {
+    print_header_lines(a, title, size);
+    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
+    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
+}
+
+fn print_header_lines(a: &Args, title: &str, size: usize) {
     println!("{LINE}");
     println!("                    {title}");
     println!(" Connection type : RC        Using SRQ      : OFF");
@@ -790,5 +808,236 @@ fn send_server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), Strin
     ctrl.ep.qp.wait_closed(Duration::from_secs(5));
     data.qp.disconnect();
     ctrl.ep.qp.disconnect();
+    Ok(())
+}
+
+/// write_lat / read_lat, both roles. After the shared preamble and four dest exchanges:
+/// - write_lat: ping-pong of RDMA Writes of `size` bytes into the peer's advertised buffer; the
+///   last byte carries the iteration number (mod 256) and each side spins on the last byte of
+///   its own buffer. The server writes first (as perftest's run_iter_lat_write). Latency =
+///   half the round trip. No control exchange afterwards.
+/// - read_lat: the client RDMA Reads `size` bytes `iters` times, one at a time; latency = the
+///   Read's completion time. One dest exchange afterwards (the server just waits for it).
+fn lat(
+    a: &Args,
+    addr: Option<SocketAddr>,
+    param: &ConnParam,
+    sizes: &[usize],
+) -> Result<(), String> {
+    let client = addr.is_some();
+    let read = a.test == "read_lat";
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, client)?;
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let listener;
+    let (data, local) = if let Some(addr) = addr {
+        cm::connect_tcp(addr, &ctrl.ep.qp, param)
+            .map_err(|e| format!("control connection: {e}"))?;
+        std::thread::sleep(FIRST_SEND_DELAY);
+        preamble(&ctrl)?;
+        let r = connect_data(&dev, addr, param, max)?;
+        std::thread::sleep(FIRST_SEND_DELAY);
+        r
+    } else {
+        listener = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
+            .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+        accept(&listener, &ctrl.ep.qp, param, "control")?;
+        preamble(&ctrl)?;
+        let data = endpoint(&dev, 1);
+        let local = data.pd.reg_mr(max, Access::LOCAL_WRITE);
+        accept(&listener, &data.qp, param, "data")?;
+        (data, local)
+    };
+    // The buffer the peer writes into (write_lat) or reads from (read_lat).
+    let target = data.pd.reg_mr(
+        max,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, target.stag(), target.addr());
+    let mut peer = (0, 0);
+    for _ in 0..4 {
+        peer = parse_dest(&ctrl.xchg(&my)?)?;
+    }
+    let (rkey, raddr) = peer;
+    print_lat_header(a, title(a), max);
+    for &size in sizes {
+        let samples = if read {
+            if client {
+                read_lat_loop(a, &data, &local, size, rkey, raddr)?
+            } else {
+                Vec::new()
+            }
+        } else {
+            write_lat_loop(a, client, &data, &local, &target, size, rkey, raddr)?
+        };
+        if read {
+            ctrl.xchg(&my)?;
+        }
+        if !samples.is_empty() {
+            print_lat_row(a, size, &samples)?;
+        }
+    }
+    print_footer();
+    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    data.qp.wait_closed(Duration::from_secs(2));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    Ok(())
+}
+
+/// Wait for one successful send-queue completion.
+fn wait_one(ep: &Ep) -> Result<(), String> {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        match ep.cq.wait(Duration::from_millis(20)) {
+            Some(wc) if wc.status != WcStatus::Success => {
+                return Err(format!("completion failed: {:?}", wc.status))
+            }
+            Some(_) => return Ok(()),
+            None if ep.qp.is_closed() => return Err("data connection closed".into()),
+            None if Instant::now() > end => return Err("no completion for 60 s".into()),
+            None => {}
+        }
+    }
+}
+
+fn read_lat_loop(
+    a: &Args,
+    ep: &Ep,
+    local: &Mr,
+    size: usize,
+    rkey: u32,
+    raddr: u64,
+) -> Result<Vec<Duration>, String> {
+    let mut v = Vec::with_capacity(a.iters as usize);
+    for i in 0..a.iters {
+        let t = Instant::now();
+        ep.qp
+            .post_send(SendWr {
+                wr_id: i,
+                opcode: Opcode::Read {
+                    remote_addr: raddr,
+                    rkey,
+                },
+                sg_list: vec![sge(local, 0, size)],
+                signaled: true,
+            })
+            .map_err(|e| format!("post send: {e}"))?;
+        wait_one(ep)?;
+        v.push(t.elapsed());
+    }
+    Ok(v)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_lat_loop(
+    a: &Args,
+    client: bool,
+    ep: &Ep,
+    local: &Mr,
+    target: &Mr,
+    size: usize,
+    rkey: u32,
+    raddr: u64,
+) -> Result<Vec<Duration>, String> {
+    let iters = a.iters;
+    let mut posted_at = Vec::with_capacity(iters as usize);
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    target.write_at(size - 1, &[0]);
+    while scnt < iters || rcnt < iters {
+        if rcnt < iters && !(scnt < 1 && !client) {
+            rcnt += 1;
+            let want = rcnt as u8;
+            let end = Instant::now() + Duration::from_secs(60);
+            let mut b = [0u8; 1];
+            loop {
+                target.read_at(size - 1, &mut b);
+                if b[0] == want {
+                    break;
+                }
+                if ep.qp.is_closed() || Instant::now() > end {
+                    return Err(format!("write_lat: iteration {rcnt} never arrived"));
+                }
+                // The machine is shared (and the peer may be a VM): poll, but give the CPU away.
+                std::thread::yield_now();
+            }
+        }
+        if scnt < iters {
+            posted_at.push(Instant::now());
+            scnt += 1;
+            local.write_at(size - 1, &[scnt as u8]);
+            ep.qp
+                .post_send(SendWr {
+                    wr_id: scnt,
+                    opcode: Opcode::Write {
+                        remote_addr: raddr,
+                        rkey,
+                    },
+                    sg_list: vec![sge(local, 0, size)],
+                    signaled: true,
+                })
+                .map_err(|e| format!("post send: {e}"))?;
+            wait_one(ep)?;
+        }
+    }
+    // One sample per round trip, halved (perftest reports one-way latency for ping-pong).
+    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+}
+
+fn print_lat_header(a: &Args, title: &str, size: usize) {
+    print_header_lines(a, title, size);
+    println!(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+    );
+}
+
+/// One latency row. Percentiles (t_typical = p50, p99, p99.9) come from an HDR histogram of
+/// nanosecond samples (3 significant digits); min, max, mean and stdev are exact.
+fn print_lat_row(a: &Args, size: usize, samples: &[Duration]) -> Result<(), String> {
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let ns: Vec<u64> = samples.iter().map(|d| d.as_nanos() as u64).collect();
+    for &v in &ns {
+        h.record(v.max(1)).map_err(|e| e.to_string())?;
+    }
+    let us = |v: f64| v / 1000.0;
+    let n = ns.len() as f64;
+    let mean = ns.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let var = ns.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+    let (min, max) = (
+        *ns.iter().min().unwrap_or(&0) as f64,
+        *ns.iter().max().unwrap_or(&0) as f64,
+    );
+    let p50 = h.value_at_quantile(0.5) as f64;
+    let p99 = h.value_at_quantile(0.99) as f64;
+    let p999 = h.value_at_quantile(0.999) as f64;
+    println!(
+        " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+        size,
+        ns.len(),
+        us(min),
+        us(max),
+        us(p50),
+        us(mean),
+        us(var.sqrt()),
+        us(p99),
+        us(p999)
+    );
+    if a.json {
+        println!(
+            "{{\"test\":\"{}\",\"bytes\":{},\"iterations\":{},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"p50_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p99_9_us\":{:.3}}}",
+            a.test,
+            size,
+            ns.len(),
+            us(min),
+            us(max),
+            us(p50),
+            us(mean),
+            us(var.sqrt()),
+            us(p99),
+            us(p999)
+        );
+    }
     Ok(())
 }
