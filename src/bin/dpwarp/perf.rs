@@ -947,7 +947,8 @@ fn write_lat_loop(
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     target.write_at(size - 1, &[0]);
     while scnt < iters || rcnt < iters {
-        if rcnt < iters && !(scnt < 1 && !client) {
+        // Everyone waits for the peer's write before sending, except the server's first write.
+        if rcnt < iters && (client || scnt >= 1) {
             rcnt += 1;
             let want = rcnt as u8;
             let end = Instant::now() + Duration::from_secs(60);
