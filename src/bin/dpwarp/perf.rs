@@ -96,14 +96,8 @@ pub fn run(a: Args) -> Result<(), String> {
     let read = match a.test.as_str() {
         "write_bw" | "send_bw" => false,
         "read_bw" => true,
-        "write_lat" => false,
+        "write_lat" | "send_lat" => false,
         "read_lat" => true,
-        "send_lat" => {
-            return Err(format!(
-                "perf {}: not implemented yet (write/read/send_bw, write/read_lat); see docs/interop.md",
-                a.test
-            ))
-        }
         t => return Err(format!("perf: unknown test {t:?}")),
     };
     let crc = match a.crc.as_str() {
@@ -544,6 +538,7 @@ fn title(a: &Args) -> &'static str {
         "send_bw" => "Send BW Test",
         "write_lat" => "RDMA_Write Latency Test",
         "read_lat" => "RDMA_Read Latency Test",
+        "send_lat" => "Send Latency Test",
         _ => "RDMA_Write BW Test",
     }
 }
@@ -622,10 +617,30 @@ fn connect_data(
     param: &ConnParam,
     len: usize,
 ) -> Result<(Ep, Mr), String> {
+    connect_data_recvs(dev, addr, param, len, 0)
+}
+
+/// [`connect_data`] with `recvs` receives of `len` bytes (into the returned buffer) posted
+/// before the connection exists, so the peer's first Send finds one.
+fn connect_data_recvs(
+    dev: &Device,
+    addr: SocketAddr,
+    param: &ConnParam,
+    len: usize,
+    recvs: usize,
+) -> Result<(Ep, Mr), String> {
     let mut attempt = 0;
     loop {
-        let data = endpoint(dev, 1);
+        let data = endpoint(dev, recvs.max(1));
         let buf = data.pd.reg_mr(len, Access::LOCAL_WRITE);
+        for i in 0..recvs {
+            data.qp
+                .post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sg_list: vec![sge(&buf, 0, len)],
+                })
+                .map_err(|e| format!("post recv: {e}"))?;
+        }
         match cm::connect_tcp(addr, &data.qp, param) {
             Ok(_) => return Ok((data, buf)),
             Err(e) if attempt < 10 => {
@@ -826,6 +841,9 @@ fn lat(
 ) -> Result<(), String> {
     let client = addr.is_some();
     let read = a.test == "read_lat";
+    let send = a.test == "send_lat";
+    // send_lat: receives for the peer's Sends exist before the data connection does.
+    let recvs = if send { LAT_RECVS } else { 0 };
     let dev = Device::open();
     let ctrl = Ctrl::new(&dev, client)?;
     let max = *sizes.iter().max().unwrap_or(&a.size);
@@ -835,7 +853,7 @@ fn lat(
             .map_err(|e| format!("control connection: {e}"))?;
         std::thread::sleep(FIRST_SEND_DELAY);
         preamble(&ctrl)?;
-        let r = connect_data(&dev, addr, param, max)?;
+        let r = connect_data_recvs(&dev, addr, param, max, recvs)?;
         std::thread::sleep(FIRST_SEND_DELAY);
         r
     } else {
@@ -843,8 +861,16 @@ fn lat(
             .map_err(|e| format!("listen on port {}: {e}", a.port))?;
         accept(&listener, &ctrl.ep.qp, param, "control")?;
         preamble(&ctrl)?;
-        let data = endpoint(&dev, 1);
+        let data = endpoint(&dev, recvs.max(1));
         let local = data.pd.reg_mr(max, Access::LOCAL_WRITE);
+        for i in 0..recvs {
+            data.qp
+                .post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sg_list: vec![sge(&local, 0, max)],
+                })
+                .map_err(|e| format!("post recv: {e}"))?;
+        }
         accept(&listener, &data.qp, param, "data")?;
         (data, local)
     };
@@ -862,7 +888,9 @@ fn lat(
     let (rkey, raddr) = peer;
     print_lat_header(a, title(a), max);
     for &size in sizes {
-        let samples = if read {
+        let samples = if send {
+            send_lat_loop(a, client, &data, &local, size)?
+        } else if read {
             if client {
                 read_lat_loop(a, &data, &local, size, rkey, raddr)?
             } else {
@@ -871,7 +899,7 @@ fn lat(
         } else {
             write_lat_loop(a, client, &data, &local, &target, size, rkey, raddr)?
         };
-        if read {
+        if read || send {
             ctrl.xchg(&my)?;
         }
         if !samples.is_empty() {
@@ -901,6 +929,71 @@ fn wait_one(ep: &Ep) -> Result<(), String> {
             None => {}
         }
     }
+}
+
+/// Receives kept posted in send_lat.
+const LAT_RECVS: usize = 16;
+
+/// send_lat: ping-pong of Sends; the client sends first, each side answers the peer's message
+/// (as perftest's run_iter_lat_send). Latency = half the round trip.
+fn send_lat_loop(
+    a: &Args,
+    client: bool,
+    ep: &Ep,
+    buf: &Mr,
+    size: usize,
+) -> Result<Vec<Duration>, String> {
+    let iters = a.iters;
+    let mut posted_at = Vec::with_capacity(iters as usize);
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut sends_done = 0u64;
+    while scnt < iters || rcnt < iters {
+        // Everyone waits for the peer's message before sending, except the client's first.
+        if rcnt < iters && (!client || scnt >= 1) {
+            let end = Instant::now() + Duration::from_secs(60);
+            loop {
+                match ep.cq.wait(Duration::from_millis(20)) {
+                    Some(wc) if wc.status != WcStatus::Success => {
+                        return Err(format!("completion failed: {:?}", wc.status))
+                    }
+                    Some(wc) if wc.opcode == WcOpcode::Recv => {
+                        rcnt += 1;
+                        ep.qp
+                            .post_recv(RecvWr {
+                                wr_id: rcnt,
+                                sg_list: vec![sge(buf, 0, size)],
+                            })
+                            .map_err(|e| format!("post recv: {e}"))?;
+                        break;
+                    }
+                    Some(_) => sends_done += 1,
+                    None if ep.qp.is_closed() => return Err("data connection closed".into()),
+                    None if Instant::now() > end => {
+                        return Err(format!("send_lat: message {} never arrived", rcnt + 1))
+                    }
+                    None => {}
+                }
+            }
+        }
+        if scnt < iters {
+            posted_at.push(Instant::now());
+            scnt += 1;
+            ep.qp
+                .post_send(SendWr {
+                    wr_id: scnt,
+                    opcode: Opcode::Send,
+                    sg_list: vec![sge(buf, 0, size)],
+                    signaled: true,
+                })
+                .map_err(|e| format!("post send: {e}"))?;
+        }
+    }
+    // Reap the remaining Send completions so none is left behind an error.
+    while sends_done < scnt {
+        wait_one(ep)?;
+        sends_done += 1;
+    }
+    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
 }
 
 fn read_lat_loop(
