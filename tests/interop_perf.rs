@@ -119,8 +119,108 @@ fn perf_read_bw_loopback() {
 }
 
 #[test]
-fn perf_refuses_tests_it_does_not_have() {
-    let (c, out) = spawn(&["send_lat", "127.0.0.1"], "refuse");
+fn perf_send_bw_loopback() {
+    // Sends paced by the server's RDMA-Written credits: more messages than receives posted.
+    let port = free_port().to_string();
+    let (server, sout) = spawn(
+        &["send_bw", "-R", "-p", &port, "-s", "4096", "-n", "2000"],
+        "send_bw-s",
+    );
+    wait_listening(&port);
+    let (client, cout) = spawn(
+        &[
+            "send_bw",
+            "127.0.0.1",
+            "-R",
+            "-p",
+            &port,
+            "-s",
+            "4096",
+            "-n",
+            "2000",
+        ],
+        "send_bw-c",
+    );
+    assert!(finish(client, Duration::from_secs(60)), "client failed");
+    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    for f in [cout, sout] {
+        let t = std::fs::read_to_string(&f).unwrap();
+        let _ = std::fs::remove_file(&f);
+        assert_eq!(row(&t, 4096)[1], "2000", "{t}");
+    }
+}
+
+/// A latency test: both ends print a row (read_lat: only the client) with
+/// t_min <= p50 <= p99 <= p99.9 <= t_max... up to the histogram's 3 significant digits.
+fn lat(test: &str) {
+    let port = free_port().to_string();
+    let (server, sout) = spawn(
+        &[test, "-R", "-p", &port, "-s", "64", "-n", "300"],
+        &format!("{test}-s"),
+    );
+    wait_listening(&port);
+    let (client, cout) = spawn(
+        &[
+            test,
+            "127.0.0.1",
+            "-R",
+            "-p",
+            &port,
+            "-s",
+            "64",
+            "-n",
+            "300",
+            "--json",
+        ],
+        &format!("{test}-c"),
+    );
+    assert!(finish(client, Duration::from_secs(60)), "client failed");
+    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    let c = std::fs::read_to_string(&cout).unwrap();
+    let sv = std::fs::read_to_string(&sout).unwrap();
+    let _ = std::fs::remove_file(&cout);
+    let _ = std::fs::remove_file(&sout);
+    let mut outs = vec![c.clone()];
+    if test != "read_lat" {
+        outs.push(sv);
+    }
+    for t in outs {
+        let f: Vec<f64> = t
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() == 9 && f[0] == "64")
+            .unwrap_or_else(|| panic!("no latency row in:\n{t}"))
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let (min, max, p50, p99, p999) = (f[2], f[3], f[4], f[7], f[8]);
+        assert!(f[1] >= 299.0, "iterations: {t}");
+        assert!(min > 0.0 && min <= max, "{t}");
+        assert!(p50 <= p99 && p99 <= p999, "{t}");
+        // HDR histogram values are within 0.1% of a recorded sample.
+        assert!(p50 >= min * 0.999 && p999 <= max * 1.001, "{t}");
+    }
+    assert!(c.contains("\"p99_9_us\""));
+}
+
+#[test]
+fn perf_write_lat_loopback() {
+    lat("write_lat");
+}
+
+#[test]
+fn perf_read_lat_loopback() {
+    lat("read_lat");
+}
+
+#[test]
+fn perf_send_lat_loopback() {
+    lat("send_lat");
+}
+
+#[test]
+fn perf_refuses_unknown_tests() {
+    let (c, out) = spawn(&["atomic_lat", "127.0.0.1"], "refuse");
     assert!(!finish(c, Duration::from_secs(10)));
     let _ = std::fs::remove_file(out);
 }
