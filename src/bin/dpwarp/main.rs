@@ -24,7 +24,7 @@ enum Cmd {
     /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
     /// and RDMA Write (-s server / -c client, -a addr, -p port, -C count, -S size, -v, -V, -d).
     Rping(rping::Args),
-    /// perftest -R compatible benchmarks (write_bw so far): `dpwarp perf write_bw [server] -s SIZE -n ITERS`.
+    /// perftest -R compatible benchmarks: `dpwarp perf write_bw|read_bw|send_bw|write_lat|read_lat|send_lat [server]`.
     Perf(perf::Args),
 }
 

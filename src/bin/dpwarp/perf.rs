@@ -1,6 +1,5 @@
-//! `dpwarp perf`: perftest's `ib_write_bw -R` / `ib_read_bw -R` (rdma_cm) on dpwarp,
-//! wire-compatible with the stock tools so either end can be perftest. `send_bw` and the latency
-//! tests are not implemented yet and are refused with a clear message (docs/interop.md).
+//! `dpwarp perf`: perftest's `ib_{write,read,send}_{bw,lat} -R` (rdma_cm) on dpwarp,
+//! wire-compatible with the stock tools so either end can be perftest (docs/interop.md).
 //!
 //! perftest -R runs two rdma_cm connections to the same port: a control ("comm") connection and
 //! the data connection. On the control connection every step is a lock-step exchange of one Send
@@ -8,9 +7,11 @@
 //! does it and as captured siw<->siw, is:
 //! version (16 bytes, "6.06"), cycle buffer (4, big endian), cache line size (4), MTU as a
 //! 2-byte decimal string, a zeroed `struct pingpong_dest` (56 bytes), [data connection], a zeroed
-//! dest, our dest three times (QPN, PSN, rkey, buffer address, GID; big endian), [the test],
-//! a dest (sync), the client's bandwidth report as five 8-byte fields (size, iterations, peak,
-//! average, message rate; big endian, the last three IEEE doubles), a final dest.
+//! dest, our dest three times (four for send_bw and the latency tests: QPN, PSN, rkey, buffer
+//! address, GID; big endian), [the test], then for write/read_bw a dest (sync), the client's
+//! bandwidth report as five 8-byte fields (size, iterations, peak, average, message rate; big
+//! endian, the last three IEEE doubles) and a final dest; send_bw, read_lat and send_lat one
+//! dest; write_lat nothing.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -40,7 +41,7 @@ const MTU_STR: &[u8; 2] = b"3\0";
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// write_bw (read_bw, send_bw, write_lat, read_lat, send_lat: not implemented yet).
+    /// write_bw, read_bw, send_bw, write_lat, read_lat or send_lat.
     test: String,
     /// Server address: given = client, absent = server (as perftest).
     server: Option<String>,
