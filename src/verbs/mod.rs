@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::conn::{ConnEvent, Connection};
-use crate::transport::Wakeup;
 pub use crate::rdma::{
     Access, MemoryTable, Mr, Opcode, PdId, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
+use crate::transport::Wakeup;
 use crate::wire::terminate::TermCause;
 
 /// A software RNIC instance (`ibv_context`): owns the memory-region table its QPs place into.

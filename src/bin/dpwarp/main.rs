@@ -2,8 +2,10 @@
 
 mod demo;
 mod dpperf;
+mod perf;
 mod rpc_bench;
 mod rpc_server;
+mod rping;
 
 use clap::{Parser, Subcommand};
 
@@ -36,6 +38,11 @@ enum Cmd {
     RpcServer(rpc_server::Args),
     /// Benchmark NULL/READ/WRITE over RPC-over-RDMA and ONC RPC/TCP (--compare --json).
     RpcBench(rpc_bench::Args),
+    /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
+    /// and RDMA Write (-s server / -c client, -a addr, -p port, -C count, -S size, -v, -V, -d).
+    Rping(rping::Args),
+    /// perftest -R compatible benchmarks: `dpwarp perf write_bw|read_bw|send_bw|write_lat|read_lat|send_lat [server]`.
+    Perf(perf::Args),
 }
 
 fn main() {
@@ -62,6 +69,8 @@ fn main() {
             }),
         Cmd::RpcServer(a) => rpc_server::run(a),
         Cmd::RpcBench(a) => rpc_bench::run(a),
+        Cmd::Rping(a) => rping::run(a),
+        Cmd::Perf(a) => perf::run(a),
     };
     if let Err(e) = res {
         eprintln!("dpwarp: {e}");

@@ -1,0 +1,1138 @@
+//! `dpwarp perf`: perftest's `ib_{write,read,send}_{bw,lat} -R` (rdma_cm) on dpwarp,
+//! wire-compatible with the stock tools so either end can be perftest (docs/interop.md).
+//!
+//! perftest -R runs two rdma_cm connections to the same port: a control ("comm") connection and
+//! the data connection. On the control connection every step is a lock-step exchange of one Send
+//! each way (the client sends first, the server receives first); the sequence, as perftest 6.06
+//! does it and as captured siw<->siw, is:
+//! version (16 bytes, "6.06"), cycle buffer (4, big endian), cache line size (4), MTU as a
+//! 2-byte decimal string, a zeroed `struct pingpong_dest` (56 bytes), [data connection], a zeroed
+//! dest, our dest three times (four for send_bw and the latency tests: QPN, PSN, rkey, buffer
+//! address, GID; big endian), [the test], then for write/read_bw a dest (sync), the client's
+//! bandwidth report as five 8-byte fields (size, iterations, peak, average, message rate; big
+//! endian, the last three IEEE doubles) and a final dest; send_bw, read_lat and send_lat one
+//! dest; write_lat nothing.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
+use dpwarp::verbs::{
+    sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode,
+    WcStatus,
+};
+
+/// perftest's protocol version we speak (sent in the version exchange).
+const PERFTEST_VERSION: &str = "6.06";
+/// `sizeof(struct pingpong_dest)`.
+const DEST_LEN: usize = 56;
+/// Control-connection receive buffers (every control message fits).
+const CTRL_BUF: usize = 256;
+const CTRL_RECVS: usize = 8;
+/// perftest's default send queue depth for bandwidth tests.
+const TX_DEPTH: usize = 128;
+/// Outstanding RDMA Reads we ask for in read_bw (the MPA IRD/ORD; siw's maximum is 128).
+const READ_DEPTH: u16 = 16;
+/// Page size and cache line the other side is told about (`check_sys_data`).
+const CYCLE_BUFFER: u32 = 4096;
+const CACHE_LINE: u32 = 64;
+/// IBV_MTU_1024, what siw reports, as `check_mtu` sends it.
+const MTU_STR: &[u8; 2] = b"3\0";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// write_bw, read_bw, send_bw, write_lat, read_lat or send_lat.
+    test: String,
+    /// Server address: given = client, absent = server (as perftest).
+    server: Option<String>,
+    /// Port.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 65536)]
+    size: usize,
+    /// Iterations.
+    #[arg(short = 'n', long = "iters", default_value_t = 5000)]
+    iters: u64,
+    /// Run for this many seconds instead of -n iterations.
+    #[arg(short = 'D', long = "duration")]
+    duration: Option<u64>,
+    /// All sizes 2..2^23 (client and server must both give it).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Use rdma_cm (the only connection method dpwarp has; accepted for perftest command lines).
+    #[arg(short = 'R', long = "rdma_cm")]
+    rdma_cm: bool,
+    /// Report in Gb/sec instead of MB/sec.
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
+    /// Also print the results as one JSON object per size on stdout.
+    #[arg(long)]
+    json: bool,
+    /// CRC32c on FPDUs (on: ask for it; off: follow the peer).
+    #[arg(long, default_value = "off")]
+    crc: String,
+    /// Byte-stream backend (only `kernel` for now).
+    #[arg(long, default_value = "kernel")]
+    transport: String,
+}
+
+/// The client's report (`struct bw_report_data` fields exchanged by `xchg_bw_reports`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Report {
+    size: u64,
+    iters: u64,
+    bw_peak: f64,
+    bw_avg: f64,
+    msg_rate: f64,
+}
+
+pub fn run(a: Args) -> Result<(), String> {
+    if a.transport != "kernel" {
+        return Err(format!(
+            "--transport {}: only `kernel` is available in this build",
+            a.transport
+        ));
+    }
+    let read = match a.test.as_str() {
+        "write_bw" | "send_bw" => false,
+        "read_bw" => true,
+        "write_lat" | "send_lat" => false,
+        "read_lat" => true,
+        t => return Err(format!("perf: unknown test {t:?}")),
+    };
+    let crc = match a.crc.as_str() {
+        "on" => true,
+        "off" => false,
+        c => return Err(format!("--crc {c}: on or off")),
+    };
+    let sizes: Vec<usize> = if a.all {
+        (1..=23).map(|e| 1usize << e).collect()
+    } else {
+        vec![a.size]
+    };
+    if sizes.iter().any(|&s| s == 0 || s > 1 << 23) {
+        return Err("size must be 1..=8388608".into());
+    }
+    // perftest -R write_bw asks for responder_resources = initiator_depth = 0 (MPA IRD/ORD 0);
+    // read_bw needs outstanding Reads: ask for READ_DEPTH both ways.
+    let depth = if read { READ_DEPTH } else { 0 };
+    let param = ConnParam {
+        responder_resources: depth,
+        initiator_depth: depth,
+        crc,
+        timeout: Duration::from_secs(10),
+        ..ConnParam::default()
+    };
+    if a.test.ends_with("_lat") {
+        let addr = a
+            .server
+            .as_deref()
+            .map(|h| resolve(h, a.port))
+            .transpose()?;
+        return lat(&a, addr, &param, &sizes);
+    }
+    match (&a.server, a.test == "send_bw") {
+        (Some(host), false) => client(&a, resolve(host, a.port)?, &param, &sizes),
+        (Some(host), true) => send_client(&a, resolve(host, a.port)?, &param, &sizes),
+        (None, false) => server(&a, &param, &sizes),
+        (None, true) => send_server(&a, &param, &sizes),
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host}: no address"))
+}
+
+/// One side's endpoint: PD, CQ, QP.
+struct Ep {
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+}
+
+fn endpoint(dev: &Device, recvs: usize) -> Ep {
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(4096);
+    let qp = Qp::new(
+        &pd,
+        &QpInitAttr {
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap: QpCap {
+                max_send_wr: TX_DEPTH.max(16),
+                max_recv_wr: recvs.max(1),
+            },
+        },
+    );
+    Ep { pd, cq, qp }
+}
+
+/// The control connection: lock-step exchanges of one Send each way.
+struct Ctrl {
+    ep: Ep,
+    client: bool,
+    send: Mr,
+    recv: Mr,
+}
+
+impl Ctrl {
+    fn new(dev: &Device, client: bool) -> Result<Ctrl, String> {
+        let ep = endpoint(dev, CTRL_RECVS);
+        let send = ep.pd.reg_mr(CTRL_BUF, Access::LOCAL_WRITE);
+        let recv = ep.pd.reg_mr(CTRL_BUF * CTRL_RECVS, Access::LOCAL_WRITE);
+        let c = Ctrl {
+            ep,
+            client,
+            send,
+            recv,
+        };
+        for i in 0..CTRL_RECVS {
+            c.post_recv(i)?;
+        }
+        Ok(c)
+    }
+
+    fn post_recv(&self, i: usize) -> Result<(), String> {
+        self.ep
+            .qp
+            .post_recv(RecvWr {
+                wr_id: i as u64,
+                sg_list: vec![sge(&self.recv, i * CTRL_BUF, CTRL_BUF)],
+            })
+            .map_err(|e| format!("control: post recv: {e}"))
+    }
+
+    fn send(&self, data: &[u8]) -> Result<(), String> {
+        self.send.write_at(0, data);
+        self.ep
+            .qp
+            .post_send(SendWr {
+                wr_id: 1 << 32,
+                opcode: Opcode::Send,
+                sg_list: vec![sge(&self.send, 0, data.len())],
+                signaled: true,
+            })
+            .map_err(|e| format!("control: post send: {e}"))?;
+        // Wait for the send completion so the buffer can be reused (as rdma_write_data does).
+        self.wait(WcOpcode::Send).map(|_| ())
+    }
+
+    fn recv(&self) -> Result<Vec<u8>, String> {
+        let wc = self.wait(WcOpcode::Recv)?;
+        let i = wc.wr_id as usize;
+        let mut v = vec![0u8; (wc.byte_len as usize).min(CTRL_BUF)];
+        self.recv.read_at(i * CTRL_BUF, &mut v);
+        self.post_recv(i)?;
+        Ok(v)
+    }
+
+    fn wait(&self, want: WcOpcode) -> Result<dpwarp::verbs::WorkCompletion, String> {
+        let end = Instant::now() + Duration::from_secs(120);
+        loop {
+            match self.ep.cq.wait(Duration::from_millis(50)) {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!("control: completion failed: {:?}", wc.status))
+                }
+                Some(wc) if wc.opcode == want => return Ok(wc),
+                Some(wc) => return Err(format!("control: unexpected completion {wc:?}")),
+                None if self.ep.qp.is_closed() => {
+                    return Err("control connection closed by the peer".into())
+                }
+                None if Instant::now() > end => return Err("control: timed out".into()),
+                None => {}
+            }
+        }
+    }
+
+    /// `ctx_xchg_data`: the client sends then receives, the server receives then sends.
+    fn xchg(&self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        if self.client {
+            self.send(mine)?;
+            self.recv()
+        } else {
+            let r = self.recv()?;
+            self.send(mine)?;
+            Ok(r)
+        }
+    }
+}
+
+/// `struct pingpong_dest` in the byte order `rdma_write_keys` sends it (fields big endian).
+fn dest(qpn: u32, rkey: u32, vaddr: u64) -> [u8; DEST_LEN] {
+    let mut d = [0u8; DEST_LEN];
+    // lid 0, out_reads 0; qpn; psn (any; iWARP has none); rkey; 4 bytes padding; vaddr;
+    // gid (zero: iWARP addresses by IP); srqn 0; gid_index 0.
+    d[8..12].copy_from_slice(&qpn.to_be_bytes());
+    d[12..16].copy_from_slice(&(qpn.wrapping_mul(0x9e37) & 0xff_ffff).to_be_bytes());
+    d[16..20].copy_from_slice(&rkey.to_be_bytes());
+    d[24..32].copy_from_slice(&vaddr.to_be_bytes());
+    d
+}
+
+fn parse_dest(d: &[u8]) -> Result<(u32, u64), String> {
+    if d.len() < 32 {
+        return Err(format!("peer's pingpong_dest too short: {} bytes", d.len()));
+    }
+    let rkey = u32::from_be_bytes([d[16], d[17], d[18], d[19]]);
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&d[24..32]);
+    Ok((rkey, u64::from_be_bytes(v)))
+}
+
+fn version_bytes() -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..PERFTEST_VERSION.len()].copy_from_slice(PERFTEST_VERSION.as_bytes());
+    v
+}
+
+/// The control steps before the data connection (version, system data, MTU, GID check).
+fn preamble(ctrl: &Ctrl) -> Result<(), String> {
+    let rv = ctrl.xchg(&version_bytes())?;
+    let rv = String::from_utf8_lossy(&rv[..rv.iter().position(|&c| c == 0).unwrap_or(rv.len())])
+        .into_owned();
+    log::info!("perf: peer perftest version {rv:?}");
+    ctrl.xchg(&CYCLE_BUFFER.to_be_bytes())?;
+    ctrl.xchg(&CACHE_LINE.to_be_bytes())?;
+    ctrl.xchg(MTU_STR)?;
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    Ok(())
+}
+
+const DISCONNECT_DELAY_MS: u64 = 500;
+
+/// siw can leave an FPDU arriving right after its MPA Reply unprocessed (peer README defect 2).
+const FIRST_SEND_DELAY: Duration = Duration::from_millis(100);
+
+fn client(a: &Args, addr: SocketAddr, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, true)?;
+    cm::connect_tcp(addr, &ctrl.ep.qp, param).map_err(|e| format!("control connection: {e}"))?;
+    std::thread::sleep(FIRST_SEND_DELAY);
+    preamble(&ctrl)?;
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    // The server listens for the data connection only after the preamble: like perftest's
+    // retry_rdma_connect, try up to 10 times 100 ms apart (a QP connects once: new one each time).
+    let mut attempt = 0;
+    let (data, buf, ord) = loop {
+        let data = endpoint(&dev, 1);
+        let buf = data
+            .pd
+            .reg_mr(max.max(CYCLE_BUFFER as usize) * 2, Access::LOCAL_WRITE);
+        match cm::connect_tcp(addr, &data.qp, param) {
+            Ok(n) => break (data, buf, n.ord),
+            Err(e) if attempt < 10 => {
+                log::debug!("perf: data connection attempt {attempt}: {e}");
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(format!("data connection: {e}")),
+        }
+    };
+    std::thread::sleep(FIRST_SEND_DELAY);
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, buf.stag(), buf.addr());
+    let mut remote = (0, 0);
+    for _ in 0..3 {
+        remote = parse_dest(&ctrl.xchg(&my)?)?;
+    }
+    let (rkey, raddr) = remote;
+    print_header(a, title(a), max);
+    // Reads in flight are bounded by the negotiated ORD (RFC 6581 §9.1), Writes by the SQ depth.
+    let depth = if a.test == "read_bw" {
+        usize::from(ord).clamp(1, TX_DEPTH)
+    } else {
+        TX_DEPTH
+    };
+    for &size in sizes {
+        let r = bw_loop(a, &data, &buf, size, rkey, raddr, depth)?;
+        ctrl.xchg(&my)?;
+        ctrl.xchg(&r.size.to_be_bytes())?;
+        ctrl.xchg(&r.iters.to_be_bytes())?;
+        ctrl.xchg(&r.bw_peak.to_bits().to_be_bytes())?;
+        ctrl.xchg(&r.bw_avg.to_bits().to_be_bytes())?;
+        ctrl.xchg(&r.msg_rate.to_bits().to_be_bytes())?;
+        ctrl.xchg(&my)?;
+        print_row(a, &r);
+    }
+    print_footer();
+    // Let the server's last Send complete before our FIN reaches it (siw completes a Send only
+    // once it is on the wire; a QP torn down before that fails it).
+    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    data.qp.wait_closed(Duration::from_secs(2));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    Ok(())
+}
+
+/// Post `iters` (or `-D` seconds of) RDMA Writes (write_bw) or RDMA Reads (read_bw) with at
+/// most `depth` outstanding, and measure from the first post to the last completion.
+fn bw_loop(
+    a: &Args,
+    ep: &Ep,
+    buf: &Mr,
+    size: usize,
+    rkey: u32,
+    raddr: u64,
+    depth: usize,
+) -> Result<Report, String> {
+    let read = a.test == "read_bw";
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+    let want = if deadline.is_some() {
+        u64::MAX
+    } else {
+        a.iters
+    };
+    let mut posted = 0u64;
+    let mut done = 0u64;
+    let t0 = Instant::now();
+    // Peak: the best throughput over windows of 1/10 of the run (at least one message).
+    let window = (a.iters / 10).max(1);
+    let mut win_start = t0;
+    let mut win_done = 0u64;
+    let mut best = Duration::MAX;
+    let stalled = Duration::from_secs(60);
+    let mut last = Instant::now();
+    loop {
+        let stop_posting = deadline.is_some_and(|d| Instant::now() >= d) || posted >= want;
+        while !stop_posting && posted - done < depth as u64 && posted < want {
+            let opcode = if read {
+                Opcode::Read {
+                    remote_addr: raddr,
+                    rkey,
+                }
+            } else {
+                Opcode::Write {
+                    remote_addr: raddr,
+                    rkey,
+                }
+            };
+            ep.qp
+                .post_send(SendWr {
+                    wr_id: posted,
+                    opcode,
+                    sg_list: vec![sge(buf, 0, size)],
+                    signaled: true,
+                })
+                .map_err(|e| format!("post send: {e}"))?;
+            posted += 1;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+        }
+        if done == posted && (stop_posting || deadline.is_some_and(|d| Instant::now() >= d)) {
+            break;
+        }
+        match ep.cq.wait(Duration::from_millis(20)) {
+            Some(wc) if wc.status != WcStatus::Success => {
+                return Err(format!("completion failed: {:?} ({wc:?})", wc.status))
+            }
+            Some(_) => {
+                done += 1;
+                last = Instant::now();
+                win_done += 1;
+                if win_done == window {
+                    best = best.min(last - win_start);
+                    win_start = last;
+                    win_done = 0;
+                }
+            }
+            None if ep.qp.is_closed() => return Err("data connection closed by the peer".into()),
+            None if last.elapsed() > stalled => return Err("no completion for 60 s".into()),
+            None => {}
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    let bytes = (done * size as u64) as f64;
+    let bw_avg = bytes / secs / (1024.0 * 1024.0);
+    let bw_peak = if best == Duration::MAX {
+        bw_avg
+    } else {
+        (window * size as u64) as f64 / best.as_secs_f64().max(1e-9) / (1024.0 * 1024.0)
+    }
+    .max(bw_avg);
+    Ok(Report {
+        size: size as u64,
+        iters: done,
+        bw_peak,
+        bw_avg,
+        msg_rate: done as f64 / secs / 1e6,
+    })
+}
+
+fn server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+    let l = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
+        .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, false)?;
+    accept(&l, &ctrl.ep.qp, param, "control")?;
+    preamble(&ctrl)?;
+    let data = endpoint(&dev, 1);
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let buf = data.pd.reg_mr(
+        max.max(CYCLE_BUFFER as usize) * 2,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
+    accept(&l, &data.qp, param, "data")?;
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, buf.stag(), buf.addr());
+    for _ in 0..3 {
+        ctrl.xchg(&my)?;
+    }
+    print_header(a, title(a), max);
+    for _ in sizes {
+        // The client writes; the server waits for its report.
+        ctrl.xchg(&my)?;
+        let mut f = [0u64; 5];
+        for v in f.iter_mut() {
+            let r = ctrl.xchg(&[0u8; 8])?;
+            if r.len() < 8 {
+                return Err(format!("report field of {} bytes", r.len()));
+            }
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&r[..8]);
+            *v = u64::from_be_bytes(b);
+        }
+        ctrl.xchg(&my)?;
+        let r = Report {
+            size: f[0],
+            iters: f[1],
+            bw_peak: f64::from_bits(f[2]),
+            bw_avg: f64::from_bits(f[3]),
+            msg_rate: f64::from_bits(f[4]),
+        };
+        print_row(a, &r);
+    }
+    print_footer();
+    // The client disconnects; give it the chance, then close our side.
+    data.qp.wait_closed(Duration::from_secs(5));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(5));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    Ok(())
+}
+
+fn accept(l: &Listener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
+    let req: ConnRequest = loop {
+        match l.get_request(Duration::from_secs(3600)) {
+            Ok(r) => break r,
+            Err(cm::CmError::Timeout) => continue,
+            Err(e) => log::warn!("perf: {what} connection request failed: {e}"),
+        }
+    };
+    req.accept(qp, param)
+        .map(|_| ())
+        .map_err(|e| format!("{what} connection: {e}"))
+}
+
+fn title(a: &Args) -> &'static str {
+    match a.test.as_str() {
+        "read_bw" => "RDMA_Read BW Test",
+        "send_bw" => "Send BW Test",
+        "write_lat" => "RDMA_Write Latency Test",
+        "read_lat" => "RDMA_Read Latency Test",
+        "send_lat" => "Send Latency Test",
+        _ => "RDMA_Write BW Test",
+    }
+}
+
+const LINE: &str =
+    "---------------------------------------------------------------------------------------";
+
+fn print_header(a: &Args, title: &str, size: usize) {
+    print_header_lines(a, title, size);
+    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
+    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
+}
+
+fn print_header_lines(a: &Args, title: &str, size: usize) {
+    println!("{LINE}");
+    println!("                    {title}");
+    println!(" Connection type : RC        Using SRQ      : OFF");
+    println!(" TX depth        : {TX_DEPTH}");
+    println!(" Mtu             : 1024[B]");
+    println!(
+        " Link type       : Ethernet (iWARP, dpwarp over {})",
+        a.transport
+    );
+    println!(" Max msg size    : {size}");
+    println!(" Data ex. method : rdma_cm");
+    println!("{LINE}");
+    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
+    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
+}
+
+fn print_row(a: &Args, r: &Report) {
+    // MB/sec is MiB/s in perftest; Gb/sec is 10^9 bits.
+    let conv = |mb: f64| {
+        if a.report_gbits {
+            mb * 1024.0 * 1024.0 * 8.0 / 1e9
+        } else {
+            mb
+        }
+    };
+    println!(
+        " {:<10} {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+        r.size,
+        r.iters,
+        conv(r.bw_peak),
+        conv(r.bw_avg),
+        r.msg_rate
+    );
+    if a.json {
+        println!(
+            "{{\"test\":\"{}\",\"bytes\":{},\"iterations\":{},\"bw_peak\":{:.3},\"bw_average\":{:.3},\"unit\":\"{}\",\"msg_rate_mpps\":{:.6}}}",
+            a.test,
+            r.size,
+            r.iters,
+            conv(r.bw_peak),
+            conv(r.bw_avg),
+            if a.report_gbits { "Gb/sec" } else { "MB/sec" },
+            r.msg_rate
+        );
+    }
+}
+
+fn print_footer() {
+    println!("{LINE}");
+}
+
+/// perftest's receive depth for send_bw: 512, or the iteration count when smaller.
+fn rx_depth(a: &Args) -> usize {
+    (a.iters.min(512) as usize).max(1)
+}
+
+/// Connect the data QP with perftest's retries (the server listens for it only after the
+/// control preamble). `recvs` receive buffers of `buf` are posted before connecting.
+fn connect_data(
+    dev: &Device,
+    addr: SocketAddr,
+    param: &ConnParam,
+    len: usize,
+) -> Result<(Ep, Mr), String> {
+    connect_data_recvs(dev, addr, param, len, 0)
+}
+
+/// [`connect_data`] with `recvs` receives of `len` bytes (into the returned buffer) posted
+/// before the connection exists, so the peer's first Send finds one.
+fn connect_data_recvs(
+    dev: &Device,
+    addr: SocketAddr,
+    param: &ConnParam,
+    len: usize,
+    recvs: usize,
+) -> Result<(Ep, Mr), String> {
+    let mut attempt = 0;
+    loop {
+        let data = endpoint(dev, recvs.max(1));
+        let buf = data.pd.reg_mr(len, Access::LOCAL_WRITE);
+        for i in 0..recvs {
+            data.qp
+                .post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sg_list: vec![sge(&buf, 0, len)],
+                })
+                .map_err(|e| format!("post recv: {e}"))?;
+        }
+        match cm::connect_tcp(addr, &data.qp, param) {
+            Ok(_) => return Ok((data, buf)),
+            Err(e) if attempt < 10 => {
+                log::debug!("perf: data connection attempt {attempt}: {e}");
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(format!("data connection: {e}")),
+        }
+    }
+}
+
+/// send_bw client. iWARP has no receiver-not-ready retry, so perftest paces Sends with credits:
+/// the server RDMA Writes the running count of messages it has received (u32, host order, i.e.
+/// little endian on x86) into a buffer the client advertised in its dest record; the client
+/// keeps at most `rx_depth` Sends beyond that count in flight.
+fn send_client(
+    a: &Args,
+    addr: SocketAddr,
+    param: &ConnParam,
+    sizes: &[usize],
+) -> Result<(), String> {
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, true)?;
+    cm::connect_tcp(addr, &ctrl.ep.qp, param).map_err(|e| format!("control connection: {e}"))?;
+    std::thread::sleep(FIRST_SEND_DELAY);
+    preamble(&ctrl)?;
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let (data, buf) = connect_data(&dev, addr, param, max)?;
+    let credit = data
+        .pd
+        .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    std::thread::sleep(FIRST_SEND_DELAY);
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, credit.stag(), credit.addr());
+    for _ in 0..4 {
+        ctrl.xchg(&my)?;
+    }
+    print_header(a, title(a), max);
+    let depth = rx_depth(a) as u64;
+    for &size in sizes {
+        credit.write_at(0, &[0; 4]);
+        let t0 = Instant::now();
+        let (mut posted, mut done) = (0u64, 0u64);
+        let mut last = Instant::now();
+        while done < a.iters {
+            let mut c = [0u8; 4];
+            credit.read_at(0, &mut c);
+            let credits = u64::from(u32::from_le_bytes(c));
+            while posted < a.iters && posted < credits + depth && posted - done < TX_DEPTH as u64 {
+                data.qp
+                    .post_send(SendWr {
+                        wr_id: posted,
+                        opcode: Opcode::Send,
+                        sg_list: vec![sge(&buf, 0, size)],
+                        signaled: true,
+                    })
+                    .map_err(|e| format!("post send: {e}"))?;
+                posted += 1;
+            }
+            match data.cq.wait(Duration::from_millis(1)) {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!("completion failed: {:?}", wc.status))
+                }
+                Some(_) => {
+                    done += 1;
+                    last = Instant::now();
+                }
+                None if data.qp.is_closed() => return Err("data connection closed".into()),
+                None if last.elapsed() > Duration::from_secs(60) => {
+                    return Err("no completion or credit for 60 s".into())
+                }
+                None => {}
+            }
+        }
+        let r = report(size, done, t0.elapsed());
+        ctrl.xchg(&my)?;
+        print_row(a, &r);
+    }
+    print_footer();
+    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    data.qp.wait_closed(Duration::from_secs(2));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    Ok(())
+}
+
+fn report(size: usize, done: u64, elapsed: Duration) -> Report {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let bw = (done * size as u64) as f64 / secs / (1024.0 * 1024.0);
+    Report {
+        size: size as u64,
+        iters: done,
+        // perftest does not measure a peak for send_bw; neither do we (0.00, as it prints).
+        bw_peak: 0.0,
+        bw_avg: bw,
+        msg_rate: done as f64 / secs / 1e6,
+    }
+}
+
+/// send_bw server: `rx_depth` receives posted before accepting, each reposted as it completes;
+/// every `rx_depth / 3` messages the running count goes to the client's credit buffer.
+fn send_server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+    let l = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
+        .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, false)?;
+    accept(&l, &ctrl.ep.qp, param, "control")?;
+    preamble(&ctrl)?;
+    let depth = rx_depth(a);
+    let data = endpoint(&dev, depth);
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let buf = data.pd.reg_mr(max, Access::LOCAL_WRITE);
+    let cnt = data.pd.reg_mr(4, Access::LOCAL_WRITE);
+    let post = |i: u64| {
+        data.qp
+            .post_recv(RecvWr {
+                wr_id: i,
+                sg_list: vec![sge(&buf, 0, max)],
+            })
+            .map_err(|e| format!("post recv: {e}"))
+    };
+    for i in 0..depth {
+        post(i as u64)?;
+    }
+    accept(&l, &data.qp, param, "data")?;
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, buf.stag(), buf.addr());
+    let mut peer = (0, 0);
+    for _ in 0..4 {
+        peer = parse_dest(&ctrl.xchg(&my)?)?;
+    }
+    let (crkey, caddr) = peer;
+    let batch = (depth / 3).max(1) as u64;
+    print_header(a, title(a), max);
+    for &size in sizes {
+        let mut got = 0u64;
+        let mut t0 = None;
+        let mut last = Instant::now();
+        while got < a.iters {
+            match data.cq.wait(Duration::from_millis(20)) {
+                Some(wc) if wc.status != WcStatus::Success => {
+                    return Err(format!("completion failed: {:?} ({wc:?})", wc.status))
+                }
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    t0.get_or_insert_with(Instant::now);
+                    got += 1;
+                    last = Instant::now();
+                    post(got)?;
+                    if got % batch == 0 || got == a.iters {
+                        cnt.write_at(0, &(got as u32).to_le_bytes());
+                        data.qp
+                            .post_send(SendWr {
+                                wr_id: got,
+                                opcode: Opcode::Write {
+                                    remote_addr: caddr,
+                                    rkey: crkey,
+                                },
+                                sg_list: vec![sge(&cnt, 0, 4)],
+                                signaled: false,
+                            })
+                            .map_err(|e| format!("post credit write: {e}"))?;
+                    }
+                }
+                Some(_) => {}
+                None if data.qp.is_closed() => return Err("data connection closed".into()),
+                None if last.elapsed() > Duration::from_secs(60) => {
+                    return Err(format!("only {got} of {} messages arrived", a.iters))
+                }
+                None => {}
+            }
+        }
+        let r = report(size, got, t0.map_or(Duration::ZERO, |t| t.elapsed()));
+        ctrl.xchg(&my)?;
+        print_row(a, &r);
+    }
+    print_footer();
+    data.qp.wait_closed(Duration::from_secs(5));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(5));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    Ok(())
+}
+
+/// write_lat / read_lat, both roles. After the shared preamble and four dest exchanges:
+/// - write_lat: ping-pong of RDMA Writes of `size` bytes into the peer's advertised buffer; the
+///   last byte carries the iteration number (mod 256) and each side spins on the last byte of
+///   its own buffer. The server writes first (as perftest's run_iter_lat_write). Latency =
+///   half the round trip. No control exchange afterwards.
+/// - read_lat: the client RDMA Reads `size` bytes `iters` times, one at a time; latency = the
+///   Read's completion time. One dest exchange afterwards (the server just waits for it).
+fn lat(
+    a: &Args,
+    addr: Option<SocketAddr>,
+    param: &ConnParam,
+    sizes: &[usize],
+) -> Result<(), String> {
+    let client = addr.is_some();
+    let read = a.test == "read_lat";
+    let send = a.test == "send_lat";
+    // send_lat: receives for the peer's Sends exist before the data connection does.
+    let recvs = if send { LAT_RECVS } else { 0 };
+    let dev = Device::open();
+    let ctrl = Ctrl::new(&dev, client)?;
+    let max = *sizes.iter().max().unwrap_or(&a.size);
+    let listener;
+    let (data, local) = if let Some(addr) = addr {
+        cm::connect_tcp(addr, &ctrl.ep.qp, param)
+            .map_err(|e| format!("control connection: {e}"))?;
+        std::thread::sleep(FIRST_SEND_DELAY);
+        preamble(&ctrl)?;
+        let r = connect_data_recvs(&dev, addr, param, max, recvs)?;
+        std::thread::sleep(FIRST_SEND_DELAY);
+        r
+    } else {
+        listener = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
+            .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+        accept(&listener, &ctrl.ep.qp, param, "control")?;
+        preamble(&ctrl)?;
+        let data = endpoint(&dev, recvs.max(1));
+        let local = data.pd.reg_mr(max, Access::LOCAL_WRITE);
+        for i in 0..recvs {
+            data.qp
+                .post_recv(RecvWr {
+                    wr_id: i as u64,
+                    sg_list: vec![sge(&local, 0, max)],
+                })
+                .map_err(|e| format!("post recv: {e}"))?;
+        }
+        accept(&listener, &data.qp, param, "data")?;
+        (data, local)
+    };
+    // The buffer the peer writes into (write_lat) or reads from (read_lat).
+    let target = data.pd.reg_mr(
+        max,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    );
+    ctrl.xchg(&[0u8; DEST_LEN])?;
+    let my = dest(1, target.stag(), target.addr());
+    let mut peer = (0, 0);
+    for _ in 0..4 {
+        peer = parse_dest(&ctrl.xchg(&my)?)?;
+    }
+    let (rkey, raddr) = peer;
+    print_lat_header(a, title(a), max);
+    for &size in sizes {
+        let samples = if send {
+            send_lat_loop(a, client, &data, &local, size)?
+        } else if read {
+            if client {
+                read_lat_loop(a, &data, &local, size, rkey, raddr)?
+            } else {
+                Vec::new()
+            }
+        } else {
+            write_lat_loop(a, client, &data, &local, &target, size, rkey, raddr)?
+        };
+        if read || send {
+            ctrl.xchg(&my)?;
+        }
+        if !samples.is_empty() {
+            print_lat_row(a, size, &samples)?;
+        }
+    }
+    print_footer();
+    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    data.qp.wait_closed(Duration::from_secs(2));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    Ok(())
+}
+
+/// Wait for one successful send-queue completion.
+fn wait_one(ep: &Ep) -> Result<(), String> {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        match ep.cq.wait(Duration::from_millis(20)) {
+            Some(wc) if wc.status != WcStatus::Success => {
+                return Err(format!("completion failed: {:?}", wc.status))
+            }
+            Some(_) => return Ok(()),
+            None if ep.qp.is_closed() => return Err("data connection closed".into()),
+            None if Instant::now() > end => return Err("no completion for 60 s".into()),
+            None => {}
+        }
+    }
+}
+
+/// Receives kept posted in send_lat.
+const LAT_RECVS: usize = 16;
+
+/// send_lat: ping-pong of Sends; the client sends first, each side answers the peer's message
+/// (as perftest's run_iter_lat_send). Latency = half the round trip.
+fn send_lat_loop(
+    a: &Args,
+    client: bool,
+    ep: &Ep,
+    buf: &Mr,
+    size: usize,
+) -> Result<Vec<Duration>, String> {
+    let iters = a.iters;
+    let mut posted_at = Vec::with_capacity(iters as usize);
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut sends_done = 0u64;
+    while scnt < iters || rcnt < iters {
+        // Everyone waits for the peer's message before sending, except the client's first.
+        if rcnt < iters && (!client || scnt >= 1) {
+            let end = Instant::now() + Duration::from_secs(60);
+            loop {
+                match ep.cq.wait(Duration::from_millis(20)) {
+                    Some(wc) if wc.status != WcStatus::Success => {
+                        return Err(format!("completion failed: {:?}", wc.status))
+                    }
+                    Some(wc) if wc.opcode == WcOpcode::Recv => {
+                        rcnt += 1;
+                        ep.qp
+                            .post_recv(RecvWr {
+                                wr_id: rcnt,
+                                sg_list: vec![sge(buf, 0, size)],
+                            })
+                            .map_err(|e| format!("post recv: {e}"))?;
+                        break;
+                    }
+                    Some(_) => sends_done += 1,
+                    None if ep.qp.is_closed() => return Err("data connection closed".into()),
+                    None if Instant::now() > end => {
+                        return Err(format!("send_lat: message {} never arrived", rcnt + 1))
+                    }
+                    None => {}
+                }
+            }
+        }
+        if scnt < iters {
+            posted_at.push(Instant::now());
+            scnt += 1;
+            ep.qp
+                .post_send(SendWr {
+                    wr_id: scnt,
+                    opcode: Opcode::Send,
+                    sg_list: vec![sge(buf, 0, size)],
+                    signaled: true,
+                })
+                .map_err(|e| format!("post send: {e}"))?;
+        }
+    }
+    // Reap the remaining Send completions so none is left behind an error.
+    while sends_done < scnt {
+        wait_one(ep)?;
+        sends_done += 1;
+    }
+    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+}
+
+fn read_lat_loop(
+    a: &Args,
+    ep: &Ep,
+    local: &Mr,
+    size: usize,
+    rkey: u32,
+    raddr: u64,
+) -> Result<Vec<Duration>, String> {
+    let mut v = Vec::with_capacity(a.iters as usize);
+    for i in 0..a.iters {
+        let t = Instant::now();
+        ep.qp
+            .post_send(SendWr {
+                wr_id: i,
+                opcode: Opcode::Read {
+                    remote_addr: raddr,
+                    rkey,
+                },
+                sg_list: vec![sge(local, 0, size)],
+                signaled: true,
+            })
+            .map_err(|e| format!("post send: {e}"))?;
+        wait_one(ep)?;
+        v.push(t.elapsed());
+    }
+    Ok(v)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_lat_loop(
+    a: &Args,
+    client: bool,
+    ep: &Ep,
+    local: &Mr,
+    target: &Mr,
+    size: usize,
+    rkey: u32,
+    raddr: u64,
+) -> Result<Vec<Duration>, String> {
+    let iters = a.iters;
+    let mut posted_at = Vec::with_capacity(iters as usize);
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    target.write_at(size - 1, &[0]);
+    while scnt < iters || rcnt < iters {
+        // Everyone waits for the peer's write before sending, except the server's first write.
+        if rcnt < iters && (client || scnt >= 1) {
+            rcnt += 1;
+            let want = rcnt as u8;
+            let end = Instant::now() + Duration::from_secs(60);
+            let mut b = [0u8; 1];
+            loop {
+                target.read_at(size - 1, &mut b);
+                if b[0] == want {
+                    break;
+                }
+                if ep.qp.is_closed() || Instant::now() > end {
+                    return Err(format!("write_lat: iteration {rcnt} never arrived"));
+                }
+                // The machine is shared (and the peer may be a VM): poll, but give the CPU away.
+                std::thread::yield_now();
+            }
+        }
+        if scnt < iters {
+            posted_at.push(Instant::now());
+            scnt += 1;
+            local.write_at(size - 1, &[scnt as u8]);
+            ep.qp
+                .post_send(SendWr {
+                    wr_id: scnt,
+                    opcode: Opcode::Write {
+                        remote_addr: raddr,
+                        rkey,
+                    },
+                    sg_list: vec![sge(local, 0, size)],
+                    signaled: true,
+                })
+                .map_err(|e| format!("post send: {e}"))?;
+            wait_one(ep)?;
+        }
+    }
+    // One sample per round trip, halved (perftest reports one-way latency for ping-pong).
+    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+}
+
+fn print_lat_header(a: &Args, title: &str, size: usize) {
+    print_header_lines(a, title, size);
+    println!(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+    );
+}
+
+/// One latency row. Percentiles (t_typical = p50, p99, p99.9) come from an HDR histogram of
+/// nanosecond samples (3 significant digits); min, max, mean and stdev are exact.
+fn print_lat_row(a: &Args, size: usize, samples: &[Duration]) -> Result<(), String> {
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let ns: Vec<u64> = samples.iter().map(|d| d.as_nanos() as u64).collect();
+    for &v in &ns {
+        h.record(v.max(1)).map_err(|e| e.to_string())?;
+    }
+    let us = |v: f64| v / 1000.0;
+    let n = ns.len() as f64;
+    let mean = ns.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let var = ns.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+    let (min, max) = (
+        *ns.iter().min().unwrap_or(&0) as f64,
+        *ns.iter().max().unwrap_or(&0) as f64,
+    );
+    let p50 = h.value_at_quantile(0.5) as f64;
+    let p99 = h.value_at_quantile(0.99) as f64;
+    let p999 = h.value_at_quantile(0.999) as f64;
+    println!(
+        " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+        size,
+        ns.len(),
+        us(min),
+        us(max),
+        us(p50),
+        us(mean),
+        us(var.sqrt()),
+        us(p99),
+        us(p999)
+    );
+    if a.json {
+        println!(
+            "{{\"test\":\"{}\",\"bytes\":{},\"iterations\":{},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"p50_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p99_9_us\":{:.3}}}",
+            a.test,
+            size,
+            ns.len(),
+            us(min),
+            us(max),
+            us(p50),
+            us(mean),
+            us(var.sqrt()),
+            us(p99),
+            us(p999)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! `dpwarp perf` server against `dpwarp perf` client over kernel loopback: the perftest -R
+//! control protocol (version, system data, MTU, dest records, bandwidth report) and the data
+//! phase of write_bw and read_bw. The same code runs against stock perftest on siw in
+//! `scripts/interop`.
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn(args: &[&str], tag: &str) -> (Child, std::path::PathBuf) {
+    let out =
+        std::env::temp_dir().join(format!("dpwarp-interop-perf-{}-{tag}", std::process::id()));
+    let child = Command::new(BIN)
+        .arg("perf")
+        .args(args)
+        .stdout(Stdio::from(File::create(&out).unwrap()))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run dpwarp");
+    (child, out)
+}
+
+fn finish(mut c: Child, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(st) = c.try_wait().unwrap() {
+            return st.success();
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    panic!("dpwarp perf did not finish in {limit:?}");
+}
+
+/// Wait until something listens on `port` (without connecting: /proc/net/tcp).
+fn wait_listening(port: &str) {
+    let want = format!(":{:04X} 00000000:0000 0A", port.parse::<u16>().unwrap());
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if std::fs::read_to_string("/proc/net/tcp").is_ok_and(|s| s.contains(&want)) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    panic!("server never listened on {port}");
+}
+
+/// The table row for `size`: (#bytes, #iterations, peak, average, rate) as strings.
+fn row(text: &str, size: usize) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() == 5 && f[0] == size.to_string())
+        .unwrap_or_else(|| panic!("no result row for {size} in:\n{text}"))
+}
+
+fn bw(test: &str, size: usize, iters: u64) {
+    let port = free_port().to_string();
+    let s = size.to_string();
+    let n = iters.to_string();
+    let (server, sout) = spawn(
+        &[test, "-R", "-p", &port, "-s", &s],
+        &format!("{test}-{size}-s"),
+    );
+    wait_listening(&port);
+    let (client, cout) = spawn(
+        &[
+            test,
+            "127.0.0.1",
+            "-R",
+            "-p",
+            &port,
+            "-s",
+            &s,
+            "-n",
+            &n,
+            "--json",
+        ],
+        &format!("{test}-{size}-c"),
+    );
+    assert!(finish(client, Duration::from_secs(60)), "client failed");
+    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    let c = std::fs::read_to_string(&cout).unwrap();
+    let sv = std::fs::read_to_string(&sout).unwrap();
+    let _ = std::fs::remove_file(&cout);
+    let _ = std::fs::remove_file(&sout);
+    let cr = row(&c, size);
+    let sr = row(&sv, size);
+    assert_eq!(cr[1], n, "all iterations completed");
+    // The server prints the report the client sent over the control connection.
+    assert_eq!(cr, sr);
+    let avg: f64 = cr[3].parse().unwrap();
+    assert!(avg > 0.0);
+    assert!(c.contains(&format!(
+        "\"test\":\"{test}\",\"bytes\":{size},\"iterations\":{iters}"
+    )));
+}
+
+#[test]
+fn perf_write_bw_loopback() {
+    bw("write_bw", 65536, 300);
+}
+
+#[test]
+fn perf_read_bw_loopback() {
+    bw("read_bw", 4096, 300);
+}
+
+#[test]
+fn perf_send_bw_loopback() {
+    // Sends paced by the server's RDMA-Written credits: more messages than receives posted.
+    let port = free_port().to_string();
+    let (server, sout) = spawn(
+        &["send_bw", "-R", "-p", &port, "-s", "4096", "-n", "2000"],
+        "send_bw-s",
+    );
+    wait_listening(&port);
+    let (client, cout) = spawn(
+        &[
+            "send_bw",
+            "127.0.0.1",
+            "-R",
+            "-p",
+            &port,
+            "-s",
+            "4096",
+            "-n",
+            "2000",
+        ],
+        "send_bw-c",
+    );
+    assert!(finish(client, Duration::from_secs(60)), "client failed");
+    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    for f in [cout, sout] {
+        let t = std::fs::read_to_string(&f).unwrap();
+        let _ = std::fs::remove_file(&f);
+        assert_eq!(row(&t, 4096)[1], "2000", "{t}");
+    }
+}
+
+/// A latency test: both ends print a row (read_lat: only the client) with
+/// t_min <= p50 <= p99 <= p99.9 <= t_max... up to the histogram's 3 significant digits.
+fn lat(test: &str) {
+    let port = free_port().to_string();
+    let (server, sout) = spawn(
+        &[test, "-R", "-p", &port, "-s", "64", "-n", "300"],
+        &format!("{test}-s"),
+    );
+    wait_listening(&port);
+    let (client, cout) = spawn(
+        &[
+            test,
+            "127.0.0.1",
+            "-R",
+            "-p",
+            &port,
+            "-s",
+            "64",
+            "-n",
+            "300",
+            "--json",
+        ],
+        &format!("{test}-c"),
+    );
+    assert!(finish(client, Duration::from_secs(60)), "client failed");
+    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    let c = std::fs::read_to_string(&cout).unwrap();
+    let sv = std::fs::read_to_string(&sout).unwrap();
+    let _ = std::fs::remove_file(&cout);
+    let _ = std::fs::remove_file(&sout);
+    let mut outs = vec![c.clone()];
+    if test != "read_lat" {
+        outs.push(sv);
+    }
+    for t in outs {
+        let f: Vec<f64> = t
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() == 9 && f[0] == "64")
+            .unwrap_or_else(|| panic!("no latency row in:\n{t}"))
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let (min, max, p50, p99, p999) = (f[2], f[3], f[4], f[7], f[8]);
+        assert!(f[1] >= 299.0, "iterations: {t}");
+        assert!(min > 0.0 && min <= max, "{t}");
+        assert!(p50 <= p99 && p99 <= p999, "{t}");
+        // HDR histogram values are within 0.1% of a recorded sample.
+        assert!(p50 >= min * 0.999 && p999 <= max * 1.001, "{t}");
+    }
+    assert!(c.contains("\"p99_9_us\""));
+}
+
+#[test]
+fn perf_write_lat_loopback() {
+    lat("write_lat");
+}
+
+#[test]
+fn perf_read_lat_loopback() {
+    lat("read_lat");
+}
+
+#[test]
+fn perf_send_lat_loopback() {
+    lat("send_lat");
+}
+
+#[test]
+fn perf_refuses_unknown_tests() {
+    let (c, out) = spawn(&["atomic_lat", "127.0.0.1"], "refuse");
+    assert!(!finish(c, Duration::from_secs(10)));
+    let _ = std::fs::remove_file(out);
+}
