@@ -15,7 +15,7 @@ use crate::wire::xdr::{padded, XdrReader, XdrWriter};
 use crate::wire::{Error, Result};
 
 /// A read chunk's payload, already pulled into local memory, at its XDR position (the offset of
-/// the data item in the RPC message, RFC 8166 §3.5.3).
+/// the data item in the RPC message, RFC 8166 §3.4.5).
 #[derive(Debug, Clone)]
 pub struct PulledChunk {
     /// XDR position of the chunk in the call.

@@ -1,17 +1,17 @@
 //! The RPC-over-RDMA transport header (draft-ietf-nfsv4-rpcrdma-01 §4, wire-compatible with
-//! RFC 8166 §5 version 1 and §4 chunk encoding).
+//! RFC 8166 §4.1-§4.2 version 1 and §4.3 chunk encoding).
 //!
 //! ```text
 //! rdma_xid | rdma_vers | rdma_credit | rdma_proc | body
 //! RDMA_MSG / RDMA_NOMSG : read list, write list, reply chunk   (RPC message follows MSG)
 //! RDMA_MSGP             : rdma_align, rdma_thresh, the same three lists, then the RPC message
 //! RDMA_DONE             : nothing                              (draft §3.8)
-//! RDMA_ERROR            : ERR_VERS low, high | ERR_CHUNK       (draft §5.3, RFC 8166 §5.3.3)
+//! RDMA_ERROR            : ERR_VERS low, high | ERR_CHUNK       (draft §5.3, RFC 8166 §4.5)
 //! ```
 //!
 //! Lists are XDR optional-data chains (RFC 4506 §4.19): a 1 before every entry, a 0 at the end.
 //! A read list is a flat list of (position, segment); consecutive entries with the same position
-//! form one read chunk (RFC 8166 §4.1.2). A write list is a list of segment arrays, one array per
+//! form one read chunk (RFC 8166 §3.4.5, §4.3.1). A write list is a list of segment arrays, one array per
 //! write chunk; the reply chunk is one optional segment array.
 //!
 //! Parsing is bounded: at most [`MAX_SEGMENTS`] segments in all lists, so a hostile header cannot
@@ -20,7 +20,7 @@
 use super::xdr::{Padding, XdrReader, XdrWriter};
 use super::Error;
 
-/// The only version defined (draft §4.1, RFC 8166 §5).
+/// The only version defined (draft §4.1, RFC 8166 §4.2).
 pub const RPCRDMA_VERSION: u32 = 1;
 /// Bound on segments per header (all lists together).
 pub const MAX_SEGMENTS: usize = 64;
@@ -99,7 +99,7 @@ impl ReadChunk {
 }
 
 impl Chunks {
-    /// Group the read list into chunks (RFC 8166 §4.1.2: same position = same chunk; positions
+    /// Group the read list into chunks (RFC 8166 §3.4.5: same position = same chunk; positions
     /// must not decrease).
     pub fn read_chunks(&self) -> Result<Vec<ReadChunk>, Error> {
         let mut out: Vec<ReadChunk> = Vec::new();

@@ -104,7 +104,7 @@ impl<'a> XdrReader<'a> {
         self.pos
     }
 
-    /// Absolute position (base + consumed): the XDR position RFC 8166 §3.5.3 read chunks name.
+    /// Absolute position (base + consumed): the XDR position RFC 8166 §3.4.5 read chunks name.
     pub fn position(&self) -> usize {
         self.base + self.pos
     }
