@@ -1039,7 +1039,9 @@ fn write_lat_loop(
     let iters = a.iters;
     let mut posted_at = Vec::with_capacity(iters as usize);
     let (mut scnt, mut rcnt) = (0u64, 0u64);
-    target.write_at(size - 1, &[0]);
+    // No reset of `target` here: the peer may already have written its first message (it starts
+    // as soon as the dest exchange is done). The region is registered zeroed, and with sizes in
+    // increasing order (-a) the flag octet of each size is beyond every earlier write.
     while scnt < iters || rcnt < iters {
         // Everyone waits for the peer's write before sending, except the server's first write.
         if rcnt < iters && (client || scnt >= 1) {
