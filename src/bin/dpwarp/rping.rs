@@ -550,6 +550,8 @@ fn run_server(
         ),
         AnyListener::Dp(d) => debug_log!(ctx, "rdma_listen on {} (DPDK)", d.local_addr()),
     }
+    // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
+    log::info!("rping: listening on port {}", addr.port());
     loop {
         let req = wait_request(&l)?;
         if persistent {
