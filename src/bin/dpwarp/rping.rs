@@ -14,14 +14,19 @@
 //! Connection setup: the stock tool passes no private data and asks for
 //! `responder_resources = initiator_depth = 1`, which on iWARP become the RFC 6581 §9.1 IRD/ORD
 //! of an enhanced MPA rev 2 request. Options beyond rping's (`--crc`, `--markers`, `--mpa-rev`,
-//! `--p2p`, `--transport`) select the MPA parameters that rdma_cm hides in the kernel.
+//! `--p2p`) select the MPA parameters that rdma_cm hides in the kernel.
+//!
+//! `--transport kernel` (default) runs over kernel TCP; `--transport dpdk --config FILE` runs
+//! over the DPDK dataplane (smoltcp on a DPDK port, see docs/dataplane.md): only the
+//! connect/listen step differs, the ping-pong below is the same code.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
+use dpwarp::cm::{self, CmError, ConnParam};
 use dpwarp::mpa::{Negotiated, RtrSet};
 use dpwarp::transport::kernel::KernelTcp;
 use dpwarp::transport::Transport;
@@ -29,6 +34,8 @@ use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
     WorkCompletion,
 };
+
+use crate::dpperf::{start_dpdk, AnyListener, AnyRequest, Net};
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
 const INFO_LEN: usize = 16;
@@ -81,9 +88,16 @@ pub struct Args {
     /// Accepted for rping compatibility (self-created QP); dpwarp QPs are always created here.
     #[arg(short = 'q')]
     self_create_qp: bool,
-    /// Byte-stream backend. Only `kernel` (kernel TCP) for now.
+    /// Byte-stream backend: `kernel` (kernel TCP) or `dpdk` (the DPDK dataplane of --config;
+    /// the server listens on the port's own address, the client connects from it).
     #[arg(long, default_value = "kernel")]
     transport: String,
+    /// Dataplane config (TOML, see configs/) for --transport dpdk.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Which configured DPDK port to use (--transport dpdk).
+    #[arg(long, default_value_t = 0)]
+    port_index: usize,
     /// CRC32c on FPDUs: `on` asks for it (C=1), `off` prefers none (RFC 5044 §7.1: either end
     /// asking for CRC turns it on for both). Default: on for the client, off (follow the
     /// initiator) for the server.
@@ -159,11 +173,11 @@ pub fn run(a: Args) -> Result<(), String> {
     if !a.server && !a.client {
         return Err("one of -s (server) or -c (client) is required".into());
     }
-    if a.transport != "kernel" {
-        return Err(format!(
-            "--transport {}: only `kernel` is available in this build",
-            a.transport
-        ));
+    if a.transport != "kernel" && a.transport != "dpdk" {
+        return Err(format!("--transport {}: `kernel` or `dpdk`", a.transport));
+    }
+    if a.transport == "kernel" && a.config.is_some() {
+        return Err("--config is for --transport dpdk".into());
     }
     if !(MIN_SIZE..=MAX_SIZE).contains(&a.size) {
         return Err(format!(
@@ -199,15 +213,51 @@ pub fn run(a: Args) -> Result<(), String> {
         timeout: ctx.timeout.min(Duration::from_secs(30)),
         ..ConnParam::default()
     };
-    if a.server {
+    // Resolve the addresses before starting DPDK (a typo should not cost an EAL start).
+    let (addr, source) = if a.server {
         let host = a.addr.as_deref().unwrap_or("0.0.0.0");
-        let addr = resolve(host, a.port)?;
-        run_server(&ctx, addr, &param, a.persistent)
+        (resolve(host, a.port)?, None)
     } else {
         let host = a.addr.as_deref().ok_or("client needs -a addr")?;
-        let addr = resolve(host, a.port)?;
         let source = a.source.as_deref().map(|h| resolve(h, 0)).transpose()?;
-        run_client(&ctx, addr, source, &param)
+        (resolve(host, a.port)?, source)
+    };
+    // `_dp` keeps the dataplane (EAL, ports, workers) running until rping ends.
+    let (_dp, net) = if a.transport == "dpdk" {
+        let config = a
+            .config
+            .as_deref()
+            .ok_or("--transport dpdk needs --config FILE (a dataplane config, see configs/)")?;
+        let (dp, ep) = start_dpdk(config, a.port_index)?;
+        // The dataplane has one address per port: -a (server) and -I (client) may only name it.
+        let own = if a.server { Some(addr) } else { source };
+        if let Some(o) = own.filter(|o| !o.ip().is_unspecified()) {
+            if o.ip() != IpAddr::V4(ep.ip()) {
+                return Err(format!(
+                    "{}: not the address of DPDK port {} ({})",
+                    o.ip(),
+                    a.port_index,
+                    ep.ip()
+                ));
+            }
+        }
+        if addr.is_ipv6() {
+            return Err(format!("{addr}: the DPDK dataplane is IPv4 only"));
+        }
+        if !a.server && !dp.wait_link_up(ctx.timeout) {
+            return Err(format!(
+                "DPDK port {}: link did not come up within {:?}",
+                a.port_index, ctx.timeout
+            ));
+        }
+        (Some(dp), Net::Dpdk(ep))
+    } else {
+        (None, Net::Kernel)
+    };
+    if a.server {
+        run_server(&ctx, &net, addr, &param, a.persistent)
+    } else {
+        run_client(&ctx, &net, addr, source, &param)
     }
 }
 
@@ -392,9 +442,8 @@ fn explain(e: &CmError, param: &ConnParam) -> String {
 /// first Send avoids it and costs nothing measurable to a ping tool.
 const FIRST_SEND_DELAY: Duration = Duration::from_millis(100);
 
-/// The client's byte stream (`rdma_resolve_addr` with an optional source address). The QP is
-/// then connected through [`cm::connect`], which takes any `Transport`: this is where another
-/// `--transport` plugs in.
+/// The client's kernel-TCP byte stream (`rdma_resolve_addr` with an optional source address).
+/// The QP is then connected through [`cm::connect`], which takes any `Transport`.
 fn open_stream(
     addr: SocketAddr,
     source: Option<SocketAddr>,
@@ -414,14 +463,23 @@ fn open_stream(
 
 fn run_client(
     ctx: &Ctx,
+    net: &Net,
     addr: SocketAddr,
     source: Option<SocketAddr>,
     param: &ConnParam,
 ) -> Result<(), String> {
     let (cq, qp, b) = setup(ctx, false);
     post_info_recv(&qp, &b)?;
-    let stream = open_stream(addr, source, ctx.timeout)?;
-    let n = cm::connect(stream, &qp, param).map_err(|e| explain(&e, param))?;
+    let n = match net {
+        Net::Kernel => {
+            let stream = open_stream(addr, source, ctx.timeout)?;
+            cm::connect(stream, &qp, param)
+        }
+        // The dataplane's TCP connect is part of Endpoint::connect (the source is the port's
+        // address, checked in `run`).
+        Net::Dpdk(_) => net.connect(addr, &qp, param),
+    }
+    .map_err(|e| explain(&e, param))?;
     debug_log!(ctx, "rdma_connect successful: {}", describe(&n));
     log::info!("rping: connected to {addr}: {}", describe(&n));
     std::thread::sleep(FIRST_SEND_DELAY);
@@ -476,16 +534,24 @@ fn run_client(
 
 fn run_server(
     ctx: &Ctx,
+    net: &Net,
     addr: SocketAddr,
     param: &ConnParam,
     persistent: bool,
 ) -> Result<(), String> {
-    let l = Listener::bind(addr).map_err(|e| format!("rdma_bind_addr: {e}"))?;
-    debug_log!(
-        ctx,
-        "rdma_listen on {}",
-        l.local_addr().map_err(|e| e.to_string())?
-    );
+    let l = net
+        .listen(addr)
+        .map_err(|e| format!("rdma_bind_addr: {e}"))?;
+    match &l {
+        AnyListener::Cm(k) => debug_log!(
+            ctx,
+            "rdma_listen on {}",
+            k.local_addr().map_err(|e| e.to_string())?
+        ),
+        AnyListener::Dp(d) => debug_log!(ctx, "rdma_listen on {} (DPDK)", d.local_addr()),
+    }
+    // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
+    log::info!("rping: listening on port {}", addr.port());
     loop {
         let req = wait_request(&l)?;
         if persistent {
@@ -503,7 +569,7 @@ fn run_server(
 }
 
 /// rping's server waits for a connect request without a time limit.
-fn wait_request(l: &Listener) -> Result<ConnRequest, String> {
+fn wait_request(l: &AnyListener) -> Result<AnyRequest, String> {
     loop {
         match l.get_request(Duration::from_secs(3600)) {
             Ok(r) => return Ok(r),
@@ -515,16 +581,17 @@ fn wait_request(l: &Listener) -> Result<ConnRequest, String> {
     }
 }
 
-fn serve(ctx: &Ctx, req: ConnRequest, param: &ConnParam) -> Result<(), String> {
+fn serve(ctx: &Ctx, req: AnyRequest, param: &ConnParam) -> Result<(), String> {
+    let peer = req.peer().clone();
     log::info!(
         "rping: MPA request rev {} enhanced {} crc {} markers {} IRD {:?} ORD {:?} p2p {:?}",
-        req.peer.revision,
-        req.peer.enhanced,
-        req.peer.crc,
-        req.peer.markers,
-        req.peer.ird,
-        req.peer.ord,
-        req.peer.rtr
+        peer.revision,
+        peer.enhanced,
+        peer.crc,
+        peer.markers,
+        peer.ird,
+        peer.ord,
+        peer.rtr
     );
     let (cq, qp, b) = setup(ctx, true);
     post_info_recv(&qp, &b)?;

@@ -1,0 +1,169 @@
+//! `dpwarp rping --transport dpdk`: an rping server and an rping client, each its own process with
+//! its own EAL (one EAL per process), connected through a net_memif socket unique to this test.
+//! The full rping ping-pong (advertise in a Send, RDMA Read, go-ahead, advertise, RDMA Write,
+//! go-ahead) runs over the DPDK dataplane with the client validating every ping (-V); a ping
+//! bigger than one TCP segment makes the Read Response and the Write span several FPDUs.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn config(
+    dir: &std::path::Path,
+    role: &str,
+    sock: &str,
+    ip: &str,
+    mac: &str,
+) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+[eal]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
+        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
+[[port]]
+device = "net_memif0"
+ip = "{ip}/24"
+mac = "{mac}"
+mbufs = 8191
+[worker]
+spin_us = 5
+"#
+    );
+    let p = dir.join(format!("{role}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn rping_over_dpdk_memif_two_processes() {
+    const COUNT: usize = 5;
+    const SIZE: &str = "4000";
+    let dir = std::env::temp_dir().join(format!("dpwarp-dprping-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("memif.sock");
+    let sock = sock.to_str().unwrap();
+    let scfg = config(&dir, "server", sock, "10.94.0.1", "02:00:00:94:00:01");
+    let ccfg = config(&dir, "client", sock, "10.94.0.2", "02:00:00:94:00:02");
+
+    let mut server = Kill(
+        Command::new(BIN)
+            .args([
+                "rping",
+                "-s",
+                "-a",
+                "10.94.0.1",
+                "-p",
+                "7174",
+                "-v",
+                "-S",
+                SIZE,
+            ])
+            .args(["--timeout", "30", "--transport", "dpdk", "--config"])
+            .arg(&scfg)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The server logs "rping: listening" once its DPDK listener is installed; keep draining
+    // its stderr afterwards so it never blocks on a full pipe.
+    let err = server.0.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let drain = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in BufReader::new(err).lines() {
+            let Ok(l) = l else { break };
+            if l.contains("rping: listening on port 7174") {
+                let _ = tx.send(());
+            }
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let mut sout = server.0.stdout.take().unwrap();
+    let sdrain = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = sout.read_to_string(&mut s);
+        s
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the DPDK rping server did not start listening"
+    );
+
+    let o = Command::new(BIN)
+        .args(["rping", "-c", "-a", "10.94.0.1", "-p", "7174", "-v", "-V"])
+        .args(["-C", &COUNT.to_string(), "-S", SIZE, "--timeout", "30"])
+        .args(["--transport", "dpdk", "--config"])
+        .arg(&ccfg)
+        .output()
+        .unwrap();
+    let cout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "client failed: {}\n{cout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // -V: the client compared each ping's RDMA-Written echo with what it sent; -v printed it.
+    let pings: Vec<&str> = cout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), COUNT, "{cout}");
+    for (i, l) in pings.iter().enumerate() {
+        assert!(l.starts_with(&format!("ping data: rdma-ping-{i}: ")), "{l}");
+    }
+
+    // The (non-persistent) server ends when the client disconnects.
+    let st = server.0.wait().unwrap();
+    let serr = drain.join().unwrap();
+    let sout = sdrain.join().unwrap();
+    assert!(st.success(), "server exit {st}: {serr}");
+    assert_eq!(
+        sout.lines()
+            .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+            .count(),
+        COUNT,
+        "{sout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rping_dpdk_needs_a_config_and_kernel_refuses_one() {
+    // Both refusals come before any EAL start, so this test needs no DPDK resources.
+    let o = Command::new(BIN)
+        .args(["rping", "-c", "-a", "10.94.1.1", "--transport", "dpdk"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--transport dpdk needs --config"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = Command::new(BIN)
+        .args(["rping", "-c", "-a", "10.94.1.1", "--config", "x.toml"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--config is for --transport dpdk"));
+    let o = Command::new(BIN)
+        .args(["rping", "-c", "-a", "10.94.1.1", "--transport", "xdp"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+}
