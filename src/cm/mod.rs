@@ -299,24 +299,31 @@ impl ConnRequest {
     /// Reject (`rdma_reject`) with private data: an MPA Reply with R=1 goes out and the stream is
     /// closed (RFC 5044 §7.1.2).
     pub fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
-        let now = Instant::now();
-        let mut conn = Connection::responder(
-            ConnConfig {
-                mpa: MpaConfig::default(),
-                ..ConnConfig::default()
-            },
-            crate::rdma::MemoryTable::new(),
-            now,
-        );
-        conn.on_bytes(&self.raw, now);
-        let _ = conn.poll_event();
-        conn.reject(private_data.to_vec());
-        let mut out = Vec::new();
-        conn.poll_transmit(&mut out);
+        let out = reject_frame(&self.raw, private_data);
         write_all(&mut *self.transport, &out, Duration::from_secs(2))?;
         let _ = self.transport.shutdown();
         Ok(())
     }
+}
+
+/// The MPA Reply with R=1 (RFC 5044 §7.1.2) answering the Request in `raw`, carrying
+/// `private_data`: a throw-away responder is fed the Request and told to reject it.
+pub(crate) fn reject_frame(raw: &[u8], private_data: &[u8]) -> Vec<u8> {
+    let now = Instant::now();
+    let mut conn = Connection::responder(
+        ConnConfig {
+            mpa: MpaConfig::default(),
+            ..ConnConfig::default()
+        },
+        crate::rdma::MemoryTable::new(),
+        now,
+    );
+    conn.on_bytes(raw, now);
+    let _ = conn.poll_event();
+    conn.reject(private_data.to_vec());
+    let mut out = Vec::new();
+    conn.poll_transmit(&mut out);
+    out
 }
 
 fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result<(), CmError> {

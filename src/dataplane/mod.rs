@@ -29,9 +29,9 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::cm::{self, CmError, ConnParam};
 use crate::config::{parse_cidr, parse_mac, DataplaneConfig};
-use crate::conn::{ConnConfig, ConnEvent, Connection};
+use crate::conn::{ConnEvent, Connection};
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
-use crate::mpa::{MpaConfig, Negotiated, PeerRequest};
+use crate::mpa::{Negotiated, PeerRequest};
 use crate::verbs::Qp;
 
 pub use worker::WorkerStats;
@@ -468,20 +468,7 @@ impl DpConnRequest {
 
     /// Reject (`rdma_reject`): an MPA Reply with R=1 and `private_data`, then the stream closes.
     pub fn reject(self, private_data: &[u8]) -> Result<(), CmError> {
-        let now = Instant::now();
-        let mut conn = Connection::responder(
-            ConnConfig {
-                mpa: MpaConfig::default(),
-                ..ConnConfig::default()
-            },
-            crate::rdma::MemoryTable::new(),
-            now,
-        );
-        conn.on_bytes(&self.raw, now);
-        let _ = conn.poll_event();
-        conn.reject(private_data.to_vec());
-        let mut out = Vec::new();
-        conn.poll_transmit(&mut out);
+        let out = cm::reject_frame(&self.raw, private_data);
         self.worker
             .send(Cmd::Reject {
                 id: self.id,

@@ -23,7 +23,7 @@ use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAU
 use crate::cm::{self, ConnParam};
 use crate::transport::kernel::KernelTcp;
 use crate::transport::Transport;
-use crate::verbs::{Cq, Device, Mr, Qp, QpCap, QpInitAttr, WcStatus};
+use crate::verbs::{Device, Mr, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -247,25 +247,8 @@ impl RdmaClient {
     pub fn connect(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
         let dev = Device::open();
         let pd = dev.alloc_pd();
-        let scq = Cq::new(4096);
-        let rcq = Cq::new(4096);
-        let attr = QpInitAttr {
-            send_cq: scq.clone(),
-            recv_cq: rcq.clone(),
-            cap: QpCap {
-                max_send_wr: 1024,
-                max_recv_wr: 1024,
-            },
-        };
-        let qp = Qp::new(&pd, &attr);
-        let mut ep = Endpoint::new(
-            qp.clone(),
-            pd,
-            scq,
-            rcq,
-            cfg.inline_recv as usize,
-            cfg.inline_send as usize,
-        );
+        let mut ep = Endpoint::create(pd, cfg.inline_recv as usize, cfg.inline_send as usize);
+        let qp = ep.qp.clone();
         ep.timeout = cfg.timeout;
         ep.spin = cfg.poll_spin;
         for _ in 0..cfg.credits.max(1) {

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::RpcError;
-use crate::verbs::{sge, Access, Cq, Mr, Opcode, Pd, Qp, RecvWr, SendWr, WcStatus, WorkCompletion};
+use crate::verbs::{
+    sge, Access, Cq, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
+    WorkCompletion,
+};
 use crate::wire::rpcrdma::Segment;
 
 /// What a send-queue work request holds until it completes.
@@ -44,6 +47,22 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
+    /// A QP in `pd` with its own send and receive CQs (4096 deep, 1024 WRs each way), wrapped.
+    pub fn create(pd: Pd, recv_size: usize, send_size: usize) -> Self {
+        let scq = Cq::new(4096);
+        let rcq = Cq::new(4096);
+        let attr = QpInitAttr {
+            send_cq: scq.clone(),
+            recv_cq: rcq.clone(),
+            cap: QpCap {
+                max_send_wr: 1024,
+                max_recv_wr: 1024,
+            },
+        };
+        let qp = Qp::new(&pd, &attr);
+        Self::new(qp, pd, scq, rcq, recv_size, send_size)
+    }
+
     pub fn new(qp: Qp, pd: Pd, scq: Cq, rcq: Cq, recv_size: usize, send_size: usize) -> Self {
         Endpoint {
             qp,

@@ -30,7 +30,7 @@ use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAU
 use crate::cm::{ConnParam, ConnRequest};
 use crate::transport::kernel::{KernelListener, KernelTcp};
 use crate::transport::Transport;
-use crate::verbs::{Cq, Device, Mr, Qp, QpCap, QpInitAttr, WcStatus};
+use crate::verbs::{Device, Mr, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -230,25 +230,12 @@ impl RdmaServer {
             return Err(RpcError::Usage("credit pool exhausted"));
         };
         let pd = self.dev.alloc_pd();
-        let scq = Cq::new(4096);
-        let rcq = Cq::new(4096);
-        let attr = QpInitAttr {
-            send_cq: scq.clone(),
-            recv_cq: rcq.clone(),
-            cap: QpCap {
-                max_send_wr: 1024,
-                max_recv_wr: 1024,
-            },
-        };
-        let qp = Qp::new(&pd, &attr);
-        let mut ep = Endpoint::new(
-            qp.clone(),
+        let mut ep = Endpoint::create(
             pd,
-            scq,
-            rcq,
             self.cfg.inline_recv as usize,
             self.cfg.inline_send as usize,
         );
+        let qp = ep.qp.clone();
         ep.spin = self.cfg.poll_spin;
         for _ in 0..credits.held() {
             ep.add_recv()?;
