@@ -12,15 +12,22 @@
 //! bandwidth report as five 8-byte fields (size, iterations, peak, average, message rate; big
 //! endian, the last three IEEE doubles) and a final dest; send_bw, read_lat and send_lat one
 //! dest; write_lat nothing.
+//!
+//! `--transport kernel` (default) runs both connections over kernel TCP; `--transport dpdk
+//! --config FILE` runs both over the DPDK dataplane (smoltcp on a DPDK port, docs/dataplane.md).
+//! Only connect/listen/accept differ ([`Net`]); the perftest exchanges below are the same code.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
+use dpwarp::cm::{self, ConnParam};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode,
     WcStatus,
 };
+
+use crate::dpperf::{start_dpdk, AnyListener, AnyRequest, Net};
 
 /// perftest's protocol version we speak (sent in the version exchange).
 const PERFTEST_VERSION: &str = "6.06";
@@ -72,9 +79,16 @@ pub struct Args {
     /// CRC32c on FPDUs (on: ask for it; off: follow the peer).
     #[arg(long, default_value = "off")]
     crc: String,
-    /// Byte-stream backend (only `kernel` for now).
+    /// Byte-stream backend for both rdma_cm connections: `kernel` (kernel TCP) or `dpdk` (the
+    /// DPDK dataplane of --config; the server listens on the port's own address).
     #[arg(long, default_value = "kernel")]
     transport: String,
+    /// Dataplane config (TOML, see configs/) for --transport dpdk.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Which configured DPDK port to use (--transport dpdk).
+    #[arg(long, default_value_t = 0)]
+    port_index: usize,
 }
 
 /// The client's report (`struct bw_report_data` fields exchanged by `xchg_bw_reports`).
@@ -88,11 +102,11 @@ struct Report {
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    if a.transport != "kernel" {
-        return Err(format!(
-            "--transport {}: only `kernel` is available in this build",
-            a.transport
-        ));
+    if a.transport != "kernel" && a.transport != "dpdk" {
+        return Err(format!("--transport {}: `kernel` or `dpdk`", a.transport));
+    }
+    if a.transport == "kernel" && a.config.is_some() {
+        return Err("--config is for --transport dpdk".into());
     }
     let read = match a.test.as_str() {
         "write_bw" | "send_bw" => false,
@@ -124,20 +138,53 @@ pub fn run(a: Args) -> Result<(), String> {
         timeout: Duration::from_secs(10),
         ..ConnParam::default()
     };
-    if a.test.ends_with("_lat") {
-        let addr = a
-            .server
+    // Resolve the server address before starting DPDK (a typo should not cost an EAL start).
+    let addr = a
+        .server
+        .as_deref()
+        .map(|h| resolve(h, a.port))
+        .transpose()?;
+    // `_dp` keeps the dataplane (EAL, ports, workers) running until the test ends.
+    let (_dp, net) = if a.transport == "dpdk" {
+        let config = a
+            .config
             .as_deref()
-            .map(|h| resolve(h, a.port))
-            .transpose()?;
-        return lat(&a, addr, &param, &sizes);
+            .ok_or("--transport dpdk needs --config FILE (a dataplane config, see configs/)")?;
+        if addr.is_some_and(|s| s.is_ipv6()) {
+            return Err("the DPDK dataplane is IPv4 only".into());
+        }
+        let (dp, ep) = start_dpdk(config, a.port_index)?;
+        // perftest's client starts connecting at once; on DPDK the port's link must be up first.
+        let up = Duration::from_secs(30);
+        if addr.is_some() && !dp.wait_link_up(up) {
+            return Err(format!(
+                "DPDK port {}: link did not come up within {up:?}",
+                a.port_index
+            ));
+        }
+        (Some(dp), Net::Dpdk(ep))
+    } else {
+        (None, Net::Kernel)
+    };
+    let net = &net;
+    if a.test.ends_with("_lat") {
+        return lat(&a, net, addr, &param, &sizes);
     }
-    match (&a.server, a.test == "send_bw") {
-        (Some(host), false) => client(&a, resolve(host, a.port)?, &param, &sizes),
-        (Some(host), true) => send_client(&a, resolve(host, a.port)?, &param, &sizes),
-        (None, false) => server(&a, &param, &sizes),
-        (None, true) => send_server(&a, &param, &sizes),
+    match (addr, a.test == "send_bw") {
+        (Some(addr), false) => client(&a, net, addr, &param, &sizes),
+        (Some(addr), true) => send_client(&a, net, addr, &param, &sizes),
+        (None, false) => server(&a, net, &param, &sizes),
+        (None, true) => send_server(&a, net, &param, &sizes),
     }
+}
+
+/// The server's listener for both connections: all addresses on kernel TCP (as perftest's
+/// server without a bind address), the port's own address on DPDK.
+fn listen(a: &Args, net: &Net) -> Result<AnyListener, String> {
+    let l = net.listen(SocketAddr::from(([0, 0, 0, 0], a.port)))?;
+    // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
+    log::info!("perf: listening on port {}", a.port);
+    Ok(l)
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -311,10 +358,17 @@ const DISCONNECT_DELAY_MS: u64 = 500;
 /// siw can leave an FPDU arriving right after its MPA Reply unprocessed (peer README defect 2).
 const FIRST_SEND_DELAY: Duration = Duration::from_millis(100);
 
-fn client(a: &Args, addr: SocketAddr, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+fn client(
+    a: &Args,
+    net: &Net,
+    addr: SocketAddr,
+    param: &ConnParam,
+    sizes: &[usize],
+) -> Result<(), String> {
     let dev = Device::open();
     let ctrl = Ctrl::new(&dev, true)?;
-    cm::connect_tcp(addr, &ctrl.ep.qp, param).map_err(|e| format!("control connection: {e}"))?;
+    net.connect(addr, &ctrl.ep.qp, param)
+        .map_err(|e| format!("control connection: {e}"))?;
     std::thread::sleep(FIRST_SEND_DELAY);
     preamble(&ctrl)?;
     let max = *sizes.iter().max().unwrap_or(&a.size);
@@ -326,7 +380,7 @@ fn client(a: &Args, addr: SocketAddr, param: &ConnParam, sizes: &[usize]) -> Res
         let buf = data
             .pd
             .reg_mr(max.max(CYCLE_BUFFER as usize) * 2, Access::LOCAL_WRITE);
-        match cm::connect_tcp(addr, &data.qp, param) {
+        match net.connect(addr, &data.qp, param) {
             Ok(n) => break (data, buf, n.ord),
             Err(e) if attempt < 10 => {
                 log::debug!("perf: data connection attempt {attempt}: {e}");
@@ -468,9 +522,8 @@ fn bw_loop(
     })
 }
 
-fn server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
-    let l = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
-        .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+fn server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+    let l = listen(a, net)?;
     let dev = Device::open();
     let ctrl = Ctrl::new(&dev, false)?;
     accept(&l, &ctrl.ep.qp, param, "control")?;
@@ -520,8 +573,8 @@ fn server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-fn accept(l: &Listener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
-    let req: ConnRequest = loop {
+fn accept(l: &AnyListener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
+    let req: AnyRequest = loop {
         match l.get_request(Duration::from_secs(3600)) {
             Ok(r) => break r,
             Err(cm::CmError::Timeout) => continue,
@@ -614,17 +667,19 @@ fn rx_depth(a: &Args) -> usize {
 /// control preamble). `recvs` receive buffers of `buf` are posted before connecting.
 fn connect_data(
     dev: &Device,
+    net: &Net,
     addr: SocketAddr,
     param: &ConnParam,
     len: usize,
 ) -> Result<(Ep, Mr), String> {
-    connect_data_recvs(dev, addr, param, len, 0)
+    connect_data_recvs(dev, net, addr, param, len, 0)
 }
 
 /// [`connect_data`] with `recvs` receives of `len` bytes (into the returned buffer) posted
 /// before the connection exists, so the peer's first Send finds one.
 fn connect_data_recvs(
     dev: &Device,
+    net: &Net,
     addr: SocketAddr,
     param: &ConnParam,
     len: usize,
@@ -642,7 +697,7 @@ fn connect_data_recvs(
                 })
                 .map_err(|e| format!("post recv: {e}"))?;
         }
-        match cm::connect_tcp(addr, &data.qp, param) {
+        match net.connect(addr, &data.qp, param) {
             Ok(_) => return Ok((data, buf)),
             Err(e) if attempt < 10 => {
                 log::debug!("perf: data connection attempt {attempt}: {e}");
@@ -660,17 +715,19 @@ fn connect_data_recvs(
 /// keeps at most `rx_depth` Sends beyond that count in flight.
 fn send_client(
     a: &Args,
+    net: &Net,
     addr: SocketAddr,
     param: &ConnParam,
     sizes: &[usize],
 ) -> Result<(), String> {
     let dev = Device::open();
     let ctrl = Ctrl::new(&dev, true)?;
-    cm::connect_tcp(addr, &ctrl.ep.qp, param).map_err(|e| format!("control connection: {e}"))?;
+    net.connect(addr, &ctrl.ep.qp, param)
+        .map_err(|e| format!("control connection: {e}"))?;
     std::thread::sleep(FIRST_SEND_DELAY);
     preamble(&ctrl)?;
     let max = *sizes.iter().max().unwrap_or(&a.size);
-    let (data, buf) = connect_data(&dev, addr, param, max)?;
+    let (data, buf) = connect_data(&dev, net, addr, param, max)?;
     let credit = data
         .pd
         .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
@@ -745,9 +802,8 @@ fn report(size: usize, done: u64, elapsed: Duration) -> Report {
 
 /// send_bw server: `rx_depth` receives posted before accepting, each reposted as it completes;
 /// every `rx_depth / 3` messages the running count goes to the client's credit buffer.
-fn send_server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
-    let l = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
-        .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Result<(), String> {
+    let l = listen(a, net)?;
     let dev = Device::open();
     let ctrl = Ctrl::new(&dev, false)?;
     accept(&l, &ctrl.ep.qp, param, "control")?;
@@ -836,6 +892,7 @@ fn send_server(a: &Args, param: &ConnParam, sizes: &[usize]) -> Result<(), Strin
 ///   Read's completion time. One dest exchange afterwards (the server just waits for it).
 fn lat(
     a: &Args,
+    net: &Net,
     addr: Option<SocketAddr>,
     param: &ConnParam,
     sizes: &[usize],
@@ -850,16 +907,15 @@ fn lat(
     let max = *sizes.iter().max().unwrap_or(&a.size);
     let listener;
     let (data, local) = if let Some(addr) = addr {
-        cm::connect_tcp(addr, &ctrl.ep.qp, param)
+        net.connect(addr, &ctrl.ep.qp, param)
             .map_err(|e| format!("control connection: {e}"))?;
         std::thread::sleep(FIRST_SEND_DELAY);
         preamble(&ctrl)?;
-        let r = connect_data_recvs(&dev, addr, param, max, recvs)?;
+        let r = connect_data_recvs(&dev, net, addr, param, max, recvs)?;
         std::thread::sleep(FIRST_SEND_DELAY);
         r
     } else {
-        listener = Listener::bind(SocketAddr::from(([0, 0, 0, 0], a.port)))
-            .map_err(|e| format!("listen on port {}: {e}", a.port))?;
+        listener = listen(a, net)?;
         accept(&listener, &ctrl.ep.qp, param, "control")?;
         preamble(&ctrl)?;
         let data = endpoint(&dev, recvs.max(1));

@@ -1,0 +1,158 @@
+//! `dpwarp perf --transport dpdk`: perftest's `-R` tests with both rdma_cm connections (control,
+//! then data) over the DPDK dataplane. Server and client are each their own `dpwarp perf` process
+//! with its own EAL (one EAL per process), connected through a net_memif socket unique to this
+//! test; write_bw then send_lat run one after another, each on a fresh pair of processes.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+const PORT: &str = "18611";
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn config(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str) -> PathBuf {
+    let text = format!(
+        r#"
+[eal]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
+        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
+[[port]]
+device = "net_memif0"
+ip = "{ip}/24"
+mac = "{mac}"
+mbufs = 8191
+[worker]
+spin_us = 5
+"#,
+        sock = sock.display()
+    );
+    let p = dir.join(format!("{role}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Run `dpwarp perf <test> <args>` as server and client over a fresh memif pair; assert both
+/// exit 0 and return (client stdout, server stdout).
+fn run_pair(name: &str, test: &str, args: &[&str]) -> (String, String) {
+    let dir = std::env::temp_dir().join(format!("dpwarp-dpperf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("memif.sock");
+    let scfg = config(&dir, "server", &sock, "10.95.0.1", "02:00:00:95:00:01");
+    let ccfg = config(&dir, "client", &sock, "10.95.0.2", "02:00:00:95:00:02");
+
+    let mut server = Kill(
+        Command::new(BIN)
+            .args(["perf", test, "-R", "-p", PORT])
+            .args(args)
+            .args(["--transport", "dpdk", "--config"])
+            .arg(&scfg)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The server logs "perf: listening" once its DPDK listener is installed; keep draining its
+    // stderr afterwards so it never blocks on a full pipe.
+    let err = server.0.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let drain = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in BufReader::new(err).lines() {
+            let Ok(l) = l else { break };
+            if l.contains(&format!("perf: listening on port {PORT}")) {
+                let _ = tx.send(());
+            }
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let mut sout = server.0.stdout.take().unwrap();
+    let sdrain = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = sout.read_to_string(&mut s);
+        s
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the DPDK perf server did not start listening"
+    );
+
+    let o = Command::new(BIN)
+        .args(["perf", test, "-R", "10.95.0.1", "-p", PORT])
+        .args(args)
+        .args(["--transport", "dpdk", "--config"])
+        .arg(&ccfg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let cout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{test} client failed: {}\n{cout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The server ends once the client has reported and disconnected.
+    let st = server.0.wait().unwrap();
+    let serr = drain.join().unwrap();
+    let sout = sdrain.join().unwrap();
+    assert!(st.success(), "{test} server exit {st}: {serr}\n{sout}");
+    let _ = std::fs::remove_dir_all(&dir);
+    (cout, sout)
+}
+
+/// The numeric row of a perftest table whose first two columns are `size` and `iters`.
+fn row<'a>(out: &'a str, size: &str, iters: &str) -> Vec<&'a str> {
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 5 && f[0] == size && f[1] == iters)
+        .collect();
+    assert_eq!(rows.len(), 1, "one result row for {size} x {iters}:\n{out}");
+    rows.into_iter().next().unwrap()
+}
+
+fn positive(field: &str, what: &str, out: &str) {
+    let v: f64 = field
+        .parse()
+        .unwrap_or_else(|e| panic!("{what} {field:?}: {e}\n{out}"));
+    assert!(v > 0.0 && v.is_finite(), "{what} = {v}\n{out}");
+}
+
+#[test]
+fn perf_write_bw_and_send_lat_over_dpdk_memif() {
+    // write_bw: 200 RDMA Writes of 4 KiB (several TCP segments each) on the data connection,
+    // the report exchange and the sync dests on the control connection.
+    let (cout, sout) = run_pair("wbw", "write_bw", &["-s", "4096", "-n", "200"]);
+    assert!(cout.contains("RDMA_Write BW Test"), "{cout}");
+    assert!(cout.contains("dpwarp over dpdk"), "{cout}");
+    assert!(cout.contains("BW average[MB/sec]"), "{cout}");
+    let r = row(&cout, "4096", "200");
+    positive(r[2], "BW peak", &cout);
+    positive(r[3], "BW average", &cout);
+    positive(r[4], "MsgRate", &cout);
+    // The server printed the client's report, received over the control connection.
+    let s = row(&sout, "4096", "200");
+    positive(s[3], "server's BW average", &sout);
+
+    // send_lat: 200 Send ping-pongs; 199 round-trip samples.
+    let (cout, _) = run_pair("slat", "send_lat", &["-s", "64", "-n", "200"]);
+    assert!(cout.contains("Send Latency Test"), "{cout}");
+    assert!(cout.contains("t_typical[usec]"), "{cout}");
+    let r = row(&cout, "64", "199");
+    positive(r[2], "t_min", &cout);
+    positive(r[4], "t_typical", &cout);
+    positive(r[5], "t_avg", &cout);
+}
