@@ -133,6 +133,27 @@ fn positive(field: &str, what: &str, out: &str) {
 
 #[test]
 fn perf_write_bw_and_send_lat_over_dpdk_memif() {
+    // The option refusals come before any EAL start.
+    for (args, want) in [
+        (
+            &["--transport", "dpdk"][..],
+            "--transport dpdk needs --config",
+        ),
+        (
+            &["--config", "x.toml"][..],
+            "--config is for --transport dpdk",
+        ),
+        (&["--transport", "xdp"][..], "`kernel` or `dpdk`"),
+    ] {
+        let o = Command::new(BIN)
+            .args(["perf", "write_bw", "-R", "10.95.1.1"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+
     // write_bw: 200 RDMA Writes of 4 KiB (several TCP segments each) on the data connection,
     // the report exchange and the sync dests on the control connection.
     let (cout, sout) = run_pair("wbw", "write_bw", &["-s", "4096", "-n", "200"]);
