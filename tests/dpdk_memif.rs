@@ -4,51 +4,19 @@
 //! (every ping answered), so success means data flowed both ways over DPDK.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn config(
-    dir: &std::path::Path,
-    role: &str,
-    sock: &str,
-    ip: &str,
-    mac: &str,
-) -> std::path::PathBuf {
-    let text = format!(
-        r#"
-[eal]
-args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
-        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
-[[port]]
-device = "net_memif0"
-ip = "{ip}/24"
-mac = "{mac}"
-mbufs = 8191
-[worker]
-spin_us = 5
-"#
-    );
-    let p = dir.join(format!("{role}.toml"));
-    std::fs::write(&p, text).unwrap();
-    p
-}
+mod memif_common;
+use memif_common::{config, Kill};
 
 #[test]
 fn memif_two_processes_write_bw_and_send_lat() {
     let dir = std::env::temp_dir().join(format!("dpwarp-memif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let sock = sock.to_str().unwrap();
-    let scfg = config(&dir, "server", sock, "10.93.0.1", "02:00:00:93:00:01");
-    let ccfg = config(&dir, "client", sock, "10.93.0.2", "02:00:00:93:00:02");
+    let scfg = config(&dir, "server", &sock, "10.93.0.1", "02:00:00:93:00:01");
+    let ccfg = config(&dir, "client", &sock, "10.93.0.2", "02:00:00:93:00:02");
     let bin = env!("CARGO_BIN_EXE_dpwarp");
 
     let mut server = Kill(

@@ -4,42 +4,15 @@
 //! test; write_bw then send_lat run one after another, each on a fresh pair of processes.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 const PORT: &str = "18611";
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn config(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str) -> PathBuf {
-    let text = format!(
-        r#"
-[eal]
-args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
-        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
-[[port]]
-device = "net_memif0"
-ip = "{ip}/24"
-mac = "{mac}"
-mbufs = 8191
-[worker]
-spin_us = 5
-"#,
-        sock = sock.display()
-    );
-    let p = dir.join(format!("{role}.toml"));
-    std::fs::write(&p, text).unwrap();
-    p
-}
+mod memif_common;
+use memif_common::{config, Kill};
 
 /// Run `dpwarp perf <test> <args>` as server and client over a fresh memif pair; assert both
 /// exit 0 and return (client stdout, server stdout).

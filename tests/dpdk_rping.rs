@@ -5,45 +5,14 @@
 //! bigger than one TCP segment makes the Read Response and the Write span several FPDUs.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn config(
-    dir: &std::path::Path,
-    role: &str,
-    sock: &str,
-    ip: &str,
-    mac: &str,
-) -> std::path::PathBuf {
-    let text = format!(
-        r#"
-[eal]
-args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
-        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
-[[port]]
-device = "net_memif0"
-ip = "{ip}/24"
-mac = "{mac}"
-mbufs = 8191
-[worker]
-spin_us = 5
-"#
-    );
-    let p = dir.join(format!("{role}.toml"));
-    std::fs::write(&p, text).unwrap();
-    p
-}
+mod memif_common;
+use memif_common::{config, Kill};
 
 #[test]
 fn rping_over_dpdk_memif_two_processes() {
@@ -52,9 +21,8 @@ fn rping_over_dpdk_memif_two_processes() {
     let dir = std::env::temp_dir().join(format!("dpwarp-dprping-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let sock = sock.to_str().unwrap();
-    let scfg = config(&dir, "server", sock, "10.94.0.1", "02:00:00:94:00:01");
-    let ccfg = config(&dir, "client", sock, "10.94.0.2", "02:00:00:94:00:02");
+    let scfg = config(&dir, "server", &sock, "10.94.0.1", "02:00:00:94:00:01");
+    let ccfg = config(&dir, "client", &sock, "10.94.0.2", "02:00:00:94:00:02");
 
     let mut server = Kill(
         Command::new(BIN)

@@ -5,7 +5,7 @@
 //! value with the specific TERMINATE code RFC 5041 §7.2 / RFC 5040 §7 assign, so parsing only
 //! fails on truncation.
 
-use super::{Error, Result};
+use super::{be32, be64, Error, Result};
 
 /// Length of a tagged DDP header including the RDMAP control octet (RFC 5041 §4.2).
 pub const TAGGED_HEADER_LEN: usize = 14;
@@ -43,18 +43,6 @@ mod field {
 #[derive(Debug, Clone)]
 pub struct Segment<T: AsRef<[u8]>> {
     buffer: T,
-}
-
-fn be32(b: &[u8]) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[..4]);
-    u32::from_be_bytes(a)
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 impl<T: AsRef<[u8]>> Segment<T> {

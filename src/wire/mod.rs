@@ -31,3 +31,17 @@ pub enum Error {
 
 /// Result of wire parsing.
 pub type Result<T> = core::result::Result<T, Error>;
+
+/// A big-endian u32 from the first 4 octets of `b` (callers have checked the length).
+pub(crate) fn be32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_be_bytes(a)
+}
+
+/// A big-endian u64 from the first 8 octets of `b` (callers have checked the length).
+pub(crate) fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}

@@ -3,7 +3,7 @@
 
 use super::ddp::{Segment, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use super::terminate::{BitOrder, TermCause, TermControl, CONTROL_LEN};
-use super::{Error, Result};
+use super::{be32, be64, Error, Result};
 
 /// RDMAP version this implementation speaks (RFC 5040 §4.1: RV = 01b).
 pub const RDMAP_VERSION: u8 = 1;
@@ -86,18 +86,6 @@ mod field {
     pub const SIZE: Range<usize> = 12..16;
     pub const SRC_STAG: Range<usize> = 16..20;
     pub const SRC_TO: Range<usize> = 20..28;
-}
-
-fn be32(b: &[u8]) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[..4]);
-    u32::from_be_bytes(a)
-}
-
-fn be64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 /// A view of an RDMA Read Request header (RFC 5040 §4.4).

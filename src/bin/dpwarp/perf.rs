@@ -340,6 +340,21 @@ fn version_bytes() -> [u8; 16] {
     v
 }
 
+/// Client: open the control connection and run the preamble on it.
+fn connect_control(
+    dev: &Device,
+    net: &Net,
+    addr: SocketAddr,
+    param: &ConnParam,
+) -> Result<Ctrl, String> {
+    let ctrl = Ctrl::new(dev, true)?;
+    net.connect(addr, &ctrl.ep.qp, param)
+        .map_err(|e| format!("control connection: {e}"))?;
+    std::thread::sleep(FIRST_SEND_DELAY);
+    preamble(&ctrl)?;
+    Ok(ctrl)
+}
+
 /// The control steps before the data connection (version, system data, MTU, GID check).
 fn preamble(ctrl: &Ctrl) -> Result<(), String> {
     let rv = ctrl.xchg(&version_bytes())?;
@@ -366,11 +381,7 @@ fn client(
     sizes: &[usize],
 ) -> Result<(), String> {
     let dev = Device::open();
-    let ctrl = Ctrl::new(&dev, true)?;
-    net.connect(addr, &ctrl.ep.qp, param)
-        .map_err(|e| format!("control connection: {e}"))?;
-    std::thread::sleep(FIRST_SEND_DELAY);
-    preamble(&ctrl)?;
+    let ctrl = connect_control(&dev, net, addr, param)?;
     let max = *sizes.iter().max().unwrap_or(&a.size);
     // The server listens for the data connection only after the preamble: like perftest's
     // retry_rdma_connect, try up to 10 times 100 ms apart (a QP connects once: new one each time).
@@ -721,11 +732,7 @@ fn send_client(
     sizes: &[usize],
 ) -> Result<(), String> {
     let dev = Device::open();
-    let ctrl = Ctrl::new(&dev, true)?;
-    net.connect(addr, &ctrl.ep.qp, param)
-        .map_err(|e| format!("control connection: {e}"))?;
-    std::thread::sleep(FIRST_SEND_DELAY);
-    preamble(&ctrl)?;
+    let ctrl = connect_control(&dev, net, addr, param)?;
     let max = *sizes.iter().max().unwrap_or(&a.size);
     let (data, buf) = connect_data(&dev, net, addr, param, max)?;
     let credit = data

@@ -1,0 +1,39 @@
+//! Shared by the DPDK tests that run dpwarp processes over a net_memif pair (one EAL per
+//! process): a child that is killed when the test ends, and the dataplane config of one end.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+
+/// Kills (and reaps) the child process when dropped, so a failing test leaves nothing behind.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Write `DIR/ROLE.toml`: one net_memif port (`role` server or client on socket `sock`) with
+/// address `ip`/24 and `mac`, no hugepages.
+pub fn config(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str) -> PathBuf {
+    let text = format!(
+        r#"
+[eal]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
+        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
+[[port]]
+device = "net_memif0"
+ip = "{ip}/24"
+mac = "{mac}"
+mbufs = 8191
+[worker]
+spin_us = 5
+"#,
+        sock = sock.display()
+    );
+    let p = dir.join(format!("{role}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
