@@ -122,6 +122,11 @@ pub struct TcpConfig {
     /// Listening sockets kept open per listener (smoltcp has no accept queue).
     #[serde(default = "d_backlog")]
     pub backlog: usize,
+    /// RFC 5044 Appendix A: hand smoltcp one segment of whole FPDUs at a time so that every
+    /// segment begins with an FPDU header (default true). `false` writes whatever the socket
+    /// takes and lets smoltcp cut segments anywhere (kept to measure the difference).
+    #[serde(default = "d_true")]
+    pub fpdu_alignment: bool,
 }
 
 impl Default for TcpConfig {
@@ -130,10 +135,14 @@ impl Default for TcpConfig {
             rx_buffer: d_buf(),
             tx_buffer: d_buf(),
             backlog: d_backlog(),
+            fpdu_alignment: true,
         }
     }
 }
 
+fn d_true() -> bool {
+    true
+}
 fn d_checksum() -> String {
     "software".into()
 }

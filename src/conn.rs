@@ -205,11 +205,32 @@ impl Connection {
 
     /// Append every byte ready to go out to `out`.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) {
+        self.transmit(out, None);
+    }
+
+    /// [`Connection::poll_transmit`], also pushing onto `ends` the offset in `out` just past
+    /// each record appended: every FPDU, and the MPA startup frames as one record. A sender that
+    /// controls TCP segmentation uses it to start every segment with an FPDU header and put
+    /// only whole FPDUs in a segment (RFC 5044 Appendix A; §4.2 sizes FPDUs to the EMSS).
+    pub fn poll_transmit_records(&mut self, out: &mut Vec<u8>, ends: &mut Vec<usize>) {
+        self.transmit(out, Some(ends));
+    }
+
+    fn transmit(&mut self, out: &mut Vec<u8>, mut ends: Option<&mut Vec<usize>>) {
+        let mark = |out: &Vec<u8>, ends: &mut Option<&mut Vec<usize>>| {
+            if let Some(e) = ends.as_deref_mut() {
+                if e.last().copied().unwrap_or(0) < out.len() {
+                    e.push(out.len());
+                }
+            }
+        };
         if self.data.is_none() {
             self.startup.poll_transmit(out);
             self.drive_startup();
+            mark(out, &mut ends);
         }
         out.append(&mut self.tx);
+        mark(out, &mut ends);
         if let Some(d) = self.data.as_mut() {
             loop {
                 self.ulpdu.clear();
@@ -217,6 +238,7 @@ impl Connection {
                     break;
                 }
                 d.framer.emit(&self.ulpdu, &[], out);
+                mark(out, &mut ends);
             }
         }
         self.drive_qp();

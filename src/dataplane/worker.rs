@@ -96,8 +96,11 @@ struct Conn {
     h: SocketHandle,
     sh: Option<Arc<QpShared>>,
     events: Option<Sender<ConnEvent>>,
+    /// Bytes from the connection not yet in the socket, `out[out_pos..]`.
     out: Vec<u8>,
     out_pos: usize,
+    /// Offsets in `out` just past each record (FPDU, startup frames), ascending.
+    ends: Vec<usize>,
     state: CState,
     /// The peer closed its direction (FIN seen and reported to the connection).
     eof: bool,
@@ -230,6 +233,7 @@ impl Worker {
                                     events: Some(events),
                                     out: Vec::new(),
                                     out_pos: 0,
+                                    ends: Vec::new(),
                                     state: CState::Connecting,
                                     eof: false,
                                 });
@@ -284,6 +288,7 @@ impl Worker {
                             events: Some(events),
                             out: Vec::new(),
                             out_pos: 0,
+                            ends: Vec::new(),
                             state: CState::Live,
                             eof: false,
                         }),
@@ -300,6 +305,7 @@ impl Worker {
                                 events: None,
                                 out: bytes,
                                 out_pos: 0,
+                                ends: Vec::new(),
                                 state: CState::Live,
                                 eof: false,
                             });
@@ -407,6 +413,7 @@ impl Worker {
                                 events: None,
                                 out: Vec::new(),
                                 out_pos: 0,
+                                ends: Vec::new(),
                                 state: CState::Closing(now),
                                 eof: true,
                             });
@@ -430,6 +437,7 @@ impl Worker {
                         events: None,
                         out: Vec::new(),
                         out_pos: 0,
+                        ends: Vec::new(),
                         state: CState::Closing(now),
                         eof: true,
                     });
@@ -487,7 +495,18 @@ impl Worker {
             let ts = st_now(t0);
             iface.poll(ts, &mut self.dev, &mut sockets);
             for _ in 0..EGRESS_PASSES {
-                if iface.poll_egress(ts, &mut self.dev, &mut sockets) == PollResult::None {
+                let mut fed = false;
+                for c in conns.iter_mut() {
+                    if matches!(c.state, CState::Live) && c.sh.is_some() {
+                        let s = sockets.get_mut::<tcp::Socket>(c.h);
+                        fed |= if self.tcp.fpdu_alignment {
+                            feed_segment(c, s, emss)
+                        } else {
+                            feed_all(c, s)
+                        };
+                    }
+                }
+                if iface.poll_egress(ts, &mut self.dev, &mut sockets) == PollResult::None && !fed {
                     break;
                 }
             }
@@ -576,17 +595,12 @@ fn drive(c: &mut Conn, s: &mut tcp::Socket<'static>, now: Instant) -> (bool, boo
     if c.out_pos == c.out.len() {
         c.out.clear();
         c.out_pos = 0;
-        conn.poll_transmit(&mut c.out);
+        c.ends.clear();
+        conn.poll_transmit_records(&mut c.out, &mut c.ends);
+        work |= !c.out.is_empty();
     }
-    while c.out_pos < c.out.len() && s.can_send() {
-        match s.send_slice(&c.out[c.out_pos..]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                c.out_pos += n;
-                work = true;
-            }
-        }
-    }
+    // The bytes go into the socket one segment's worth at a time in the egress passes
+    // (feed_segment), so that segments start on FPDU boundaries.
     sh.reap(conn);
     while let Some(ev) = conn.poll_event() {
         sh.note_event(&ev);
@@ -600,4 +614,81 @@ fn drive(c: &mut Conn, s: &mut tcp::Socket<'static>, now: Instant) -> (bool, boo
     let drained = c.out_pos == c.out.len();
     drop(guard);
     (work, c.eof || (close && drained))
+}
+
+/// Without alignment (`tcp.fpdu_alignment = false`): everything the socket takes.
+fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> bool {
+    let mut fed = false;
+    while c.out_pos < c.out.len() && s.can_send() {
+        match s.send_slice(&c.out[c.out_pos..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                c.out_pos += n;
+                fed = true;
+            }
+        }
+    }
+    fed
+}
+
+/// RFC 5044 Appendix A (and §4.2: an FPDU fits one segment): give smoltcp the next segment's
+/// payload as whole FPDUs, so that the segment it cuts begins with an FPDU header.
+///
+/// smoltcp starts every segment at SND.NXT and fills it with up to min(MSS, window) queued
+/// octets. So the worker writes into the socket only when nothing is unsent, and at most the
+/// whole records that fit that room (several small FPDUs may share a segment: packing is
+/// allowed). Returns whether bytes were written.
+///
+/// Exceptions, each keeping the connection moving rather than aligned: a record larger than a
+/// segment (the peer announced an MSS below the EMSS MULPDU was derived from, or the MPA
+/// startup frames) goes in whole and TCP splits it; a window smaller than the next FPDU with
+/// nothing in flight will not grow by waiting for ACKs, so the FPDU goes in and TCP splits it.
+/// Retransmissions after a timeout are cut by smoltcp from SND.UNA and need not be aligned.
+fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> bool {
+    if c.out_pos >= c.out.len() || !s.may_send() || s.send_unsent() > 0 {
+        return false;
+    }
+    let segment = emss.min(s.remote_mss()).max(1);
+    let room = segment.min(s.send_window_left());
+    // Records still to go; bytes after the last recorded end (none today) count as one more.
+    let first = c.ends.partition_point(|&e| e <= c.out_pos);
+    let ends = c.ends[first..]
+        .iter()
+        .copied()
+        .chain((c.ends.last().copied().unwrap_or(0) < c.out.len()).then_some(c.out.len()));
+    let mut end = c.out_pos;
+    let mut next = c.out.len();
+    for e in ends {
+        if e - c.out_pos <= room {
+            end = e;
+        } else {
+            next = e;
+            break;
+        }
+    }
+    if end == c.out_pos {
+        if next - c.out_pos > segment || s.send_queue() == 0 {
+            end = next;
+        } else {
+            // Wait for the ACK that opens the window.
+            return false;
+        }
+    }
+    let free = s.send_capacity() - s.send_queue();
+    if end - c.out_pos > free {
+        if free < s.send_capacity() {
+            // Wait for ACKs to free the room rather than split a record across segments.
+            return false;
+        }
+        // A record larger than the whole transmit buffer (a small configured tcp.tx_buffer):
+        // it cannot be aligned anyway.
+        end = c.out_pos + free;
+    }
+    match s.send_slice(&c.out[c.out_pos..end]) {
+        Ok(n) if n > 0 => {
+            c.out_pos += n;
+            true
+        }
+        _ => false,
+    }
 }

@@ -1303,6 +1303,36 @@ impl<'a> Socket<'a> {
         self.tx_buffer.len()
     }
 
+    /// dpwarp: the octets queued in the transmit buffer that have not been sent yet (those
+    /// beyond SND.NXT; after a retransmission timeout, also the ones to be sent again).
+    ///
+    /// The next segment `dispatch` emits starts with the first of these octets.
+    pub fn send_unsent(&self) -> usize {
+        let in_flight = if self.remote_last_seq > self.local_seq_no {
+            self.remote_last_seq - self.local_seq_no
+        } else {
+            0
+        };
+        self.tx_buffer.len().saturating_sub(in_flight)
+    }
+
+    /// dpwarp: the maximum segment size the peer announced (the default 536 until its SYN
+    /// said otherwise). A segment carries at most the smaller of this and the local MSS.
+    pub fn remote_mss(&self) -> usize {
+        self.remote_mss
+    }
+
+    /// dpwarp: the octets the peer's receive window still admits beyond SND.NXT, i.e. the
+    /// most the next segment may carry as far as the window is concerned.
+    pub fn send_window_left(&self) -> usize {
+        let right_edge = self.local_seq_no + self.remote_win_len;
+        if right_edge > self.remote_last_seq {
+            right_edge - self.remote_last_seq
+        } else {
+            0
+        }
+    }
+
     /// Return the amount of octets queued in the receive buffer. This value can be larger than
     /// the slice read by the next `recv` or `peek` call because it includes all queued octets,
     /// and not only the octets that may be returned as a contiguous slice.
