@@ -232,13 +232,26 @@ impl Connection {
         out.append(&mut self.tx);
         mark(out, &mut ends);
         if let Some(d) = self.data.as_mut() {
-            loop {
-                self.ulpdu.clear();
-                if !d.qp.poll_ulpdu(&mut self.ulpdu) {
-                    break;
+            if d.framer.markers_enabled() {
+                loop {
+                    self.ulpdu.clear();
+                    if !d.qp.poll_ulpdu(&mut self.ulpdu) {
+                        break;
+                    }
+                    d.framer.emit(&self.ulpdu, &[], out);
+                    mark(out, &mut ends);
                 }
-                d.framer.emit(&self.ulpdu, &[], out);
-                mark(out, &mut ends);
+            } else {
+                // The QP engine gathers each ULPDU straight into its FPDU: one copy fewer.
+                loop {
+                    let start = d.framer.begin_in_place(out);
+                    if !d.qp.poll_ulpdu(out) {
+                        out.truncate(start);
+                        break;
+                    }
+                    d.framer.finish_in_place(out, start);
+                    mark(out, &mut ends);
+                }
             }
         }
         self.drive_qp();
