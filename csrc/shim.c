@@ -110,12 +110,15 @@ int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 				(RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
 		}
 	}
+	/* rte_eth_dev_configure checks the MTU against the driver's max_rx_pktlen. */
+	conf.rxmode.mtu = mtu;
 	rc = rte_eth_dev_configure(port, nq, nq, &conf);
 	if (rc != 0)
 		return rc;
 	if (mtu != 0 && mtu != RTE_ETHER_MTU) {
 		rc = rte_eth_dev_set_mtu(port, mtu);
-		if (rc != 0)
+		/* -ENOTSUP: the driver has no MTU to set (net_ring passes any mbuf). */
+		if (rc != 0 && rc != -ENOTSUP)
 			return rc;
 	}
 	int socket = rte_eth_dev_socket_id(port);
