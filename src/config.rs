@@ -127,6 +127,12 @@ pub struct TcpConfig {
     /// takes and lets smoltcp cut segments anywhere (kept to measure the difference).
     #[serde(default = "d_true")]
     pub fpdu_alignment: bool,
+    /// TCP connections one worker holds at most (incoming ones still in MPA startup, awaiting
+    /// accept, live or closing; and outgoing). Each has `rx_buffer + tx_buffer` of memory, so
+    /// this bounds what peers can make a worker allocate; connections beyond it are refused
+    /// with a TCP RST (default 256).
+    #[serde(default = "d_max_conns")]
+    pub max_connections: usize,
 }
 
 impl Default for TcpConfig {
@@ -136,10 +142,14 @@ impl Default for TcpConfig {
             tx_buffer: d_buf(),
             backlog: d_backlog(),
             fpdu_alignment: true,
+            max_connections: d_max_conns(),
         }
     }
 }
 
+fn d_max_conns() -> usize {
+    256
+}
 fn d_true() -> bool {
     true
 }

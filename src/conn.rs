@@ -25,6 +25,11 @@ use crate::wire::terminate::TermCause;
 /// sends FPDUs no larger than a segment but accepts larger ones, so accept up to the field limit.
 pub const MAX_RX_ULPDU: usize = 65535;
 
+/// How many octets one [`Connection::poll_transmit`] call appends at most (it stops after the
+/// FPDU that reaches this). A peer's Read Requests can ask for as much as the registered regions
+/// hold; the responses are produced as the transport drains them, not all at once.
+pub const TX_BUDGET: usize = 256 * 1024;
+
 /// Parameters of a connection (both MPA and the QP behind it).
 #[derive(Debug, Clone)]
 pub struct ConnConfig {
@@ -203,7 +208,8 @@ impl Connection {
         }
     }
 
-    /// Append every byte ready to go out to `out`.
+    /// Append the bytes ready to go out to `out`: at most about [`TX_BUDGET`] octets per call
+    /// (whole FPDUs); call again once they are sent for the rest.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) {
         self.transmit(out, None);
     }
@@ -217,6 +223,7 @@ impl Connection {
     }
 
     fn transmit(&mut self, out: &mut Vec<u8>, mut ends: Option<&mut Vec<usize>>) {
+        let budget_end = out.len().saturating_add(TX_BUDGET);
         let mark = |out: &Vec<u8>, ends: &mut Option<&mut Vec<usize>>| {
             if let Some(e) = ends.as_deref_mut() {
                 if e.last().copied().unwrap_or(0) < out.len() {
@@ -233,7 +240,7 @@ impl Connection {
         mark(out, &mut ends);
         if let Some(d) = self.data.as_mut() {
             if d.framer.markers_enabled() {
-                loop {
+                while out.len() < budget_end {
                     self.ulpdu.clear();
                     if !d.qp.poll_ulpdu(&mut self.ulpdu) {
                         break;
@@ -243,7 +250,7 @@ impl Connection {
                 }
             } else {
                 // The QP engine gathers each ULPDU straight into its FPDU: one copy fewer.
-                loop {
+                while out.len() < budget_end {
                     let start = d.framer.begin_in_place(out);
                     if !d.qp.poll_ulpdu(out) {
                         out.truncate(start);

@@ -387,3 +387,49 @@ fn rfc5040_s7_send_invalidate_of_foreign_stag_refused() {
         .check(foreign.stag(), other_pd, foreign.addr(), 64, RW)
         .is_ok());
 }
+
+/// A peer's Read Request may name as much as a registered region holds; the responder produces
+/// the Read Response as the transport drains it: no poll_transmit call appends more than
+/// TX_BUDGET plus one FPDU, and the whole 8 MiB arrives intact over repeated calls.
+#[test]
+fn read_response_is_produced_in_bounded_batches() {
+    const LEN: usize = 8 << 20;
+    let mut p = Pair::new(MpaConfig::default());
+    let target = p.mem_b.register(p.pd_b, LEN, RW);
+    let data: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(7) ^ 0x5a).collect();
+    target.write_at(0, &data);
+    let local = p.mem_a.register(p.pd_a, LEN, Access::LOCAL_WRITE);
+    p.a.post_send(SendWr {
+        wr_id: 1,
+        opcode: Opcode::Read {
+            remote_addr: target.addr(),
+            rkey: target.stag(),
+        },
+        sg_list: vec![sge(&local, 0, LEN)],
+        signaled: true,
+    })
+    .unwrap();
+    let now = Instant::now();
+    let mut calls = 0;
+    for _ in 0..10_000 {
+        let mut ab = Vec::new();
+        p.a.poll_transmit(&mut ab);
+        let mut ba = Vec::new();
+        p.b.poll_transmit(&mut ba);
+        assert!(
+            ba.len() <= dpwarp::conn::TX_BUDGET + 65536,
+            "{} octets in one call",
+            ba.len()
+        );
+        if ab.is_empty() && ba.is_empty() {
+            break;
+        }
+        calls += 1;
+        p.b.on_bytes(&ab, now);
+        p.a.on_bytes(&ba, now);
+    }
+    assert!(calls >= LEN / dpwarp::conn::TX_BUDGET, "{calls} calls");
+    let wc = p.a.poll_completion().expect("read completion");
+    assert_eq!(wc.status, WcStatus::Success);
+    assert!(local.to_vec() == data, "the Read returned other data");
+}

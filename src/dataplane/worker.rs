@@ -84,6 +84,8 @@ pub struct WorkerStats {
     pub loops: u64,
     /// Connections the worker holds (connecting, established or closing) when asked.
     pub connections: usize,
+    /// Incoming connections refused with a RST because the worker held `tcp.max_connections`.
+    pub refused: u64,
 }
 
 enum CState {
@@ -174,6 +176,7 @@ impl Worker {
         let mut next_port: u16 = 49152 + (rand::random::<u16>() % 8192);
         let mut stats = WorkerStats::default();
         let mut last_work = Instant::now();
+        let mut last_refusal: Option<Instant> = None;
         let emss = self.mtu.saturating_sub(40);
         log::info!(
             "dataplane: worker {} up: {}/{} mac {:02x?} mtu {} emss {}",
@@ -212,6 +215,16 @@ impl Worker {
                         let _ = reply.try_send(stats);
                     }
                     Cmd::Connect { remote, sh, events } => {
+                        if conns.len() + probes.len() + awaiting.len() >= self.tcp.max_connections {
+                            log::warn!(
+                                "dataplane: worker {} holds tcp.max_connections = {}; not connecting to {remote}",
+                                self.index,
+                                self.tcp.max_connections
+                            );
+                            let _ = events.try_send(ConnEvent::Closed);
+                            sh.closed.store(true, Ordering::Release);
+                            continue;
+                        }
                         let mut s = new_socket(&self.tcp);
                         next_port = if next_port >= 65000 {
                             49152
@@ -323,10 +336,36 @@ impl Worker {
             iface.poll(ts, &mut self.dev, &mut sockets);
 
             // --- listeners: a listening socket that left LISTEN becomes a probe --------------
+            let mut held = conns.len() + probes.len() + awaiting.len();
             for (port, l) in listening.iter_mut() {
                 for h in l.handles.iter_mut() {
-                    let st = sockets.get::<tcp::Socket>(*h).state();
+                    let s = sockets.get_mut::<tcp::Socket>(*h);
+                    let st = s.state();
+                    if st == tcp::State::Closed {
+                        // Refused below in an earlier loop: its RST has gone out; listen again
+                        // with the same socket (no new buffers).
+                        let _ = s.listen(*port);
+                        continue;
+                    }
+                    if st != tcp::State::Listen && held >= self.tcp.max_connections {
+                        // Every connection costs a socket's buffers: past the limit a peer
+                        // cannot make this worker allocate more; the RST tells it at once.
+                        if last_refusal
+                            .map_or(true, |t| now.duration_since(t) > Duration::from_secs(1))
+                        {
+                            log::warn!(
+                                "dataplane: worker {} holds tcp.max_connections = {}; refusing connections to port {port} (RST)",
+                                self.index,
+                                self.tcp.max_connections
+                            );
+                            last_refusal = Some(now);
+                        }
+                        stats.refused += 1;
+                        s.abort();
+                        continue;
+                    }
                     if st != tcp::State::Listen {
+                        held += 1;
                         let mut s = new_socket(&self.tcp);
                         if s.listen(*port).is_ok() {
                             let old = std::mem::replace(h, sockets.add(s));
@@ -397,7 +436,13 @@ impl Worker {
                         }
                     }
                 }
-                let gone = !s.is_active() && s.state() != tcp::State::SynReceived;
+                // Gone, or closed its direction without a (complete) MPA Request: it never
+                // will send one (RFC 5044 §7.1.2), so do not keep its buffers for PROBE_TIMEOUT.
+                let gone = (!s.is_active() && s.state() != tcp::State::SynReceived)
+                    || (matches!(
+                        s.state(),
+                        tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
+                    ) && !s.can_recv());
                 if done.is_none() && (gone || now.duration_since(p.since) > PROBE_TIMEOUT) {
                     done = Some(false);
                 }

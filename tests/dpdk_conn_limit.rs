@@ -1,0 +1,156 @@
+//! Hostile peers that only open TCP connections: a worker holds at most `tcp.max_connections`
+//! (each costs a socket's buffers) and refuses the rest with a RST, and takes new ones again
+//! once old ones are gone. DPDK net_tap inside a network namespace this test makes (and
+//! deletes); the test thread enters the namespace and connects with kernel TCP sockets that
+//! never send an MPA Request. Needs root (netns, tap). One EAL per process.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dpwarp::config::DataplaneConfig;
+use dpwarp::dataplane::Dataplane;
+
+const LIMIT: usize = 3;
+
+struct Netns(String);
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().expect("run ip");
+    assert!(st.success(), "ip {args:?} failed");
+}
+
+/// Connected, then either still open (`true`: a read times out) or reset/closed (`false`).
+fn stays_open(s: &mut TcpStream, wait: Duration) -> bool {
+    let end = Instant::now() + wait;
+    let mut b = [0u8; 16];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut b) {
+            Ok(0) => return false,
+            Ok(n) => panic!("the dataplane sent {n} bytes before any MPA Request"),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return true
+            }
+            // net_tap's signals interrupt blocking calls of this process.
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return false,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+}
+
+/// Connect; a refused connection may also fail in connect() itself (RST before the handshake
+/// completed on our side), which counts as refused.
+fn open(addr: SocketAddr) -> Option<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    s.set_nodelay(true).unwrap();
+    Some(s)
+}
+
+#[test]
+fn connections_beyond_max_connections_are_refused_with_rst() {
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&uid.stdout).trim(),
+        "0",
+        "this test needs root (network namespace, tap)"
+    );
+    let pid = std::process::id();
+    let ns = Netns(format!("dpwlim{pid}"));
+    ip(&["netns", "add", &ns.0]);
+    // This thread (and the workers it starts) live in the namespace from here on.
+    let fd = File::open(format!("/run/netns/{}", ns.0)).unwrap();
+    rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&fd),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .expect("setns into the test's namespace");
+    let tap = format!("dpwl{pid}");
+    let cfg = DataplaneConfig::parse(&format!(
+        r#"
+[eal]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
+        "--vdev=net_tap0,iface={tap}"]
+[[port]]
+device = "net_tap0"
+ip = "10.97.0.2/24"
+mac = "02:00:00:97:00:02"
+mbufs = 4095
+[worker]
+spin_us = 5
+[tcp]
+rx_buffer = 65536
+tx_buffer = 65536
+backlog = 2
+max_connections = {LIMIT}
+"#
+    ))
+    .unwrap();
+    let dp = Dataplane::start(&cfg).expect("dataplane on net_tap");
+    ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+    ip(&["-n", &ns.0, "addr", "add", "10.97.0.1/24", "dev", &tap]);
+    ip(&["-n", &ns.0, "link", "set", &tap, "up"]);
+    let ep = dp.endpoint(0).unwrap();
+    let _listener = ep.listen(7100).unwrap();
+    let addr: SocketAddr = "10.97.0.2:7100".parse().unwrap();
+
+    // The first LIMIT connections are held (they wait for an MPA Request).
+    let mut held = Vec::new();
+    let t0 = Instant::now();
+    while held.len() < LIMIT {
+        assert!(t0.elapsed() < Duration::from_secs(20), "could not connect");
+        if let Some(mut s) = open(addr) {
+            if stays_open(&mut s, Duration::from_millis(300)) {
+                held.push(s);
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Every further one is refused while they are.
+    for i in 0..4 {
+        if let Some(mut s) = open(addr) {
+            assert!(
+                !stays_open(&mut s, Duration::from_secs(3)),
+                "connection {} beyond the limit was kept",
+                LIMIT + i
+            );
+        }
+    }
+    let refused: u64 = dp.stats().iter().map(|s| s.refused).sum();
+    assert!(refused >= 4, "refused {refused}");
+
+    // Abort the held ones (RST): the worker frees them and takes a new connection again.
+    for s in held.drain(..) {
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+    }
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no connection accepted after the held ones were gone"
+        );
+        if let Some(mut s) = open(addr) {
+            if stays_open(&mut s, Duration::from_millis(500)) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(dp);
+}
