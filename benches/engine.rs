@@ -28,7 +28,7 @@ fn pair(markers: bool) -> (Connection, Connection, MemoryTable, MemoryTable) {
     };
     let mut a = Connection::initiator(cfg(ma.alloc_pd()), ma.clone(), now);
     let mut b = Connection::responder(cfg(mb.alloc_pd()), mb.clone(), now);
-    let mut pump = |a: &mut Connection, b: &mut Connection| {
+    let pump = |a: &mut Connection, b: &mut Connection| {
         for _ in 0..100 {
             let (mut ab, mut ba) = (Vec::new(), Vec::new());
             a.poll_transmit(&mut ab);
