@@ -126,6 +126,25 @@ pub fn backend(
     }
 }
 
+/// Log every dataplane worker's device counters (info level: on stderr by default), the
+/// checksum offload ones included.
+pub fn log_device_stats(dp: &Dataplane) {
+    for (i, w) in dp.stats().iter().enumerate() {
+        let d = &w.device;
+        log::info!(
+            "dataplane: worker {i}: rx {} tx {} backpressure {}; checksum offload: tx {} \
+             rx good {} rx sw-verified {} rx bad {}",
+            d.rx_packets,
+            d.tx_packets,
+            d.tx_backpressure,
+            d.tx_cksum_offload,
+            d.rx_cksum_good,
+            d.rx_cksum_sw,
+            d.rx_cksum_bad
+        );
+    }
+}
+
 /// Start the dataplane from a config file and return the endpoint of port `port`.
 pub fn start_dpdk(config: &std::path::Path, port: usize) -> Result<(Dataplane, Endpoint), String> {
     let cfg = DataplaneConfig::load(config)?;
@@ -647,6 +666,9 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     if !a.json {
         print_table(&format!("{} over {transport}", a.test), &results);
+    }
+    if let Some(dp) = &_dp {
+        log_device_stats(dp);
     }
     Ok(())
 }
