@@ -172,4 +172,13 @@ fn rping_defaults_to_dpdk_and_needs_a_config() {
     );
     let (ok, err) = rping(&[], &["-c", "-a", "10.94.1.1", "--transport", "xdp"]);
     assert!(!ok && err.contains("`kernel` or `dpdk`"), "{err}");
+    // dpperf (scripts/bench's tool) resolves its transport and config the same way.
+    let o = Command::new(BIN)
+        .args(["dpperf", "--test", "send_lat"])
+        .env_remove("DPWARP_TRANSPORT")
+        .env_remove("DPWARP_CONFIG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(NEED), "{err}");
 }
