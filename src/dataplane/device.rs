@@ -165,6 +165,68 @@ impl ChecksumMode {
     }
 }
 
+/// What to do with a received frame whose checksums are (partly) offloaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxCksum {
+    /// Its offloaded checksums are right: per the PMD, or (`software`) checked here because
+    /// the PMD left one unchecked.
+    Accept {
+        /// At least one was verified in software.
+        software: bool,
+    },
+    /// Nothing offloaded applies (not IPv4, or malformed: smoltcp drops those itself).
+    Unchecked,
+    /// A bad checksum (which one): drop the frame.
+    Drop(&'static str),
+}
+
+/// Decide on a received Ethernet `frame` given the offloads in force and the PMD's verdicts
+/// (`ip` for the IPv4 header, `l4` for TCP): GOOD and NONE (DPDK: "checksum not valid in the
+/// packet, data integrity verified") accept, BAD drops, UNKNOWN is verified in software.
+pub fn rx_verdict(frame: &[u8], off: CksumOffload, ip: CksumVerdict, l4: CksumVerdict) -> RxCksum {
+    if !(off.rx_ipv4 || off.rx_tcp) || frame.len() < 14 || frame[12..14] != [0x08, 0x00] {
+        return RxCksum::Unchecked;
+    }
+    // Malformed IPv4 (truncated, bad lengths) is left to smoltcp, which drops it.
+    let Ok(pkt) = Ipv4Packet::new_checked(&frame[14..]) else {
+        return RxCksum::Unchecked;
+    };
+    let mut software = false;
+    if off.rx_ipv4 {
+        match ip {
+            CksumVerdict::Good | CksumVerdict::None => {}
+            CksumVerdict::Bad => return RxCksum::Drop("IPv4 header (PMD)"),
+            CksumVerdict::Unknown => {
+                software = true;
+                if !pkt.verify_checksum() {
+                    return RxCksum::Drop("IPv4 header");
+                }
+            }
+        }
+    }
+    let whole = !pkt.more_frags() && pkt.frag_offset() == 0;
+    if off.rx_tcp && pkt.next_header() == IpProtocol::Tcp && whole {
+        match l4 {
+            CksumVerdict::Good | CksumVerdict::None => {}
+            CksumVerdict::Bad => return RxCksum::Drop("TCP (PMD)"),
+            CksumVerdict::Unknown => {
+                let (src, dst) = (
+                    IpAddress::Ipv4(pkt.src_addr()),
+                    IpAddress::Ipv4(pkt.dst_addr()),
+                );
+                // A truncated TCP header is smoltcp's to drop.
+                if let Ok(t) = TcpPacket::new_checked(pkt.payload()) {
+                    software = true;
+                    if !t.verify_checksum(&src, &dst) {
+                        return RxCksum::Drop("TCP");
+                    }
+                }
+            }
+        }
+    }
+    RxCksum::Accept { software }
+}
+
 /// Counters of one device.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DeviceStats {
@@ -268,70 +330,35 @@ impl DpdkDevice {
         self.offload = off;
     }
 
-    /// Check a received frame's offloaded checksums: the PMD's verdict when it gave one,
-    /// software otherwise. False: drop it.
+    /// Check a received frame's offloaded checksums ([`rx_verdict`]); false: drop it (counted,
+    /// with a rate-limited log line).
     fn rx_cksum_ok(&mut self, m: &Mbuf) -> bool {
-        let data = m.data();
-        if data.len() < 14 || data[12..14] != [0x08, 0x00] {
-            return true;
-        }
-        // Malformed IPv4 (truncated, bad lengths) is left to smoltcp, which drops it.
-        let Ok(ip) = Ipv4Packet::new_checked(&data[14..]) else {
-            return true;
-        };
         let (ipv, l4v) = m.rx_cksum();
-        let mut software = false;
-        let mut bad = None;
-        if self.offload.rx_ipv4 {
-            match ipv {
-                CksumVerdict::Good | CksumVerdict::None => {}
-                CksumVerdict::Bad => bad = Some("IPv4 header (PMD)"),
-                CksumVerdict::Unknown => {
-                    software = true;
-                    if !ip.verify_checksum() {
-                        bad = Some("IPv4 header");
-                    }
+        match rx_verdict(m.data(), self.offload, ipv, l4v) {
+            RxCksum::Accept { software } => {
+                if software {
+                    self.stats.rx_cksum_sw += 1;
+                } else {
+                    self.stats.rx_cksum_good += 1;
                 }
+                true
             }
-        }
-        let whole = !ip.more_frags() && ip.frag_offset() == 0;
-        if bad.is_none() && self.offload.rx_tcp && ip.next_header() == IpProtocol::Tcp && whole {
-            match l4v {
-                CksumVerdict::Good | CksumVerdict::None => {}
-                CksumVerdict::Bad => bad = Some("TCP (PMD)"),
-                CksumVerdict::Unknown => {
-                    software = true;
-                    let (src, dst) = (
-                        IpAddress::Ipv4(ip.src_addr()),
-                        IpAddress::Ipv4(ip.dst_addr()),
+            RxCksum::Unchecked => true,
+            RxCksum::Drop(what) => {
+                self.stats.rx_cksum_bad += 1;
+                // Every frame is counted; the log line is rate-limited (a peer can send many).
+                if self.stats.rx_cksum_bad.is_power_of_two() {
+                    let src = Ipv4Packet::new_checked(&m.data()[14..])
+                        .map(|ip| ip.src_addr().to_string())
+                        .unwrap_or_default();
+                    log::warn!(
+                        "dpdk: dropped a frame from {src} with a bad {what} checksum ({} so far)",
+                        self.stats.rx_cksum_bad
                     );
-                    // A truncated TCP header is smoltcp's to drop.
-                    if let Ok(t) = TcpPacket::new_checked(ip.payload()) {
-                        if !t.verify_checksum(&src, &dst) {
-                            bad = Some("TCP");
-                        }
-                    }
                 }
+                false
             }
         }
-        if let Some(what) = bad {
-            self.stats.rx_cksum_bad += 1;
-            // Every frame is counted; the log line is rate-limited (a peer can send many).
-            if self.stats.rx_cksum_bad.is_power_of_two() {
-                log::warn!(
-                    "dpdk: dropped a frame from {} with a bad {what} checksum ({} so far)",
-                    ip.src_addr(),
-                    self.stats.rx_cksum_bad
-                );
-            }
-            return false;
-        }
-        if software {
-            self.stats.rx_cksum_sw += 1;
-        } else {
-            self.stats.rx_cksum_good += 1;
-        }
-        true
     }
 
     /// Copy every frame to `mirror` as well.
@@ -647,6 +674,70 @@ mod tests {
         bad_ihl[14] = 0x4f; // 60-byte header in a 59-byte packet
         bad_ihl.truncate(14 + 59);
         assert_eq!(tx_offload_for(&bad_ihl, ALL), None);
+    }
+
+    #[test]
+    fn rx_verdicts_accept_drop_or_verify_in_software() {
+        use CksumVerdict::{Bad, Good, None as Nn, Unknown};
+        // A frame with both checksums right (TCP filled the way smoltcp does in software).
+        let mut f = tcp_frame(b"some payload", 0);
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+            let (s, d) = (
+                IpAddress::Ipv4(ip.src_addr()),
+                IpAddress::Ipv4(ip.dst_addr()),
+            );
+            TcpPacket::new_unchecked(ip.payload_mut()).fill_checksum(&s, &d);
+        }
+        let sw = RxCksum::Accept { software: true };
+        let hw = RxCksum::Accept { software: false };
+        assert_eq!(rx_verdict(&f, ALL, Good, Good), hw);
+        assert_eq!(rx_verdict(&f, ALL, Nn, Nn), hw);
+        assert_eq!(rx_verdict(&f, ALL, Good, Unknown), sw);
+        assert_eq!(rx_verdict(&f, ALL, Unknown, Unknown), sw);
+        assert_eq!(
+            rx_verdict(&f, ALL, Bad, Good),
+            RxCksum::Drop("IPv4 header (PMD)")
+        );
+        assert_eq!(rx_verdict(&f, ALL, Good, Bad), RxCksum::Drop("TCP (PMD)"));
+        // Nothing offloaded on rx: the verdicts are not looked at (smoltcp verifies).
+        let tx_only = CksumOffload {
+            tx_ipv4: true,
+            tx_tcp: true,
+            ..Default::default()
+        };
+        assert_eq!(rx_verdict(&f, tx_only, Bad, Bad), RxCksum::Unchecked);
+        // Unknown verdicts on corrupted frames: the software check catches them.
+        let mut bad_tcp = f.clone();
+        bad_tcp[60] ^= 0x40;
+        assert_eq!(
+            rx_verdict(&bad_tcp, ALL, Good, Unknown),
+            RxCksum::Drop("TCP")
+        );
+        assert_eq!(rx_verdict(&bad_tcp, ALL, Good, Good), hw); // the PMD's word is taken
+        let mut bad_ip = f.clone();
+        bad_ip[14 + 8] ^= 1; // TTL
+        assert_eq!(
+            rx_verdict(&bad_ip, ALL, Unknown, Good),
+            RxCksum::Drop("IPv4 header")
+        );
+        // Only the TCP check offloaded: the IPv4 verdict is smoltcp's business.
+        let tcp_rx = CksumOffload {
+            rx_tcp: true,
+            ..Default::default()
+        };
+        assert_eq!(rx_verdict(&bad_ip, tcp_rx, Bad, Good), hw);
+        // ARP, truncated and malformed frames: left to smoltcp, no panic.
+        let mut arp = f.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(rx_verdict(&arp, ALL, Bad, Bad), RxCksum::Unchecked);
+        for n in 0..f.len() {
+            let _ = rx_verdict(&f[..n], ALL, Unknown, Unknown);
+        }
+        assert_eq!(rx_verdict(&f[..30], ALL, Bad, Bad), RxCksum::Unchecked);
+        // A fragment carries no whole TCP segment: only its IPv4 header is checked.
+        let frag = tcp_frame(b"x", 0x2000);
+        assert_eq!(rx_verdict(&frag, ALL, Good, Bad), hw);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use dpwarp::verbs::{
     WcStatus,
 };
 
-use crate::dpperf::{backend, start_dpdk, AnyListener, AnyRequest, Backend, Net};
+use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
 
 /// perftest's protocol version we speak (sent in the version exchange).
 const PERFTEST_VERSION: &str = "6.06";
@@ -165,15 +165,20 @@ pub fn run(mut a: Args) -> Result<(), String> {
         (None, Net::Kernel)
     };
     let net = &net;
-    if a.test.ends_with("_lat") {
-        return lat(&a, net, addr, &param, &sizes);
+    let r = if a.test.ends_with("_lat") {
+        lat(&a, net, addr, &param, &sizes)
+    } else {
+        match (addr, a.test == "send_bw") {
+            (Some(addr), false) => client(&a, net, addr, &param, &sizes),
+            (Some(addr), true) => send_client(&a, net, addr, &param, &sizes),
+            (None, false) => server(&a, net, &param, &sizes),
+            (None, true) => send_server(&a, net, &param, &sizes),
+        }
+    };
+    if let Some(dp) = &_dp {
+        log_device_stats(dp);
     }
-    match (addr, a.test == "send_bw") {
-        (Some(addr), false) => client(&a, net, addr, &param, &sizes),
-        (Some(addr), true) => send_client(&a, net, addr, &param, &sizes),
-        (None, false) => server(&a, net, &param, &sizes),
-        (None, true) => send_server(&a, net, &param, &sizes),
-    }
+    r
 }
 
 /// The server's listener for both connections: all addresses on kernel TCP (as perftest's

@@ -35,7 +35,7 @@ use dpwarp::verbs::{
     WorkCompletion,
 };
 
-use crate::dpperf::{backend, start_dpdk, AnyListener, AnyRequest, Backend, Net};
+use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
 const INFO_LEN: usize = 16;
@@ -246,11 +246,15 @@ pub fn run(a: Args) -> Result<(), String> {
     } else {
         (None, Net::Kernel)
     };
-    if a.server {
+    let r = if a.server {
         run_server(&ctx, &net, addr, &param, a.persistent)
     } else {
         run_client(&ctx, &net, addr, source, &param)
+    };
+    if let Some(dp) = &_dp {
+        log_device_stats(dp);
     }
+    r
 }
 
 /// The buffers of one rping endpoint (rping_setup_buffers).
