@@ -643,6 +643,14 @@ mod tests {
             assert_eq!(plan(s, "net_tap", tx, rx), Ok((m, none)));
         }
         assert!(plan("hw", "net_tap", tx, rx).is_err());
+        // The config's default is auto, and every setting plan knows parses.
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        let c = crate::config::DataplaneConfig::parse(base).unwrap();
+        assert_eq!(c.ports[0].checksum, "auto");
+        for s in ["auto", "offload", "software", "tx-only", "trusted-link"] {
+            let c = crate::config::DataplaneConfig::parse(&format!("{base}checksum='{s}'\n"));
+            assert_eq!(c.unwrap().ports[0].checksum, s);
+        }
     }
 
     #[test]

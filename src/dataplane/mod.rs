@@ -126,7 +126,8 @@ impl Dataplane {
             // Checksum offload where the PMD offers it (config `checksum`, device::plan); not
             // with a capture port, whose copies must carry the final checksums.
             let (ck_mode, ck_off) = if pc.capture.is_some() {
-                device::plan(&pc.checksum, &info.driver, 0, 0)
+                let driver = format!("{} with a capture port", info.driver);
+                device::plan(&pc.checksum, &driver, 0, 0)
             } else {
                 device::plan(
                     &pc.checksum,
