@@ -11,6 +11,8 @@
 #include <rte_ring.h>
 #include <rte_eth_ring.h>
 #include <rte_lcore.h>
+#include <rte_ip.h>
+#include <rte_tcp.h>
 
 #include "shim.h"
 
@@ -203,4 +205,50 @@ int dpw_ring_pair(const char *name, uint16_t nq, unsigned ring_size, uint16_t *p
 	*port_a = (uint16_t)a;
 	*port_b = (uint16_t)b;
 	return 0;
+}
+
+/* --- Checksum offload (RTE_ETH_{RX,TX}_OFFLOAD_{IPV4,TCP}_CKSUM) ------------------------------ */
+
+static int cksum_class(uint64_t f, uint64_t mask, uint64_t bad, uint64_t good)
+{
+	uint64_t v = f & mask;
+	if (v == mask)
+		return DPW_CKSUM_NONE;
+	if (v == bad)
+		return DPW_CKSUM_BAD;
+	if (v == good)
+		return DPW_CKSUM_GOOD;
+	return DPW_CKSUM_UNKNOWN;
+}
+
+void dpw_rx_cksum(const struct rte_mbuf *m, int *ip, int *l4)
+{
+	*ip = cksum_class(m->ol_flags, RTE_MBUF_F_RX_IP_CKSUM_MASK, RTE_MBUF_F_RX_IP_CKSUM_BAD,
+			  RTE_MBUF_F_RX_IP_CKSUM_GOOD);
+	*l4 = cksum_class(m->ol_flags, RTE_MBUF_F_RX_L4_CKSUM_MASK, RTE_MBUF_F_RX_L4_CKSUM_BAD,
+			  RTE_MBUF_F_RX_L4_CKSUM_GOOD);
+}
+
+void dpw_ipv4_tcp_phdr(uint8_t *ip, uint16_t l3_len, uint64_t ol_flags)
+{
+	struct rte_tcp_hdr *tcp = (struct rte_tcp_hdr *)(ip + l3_len);
+	/* Stored as computed: rte_raw_cksum sums the header's network-order words natively. */
+	tcp->cksum = rte_ipv4_phdr_cksum((const struct rte_ipv4_hdr *)ip, ol_flags);
+}
+
+void dpw_tx_cksum_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, int ip_cksum,
+			  int tcp_cksum)
+{
+	uint8_t *ip = rte_pktmbuf_mtod_offset(m, uint8_t *, l2_len);
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+	m->ol_flags |= RTE_MBUF_F_TX_IPV4;
+	if (ip_cksum) {
+		((struct rte_ipv4_hdr *)ip)->hdr_checksum = 0;
+		m->ol_flags |= RTE_MBUF_F_TX_IP_CKSUM;
+	}
+	if (tcp_cksum) {
+		m->ol_flags |= RTE_MBUF_F_TX_TCP_CKSUM;
+		dpw_ipv4_tcp_phdr(ip, l3_len, m->ol_flags);
+	}
 }

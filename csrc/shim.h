@@ -55,4 +55,19 @@ int dpw_port_stats(uint16_t port, struct dpw_port_stats *out);
 int dpw_port_link(uint16_t port, uint32_t *speed_mbps, int *up);
 int dpw_ring_pair(const char *name, uint16_t nq, unsigned ring_size, uint16_t *port_a,
 		  uint16_t *port_b);
+/* Receive checksum verdicts of a PMD (RTE_MBUF_F_RX_{IP,L4}_CKSUM_*). */
+enum dpw_cksum {
+	DPW_CKSUM_UNKNOWN = 0,
+	DPW_CKSUM_BAD = 1,
+	DPW_CKSUM_GOOD = 2,
+	DPW_CKSUM_NONE = 3,
+};
+void dpw_rx_cksum(const struct rte_mbuf *m, int *ip, int *l4);
+/* Write the IPv4 pseudo-header checksum (rte_ipv4_phdr_cksum) into the TCP checksum field of the
+ * IPv4 packet at `ip` whose header is l3_len bytes: what DPDK's TCP checksum offload expects. */
+void dpw_ipv4_tcp_phdr(uint8_t *ip, uint16_t l3_len, uint64_t ol_flags);
+/* Ask the PMD to fill the IPv4 header and/or TCP checksums of `m` (an Ethernet frame with an
+ * l2_len-byte link header and an l3_len-byte IPv4 header). */
+void dpw_tx_cksum_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, int ip_cksum,
+			  int tcp_cksum);
 #endif

@@ -68,7 +68,9 @@ pub struct PortConfig {
     /// a copy of every frame this port's (single) worker receives and sends.
     #[serde(default)]
     pub capture: Option<String>,
-    /// IPv4/TCP checksums: "software" (default: smoltcp computes and verifies them) or
+    /// IPv4/TCP checksums: "auto" (default: the PMD computes and verifies those it offers to,
+    /// smoltcp the rest), "offload" (as auto, but an error unless the PMD offers IPv4 and TCP
+    /// checksum offload both ways), "software" (smoltcp computes and verifies them) or
     /// "trusted-link" (neither computed nor verified; only for net_ring/net_memif between dpwarp
     /// processes, where frames move through shared memory and cannot be corrupted in flight -
     /// MPA's CRC32c still covers every FPDU). Never use it towards a kernel or a real NIC.
@@ -154,7 +156,7 @@ fn d_true() -> bool {
     true
 }
 fn d_checksum() -> String {
-    "software".into()
+    "auto".into()
 }
 fn d_desc() -> u16 {
     1024
@@ -204,9 +206,11 @@ impl DataplaneConfig {
             if let Some(m) = &p.mac {
                 parse_mac(m)?;
             }
-            if !["software", "trusted-link", "tx-only"].contains(&p.checksum.as_str()) {
+            if !["auto", "offload", "software", "trusted-link", "tx-only"]
+                .contains(&p.checksum.as_str())
+            {
                 return Err(format!(
-                    "port {}: checksum {:?} is not software, trusted-link or tx-only",
+                    "port {}: checksum {:?} is not auto, offload, software, trusted-link or tx-only",
                     p.device, p.checksum
                 ));
             }

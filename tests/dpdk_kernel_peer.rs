@@ -121,21 +121,59 @@ fn dpdk_client(ns: &Netns, cfg: &std::path::Path, server: &str, test: &str, size
         ])
         .args(["--addr", server, "--test", test, "--size", size, "--config"])
         .arg(cfg)
+        // Info level: the port's checksum plan and the device counters logged at exit.
+        .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
-fn finish(c: Child, what: &str) -> String {
+/// Wait for the client; (stdout, stderr) once it succeeded.
+fn finish(c: Child, what: &str) -> (String, String) {
     let o = c.wait_with_output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{what} failed: {}\n{out}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{what} failed: {err}\n{out}");
+    (out, err)
+}
+
+/// The checksum offload counters the dpperf client logged at exit ("checksum offload: tx N rx
+/// good N rx sw-verified N rx bad N"): (tx, good, sw, bad).
+fn cksum_counters(err: &str) -> (u64, u64, u64, u64) {
+    let l = err
+        .lines()
+        .find(|l| l.contains("checksum offload: tx"))
+        .unwrap_or_else(|| panic!("no device counters logged:\n{err}"));
+    let after = |k: &str| -> u64 {
+        let i = l.find(k).unwrap_or_else(|| panic!("{k} in {l}")) + k.len();
+        l[i..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    (
+        after("checksum offload: tx "),
+        after("rx good "),
+        after("rx sw-verified "),
+        after("rx bad "),
+    )
+}
+
+/// The kernel's count in namespace `ns` of packets dropped for a bad IPv4 header
+/// (IpInHdrErrors, which counts bad header checksums) plus TCP segments dropped for a bad
+/// checksum (TcpInCsumErrors).
+fn kernel_csum_errors(ns: &Netns) -> u64 {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "nstat", "-asz"])
+        .args(["IpInHdrErrors", "TcpInCsumErrors"])
+        .output()
+        .expect("nstat");
+    let s = String::from_utf8_lossy(&o.stdout);
+    let get = |k: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("nstat {k}: {s}"))
+    };
+    get("IpInHdrErrors") + get("TcpInCsumErrors")
 }
 
 #[test]
@@ -171,9 +209,27 @@ fn tap_dpdk_to_kernel_stack_in_netns() {
             .stderr(Stdio::null())
             .status();
         ip(&["-n", &ns.0, "link", "set", &tap, "up"]);
-        let out = finish(c, test);
+        let (out, err) = finish(c, test);
         assert!(out.contains(&format!("\"test\":\"{test}\"")), "{out}");
+        // net_tap offers IPv4/TCP checksum offload both ways and `checksum` defaults to
+        // auto: the PMD fills our checksums and the kernel verifies them (a wrong one is
+        // dropped and counted, and the transfer stalls: with the offload flags left unset,
+        // smoltcp's zero checksums go out and this client fails); the PMD checks the kernel's
+        // and we take its verdict.
+        assert!(
+            err.contains("offload tx ipv4,tcp rx ipv4,tcp"),
+            "offload not enabled on net_tap:\n{err}"
+        );
+        let (tx, good, sw, bad) = cksum_counters(&err);
+        assert!(tx > 100, "frames sent with checksum offload: {tx}\n{err}");
+        assert!(good > 100, "frames the PMD verified: {good}\n{err}");
+        assert_eq!((sw, bad), (0, 0), "{err}");
     }
+    assert_eq!(
+        kernel_csum_errors(&ns),
+        0,
+        "the kernel saw bad TCP checksums"
+    );
     let _ = std::fs::remove_file(cfg);
 }
 
@@ -205,8 +261,16 @@ fn af_packet_on_veth_in_netns() {
     );
     for (test, size) in [("write_bw", "65536"), ("send_lat", "64")] {
         let c = dpdk_client(&ns, &cfg, "10.96.0.1:18517", test, size);
-        let out = finish(c, test);
+        let (out, err) = finish(c, test);
         assert!(out.contains(&format!("\"test\":\"{test}\"")), "{out}");
+        // net_af_packet offers no checksum offload: smoltcp computes and verifies them.
+        assert!(err.contains("offload tx none rx none"), "{err}");
+        assert_eq!(cksum_counters(&err), (0, 0, 0, 0), "{err}");
     }
+    assert_eq!(
+        kernel_csum_errors(&ns),
+        0,
+        "the kernel saw bad TCP checksums"
+    );
     let _ = std::fs::remove_file(cfg);
 }

@@ -1,4 +1,4 @@
-//! `dpwarp perf --transport dpdk`: perftest's `-R` tests with both rdma_cm connections (control,
+//! `dpwarp perf` on DPDK (its default transport): perftest's `-R` tests with both rdma_cm connections (control,
 //! then data) over the DPDK dataplane. Server and client are each their own `dpwarp perf` process
 //! with its own EAL (one EAL per process), connected through a net_memif socket unique to this
 //! test; write_bw then send_lat run one after another, each on a fresh pair of processes.
@@ -63,11 +63,13 @@ fn run_pair(name: &str, test: &str, args: &[&str]) -> (String, String) {
         "the DPDK perf server did not start listening"
     );
 
+    // The client gives neither --transport nor --config: DPDK is the default transport and
+    // $DPWARP_CONFIG names the config (the report's "dpwarp over dpdk" line shows which ran).
     let o = Command::new(BIN)
         .args(["perf", test, "-R", "10.95.0.1", "-p", PORT])
         .args(args)
-        .args(["--transport", "dpdk", "--config"])
-        .arg(&ccfg)
+        .env_remove("DPWARP_TRANSPORT")
+        .env("DPWARP_CONFIG", &ccfg)
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
@@ -109,11 +111,15 @@ fn perf_write_bw_and_send_lat_over_dpdk_memif() {
     // The option refusals come before any EAL start.
     for (args, want) in [
         (
-            &["--transport", "dpdk"][..],
-            "--transport dpdk needs --config",
+            &[][..],
+            "--transport dpdk (the default) needs --config FILE",
         ),
         (
-            &["--config", "x.toml"][..],
+            &["--transport", "dpdk"][..],
+            "--transport dpdk (the default) needs --config FILE",
+        ),
+        (
+            &["--transport", "kernel", "--config", "x.toml"][..],
             "--config is for --transport dpdk",
         ),
         (&["--transport", "xdp"][..], "`kernel` or `dpdk`"),
@@ -121,6 +127,8 @@ fn perf_write_bw_and_send_lat_over_dpdk_memif() {
         let o = Command::new(BIN)
             .args(["perf", "write_bw", "-R", "10.95.1.1"])
             .args(args)
+            .env_remove("DPWARP_TRANSPORT")
+            .env_remove("DPWARP_CONFIG")
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

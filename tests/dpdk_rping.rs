@@ -72,11 +72,13 @@ fn rping_over_dpdk_memif_two_processes() {
         "the DPDK rping server did not start listening"
     );
 
+    // The client gives neither --transport nor --config: DPDK is the default and
+    // $DPWARP_CONFIG names the config (a kernel-TCP client could not reach 10.94.0.1 at all).
     let o = Command::new(BIN)
         .args(["rping", "-c", "-a", "10.94.0.1", "-p", "7174", "-v", "-V"])
         .args(["-C", &COUNT.to_string(), "-S", SIZE, "--timeout", "30"])
-        .args(["--transport", "dpdk", "--config"])
-        .arg(&ccfg)
+        .env_remove("DPWARP_TRANSPORT")
+        .env("DPWARP_CONFIG", &ccfg)
         .output()
         .unwrap();
     let cout = String::from_utf8_lossy(&o.stdout).to_string();
@@ -110,28 +112,73 @@ fn rping_over_dpdk_memif_two_processes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `dpwarp rping` with `DPWARP_*` as given (none by default) and `args`; (success, stderr).
+fn rping(env: &[(&str, &str)], args: &[&str]) -> (bool, String) {
+    let mut c = Command::new(BIN);
+    c.arg("rping").args(args);
+    c.env_remove("DPWARP_TRANSPORT").env_remove("DPWARP_CONFIG");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
 #[test]
-fn rping_dpdk_needs_a_config_and_kernel_refuses_one() {
-    // Both refusals come before any EAL start, so this test needs no DPDK resources.
-    let o = Command::new(BIN)
-        .args(["rping", "-c", "-a", "10.94.1.1", "--transport", "dpdk"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--transport dpdk needs --config"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+fn rping_defaults_to_dpdk_and_needs_a_config() {
+    // Every case fails before any EAL start, so this test needs no DPDK resources.
+    const NEED: &str = "--transport dpdk (the default) needs --config FILE or $DPWARP_CONFIG";
+    // No transport, no config: DPDK is the default, and it says what to do instead of quietly
+    // running over kernel TCP.
+    for args in [&["-s"][..], &["-c", "-a", "10.94.1.1"][..]] {
+        let (ok, err) = rping(&[], args);
+        assert!(!ok && err.contains(NEED), "{args:?}: {err}");
+        assert!(err.contains("or use --transport kernel"), "{err}");
+    }
+    let (ok, err) = rping(&[], &["-c", "-a", "10.94.1.1", "--transport", "dpdk"]);
+    assert!(!ok && err.contains(NEED), "{err}");
+    // $DPWARP_CONFIG is the config when --config is absent (here: a file that does not exist,
+    // so the error names it); an explicit --config wins over it.
+    let (ok, err) = rping(
+        &[("DPWARP_CONFIG", "/nonexistent/dpw-env.toml")],
+        &["-c", "-a", "10.94.1.1"],
     );
+    assert!(!ok && err.contains("dpw-env.toml"), "{err}");
+    let (ok, err) = rping(
+        &[("DPWARP_CONFIG", "/nonexistent/dpw-env.toml")],
+        &[
+            "-c",
+            "-a",
+            "10.94.1.1",
+            "--config",
+            "/nonexistent/dpw-arg.toml",
+        ],
+    );
+    assert!(
+        !ok && err.contains("dpw-arg.toml") && !err.contains("dpw-env"),
+        "{err}"
+    );
+    // $DPWARP_TRANSPORT=kernel selects kernel TCP, where an explicit --config is refused.
+    let (ok, err) = rping(
+        &[("DPWARP_TRANSPORT", "kernel")],
+        &["-c", "-a", "10.94.1.1", "--config", "x.toml"],
+    );
+    assert!(
+        !ok && err.contains("--config is for --transport dpdk"),
+        "{err}"
+    );
+    let (ok, err) = rping(&[], &["-c", "-a", "10.94.1.1", "--transport", "xdp"]);
+    assert!(!ok && err.contains("`kernel` or `dpdk`"), "{err}");
+    // dpperf (scripts/bench's tool) resolves its transport and config the same way.
     let o = Command::new(BIN)
-        .args(["rping", "-c", "-a", "10.94.1.1", "--config", "x.toml"])
+        .args(["dpperf", "--test", "send_lat"])
+        .env_remove("DPWARP_TRANSPORT")
+        .env_remove("DPWARP_CONFIG")
         .output()
         .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--config is for --transport dpdk"));
-    let o = Command::new(BIN)
-        .args(["rping", "-c", "-a", "10.94.1.1", "--transport", "xdp"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(NEED), "{err}");
 }

@@ -22,9 +22,13 @@ fn free_port() -> u16 {
 fn spawn(args: &[&str], tag: &str) -> (Child, std::path::PathBuf) {
     let out =
         std::env::temp_dir().join(format!("dpwarp-interop-perf-{}-{tag}", std::process::id()));
+    // Kernel TCP: DPDK is the tools' default transport.
     let child = Command::new(BIN)
         .arg("perf")
+        .args(["--transport", "kernel"])
         .args(args)
+        .env_remove("DPWARP_TRANSPORT")
+        .env_remove("DPWARP_CONFIG")
         .stdout(Stdio::from(File::create(&out).unwrap()))
         .stderr(Stdio::null())
         .spawn()

@@ -38,9 +38,19 @@ fn spawn(args: &[&str]) -> Proc {
         std::env::temp_dir().join(format!("dpwarp-interop-rping-{}-{n}", std::process::id()));
     let out = base.with_extension("out");
     let err = base.with_extension("err");
+    // These cases run over kernel TCP; DPDK is the tools' default transport, so say so (unless
+    // the case picks its own) and keep the caller's DPWARP_* environment out.
+    let kernel: &[&str] = if args.contains(&"--transport") {
+        &[]
+    } else {
+        &["--transport", "kernel"]
+    };
     let child = Command::new(BIN)
         .arg("rping")
+        .args(kernel)
         .args(args)
+        .env_remove("DPWARP_TRANSPORT")
+        .env_remove("DPWARP_CONFIG")
         .stdout(Stdio::from(File::create(&out).unwrap()))
         .stderr(Stdio::from(File::create(&err).unwrap()))
         .spawn()
@@ -267,7 +277,7 @@ fn rping_client_source_address() {
 }
 
 #[test]
-fn rping_unknown_transport_is_refused() {
+fn rping_dpdk_without_a_config_is_refused() {
     let out = finish(
         spawn(&["-c", "-a", "127.0.0.1", "--transport", "dpdk"]),
         Duration::from_secs(10),

@@ -9,24 +9,222 @@
 //!   which must also return a tx token) says "not now": smoltcp keeps the data in its socket
 //!   buffer and tries on the next poll. Nothing is dropped on a full tx ring, which matters
 //!   because smoltcp's minimum retransmission timeout is 1 s (docs/dataplane.md).
-//! - Checksums are computed by smoltcp in software on tx and verified on rx (see
-//!   docs/dataplane.md for why offload is not used), except on ports configured as a trusted
-//!   shared-memory link.
+//! - Checksums (config `checksum`, see [`plan`] and docs/dataplane.md): the IPv4 header and TCP
+//!   checksums the port's PMD offers to handle are offloaded to it (`auto`, the default, or
+//!   `offload`); smoltcp computes and verifies the rest in software. Offloaded on tx: smoltcp
+//!   leaves the field zero and [`DpdkTxToken`] marks the mbuf (`l2_len`, `l3_len`,
+//!   `RTE_MBUF_F_TX_IPV4 | _IP_CKSUM | _TCP_CKSUM`, pseudo-header checksum in the TCP field).
+//!   Offloaded on rx: smoltcp does not verify; `receive` takes the PMD's verdict from the
+//!   mbuf's flags (good: accept; bad: drop and count; unknown: verify in software). Ports
+//!   configured as a trusted shared-memory link skip checksums altogether.
 
 use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
+use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
-use crate::dpdk::{Mbuf, Mempool, Port};
+use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Port};
 
 /// IPv4/TCP checksum handling of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChecksumMode {
-    /// Computed on tx, verified on rx (default).
+    /// Computed on tx, verified on rx, by smoltcp (default; with `auto`/`offload` for what
+    /// the PMD does not do).
     Software,
     /// Neither (shared-memory links between dpwarp processes).
     TrustedLink,
     /// Computed on tx only (peers whose frames carry offloaded, partial checksums).
     TxOnly,
+}
+
+/// The checksums a port's PMD computes (tx) and verifies (rx) for us: the
+/// `RTE_ETH_{TX,RX}_OFFLOAD_{IPV4,TCP}_CKSUM` bits the port was configured with.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CksumOffload {
+    /// The PMD fills IPv4 header checksums.
+    pub tx_ipv4: bool,
+    /// The PMD fills TCP checksums.
+    pub tx_tcp: bool,
+    /// The PMD verifies IPv4 header checksums.
+    pub rx_ipv4: bool,
+    /// The PMD verifies TCP checksums.
+    pub rx_tcp: bool,
+}
+
+impl CksumOffload {
+    /// `RTE_ETH_TX_OFFLOAD_*` bits for the port configuration.
+    pub fn tx_bits(&self) -> u64 {
+        (if self.tx_ipv4 {
+            offload::TX_IPV4_CKSUM
+        } else {
+            0
+        }) | (if self.tx_tcp {
+            offload::TX_TCP_CKSUM
+        } else {
+            0
+        })
+    }
+
+    /// `RTE_ETH_RX_OFFLOAD_*` bits for the port configuration.
+    pub fn rx_bits(&self) -> u64 {
+        (if self.rx_ipv4 {
+            offload::RX_IPV4_CKSUM
+        } else {
+            0
+        }) | (if self.rx_tcp {
+            offload::RX_TCP_CKSUM
+        } else {
+            0
+        })
+    }
+
+    /// Whether anything is offloaded.
+    pub fn any(&self) -> bool {
+        self.tx_bits() | self.rx_bits() != 0
+    }
+
+    /// For logs: `tx ipv4,tcp rx ipv4,tcp`.
+    pub fn describe(&self) -> String {
+        format!(
+            "tx {} rx {}",
+            offload::cksum_names(self.tx_bits()),
+            offload::cksum_names(self.rx_bits())
+        )
+    }
+}
+
+/// Decide a port's checksum handling from its `checksum` setting and what its PMD offers
+/// (`rte_eth_dev_info::{tx,rx}_offload_capa`):
+/// - `auto` (default): offload each of IPv4-header/TCP, tx/rx, that the PMD offers (net_tap
+///   offers all four in DPDK 22.11; net_ring, net_memif, net_af_packet and net_pcap none), the
+///   rest in software;
+/// - `offload`: the same, but a PMD that does not offer all four is a configuration error;
+/// - `software`, `tx-only`, `trusted-link`: no offload (see [`ChecksumMode`]).
+pub fn plan(
+    setting: &str,
+    driver: &str,
+    tx_capa: u64,
+    rx_capa: u64,
+) -> Result<(ChecksumMode, CksumOffload), String> {
+    let offered = CksumOffload {
+        tx_ipv4: tx_capa & offload::TX_IPV4_CKSUM != 0,
+        tx_tcp: tx_capa & offload::TX_TCP_CKSUM != 0,
+        rx_ipv4: rx_capa & offload::RX_IPV4_CKSUM != 0,
+        rx_tcp: rx_capa & offload::RX_TCP_CKSUM != 0,
+    };
+    match setting {
+        "auto" => Ok((ChecksumMode::Software, offered)),
+        "offload" => {
+            if offered.tx_ipv4 && offered.tx_tcp && offered.rx_ipv4 && offered.rx_tcp {
+                Ok((ChecksumMode::Software, offered))
+            } else {
+                Err(format!(
+                    "checksum = \"offload\": {driver} offers IPv4/TCP checksum offload {} (needs \
+                     tx ipv4,tcp rx ipv4,tcp); use \"auto\" or \"software\"",
+                    offered.describe()
+                ))
+            }
+        }
+        "software" => Ok((ChecksumMode::Software, CksumOffload::default())),
+        "tx-only" => Ok((ChecksumMode::TxOnly, CksumOffload::default())),
+        "trusted-link" => Ok((ChecksumMode::TrustedLink, CksumOffload::default())),
+        o => Err(format!(
+            "checksum {o:?}: auto, offload, software, tx-only or trusted-link"
+        )),
+    }
+}
+
+/// Where a frame smoltcp built needs the PMD: `Some((l3_len, ipv4, tcp))` for an IPv4 frame
+/// when any of its checksums is offloaded (`ipv4`: the header checksum, `tcp`: the TCP
+/// checksum of an unfragmented TCP packet), None otherwise (ARP, or nothing offloaded).
+pub fn tx_offload_for(frame: &[u8], off: CksumOffload) -> Option<(u16, bool, bool)> {
+    if !(off.tx_ipv4 || off.tx_tcp) || frame.len() < 14 + 20 || frame[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    let ip = &frame[14..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ihl < 20 || ip.len() < ihl {
+        return None;
+    }
+    // Offset and more-fragments bits: only a whole TCP packet has its TCP header here.
+    let unfragmented = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff == 0;
+    let tcp = off.tx_tcp && ip[9] == 6 && unfragmented && ip.len() >= ihl + 20;
+    if !(off.tx_ipv4 || tcp) {
+        return None;
+    }
+    Some((ihl as u16, off.tx_ipv4, tcp))
+}
+
+impl ChecksumMode {
+    /// For logs: what happens to the checksums not offloaded.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            ChecksumMode::Software => "computed and verified by smoltcp",
+            ChecksumMode::TrustedLink => "neither computed nor verified (trusted link)",
+            ChecksumMode::TxOnly => "computed by smoltcp, not verified on rx",
+        }
+    }
+}
+
+/// What to do with a received frame whose checksums are (partly) offloaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxCksum {
+    /// Its offloaded checksums are right: per the PMD, or (`software`) checked here because
+    /// the PMD left one unchecked.
+    Accept {
+        /// At least one was verified in software.
+        software: bool,
+    },
+    /// Nothing offloaded applies (not IPv4, or malformed: smoltcp drops those itself).
+    Unchecked,
+    /// A bad checksum (which one): drop the frame.
+    Drop(&'static str),
+}
+
+/// Decide on a received Ethernet `frame` given the offloads in force and the PMD's verdicts
+/// (`ip` for the IPv4 header, `l4` for TCP): GOOD and NONE (DPDK: "checksum not valid in the
+/// packet, data integrity verified") accept, BAD drops, UNKNOWN is verified in software.
+pub fn rx_verdict(frame: &[u8], off: CksumOffload, ip: CksumVerdict, l4: CksumVerdict) -> RxCksum {
+    if !(off.rx_ipv4 || off.rx_tcp) || frame.len() < 14 || frame[12..14] != [0x08, 0x00] {
+        return RxCksum::Unchecked;
+    }
+    // Malformed IPv4 (truncated, bad lengths) is left to smoltcp, which drops it.
+    let Ok(pkt) = Ipv4Packet::new_checked(&frame[14..]) else {
+        return RxCksum::Unchecked;
+    };
+    let mut software = false;
+    if off.rx_ipv4 {
+        match ip {
+            CksumVerdict::Good | CksumVerdict::None => {}
+            CksumVerdict::Bad => return RxCksum::Drop("IPv4 header (PMD)"),
+            CksumVerdict::Unknown => {
+                software = true;
+                if !pkt.verify_checksum() {
+                    return RxCksum::Drop("IPv4 header");
+                }
+            }
+        }
+    }
+    let whole = !pkt.more_frags() && pkt.frag_offset() == 0;
+    if off.rx_tcp && pkt.next_header() == IpProtocol::Tcp && whole {
+        match l4 {
+            CksumVerdict::Good | CksumVerdict::None => {}
+            CksumVerdict::Bad => return RxCksum::Drop("TCP (PMD)"),
+            CksumVerdict::Unknown => {
+                let (src, dst) = (
+                    IpAddress::Ipv4(pkt.src_addr()),
+                    IpAddress::Ipv4(pkt.dst_addr()),
+                );
+                // A truncated TCP header is smoltcp's to drop.
+                if let Ok(t) = TcpPacket::new_checked(pkt.payload()) {
+                    software = true;
+                    if !t.verify_checksum(&src, &dst) {
+                        return RxCksum::Drop("TCP");
+                    }
+                }
+            }
+        }
+    }
+    RxCksum::Accept { software }
 }
 
 /// Counters of one device.
@@ -42,6 +240,16 @@ pub struct DeviceStats {
     pub tx_no_mbuf: u64,
     /// Received frames smoltcp could not take (chained mbufs).
     pub rx_dropped: u64,
+    /// Frames sent with checksums left to the PMD (`RTE_MBUF_F_TX_*_CKSUM`).
+    pub tx_cksum_offload: u64,
+    /// Received frames whose offloaded checksums the PMD reported good.
+    pub rx_cksum_good: u64,
+    /// Received frames with an offloaded checksum the PMD left unchecked, verified here in
+    /// software.
+    pub rx_cksum_sw: u64,
+    /// Received frames dropped for a bad IPv4 header or TCP checksum (PMD verdict or software
+    /// check of an offloaded checksum).
+    pub rx_cksum_bad: u64,
 }
 
 /// One DPDK port queue as a smoltcp device.
@@ -60,6 +268,8 @@ pub struct DpdkDevice {
     mirror: Option<Mirror>,
     /// IPv4/TCP checksum handling (config `checksum`).
     checksum: ChecksumMode,
+    /// The checksums the PMD handles (config `checksum` = `auto`/`offload`).
+    offload: CksumOffload,
     /// This device's counters.
     pub stats: DeviceStats,
 }
@@ -104,6 +314,7 @@ impl DpdkDevice {
             tx_max: batch * 8,
             mirror: None,
             checksum: ChecksumMode::Software,
+            offload: CksumOffload::default(),
             stats: DeviceStats::default(),
         }
     }
@@ -111,6 +322,43 @@ impl DpdkDevice {
     /// How IPv4/TCP checksums are handled (see `PortConfig::checksum`).
     pub fn set_checksum_mode(&mut self, m: ChecksumMode) {
         self.checksum = m;
+    }
+
+    /// Which checksums the port's PMD handles; the port must have been configured with
+    /// `off.tx_bits()` / `off.rx_bits()`.
+    pub fn set_checksum_offload(&mut self, off: CksumOffload) {
+        self.offload = off;
+    }
+
+    /// Check a received frame's offloaded checksums ([`rx_verdict`]); false: drop it (counted,
+    /// with a rate-limited log line).
+    fn rx_cksum_ok(&mut self, m: &Mbuf) -> bool {
+        let (ipv, l4v) = m.rx_cksum();
+        match rx_verdict(m.data(), self.offload, ipv, l4v) {
+            RxCksum::Accept { software } => {
+                if software {
+                    self.stats.rx_cksum_sw += 1;
+                } else {
+                    self.stats.rx_cksum_good += 1;
+                }
+                true
+            }
+            RxCksum::Unchecked => true,
+            RxCksum::Drop(what) => {
+                self.stats.rx_cksum_bad += 1;
+                // Every frame is counted; the log line is rate-limited (a peer can send many).
+                if self.stats.rx_cksum_bad.is_power_of_two() {
+                    let src = Ipv4Packet::new_checked(&m.data()[14..])
+                        .map(|ip| ip.src_addr().to_string())
+                        .unwrap_or_default();
+                    log::warn!(
+                        "dpdk: dropped a frame from {src} with a bad {what} checksum ({} so far)",
+                        self.stats.rx_cksum_bad
+                    );
+                }
+                false
+            }
+        }
     }
 
     /// Copy every frame to `mirror` as well.
@@ -210,6 +458,9 @@ impl Device for DpdkDevice {
                 self.stats.rx_dropped += 1;
                 continue;
             }
+            if (self.offload.rx_ipv4 || self.offload.rx_tcp) && !self.rx_cksum_ok(&m) {
+                continue;
+            }
             if let Some(mi) = self.mirror.as_mut() {
                 mi.copy(m.data());
             }
@@ -227,13 +478,21 @@ impl Device for DpdkDevice {
         c.medium = Medium::Ethernet;
         c.max_transmission_unit = self.mtu + 14;
         c.max_burst_size = Some(self.batch);
-        let ck = match self.checksum {
-            ChecksumMode::Software => Checksum::Both,
-            ChecksumMode::TrustedLink => Checksum::None,
-            ChecksumMode::TxOnly => Checksum::Tx,
+        let (sw_tx, sw_rx) = match self.checksum {
+            ChecksumMode::Software => (true, true),
+            ChecksumMode::TrustedLink => (false, false),
+            ChecksumMode::TxOnly => (true, false),
         };
-        c.checksum.ipv4 = ck;
-        c.checksum.tcp = ck;
+        // smoltcp computes (tx) and verifies (rx) what the PMD does not.
+        let ck = |tx: bool, rx: bool| match (tx, rx) {
+            (true, true) => Checksum::Both,
+            (true, false) => Checksum::Tx,
+            (false, true) => Checksum::Rx,
+            (false, false) => Checksum::None,
+        };
+        let o = self.offload;
+        c.checksum.ipv4 = ck(sw_tx && !o.tx_ipv4, sw_rx && !o.rx_ipv4);
+        c.checksum.tcp = ck(sw_tx && !o.tx_tcp, sw_rx && !o.rx_tcp);
         c
     }
 }
@@ -275,6 +534,11 @@ impl phy::TxToken for DpdkTxToken<'_> {
         }
         let buf = m.append(len as u16).expect("tailroom checked");
         let r = f(buf);
+        if let Some((l3_len, ip, tcp)) = tx_offload_for(m.data(), self.dev.offload) {
+            if m.set_tx_cksum_offload(14, l3_len, ip, tcp) {
+                self.dev.stats.tx_cksum_offload += 1;
+            }
+        }
         if let Some(mi) = self.dev.mirror.as_mut() {
             mi.copy(m.data());
         }
@@ -283,5 +547,239 @@ impl phy::TxToken for DpdkTxToken<'_> {
             self.dev.flush();
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dpdk::ipv4_tcp_phdr;
+    use smoltcp::wire::Ipv4Address;
+
+    const ALL: CksumOffload = CksumOffload {
+        tx_ipv4: true,
+        tx_tcp: true,
+        rx_ipv4: true,
+        rx_tcp: true,
+    };
+
+    /// RFC 1071 one's-complement sum of `b` (big-endian words), not complemented.
+    fn sum(b: &[u8]) -> u16 {
+        let mut acc: u32 = 0;
+        for c in b.chunks(2) {
+            acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    }
+
+    /// An Ethernet + IPv4 (valid header checksum) + TCP frame with `payload`, TCP checksum 0
+    /// (what smoltcp emits when TCP checksums are offloaded).
+    fn tcp_frame(payload: &[u8], frag: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 20 + payload.len()];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let total = (20 + 20 + payload.len()) as u16;
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[6..8].copy_from_slice(&frag.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[10, 95, 0, 2]);
+        ip[16..20].copy_from_slice(&[10, 95, 0, 1]);
+        Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
+        let tcp = &mut f[34..54];
+        tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&18515u16.to_be_bytes());
+        tcp[4..8].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = 0x18; // PSH|ACK
+        tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        f[54..].copy_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn plan_follows_setting_and_capabilities() {
+        use crate::dpdk::offload::*;
+        // net_tap (DPDK 22.11): IPv4/UDP/TCP checksums both ways.
+        let (tx, rx) = (
+            TX_IPV4_CKSUM | TX_UDP_CKSUM | TX_TCP_CKSUM | TX_MULTI_SEGS,
+            RX_IPV4_CKSUM | RX_UDP_CKSUM | RX_TCP_CKSUM,
+        );
+        assert_eq!(
+            plan("auto", "net_tap", tx, rx),
+            Ok((ChecksumMode::Software, ALL))
+        );
+        assert_eq!(plan("offload", "net_tap", tx, rx).unwrap().1, ALL);
+        let (m, o) = plan("auto", "net_tap", tx, rx).unwrap();
+        assert_eq!(
+            (m, o.tx_bits(), o.rx_bits()),
+            (ChecksumMode::Software, 0xa, 0xa)
+        );
+        // net_ring/net_memif: MULTI_SEGS only: auto means software.
+        let none = CksumOffload::default();
+        assert_eq!(
+            plan("auto", "net_ring", TX_MULTI_SEGS, 0),
+            Ok((ChecksumMode::Software, none))
+        );
+        let e = plan("offload", "net_memif", TX_MULTI_SEGS, 0).unwrap_err();
+        assert!(
+            e.contains("net_memif") && e.contains("tx none rx none"),
+            "{e}"
+        );
+        // A PMD offering tx only: auto takes what there is; offload refuses.
+        let (_, o) = plan("auto", "x", TX_IPV4_CKSUM | TX_TCP_CKSUM, 0).unwrap();
+        assert!(o.tx_ipv4 && o.tx_tcp && !o.rx_ipv4 && !o.rx_tcp);
+        assert!(plan("offload", "x", TX_IPV4_CKSUM | TX_TCP_CKSUM, 0).is_err());
+        // The explicit software settings never offload.
+        for (s, m) in [
+            ("software", ChecksumMode::Software),
+            ("tx-only", ChecksumMode::TxOnly),
+            ("trusted-link", ChecksumMode::TrustedLink),
+        ] {
+            assert_eq!(plan(s, "net_tap", tx, rx), Ok((m, none)));
+        }
+        assert!(plan("hw", "net_tap", tx, rx).is_err());
+        // The config's default is auto, and every setting plan knows parses.
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        let c = crate::config::DataplaneConfig::parse(base).unwrap();
+        assert_eq!(c.ports[0].checksum, "auto");
+        for s in ["auto", "offload", "software", "tx-only", "trusted-link"] {
+            let c = crate::config::DataplaneConfig::parse(&format!("{base}checksum='{s}'\n"));
+            assert_eq!(c.unwrap().ports[0].checksum, s);
+        }
+    }
+
+    #[test]
+    fn tx_offload_marks_ipv4_and_whole_tcp_only() {
+        let f = tcp_frame(b"hello", 0);
+        assert_eq!(tx_offload_for(&f, ALL), Some((20, true, true)));
+        let tcp_only = CksumOffload {
+            tx_tcp: true,
+            ..Default::default()
+        };
+        assert_eq!(tx_offload_for(&f, tcp_only), Some((20, false, true)));
+        assert_eq!(tx_offload_for(&f, CksumOffload::default()), None);
+        // A fragment (MF set) has no TCP header to fill: the IPv4 header only.
+        let frag = tcp_frame(b"hello", 0x2000);
+        assert_eq!(tx_offload_for(&frag, ALL), Some((20, true, false)));
+        assert_eq!(tx_offload_for(&frag, tcp_only), None);
+        // ICMP: the IPv4 header checksum only.
+        let mut icmp = tcp_frame(b"", 0);
+        icmp[14 + 9] = 1;
+        assert_eq!(tx_offload_for(&icmp, ALL), Some((20, true, false)));
+        // ARP and anything short or odd: nothing, and no panic.
+        let mut arp = tcp_frame(b"", 0);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(tx_offload_for(&arp, ALL), None);
+        for n in 0..f.len() {
+            let _ = tx_offload_for(&f[..n], ALL);
+        }
+        let mut bad_ihl = f.clone();
+        bad_ihl[14] = 0x4f; // 60-byte header in a 59-byte packet
+        bad_ihl.truncate(14 + 59);
+        assert_eq!(tx_offload_for(&bad_ihl, ALL), None);
+    }
+
+    #[test]
+    fn rx_verdicts_accept_drop_or_verify_in_software() {
+        use CksumVerdict::{Bad, Good, None as Nn, Unknown};
+        // A frame with both checksums right (TCP filled the way smoltcp does in software).
+        let mut f = tcp_frame(b"some payload", 0);
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+            let (s, d) = (
+                IpAddress::Ipv4(ip.src_addr()),
+                IpAddress::Ipv4(ip.dst_addr()),
+            );
+            TcpPacket::new_unchecked(ip.payload_mut()).fill_checksum(&s, &d);
+        }
+        let sw = RxCksum::Accept { software: true };
+        let hw = RxCksum::Accept { software: false };
+        assert_eq!(rx_verdict(&f, ALL, Good, Good), hw);
+        assert_eq!(rx_verdict(&f, ALL, Nn, Nn), hw);
+        assert_eq!(rx_verdict(&f, ALL, Good, Unknown), sw);
+        assert_eq!(rx_verdict(&f, ALL, Unknown, Unknown), sw);
+        assert_eq!(
+            rx_verdict(&f, ALL, Bad, Good),
+            RxCksum::Drop("IPv4 header (PMD)")
+        );
+        assert_eq!(rx_verdict(&f, ALL, Good, Bad), RxCksum::Drop("TCP (PMD)"));
+        // Nothing offloaded on rx: the verdicts are not looked at (smoltcp verifies).
+        let tx_only = CksumOffload {
+            tx_ipv4: true,
+            tx_tcp: true,
+            ..Default::default()
+        };
+        assert_eq!(rx_verdict(&f, tx_only, Bad, Bad), RxCksum::Unchecked);
+        // Unknown verdicts on corrupted frames: the software check catches them.
+        let mut bad_tcp = f.clone();
+        bad_tcp[60] ^= 0x40;
+        assert_eq!(
+            rx_verdict(&bad_tcp, ALL, Good, Unknown),
+            RxCksum::Drop("TCP")
+        );
+        assert_eq!(rx_verdict(&bad_tcp, ALL, Good, Good), hw); // the PMD's word is taken
+        let mut bad_ip = f.clone();
+        bad_ip[14 + 8] ^= 1; // TTL
+        assert_eq!(
+            rx_verdict(&bad_ip, ALL, Unknown, Good),
+            RxCksum::Drop("IPv4 header")
+        );
+        // Only the TCP check offloaded: the IPv4 verdict is smoltcp's business.
+        let tcp_rx = CksumOffload {
+            rx_tcp: true,
+            ..Default::default()
+        };
+        assert_eq!(rx_verdict(&bad_ip, tcp_rx, Bad, Good), hw);
+        // ARP, truncated and malformed frames: left to smoltcp, no panic.
+        let mut arp = f.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(rx_verdict(&arp, ALL, Bad, Bad), RxCksum::Unchecked);
+        for n in 0..f.len() {
+            let _ = rx_verdict(&f[..n], ALL, Unknown, Unknown);
+        }
+        assert_eq!(rx_verdict(&f[..30], ALL, Bad, Bad), RxCksum::Unchecked);
+        // A fragment carries no whole TCP segment: only its IPv4 header is checked.
+        let frag = tcp_frame(b"x", 0x2000);
+        assert_eq!(rx_verdict(&frag, ALL, Good, Bad), hw);
+    }
+
+    #[test]
+    fn phdr_then_nic_completion_gives_a_valid_tcp_checksum() {
+        let payload = b"rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr";
+        let mut f = tcp_frame(payload, 0);
+        let tcp_len = (20 + payload.len()) as u16;
+        assert!(ipv4_tcp_phdr(&mut f[14..], 20));
+        // DPDK's phdr: the one's-complement sum of source, destination, protocol and TCP
+        // length, stored in network order, not complemented (rte_mbuf_core.h).
+        let mut ph = Vec::new();
+        ph.extend_from_slice(&[10, 95, 0, 2, 10, 95, 0, 1, 0, 6]);
+        ph.extend_from_slice(&tcp_len.to_be_bytes());
+        assert_eq!(u16::from_be_bytes([f[50], f[51]]), sum(&ph));
+        // What the PMD does: sum the TCP segment starting from that field, store the complement.
+        let c = !sum(&f[34..]);
+        f[50..52].copy_from_slice(&c.to_be_bytes());
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        let (s, d) = (
+            IpAddress::Ipv4(Ipv4Address::new(10, 95, 0, 2)),
+            IpAddress::Ipv4(Ipv4Address::new(10, 95, 0, 1)),
+        );
+        assert!(TcpPacket::new_checked(ip.payload())
+            .unwrap()
+            .verify_checksum(&s, &d));
+        // And the check can fail: one flipped payload bit.
+        f[60] ^= 1;
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert!(!TcpPacket::new_checked(ip.payload())
+            .unwrap()
+            .verify_checksum(&s, &d));
+        // Too short for a TCP header: refused, nothing written.
+        let mut short = [0u8; 39];
+        assert!(!ipv4_tcp_phdr(&mut short, 20));
+        assert!(!ipv4_tcp_phdr(&mut f[14..], 19));
     }
 }

@@ -123,6 +123,20 @@ impl Dataplane {
                     pc.device, pc.mtu, info.driver, info.max_mtu
                 )));
             }
+            // Checksum offload where the PMD offers it (config `checksum`, device::plan); not
+            // with a capture port, whose copies must carry the final checksums.
+            let (ck_mode, ck_off) = if pc.capture.is_some() {
+                let driver = format!("{} with a capture port", info.driver);
+                device::plan(&pc.checksum, &driver, 0, 0)
+            } else {
+                device::plan(
+                    &pc.checksum,
+                    &info.driver,
+                    info.tx_offload_capa,
+                    info.rx_offload_capa,
+                )
+            }
+            .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
             let pool = Mempool::create(eal, &format!("dpw_pool{pi}"), pc.mbufs, 256, room)?;
             port.configure(
@@ -131,8 +145,8 @@ impl Dataplane {
                     rx_desc: pc.rx_desc,
                     tx_desc: pc.tx_desc,
                     mtu: pc.mtu,
-                    rx_offloads: 0,
-                    tx_offloads: 0,
+                    rx_offloads: ck_off.rx_bits(),
+                    tx_offloads: ck_off.tx_bits(),
                 },
                 pool,
             )?;
@@ -159,6 +173,13 @@ impl Dataplane {
                 mtu,
                 nq,
                 mac
+            );
+            log::info!(
+                "dataplane: port {} checksum = {:?}: offload {}; the rest {}",
+                port.id(),
+                pc.checksum,
+                ck_off.describe(),
+                ck_mode.describe()
             );
             let capture = match &pc.capture {
                 None => None,
@@ -193,11 +214,8 @@ impl Dataplane {
                     tcp: cfg.tcp.clone(),
                 };
                 let mut w = w;
-                w.dev.set_checksum_mode(match pc.checksum.as_str() {
-                    "trusted-link" => device::ChecksumMode::TrustedLink,
-                    "tx-only" => device::ChecksumMode::TxOnly,
-                    _ => device::ChecksumMode::Software,
-                });
+                w.dev.set_checksum_mode(ck_mode);
+                w.dev.set_checksum_offload(ck_off);
                 if let Some((cp, cpool)) = capture {
                     w.dev.set_mirror(cp, cpool);
                 }

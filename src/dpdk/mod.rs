@@ -45,8 +45,25 @@ pub mod offload {
     pub const TX_MULTI_SEGS: u64 = 1 << 15;
     /// `RTE_ETH_RX_OFFLOAD_IPV4_CKSUM`: the NIC verifies IPv4 header checksums on rx.
     pub const RX_IPV4_CKSUM: u64 = 1 << 1;
+    /// `RTE_ETH_RX_OFFLOAD_UDP_CKSUM`: the NIC verifies UDP checksums on rx.
+    pub const RX_UDP_CKSUM: u64 = 1 << 2;
     /// `RTE_ETH_RX_OFFLOAD_TCP_CKSUM`: the NIC verifies TCP checksums on rx.
     pub const RX_TCP_CKSUM: u64 = 1 << 3;
+
+    /// The names of the checksum bits in `capa` (for logs and errors), e.g. `ipv4,tcp`.
+    pub fn cksum_names(capa: u64) -> String {
+        let mut v = Vec::new();
+        for (bit, name) in [(1u64 << 1, "ipv4"), (1 << 2, "udp"), (1 << 3, "tcp")] {
+            if capa & bit != 0 {
+                v.push(name);
+            }
+        }
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(",")
+        }
+    }
 }
 
 /// A DPDK call failed.
@@ -288,6 +305,34 @@ impl Mbuf {
         unsafe { sys::dpw_ol_flags(self.ptr.as_ptr()) }
     }
 
+    /// The PMD's receive checksum verdicts (IPv4 header, L4) from `ol_flags`; meaningful only
+    /// on a port configured with the matching `RTE_ETH_RX_OFFLOAD_*_CKSUM`.
+    pub fn rx_cksum(&self) -> (CksumVerdict, CksumVerdict) {
+        let (mut ip, mut l4) = (0i32, 0i32);
+        // SAFETY: reads ol_flags of the mbuf we own; valid out pointers.
+        unsafe { sys::dpw_rx_cksum(self.ptr.as_ptr(), &mut ip, &mut l4) };
+        (CksumVerdict::from_raw(ip), CksumVerdict::from_raw(l4))
+    }
+
+    /// Have the PMD fill this frame's IPv4 header checksum (`ip`) and/or TCP checksum (`tcp`):
+    /// sets `l2_len`/`l3_len` and `RTE_MBUF_F_TX_IPV4` (+ `_IP_CKSUM`, `_TCP_CKSUM`), zeroes
+    /// the IPv4 checksum and writes the pseudo-header checksum into the TCP checksum field, as
+    /// `rte_mbuf_core.h` prescribes. The port must have been configured with the matching
+    /// `RTE_ETH_TX_OFFLOAD_*_CKSUM`. Returns false (and changes nothing) when the frame is too
+    /// short for the headers named.
+    pub fn set_tx_cksum_offload(&mut self, l2_len: u16, l3_len: u16, ip: bool, tcp: bool) -> bool {
+        let need = usize::from(l2_len) + usize::from(l3_len) + if tcp { 20 } else { 0 };
+        if l3_len < 20 || self.data().len() < need {
+            return false;
+        }
+        // SAFETY: the first segment holds at least l2_len + l3_len (+ a 20-byte TCP header when
+        // `tcp`) bytes (checked above), which is all the shim reads or writes.
+        unsafe {
+            sys::dpw_tx_cksum_offload(self.ptr.as_ptr(), l2_len, l3_len, ip.into(), tcp.into())
+        };
+        true
+    }
+
     /// Grow the data by `len` bytes and return them (None when the tailroom is too small).
     #[inline]
     pub fn append(&mut self, len: u16) -> Option<&mut [u8]> {
@@ -309,6 +354,45 @@ impl Drop for Mbuf {
         // SAFETY: we own the mbuf (it was never handed to tx_burst, which forgets it).
         unsafe { sys::dpw_pktmbuf_free(self.ptr.as_ptr()) }
     }
+}
+
+/// A PMD's verdict on a received checksum (`RTE_MBUF_F_RX_IP_CKSUM_*`, `RTE_MBUF_F_RX_L4_CKSUM_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CksumVerdict {
+    /// Not checked (or the PMD does not say): verify in software.
+    Unknown,
+    /// Checked and wrong.
+    Bad,
+    /// Checked and right.
+    Good,
+    /// The packet carries no valid checksum yet (e.g. a partial one from a virtual device);
+    /// its data is intact.
+    None,
+}
+
+impl CksumVerdict {
+    fn from_raw(v: i32) -> Self {
+        #[allow(clippy::unnecessary_cast)]
+        match v as u32 {
+            x if x == sys::dpw_cksum_DPW_CKSUM_BAD as u32 => CksumVerdict::Bad,
+            x if x == sys::dpw_cksum_DPW_CKSUM_GOOD as u32 => CksumVerdict::Good,
+            x if x == sys::dpw_cksum_DPW_CKSUM_NONE as u32 => CksumVerdict::None,
+            _ => CksumVerdict::Unknown,
+        }
+    }
+}
+
+/// Write the IPv4 pseudo-header checksum (DPDK's `rte_ipv4_phdr_cksum`) into the TCP checksum
+/// field of `ip`, an IPv4 packet whose header is `l3_len` bytes: the value a NIC doing TCP
+/// checksum offload starts its sum from. False (nothing written) when `ip` is too short.
+pub fn ipv4_tcp_phdr(ip: &mut [u8], l3_len: u16) -> bool {
+    if l3_len < 20 || ip.len() < usize::from(l3_len) + 20 {
+        return false;
+    }
+    // SAFETY: `ip` holds the IPv4 header (l3_len >= 20 bytes, the 20 the shim reads) and a
+    // 20-byte TCP header after it, whose checksum field (offset 16) is all the shim writes.
+    unsafe { sys::dpw_ipv4_tcp_phdr(ip.as_mut_ptr(), l3_len, 0) };
+    true
 }
 
 /// What a port can do.

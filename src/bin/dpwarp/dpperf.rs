@@ -84,6 +84,67 @@ impl Net {
     }
 }
 
+/// The byte-stream backend a tool (`rping`, `perf`, `dpperf`) runs on, resolved from its
+/// `--transport` and `--config` options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// Kernel TCP sockets.
+    Kernel,
+    /// The DPDK dataplane described by this config file.
+    Dpdk(PathBuf),
+}
+
+/// Resolve `--transport`/`--config` the way every tool does (issue 4: DPDK is the default).
+///
+/// - `--transport` falls back to `$DPWARP_TRANSPORT` (as the demo's does), then `dpdk`.
+/// - For dpdk, `--config` falls back to `$DPWARP_CONFIG`; with neither the tool stops with an
+///   error naming both ways out: it never silently runs over kernel TCP instead.
+/// - An explicit `--config` with kernel is refused (it would be ignored); `$DPWARP_CONFIG` is
+///   not, so one exported config does not break kernel runs.
+pub fn backend(
+    transport: Option<&str>,
+    config: Option<&std::path::Path>,
+) -> Result<Backend, String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let t = transport
+        .map(str::to_string)
+        .or_else(|| env("DPWARP_TRANSPORT"))
+        .unwrap_or_else(|| "dpdk".into());
+    match t.as_str() {
+        "kernel" if config.is_some() => Err("--config is for --transport dpdk".into()),
+        "kernel" => Ok(Backend::Kernel),
+        "dpdk" => config
+            .map(std::path::Path::to_path_buf)
+            .or_else(|| env("DPWARP_CONFIG").map(PathBuf::from))
+            .map(Backend::Dpdk)
+            .ok_or_else(|| {
+                "--transport dpdk (the default) needs --config FILE or $DPWARP_CONFIG (a \
+                 dataplane config, see configs/), or use --transport kernel"
+                    .to_string()
+            }),
+        other => Err(format!("--transport {other}: `kernel` or `dpdk`")),
+    }
+}
+
+/// Log every dataplane worker's device counters (info level: on stderr by default), the
+/// checksum offload ones included.
+pub fn log_device_stats(dp: &Dataplane) {
+    for (i, w) in dp.stats().iter().enumerate() {
+        let d = &w.device;
+        log::info!(
+            "dataplane: worker {i}: rx {} tx {} backpressure {}; checksum offload: tx {} \
+             rx good {} rx sw-verified {} rx bad {}",
+            d.rx_packets,
+            d.tx_packets,
+            d.tx_backpressure,
+            d.tx_cksum_offload,
+            d.rx_cksum_good,
+            d.rx_cksum_sw,
+            d.rx_cksum_bad
+        );
+    }
+}
+
 /// Start the dataplane from a config file and return the endpoint of port `port`.
 pub fn start_dpdk(config: &std::path::Path, port: usize) -> Result<(Dataplane, Endpoint), String> {
     let cfg = DataplaneConfig::load(config)?;
@@ -513,12 +574,13 @@ pub fn tcp_pingpong(size: usize, iters: usize) -> Result<PerfResult, String> {
 /// `dpwarp dpperf` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// dpdk (default) or kernel.
-    #[arg(long, default_value = "dpdk")]
-    pub transport: String,
-    /// Dataplane config for --transport dpdk.
-    #[arg(long, default_value = "configs/net_ring.toml")]
-    pub config: PathBuf,
+    /// `dpdk` (the DPDK dataplane of --config) or `kernel` (kernel TCP). Default:
+    /// $DPWARP_TRANSPORT, else dpdk.
+    #[arg(long)]
+    pub transport: Option<String>,
+    /// Dataplane config (TOML, see configs/) for --transport dpdk. Default: $DPWARP_CONFIG.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Which configured port to use.
     #[arg(long, default_value_t = 0)]
     pub port_index: usize,
@@ -548,16 +610,17 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    let (_dp, net) = if a.transport == "dpdk" {
-        let (dp, ep) = start_dpdk(&a.config, a.port_index)?;
-        (Some(dp), Net::Dpdk(ep))
-    } else if a.transport == "kernel" {
-        (None, Net::Kernel)
-    } else {
-        return Err(format!(
-            "unknown transport {:?} (dpdk, kernel)",
-            a.transport
-        ));
+    let backend = backend(a.transport.as_deref(), a.config.as_deref())?;
+    let transport = match backend {
+        Backend::Kernel => "kernel",
+        Backend::Dpdk(_) => "dpdk",
+    };
+    let (_dp, net) = match &backend {
+        Backend::Dpdk(config) => {
+            let (dp, ep) = start_dpdk(config, a.port_index)?;
+            (Some(dp), Net::Dpdk(ep))
+        }
+        Backend::Kernel => (None, Net::Kernel),
     };
     if let (Some(dp), false) = (&_dp, a.server) {
         if !dp.wait_link_up(Duration::from_secs(20)) {
@@ -597,12 +660,15 @@ pub fn run(a: Args) -> Result<(), String> {
     for &size in &a.size {
         let r = run_client(&net, a.addr, &pd, test, size, a.iters)?;
         if a.json {
-            println!("{}", r.json(&a.transport));
+            println!("{}", r.json(transport));
         }
         results.push(r);
     }
     if !a.json {
-        print_table(&format!("{} over {}", a.test, a.transport), &results);
+        print_table(&format!("{} over {transport}", a.test), &results);
+    }
+    if let Some(dp) = &_dp {
+        log_device_stats(dp);
     }
     Ok(())
 }

@@ -13,8 +13,9 @@
 //! endian, the last three IEEE doubles) and a final dest; send_bw, read_lat and send_lat one
 //! dest; write_lat nothing.
 //!
-//! `--transport kernel` (default) runs both connections over kernel TCP; `--transport dpdk
-//! --config FILE` runs both over the DPDK dataplane (smoltcp on a DPDK port, docs/dataplane.md).
+//! `--transport dpdk` (the default) runs both connections over the DPDK dataplane of `--config
+//! FILE` or `$DPWARP_CONFIG` (smoltcp on a DPDK port, docs/dataplane.md); `--transport kernel`
+//! runs both over kernel TCP.
 //! Only connect/listen/accept differ ([`Net`]); the perftest exchanges below are the same code.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -27,7 +28,7 @@ use dpwarp::verbs::{
     WcStatus,
 };
 
-use crate::dpperf::{start_dpdk, AnyListener, AnyRequest, Net};
+use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
 
 /// perftest's protocol version we speak (sent in the version exchange).
 const PERFTEST_VERSION: &str = "6.06";
@@ -81,9 +82,10 @@ pub struct Args {
     crc: String,
     /// Byte-stream backend for both rdma_cm connections: `kernel` (kernel TCP) or `dpdk` (the
     /// DPDK dataplane of --config; the server listens on the port's own address).
-    #[arg(long, default_value = "kernel")]
-    transport: String,
-    /// Dataplane config (TOML, see configs/) for --transport dpdk.
+    /// Default: $DPWARP_TRANSPORT, else dpdk.
+    #[arg(long)]
+    transport: Option<String>,
+    /// Dataplane config (TOML, see configs/) for --transport dpdk. Default: $DPWARP_CONFIG.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Which configured DPDK port to use (--transport dpdk).
@@ -101,13 +103,13 @@ struct Report {
     msg_rate: f64,
 }
 
-pub fn run(a: Args) -> Result<(), String> {
-    if a.transport != "kernel" && a.transport != "dpdk" {
-        return Err(format!("--transport {}: `kernel` or `dpdk`", a.transport));
-    }
-    if a.transport == "kernel" && a.config.is_some() {
-        return Err("--config is for --transport dpdk".into());
-    }
+pub fn run(mut a: Args) -> Result<(), String> {
+    let backend = backend(a.transport.as_deref(), a.config.as_deref())?;
+    // The headers name the transport actually used (the default included).
+    a.transport = Some(match backend {
+        Backend::Kernel => "kernel".into(),
+        Backend::Dpdk(_) => "dpdk".into(),
+    });
     let read = match a.test.as_str() {
         "write_bw" | "send_bw" => false,
         "read_bw" => true,
@@ -145,11 +147,7 @@ pub fn run(a: Args) -> Result<(), String> {
         .map(|h| resolve(h, a.port))
         .transpose()?;
     // `_dp` keeps the dataplane (EAL, ports, workers) running until the test ends.
-    let (_dp, net) = if a.transport == "dpdk" {
-        let config = a
-            .config
-            .as_deref()
-            .ok_or("--transport dpdk needs --config FILE (a dataplane config, see configs/)")?;
+    let (_dp, net) = if let Backend::Dpdk(config) = &backend {
         if addr.is_some_and(|s| s.is_ipv6()) {
             return Err("the DPDK dataplane is IPv4 only".into());
         }
@@ -167,15 +165,20 @@ pub fn run(a: Args) -> Result<(), String> {
         (None, Net::Kernel)
     };
     let net = &net;
-    if a.test.ends_with("_lat") {
-        return lat(&a, net, addr, &param, &sizes);
+    let r = if a.test.ends_with("_lat") {
+        lat(&a, net, addr, &param, &sizes)
+    } else {
+        match (addr, a.test == "send_bw") {
+            (Some(addr), false) => client(&a, net, addr, &param, &sizes),
+            (Some(addr), true) => send_client(&a, net, addr, &param, &sizes),
+            (None, false) => server(&a, net, &param, &sizes),
+            (None, true) => send_server(&a, net, &param, &sizes),
+        }
+    };
+    if let Some(dp) = &_dp {
+        log_device_stats(dp);
     }
-    match (addr, a.test == "send_bw") {
-        (Some(addr), false) => client(&a, net, addr, &param, &sizes),
-        (Some(addr), true) => send_client(&a, net, addr, &param, &sizes),
-        (None, false) => server(&a, net, &param, &sizes),
-        (None, true) => send_server(&a, net, &param, &sizes),
-    }
+    r
 }
 
 /// The server's listener for both connections: all addresses on kernel TCP (as perftest's
@@ -625,7 +628,7 @@ fn print_header_lines(a: &Args, title: &str, size: usize) {
     println!(" Mtu             : 1024[B]");
     println!(
         " Link type       : Ethernet (iWARP, dpwarp over {})",
-        a.transport
+        a.transport.as_deref().unwrap_or("dpdk")
     );
     println!(" Max msg size    : {size}");
     println!(" Data ex. method : rdma_cm");

@@ -16,9 +16,9 @@
 //! of an enhanced MPA rev 2 request. Options beyond rping's (`--crc`, `--markers`, `--mpa-rev`,
 //! `--p2p`) select the MPA parameters that rdma_cm hides in the kernel.
 //!
-//! `--transport kernel` (default) runs over kernel TCP; `--transport dpdk --config FILE` runs
-//! over the DPDK dataplane (smoltcp on a DPDK port, see docs/dataplane.md): only the
-//! connect/listen step differs, the ping-pong below is the same code.
+//! `--transport dpdk` (the default) runs over the DPDK dataplane of `--config FILE` or
+//! `$DPWARP_CONFIG` (smoltcp on a DPDK port, see docs/dataplane.md); `--transport kernel` runs
+//! over kernel TCP: only the connect/listen step differs, the ping-pong below is the same code.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -35,7 +35,7 @@ use dpwarp::verbs::{
     WorkCompletion,
 };
 
-use crate::dpperf::{start_dpdk, AnyListener, AnyRequest, Net};
+use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
 const INFO_LEN: usize = 16;
@@ -90,9 +90,10 @@ pub struct Args {
     self_create_qp: bool,
     /// Byte-stream backend: `kernel` (kernel TCP) or `dpdk` (the DPDK dataplane of --config;
     /// the server listens on the port's own address, the client connects from it).
-    #[arg(long, default_value = "kernel")]
-    transport: String,
-    /// Dataplane config (TOML, see configs/) for --transport dpdk.
+    /// Default: $DPWARP_TRANSPORT, else dpdk.
+    #[arg(long)]
+    transport: Option<String>,
+    /// Dataplane config (TOML, see configs/) for --transport dpdk. Default: $DPWARP_CONFIG.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Which configured DPDK port to use (--transport dpdk).
@@ -173,12 +174,7 @@ pub fn run(a: Args) -> Result<(), String> {
     if !a.server && !a.client {
         return Err("one of -s (server) or -c (client) is required".into());
     }
-    if a.transport != "kernel" && a.transport != "dpdk" {
-        return Err(format!("--transport {}: `kernel` or `dpdk`", a.transport));
-    }
-    if a.transport == "kernel" && a.config.is_some() {
-        return Err("--config is for --transport dpdk".into());
-    }
+    let backend = backend(a.transport.as_deref(), a.config.as_deref())?;
     if !(MIN_SIZE..=MAX_SIZE).contains(&a.size) {
         return Err(format!(
             "Invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",
@@ -223,11 +219,7 @@ pub fn run(a: Args) -> Result<(), String> {
         (resolve(host, a.port)?, source)
     };
     // `_dp` keeps the dataplane (EAL, ports, workers) running until rping ends.
-    let (_dp, net) = if a.transport == "dpdk" {
-        let config = a
-            .config
-            .as_deref()
-            .ok_or("--transport dpdk needs --config FILE (a dataplane config, see configs/)")?;
+    let (_dp, net) = if let Backend::Dpdk(config) = &backend {
         let (dp, ep) = start_dpdk(config, a.port_index)?;
         // The dataplane has one address per port: -a (server) and -I (client) may only name it.
         let own = if a.server { Some(addr) } else { source };
@@ -254,11 +246,15 @@ pub fn run(a: Args) -> Result<(), String> {
     } else {
         (None, Net::Kernel)
     };
-    if a.server {
+    let r = if a.server {
         run_server(&ctx, &net, addr, &param, a.persistent)
     } else {
         run_client(&ctx, &net, addr, source, &param)
+    };
+    if let Some(dp) = &_dp {
+        log_device_stats(dp);
     }
+    r
 }
 
 /// The buffers of one rping endpoint (rping_setup_buffers).
