@@ -14,16 +14,18 @@
 //!   no grant, even 1, can deadlock.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use super::endpoint::Endpoint;
 use super::program::{Body, Piece};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
-use crate::cm::{self, ConnParam};
+use crate::cm::{self, CmError, ConnParam};
+use crate::dataplane::Endpoint as DpEndpoint;
+use crate::mpa::Negotiated;
 use crate::transport::kernel::KernelTcp;
 use crate::transport::Transport;
-use crate::verbs::{Device, Mr, WcStatus};
+use crate::verbs::{Device, Mr, Qp, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -245,6 +247,26 @@ impl RdmaClient {
 
     /// Connect over an open byte stream, then run CONFIG_RDMA if configured.
     pub fn connect(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
+        Self::connect_with(cfg, |qp, p| cm::connect(t, qp, p))
+    }
+
+    /// Connect through a DPDK dataplane endpoint to `remote` (the server's address on the
+    /// dataplane), then run CONFIG_RDMA if configured. Everything after the MPA exchange is
+    /// the same as over kernel TCP.
+    pub fn connect_dp(
+        ep: &DpEndpoint,
+        remote: SocketAddrV4,
+        cfg: ClientConfig,
+    ) -> Result<Self, RpcError> {
+        Self::connect_with(cfg, |qp, p| ep.connect(remote, qp, p))
+    }
+
+    /// Post the reply buffers, connect with `connect` (kernel or dataplane CM), then run
+    /// CONFIG_RDMA if configured.
+    fn connect_with(
+        cfg: ClientConfig,
+        connect: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,
+    ) -> Result<Self, RpcError> {
         let dev = Device::open();
         let pd = dev.alloc_pd();
         let mut ep = Endpoint::create(pd, cfg.inline_recv as usize, cfg.inline_send as usize);
@@ -254,7 +276,7 @@ impl RdmaClient {
         for _ in 0..cfg.credits.max(1) {
             ep.add_recv()?;
         }
-        let n = cm::connect(t, &qp, &cfg.conn)?;
+        let n = connect(&qp, &cfg.conn)?;
         let mut c = RdmaClient {
             ep,
             grant: 1,

@@ -27,10 +27,12 @@ use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
 use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
-use crate::cm::{ConnParam, ConnRequest};
+use crate::cm::{CmError, ConnParam, ConnRequest};
+use crate::dataplane::{DpConnRequest, Endpoint as DpEndpoint};
+use crate::mpa::Negotiated;
 use crate::transport::kernel::{KernelListener, KernelTcp};
 use crate::transport::Transport;
-use crate::verbs::{Device, Mr, WcStatus};
+use crate::verbs::{Device, Mr, Qp, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -79,6 +81,9 @@ impl Default for ServerConfig {
         }
     }
 }
+
+/// MPA reject private data when the credit pool cannot admit a connection.
+const NO_CREDITS: &[u8] = b"rpcrdma: no credits";
 
 /// Default busy-poll before sleeping on a CQ (see docs/rpc.md, measured).
 pub const POLL_SPIN_US: u64 = 0;
@@ -226,9 +231,66 @@ impl RdmaServer {
     pub fn serve_request(&self, req: ConnRequest) -> Result<JoinHandle<()>, RpcError> {
         let Some(credits) = self.pool.join() else {
             log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
-            let _ = req.reject(b"rpcrdma: no credits");
+            let _ = req.reject(NO_CREDITS);
             return Err(RpcError::Usage("credit pool exhausted"));
         };
+        self.serve_accepted(credits, |qp, p| req.accept(qp, p))
+    }
+
+    /// [`RdmaServer::serve_request`] for a connection request that arrived on the DPDK
+    /// dataplane ([`crate::dataplane::DpListener::get_request`]): the same credit admission, buffers and request
+    /// path; only the MPA accept/reject goes through the dataplane worker.
+    pub fn serve_dp_request(&self, req: DpConnRequest) -> Result<JoinHandle<()>, RpcError> {
+        let Some(credits) = self.pool.join() else {
+            log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
+            let _ = req.reject(NO_CREDITS);
+            return Err(RpcError::Usage("credit pool exhausted"));
+        };
+        self.serve_accepted(credits, |qp, p| req.accept(qp, p))
+    }
+
+    /// Listen on `port` of a DPDK dataplane endpoint and serve until stopped (the dataplane
+    /// counterpart of [`RdmaServer::listen`]). Each request is accepted on its own thread, so a
+    /// slow MPA exchange does not hold up the accept loop.
+    pub fn listen_dp(&self, ep: &DpEndpoint, port: u16) -> Result<ServerHandle, RpcError> {
+        let listener = ep.listen(port)?;
+        let addr = listener.local_addr();
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let me = self.clone();
+        let join = thread::spawn(move || {
+            while !st.load(Ordering::Acquire) {
+                let req = match listener.get_request(Duration::from_millis(200)) {
+                    Ok(r) => r,
+                    Err(CmError::Timeout) => continue,
+                    Err(e) => {
+                        log::warn!("rpc-server: dataplane listener: {e}");
+                        thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                };
+                let srv = me.clone();
+                thread::spawn(move || {
+                    if let Err(e) = srv.serve_dp_request(req) {
+                        log::warn!("rpc-server: connection not served: {e}");
+                    }
+                });
+            }
+        });
+        Ok(ServerHandle {
+            addr,
+            stop,
+            join: Some(join),
+        })
+    }
+
+    /// Post the connection's receive buffers, accept with `accept` (kernel or dataplane CM) and
+    /// start the connection's thread.
+    fn serve_accepted(
+        &self,
+        credits: ConnCredits,
+        accept: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,
+    ) -> Result<JoinHandle<()>, RpcError> {
         let pd = self.dev.alloc_pd();
         let mut ep = Endpoint::create(
             pd,
@@ -240,7 +302,7 @@ impl RdmaServer {
         for _ in 0..credits.held() {
             ep.add_recv()?;
         }
-        let n = req.accept(&qp, &self.cfg.conn)?;
+        let n = accept(&qp, &self.cfg.conn)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
         bump(&self.stats.connections, 1);
         let conn = ConnServer {
