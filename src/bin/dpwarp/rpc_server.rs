@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use dpwarp::cm::ConnParam;
-use dpwarp::config::DataplaneConfig;
+use dpwarp::config::{parse_cidr, DataplaneConfig};
 use dpwarp::dataplane::Dataplane;
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;
@@ -234,19 +234,19 @@ pub fn run(a: Args) -> Result<(), String> {
                 .get(cfg.dataplane_port)
                 .ok_or_else(|| format!("{}: no port {}", path.display(), cfg.dataplane_port))?;
             let device = pc.device.clone();
-            let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
-            let ep = dp.endpoint(cfg.dataplane_port).expect("port checked above");
+            let (ip, _) = parse_cidr(&pc.ip).map_err(|e| format!("{}: {e}", path.display()))?;
             match cfg.listen {
-                SocketAddr::V4(v4) if v4.ip().is_unspecified() || *v4.ip() == ep.ip() => {}
+                SocketAddr::V4(v4) if v4.ip().is_unspecified() || *v4.ip() == ip => {}
                 l => {
                     return Err(format!(
-                        "listen {l}: not the address of dataplane port {} ({}) in {}",
+                        "listen {l}: not the address of dataplane port {} ({ip}) in {}",
                         cfg.dataplane_port,
-                        ep.ip(),
                         path.display()
                     ))
                 }
             }
+            let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
+            let ep = dp.endpoint(cfg.dataplane_port).expect("port checked above");
             let h = server
                 .listen_dp(&ep, cfg.listen.port())
                 .map_err(|e| format!("listen {} on the dataplane: {e}", cfg.listen))?;
