@@ -33,6 +33,10 @@ use crate::wire::rpcrdma::{
 use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
 use crate::wire::Error;
 
+/// Initial buffer of a message encoder: a header and a small call fit without reallocating
+/// (measured: growing from empty was the client's largest allocation cost on the NULL path).
+const ENCODE_CAPACITY: usize = 256;
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -405,7 +409,7 @@ impl RdmaClient {
         // Encode with or without MSGP padding; bulk items in read chunks leave only their
         // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
         let encode = |pad: Option<(Padding, usize)>| {
-            let mut w = XdrWriter::new();
+            let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY);
             if let Some((p, off)) = pad {
                 w.set_padding(Some(p), off);
             }
@@ -506,7 +510,7 @@ impl RdmaClient {
         } else {
             (self.header(xid, inline_body(chunks)), &msg[..])
         };
-        let mut w = XdrWriter::new();
+        let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY + inline_rpc.len());
         h.emit(&mut w);
         debug_assert!(long || w.len() == hlen);
         w.put_raw(inline_rpc);

@@ -82,6 +82,10 @@ impl Default for ServerConfig {
     }
 }
 
+/// Initial buffer of a message encoder: a header and a small reply fit without reallocating
+/// (measured: growing from empty was the server's largest allocation cost on the NULL path).
+const ENCODE_CAPACITY: usize = 256;
+
 /// MPA reject private data when the credit pool cannot admit a connection.
 const NO_CREDITS: &[u8] = b"rpcrdma: no credits";
 
@@ -316,7 +320,10 @@ impl RdmaServer {
             peer_maxrdmaread: peer_ird,
             ord: u32::from(n.ord.max(1)),
         };
-        Ok(thread::spawn(move || conn.run()))
+        // Named so a profile (`perf report --sort comm`) tells the RPC threads from the rest.
+        Ok(thread::Builder::new()
+            .name("rpc-conn".into())
+            .spawn(move || conn.run())?)
     }
 }
 
@@ -427,7 +434,7 @@ impl ConnServer {
             credits: step.credits,
             body,
         };
-        let mut w = XdrWriter::new();
+        let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY + rpc.len());
         h.emit(&mut w);
         w.put_raw(rpc);
         self.ep.send(w.as_slice(), hold)
@@ -692,7 +699,7 @@ impl ConnServer {
             }
         }
         let encode = |padding: Option<(Padding, usize)>| {
-            let mut w = XdrWriter::new();
+            let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY);
             if let Some((p, off)) = padding {
                 w.set_padding(Some(p), off);
             }
