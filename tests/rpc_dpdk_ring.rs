@@ -3,18 +3,20 @@
 //! over smoltcp over rte_rings. Every procedure and chunk path with the data verified (NULL,
 //! GETATTR, WRITE inline and via a read chunk, READ inline / into a write chunk / reply chunk /
 //! read chunk + RDMA_DONE, a long call), then pipelined calls at 32 credits on two connections
-//! at once. One EAL per process: this file holds the only EAL test of its binary.
+//! at once; a connection beyond the credit pool is refused with an MPA Reject. One EAL per process: this file holds the only EAL test of its binary.
 
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dpwarp::cm::CmError;
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::Registry;
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
+use dpwarp::rpc::RpcError;
 
 mod rpc_common;
 use rpc_common::{exercise, pattern};
@@ -128,6 +130,42 @@ fn rpc_over_dpdk_net_ring_all_paths() {
     drop(c);
     drop(c2);
     h.stop();
+
+    // Admission over the dataplane: a pool of 2 buffers admits one connection (grant 1 + its
+    // DONE slot); the next is refused with an MPA Reject carrying `rpcrdma: no credits`.
+    let mut reg = Registry::new();
+    block::register(&mut reg, store.clone());
+    let small = RdmaServer::new(
+        reg,
+        ServerConfig {
+            credit_pool: 2,
+            ..ServerConfig::default()
+        },
+    );
+    let h2 = small.listen_dp(&server_ep, 20050).unwrap();
+    let remote2 = SocketAddrV4::new(server_ep.ip(), 20050);
+    let mut first = RdmaClient::connect_dp(&client_ep, remote2, ClientConfig::default()).unwrap();
+    assert_eq!(first.grant(), 1);
+    match RdmaClient::connect_dp(&client_ep, remote2, ClientConfig::default()) {
+        Err(RpcError::Cm(CmError::Rejected { private_data, .. })) => {
+            assert_eq!(private_data, b"rpcrdma: no credits")
+        }
+        Err(e) => panic!("expected an MPA reject, got {e}"),
+        Ok(_) => panic!("a connection beyond the credit pool was admitted"),
+    }
+    // The admitted connection is unaffected.
+    let rep = first
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_NULL,
+            dpwarp::rpc::program::Body::new(),
+            &CallOpts::default(),
+        )
+        .unwrap();
+    assert!(rep.results().is_ok());
+    drop(first);
+    h2.stop();
     assert!(t0.elapsed() < Duration::from_secs(30));
     // No frame was lost on the rings (a loss would cost smoltcp's 1 s retransmission timeout).
     for s in dp.stats() {
