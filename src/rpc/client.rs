@@ -236,6 +236,8 @@ pub struct RdmaClient {
     server: ConfigReply,
     ord: u32,
     sink_cache: Vec<Mr>,
+    /// Reused copy of the reply being handled.
+    rx_scratch: Vec<u8>,
     /// Counters since connecting.
     pub stats: ClientStats,
     /// Credentials put in every call (RFC 5531 §8.2; AUTH_NONE unless changed).
@@ -297,6 +299,7 @@ impl RdmaClient {
             },
             ord: u32::from(n.ord.max(1)),
             sink_cache: Vec::new(),
+            rx_scratch: Vec::new(),
             stats: ClientStats::default(),
             cred: Auth::None,
             cfg,
@@ -619,9 +622,12 @@ impl RdmaClient {
         if wc.status != WcStatus::Success {
             return Err(RpcError::Rdma(format!("receive: {:?}", wc.status)));
         }
-        let msg = self.ep.take_recv(&wc).unwrap_or_default();
+        let mut msg = std::mem::take(&mut self.rx_scratch);
+        self.ep.take_recv_into(&wc, &mut msg);
         self.ep.repost(&wc)?;
-        self.on_reply(&msg)?;
+        let r = self.on_reply(&msg);
+        self.rx_scratch = msg;
+        r?;
         self.flush_dones()
     }
 

@@ -319,6 +319,7 @@ impl RdmaServer {
             maxreply: DEFAULT_INLINE,
             peer_maxrdmaread: peer_ird,
             ord: u32::from(n.ord.max(1)),
+            rx_scratch: Vec::new(),
         };
         // Named so a profile (`perf report --sort comm`) tells the RPC threads from the rest.
         Ok(thread::Builder::new()
@@ -340,6 +341,8 @@ struct ConnServer {
     /// Client's maxrdmaread (its IRD from MPA until CONFIG_RDMA says otherwise).
     peer_maxrdmaread: u32,
     ord: u32,
+    /// Reused copy of the message being handled.
+    rx_scratch: Vec<u8>,
 }
 
 /// Why a call could not be answered with an RPC reply.
@@ -381,13 +384,18 @@ impl ConnServer {
                         }
                         return Err(RpcError::Rdma(format!("receive failed: {:?}", wc.status)));
                     }
-                    let Some(msg) = self.ep.take_recv(&wc) else {
+                    // Copied out into a buffer reused across messages, so the receive buffer
+                    // can be re-posted (its credit replenished) before the message is handled.
+                    let mut msg = std::mem::take(&mut self.rx_scratch);
+                    if !self.ep.take_recv_into(&wc, &mut msg) {
+                        self.rx_scratch = msg;
                         continue;
-                    };
+                    }
                     if self.credits.repost() {
                         self.ep.repost(&wc)?;
                     }
                     self.on_message(&msg)?;
+                    self.rx_scratch = msg;
                 }
                 None if self.ep.qp.is_closed() => return Ok(()),
                 None => {}
@@ -682,9 +690,8 @@ impl ConnServer {
                     let cap: u64 = wc.iter().map(|s| u64::from(s.length)).sum();
                     if d.len() as u64 > cap {
                         for r in staged {
-                            if let Res::Stage(m) = r {
-                                self.ep.unstage(m)
-                            }
+                            let Res::Stage(m) = r;
+                            self.ep.unstage(m);
                         }
                         return Err(Fail::Chunk("write chunk smaller than the result"));
                     }
