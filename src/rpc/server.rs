@@ -1,7 +1,9 @@
 //! The RPC-over-RDMA server framework.
 //!
-//! Every accepted connection gets a thread that polls its receive and send CQs (the driver
-//! thread of `cm` moves the bytes). A received message is copied out of its buffer, the buffer
+//! Connections arrive over kernel TCP ([`RdmaServer::listen`], the driver thread of `cm` moves
+//! the bytes) or the DPDK dataplane ([`RdmaServer::listen_dp`], a poll-mode worker moves them);
+//! after the MPA exchange both are served alike. Every accepted connection gets a thread that
+//! polls its receive and send CQs. A received message is copied out of its buffer, the buffer
 //! re-posted at once (its credit replenished), and the message handled to completion:
 //!
 //! 1. header errors: ERR_VERS with the supported range 1..=1, ERR_CHUNK for bad lists (draft
@@ -242,8 +244,8 @@ impl RdmaServer {
     }
 
     /// [`RdmaServer::serve_request`] for a connection request that arrived on the DPDK
-    /// dataplane ([`crate::dataplane::DpListener::get_request`]): the same credit admission, buffers and request
-    /// path; only the MPA accept/reject goes through the dataplane worker.
+    /// dataplane ([`crate::dataplane::DpListener::get_request`]): the same credit admission,
+    /// buffers and request path; only the MPA accept/reject goes through the dataplane worker.
     pub fn serve_dp_request(&self, req: DpConnRequest) -> Result<JoinHandle<()>, RpcError> {
         let Some(credits) = self.pool.join() else {
             log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
