@@ -40,9 +40,9 @@ pub(crate) struct Endpoint {
     send_count: usize,
     stage_free: Vec<Mr>,
     next_wr: u64,
-    /// Per signaled send-queue request: its send buffer (if any) and the regions it holds.
-    /// Kept apart so the common Send with nothing else held allocates no vector.
-    pending: HashMap<u64, (Option<Mr>, Vec<Res>)>,
+    /// Per signaled Send: its send buffer and the regions it holds. Kept apart so the common
+    /// Send with nothing else held allocates no vector.
+    pending: HashMap<u64, (Mr, Vec<Res>)>,
     pub timeout: Duration,
     /// Busy-poll the receive CQ this long before sleeping on it.
     pub spin: Duration,
@@ -178,9 +178,7 @@ impl Endpoint {
     /// Handle one send-queue completion: free what its request held.
     pub fn on_send_wc(&mut self, wc: &WorkCompletion) -> Result<(), RpcError> {
         if let Some((buf, res)) = self.pending.remove(&wc.wr_id) {
-            if let Some(m) = buf {
-                self.send_free.push(m);
-            }
+            self.send_free.push(buf);
             for r in res {
                 let Res::Stage(m) = r;
                 self.unstage(m);
@@ -234,7 +232,7 @@ impl Endpoint {
         });
         match r {
             Ok(()) => {
-                self.pending.insert(id, (Some(mr), extra));
+                self.pending.insert(id, (mr, extra));
                 Ok(())
             }
             Err(e) => {
