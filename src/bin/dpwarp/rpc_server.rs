@@ -332,6 +332,17 @@ mod tests {
             .unwrap()
             .to_string();
         assert_eq!(d.listen.ip().to_string(), ip);
+        // Its client side: the same memif socket, the other role, an address on the same /24.
+        let c = DataplaneConfig::load(&root.join("rpc-memif-dataplane-client.toml")).unwrap();
+        let sock = |a: &[String]| {
+            a.iter()
+                .find_map(|x| x.split(',').find_map(|kv| kv.strip_prefix("socket=")))
+                .map(str::to_string)
+        };
+        assert_eq!(sock(&c.eal.args), sock(&dp.eal.args));
+        assert!(c.eal.args.iter().any(|a| a.contains("role=client")));
+        assert!(c.ports[0].ip.starts_with("10.91.0."));
+        assert_eq!((dp.worker.spin_us, c.worker.spin_us), (5, 5));
     }
 
     #[test]
