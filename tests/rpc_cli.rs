@@ -1,6 +1,7 @@
 //! The command-line tools: `dpwarp rpc-server --config` serves a storage target a client can use
 //! over both RPC-over-RDMA and ONC RPC/TCP; `dpwarp rpc-bench --compare --json` prints the five
-//! figures from one run; the dpdk transport is refused honestly.
+//! figures from one run, over the DPDK dataplane by default (net_ring in one process) and over
+//! kernel TCP; the refusals of a dpdk transport without a dataplane config.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
@@ -121,21 +122,17 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn rpc_bench_compare_json_prints_the_five_figures() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
-        .args([
-            "rpc-bench",
-            "--compare",
-            "--json",
-            "--seconds",
-            "0.3",
-            "--credits",
-            "8",
-        ])
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+/// `rpc-bench --compare --json` (with `--transport T` when given) from the source tree.
+fn compare_json(transport: Option<&str>) -> serde_json::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpwarp"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["rpc-bench", "--compare", "--json", "--seconds", "0.3"])
+        .args(["--credits", "8"])
+        .env("RUST_LOG", "warn");
+    if let Some(t) = transport {
+        cmd.args(["--transport", t]);
+    }
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -148,18 +145,85 @@ fn rpc_bench_compare_json_prints_the_five_figures() {
         "null_calls_ratio",
         "read_1m_gbps_rdma",
         "read_1m_gbps_tcp",
+        "write_1m_gbps_verbs",
     ] {
         let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing"));
         assert!(x > 0.0, "{k} = {x}");
     }
+    v
+}
+
+/// The default: the RDMA side over the DPDK dataplane (configs/net_ring.toml, server and client
+/// in this one process; its own EAL as a child process), the TCP baseline on the kernel.
+#[test]
+fn rpc_bench_compare_json_prints_the_five_figures_over_dpdk_by_default() {
+    let v = compare_json(None);
+    assert_eq!(v["rdma_transport"], "dpdk");
+    assert!(v["rdma_setup"].as_str().unwrap().contains("net_ring.toml"));
 }
 
 #[test]
-fn dpdk_transport_is_refused_not_faked() {
+fn rpc_bench_compare_json_over_kernel_tcp() {
+    let v = compare_json(Some("kernel"));
+    assert_eq!(v["rdma_transport"], "kernel");
+    assert!(v["rdma_setup"].as_str().unwrap().contains("kernel TCP"));
+}
+
+fn dpwarp_fails(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
-        .args(["rpc-bench", "--transport", "dpdk", "--seconds", "0.1"])
+        .current_dir(dir)
+        .args(args)
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not wired"));
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Without a dataplane config the dpdk default fails before any EAL start, naming configs/ and
+/// --transport kernel.
+#[test]
+fn dpdk_without_a_dataplane_config_is_refused_clearly() {
+    let dir = std::env::temp_dir().join(format!("dpwarp-rpc-cli-nocfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // No configs/net_ring.toml in this directory.
+    let e = dpwarp_fails(&dir, &["rpc-bench", "--seconds", "0.1"]);
+    assert!(
+        e.contains("configs/") && e.contains("--transport kernel"),
+        "{e}"
+    );
+    let e = dpwarp_fails(&dir, &["rpc-bench", "--server", "10.9.9.9:20049"]);
+    assert!(
+        e.contains("needs --config") && e.contains("--transport kernel"),
+        "{e}"
+    );
+    let e = dpwarp_fails(
+        &dir,
+        &["rpc-bench", "--transport", "kernel", "--config", "x.toml"],
+    );
+    assert!(e.contains("--config is for --transport dpdk"), "{e}");
+    // rpc-server: transport omitted (dpdk) and no `dataplane`.
+    let cfg = dir.join("rpc.toml");
+    std::fs::write(
+        &cfg,
+        "listen = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\nsize = 4096\n",
+    )
+    .unwrap();
+    let e = dpwarp_fails(&dir, &["rpc-server", "--config", cfg.to_str().unwrap()]);
+    assert!(
+        e.contains("needs a dataplane config") && e.contains("transport = \"kernel\""),
+        "{e}"
+    );
+    // A listen address that is not the dataplane port's.
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:1\"\ndataplane = \"{}/configs/net_ring.toml\"\n\
+             [store]\nkind = \"memory\"\nsize = 4096\n",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    )
+    .unwrap();
+    let e = dpwarp_fails(&dir, &["rpc-server", "--config", cfg.to_str().unwrap()]);
+    assert!(e.contains("not the address of dataplane port 0"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,17 +10,10 @@ use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyPath};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 use dpwarp::transport::memlink::{self, FaultConfig};
-use dpwarp::wire::xdr::Padding;
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u8)
-                .wrapping_mul(31)
-                .wrapping_add(seed ^ (i >> 9) as u8)
-        })
-        .collect()
-}
+mod rpc_common;
+use dpwarp::wire::xdr::Padding;
+use rpc_common::{exercise, pattern, read, write};
 
 fn server(cfg: ServerConfig, size: usize) -> (RdmaServer, Arc<BlockStore>) {
     let store = Arc::new(BlockStore::memory(size));
@@ -36,128 +29,6 @@ fn mem_client(s: &RdmaServer, faults: FaultConfig, cfg: ClientConfig) -> RdmaCli
     let c = RdmaClient::connect(Box::new(ce), cfg).expect("client connects");
     h.join().unwrap().expect("server accepts");
     c
-}
-
-fn read(c: &mut RdmaClient, off: u64, len: u32, opts: &CallOpts) -> (Vec<u8>, ReplyPath) {
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_READ,
-            block::read_args(off, len),
-            opts,
-        )
-        .expect("READ");
-    let mut r = rep.results().expect("SUCCESS");
-    (
-        block::decode_read(&mut r).unwrap().expect("BLK_OK"),
-        rep.path,
-    )
-}
-
-fn write(c: &mut RdmaClient, off: u64, data: Vec<u8>) -> u32 {
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_WRITE,
-            block::write_args(off, data),
-            &CallOpts::default(),
-        )
-        .expect("WRITE");
-    let mut r = rep.results().expect("SUCCESS");
-    block::decode_write(&mut r).unwrap().expect("BLK_OK")
-}
-
-/// Every procedure and path: NULL, GETATTR, small WRITE inline, large WRITE via a read chunk,
-/// READ inline, READ into a write chunk, a long reply into a reply chunk, a long reply as a read
-/// chunk + RDMA_DONE, a long call (position-zero read chunk).
-fn exercise(c: &mut RdmaClient, store: &BlockStore) {
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_NULL,
-            Body::new(),
-            &CallOpts::default(),
-        )
-        .unwrap();
-    assert!(rep.results().is_ok());
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_GETATTR,
-            Body::new(),
-            &CallOpts::default(),
-        )
-        .unwrap();
-    let a = block::decode_getattr(&mut rep.results().unwrap())
-        .unwrap()
-        .unwrap();
-    assert_eq!(a.size, store.size());
-
-    // Small WRITE: inline. Large WRITE: read chunk pulled by the server.
-    let small = pattern(1, 100);
-    assert_eq!(write(c, 10, small.clone()), 100);
-    assert_eq!(store.read(10, 100).unwrap(), small);
-    let big = pattern(2, 300_000);
-    assert_eq!(write(c, 4096, big.clone()), 300_000);
-    assert_eq!(store.read(4096, 300_000).unwrap(), big);
-
-    // READ inline (small), into a write chunk (big).
-    let (d, path) = read(c, 10, 100, &CallOpts::default());
-    assert_eq!((d, path), (small.clone(), ReplyPath::Inline));
-    let opts = CallOpts {
-        write_chunks: vec![300_000],
-        reply_chunk: None,
-        segments: 0,
-    };
-    let (d, path) = read(c, 4096, 300_000, &opts);
-    assert_eq!(d, big);
-    assert_eq!(
-        path,
-        ReplyPath::Inline,
-        "only the data moved; the reply fits inline"
-    );
-
-    // A READ of 20 KB without a write chunk: the reply is too long to be inline.
-    let want = store.read(4096, 20_000).unwrap();
-    let opts = CallOpts {
-        write_chunks: vec![],
-        reply_chunk: Some(64 * 1024),
-        segments: 0,
-    };
-    let (d, path) = read(c, 4096, 20_000, &opts);
-    assert_eq!((d, path), (want.clone(), ReplyPath::ReplyChunk));
-    // ... and with no reply chunk either: a read chunk in the reply, then RDMA_DONE.
-    let dones = c.stats.dones;
-    let (d, path) = read(c, 4096, 20_000, &CallOpts::default());
-    assert_eq!((d, path), (want, ReplyPath::ReadChunk));
-    assert_eq!(c.stats.dones, dones + 1);
-
-    // Long call: a WRITE whose inline part exceeds the server's inline limit because the bulk
-    // threshold keeps the data inline.
-    let longs = c.stats.long_calls;
-    let mut args = Body::new();
-    args.xdr().put_u64(8);
-    args.xdr().put_opaque(&pattern(3, 9000));
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_WRITE,
-            args,
-            &CallOpts::default(),
-        )
-        .unwrap();
-    assert_eq!(
-        block::decode_write(&mut rep.results().unwrap()).unwrap(),
-        Ok(9000)
-    );
-    assert_eq!(store.read(8, 9000).unwrap(), pattern(3, 9000));
-    assert_eq!(c.stats.long_calls, longs + 1);
-    assert_eq!(c.stats.over_grant, 0);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::wire::rpcrdma::Segment;
 
 /// What a send-queue work request holds until it completes.
 pub(crate) enum Res {
-    Send(Mr),
+    /// A staging region (RDMA Write source) returned to the cache.
     Stage(Mr),
 }
 
@@ -40,7 +40,9 @@ pub(crate) struct Endpoint {
     send_count: usize,
     stage_free: Vec<Mr>,
     next_wr: u64,
-    pending: HashMap<u64, Vec<Res>>,
+    /// Per signaled Send: its send buffer and the regions it holds. Kept apart so the common
+    /// Send with nothing else held allocates no vector.
+    pending: HashMap<u64, (Mr, Vec<Res>)>,
     pub timeout: Duration,
     /// Busy-poll the receive CQ this long before sleeping on it.
     pub spin: Duration,
@@ -109,13 +111,18 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Copy the message out of the buffer a receive completion names.
-    pub fn take_recv(&self, wc: &WorkCompletion) -> Option<Vec<u8>> {
-        let mr = self.recv_bufs.get(wc.wr_id as usize)?;
+    /// Copy the message out of the buffer a receive completion names into `out`, a buffer the
+    /// caller reuses (no allocation per message once it has grown to the receive size). False
+    /// (and `out` empty) when the completion names no buffer of ours.
+    pub fn take_recv_into(&self, wc: &WorkCompletion, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        let Some(mr) = self.recv_bufs.get(wc.wr_id as usize) else {
+            return false;
+        };
         let n = (wc.byte_len as usize).min(mr.len());
-        let mut v = vec![0u8; n];
-        mr.read_at(0, &mut v);
-        Some(v)
+        out.resize(n, 0);
+        mr.read_at(0, out);
+        true
     }
 
     /// Post the buffer of a receive completion again.
@@ -170,12 +177,11 @@ impl Endpoint {
 
     /// Handle one send-queue completion: free what its request held.
     pub fn on_send_wc(&mut self, wc: &WorkCompletion) -> Result<(), RpcError> {
-        if let Some(res) = self.pending.remove(&wc.wr_id) {
+        if let Some((buf, res)) = self.pending.remove(&wc.wr_id) {
+            self.send_free.push(buf);
             for r in res {
-                match r {
-                    Res::Send(m) => self.send_free.push(m),
-                    Res::Stage(m) => self.unstage(m),
-                }
+                let Res::Stage(m) = r;
+                self.unstage(m);
             }
         }
         if wc.status != WcStatus::Success {
@@ -211,7 +217,7 @@ impl Endpoint {
     }
 
     /// Send `bytes` (at most `send_size`), holding `extra` until the Send completes.
-    pub fn send(&mut self, bytes: &[u8], mut extra: Vec<Res>) -> Result<(), RpcError> {
+    pub fn send(&mut self, bytes: &[u8], extra: Vec<Res>) -> Result<(), RpcError> {
         if bytes.len() > self.send_size {
             return Err(RpcError::Usage("message longer than the send buffer"));
         }
@@ -224,17 +230,16 @@ impl Endpoint {
             sg_list: vec![sge(&mr, 0, bytes.len())],
             signaled: true,
         });
-        extra.push(Res::Send(mr));
         match r {
             Ok(()) => {
-                self.pending.insert(id, extra);
+                self.pending.insert(id, (mr, extra));
                 Ok(())
             }
             Err(e) => {
+                self.send_free.push(mr);
                 for x in extra {
-                    if let Res::Send(m) = x {
-                        self.send_free.push(m)
-                    }
+                    let Res::Stage(m) = x;
+                    self.unstage(m);
                 }
                 Err(e.into())
             }

@@ -212,6 +212,15 @@ impl XdrWriter {
         Self::default()
     }
 
+    /// An empty writer with room for `cap` bytes before it reallocates (a message encoder that
+    /// knows its usual size avoids growing the buffer step by step on every call).
+    pub fn with_capacity(cap: usize) -> Self {
+        XdrWriter {
+            buf: Vec::with_capacity(cap),
+            ..Self::default()
+        }
+    }
+
     /// An empty writer whose first byte lands at absolute offset `base` of the message.
     pub fn with_base(base: usize) -> Self {
         XdrWriter {

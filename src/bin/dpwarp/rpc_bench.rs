@@ -1,28 +1,56 @@
 //! `dpwarp rpc-bench`: NULL and READ/WRITE calls with N credits over RPC-over-RDMA or ONC RPC
 //! on kernel TCP; prints calls/s, latency percentiles and bandwidth. `--compare` runs both
-//! transports (and a raw verbs RDMA Write reference) in one invocation; `--json` prints JSON.
+//! protocols (and a raw verbs RDMA Write reference over the same transport as the RDMA side) in
+//! one invocation; `--json` prints JSON.
 //!
-//! Without `--server` / `--tcp-server` it starts the servers in-process on loopback.
+//! The RDMA side runs over the DPDK dataplane by default (`--transport dpdk`): without
+//! `--server` both the server and the client run in this process on the two ports of
+//! `--config` (default `configs/net_ring.toml`, a net_ring pair: no hugepages, no kernel setup);
+//! with `--server ADDR` the client uses port `--port-index` of `--config` (e.g.
+//! `configs/net_memif_client.toml` against `dpwarp rpc-server` on the memif server side).
+//! `--transport kernel` runs iWARP over kernel TCP instead. The ONC RPC/TCP baseline always runs
+//! on the kernel TCP stack (in-process on loopback unless `--tcp-server` names one).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, ConnParam, Listener};
+use dpwarp::config::DataplaneConfig;
+use dpwarp::dataplane::{Dataplane, Endpoint as DpEndpoint};
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 use dpwarp::rpc::tcp::{self, TcpClient};
+use dpwarp::rpc::RpcError;
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpCap, QpInitAttr, SendWr, WcStatus};
+
+/// The dataplane config used when `--transport dpdk` runs both ends in this process and no
+/// `--config` is given (as `dpwarp demo` does).
+pub const DEFAULT_DP_CONFIG: &str = "configs/net_ring.toml";
+
+/// The port of the in-process RPC-over-RDMA server on the dataplane (the NFS/RDMA port).
+const DP_RPC_PORT: u16 = 20049;
+/// The port of the in-process verbs RDMA Write reference on the dataplane.
+const DP_VERBS_PORT: u16 = 20051;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// kernel (iWARP over kernel TCP) or dpdk.
-    #[arg(long, default_value = "kernel")]
+    /// RDMA side: dpdk (the DPDK dataplane of --config) or kernel (iWARP over kernel TCP).
+    #[arg(long, default_value = "dpdk")]
     transport: String,
+    /// Dataplane config for --transport dpdk. Without --server: two ports, the server on the
+    /// first, the client on the second (default configs/net_ring.toml). With --server: the
+    /// client's port is --port-index.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The client's port in --config when --server names a remote server.
+    #[arg(long, default_value_t = 0)]
+    port_index: usize,
     /// rdma (RPC-over-RDMA) or tcp (ONC RPC over kernel TCP).
     #[arg(long, default_value = "rdma")]
     proto: String,
@@ -38,7 +66,8 @@ pub struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
-    /// An RPC-over-RDMA server to use instead of an in-process one.
+    /// An RPC-over-RDMA server to use instead of an in-process one (on the dataplane with
+    /// --transport dpdk: its address there).
     #[arg(long)]
     server: Option<SocketAddr>,
     /// An ONC RPC/TCP server to use instead of an in-process one.
@@ -94,33 +123,157 @@ impl Stats {
     }
 }
 
+/// Where the RDMA side (RPC-over-RDMA and the verbs reference) runs.
+enum Net {
+    /// iWARP over kernel TCP.
+    Kernel,
+    /// The DPDK dataplane of `config`.
+    Dpdk {
+        /// Keeps the EAL, ports and workers running; dropped last.
+        dp: Dataplane,
+        config: PathBuf,
+        /// The client's port.
+        client: DpEndpoint,
+        /// The in-process server's port (two-port configs without --server).
+        server: Option<DpEndpoint>,
+    },
+}
+
+impl Net {
+    fn start(a: &Args) -> Result<Net, String> {
+        match a.transport.as_str() {
+            "kernel" => {
+                if a.config.is_some() {
+                    return Err("--config is for --transport dpdk".into());
+                }
+                Ok(Net::Kernel)
+            }
+            "dpdk" => {
+                let config = match (&a.config, a.server) {
+                    (Some(c), _) => c.clone(),
+                    (None, None) => {
+                        let p = PathBuf::from(DEFAULT_DP_CONFIG);
+                        if !p.exists() {
+                            return Err(format!(
+                                "--transport dpdk (the default) needs a dataplane config:                                  {DEFAULT_DP_CONFIG} is not in the current directory; give                                  --config FILE (see configs/ in the dpwarp source tree) or use                                  --transport kernel"
+                            ));
+                        }
+                        p
+                    }
+                    (None, Some(s)) => {
+                        return Err(format!(
+                            "--server {s} with --transport dpdk (the default) needs --config                              FILE: the dataplane port that reaches it (e.g.                              configs/net_memif_client.toml); or use --transport kernel"
+                        ))
+                    }
+                };
+                let cfg = DataplaneConfig::load(&config)?;
+                let two = cfg.ports.len() >= 2;
+                if a.server.is_none() && !two {
+                    return Err(format!(
+                        "{}: an in-process server and client need two ports (e.g.                          {DEFAULT_DP_CONFIG}); with a one-port config give --server ADDR",
+                        config.display()
+                    ));
+                }
+                if a.server.is_some_and(|s| s.is_ipv6()) {
+                    return Err("the DPDK dataplane is IPv4 only".into());
+                }
+                let dp = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
+                let (server, client) = if a.server.is_none() {
+                    (dp.endpoint(0), dp.endpoint(1).expect("two ports"))
+                } else {
+                    let c = dp
+                        .endpoint(a.port_index)
+                        .ok_or_else(|| format!("{}: no port {}", config.display(), a.port_index))?;
+                    (None, c)
+                };
+                if !dp.wait_link_up(Duration::from_secs(10)) {
+                    return Err(format!(
+                        "{}: link did not come up within 10 s (is the peer process running?)",
+                        config.display()
+                    ));
+                }
+                Ok(Net::Dpdk {
+                    dp,
+                    config,
+                    client,
+                    server,
+                })
+            }
+            t => Err(format!("--transport {t:?}: expected dpdk or kernel")),
+        }
+    }
+
+    fn connect(&self, addr: SocketAddr, cfg: ClientConfig) -> Result<RdmaClient, RpcError> {
+        match self {
+            Net::Kernel => RdmaClient::connect_tcp(addr, cfg),
+            Net::Dpdk { client, .. } => {
+                let SocketAddr::V4(v4) = addr else {
+                    return Err(RpcError::Usage("the DPDK dataplane is IPv4 only"));
+                };
+                RdmaClient::connect_dp(client, v4, cfg)
+            }
+        }
+    }
+
+    /// How the RDMA side ran, for the output.
+    fn describe(&self, remote: Option<SocketAddr>) -> String {
+        match (self, remote) {
+            (Net::Kernel, None) => "iWARP over kernel TCP, in-process server on loopback".into(),
+            (Net::Kernel, Some(s)) => format!("iWARP over kernel TCP to {s}"),
+            (Net::Dpdk { config, .. }, None) => format!(
+                "DPDK dataplane ({}): in-process server on port 0, client on port 1",
+                config.display()
+            ),
+            (Net::Dpdk { config, .. }, Some(s)) => {
+                format!("DPDK dataplane ({}) to {s}", config.display())
+            }
+        }
+    }
+
+    fn dataplane_stats(&self) -> Option<String> {
+        match self {
+            Net::Kernel => None,
+            Net::Dpdk { dp, .. } => Some(format!("{:?}", dp.stats())),
+        }
+    }
+}
+
 struct Servers {
     rdma: SocketAddr,
     tcp: SocketAddr,
     _keep: Vec<Box<dyn std::any::Any>>,
 }
 
-fn start_servers(a: &Args) -> Result<Servers, String> {
-    let store = Arc::new(BlockStore::memory((a.size.max(4096) * 2).max(1 << 21)));
+/// The in-process servers (unless --server / --tcp-server name remote ones), over a store whose
+/// first `size` bytes hold the pattern READ replies are checked against.
+fn start_servers(a: &Args, net: Option<&Net>, size: usize) -> Result<Servers, String> {
+    let store = Arc::new(BlockStore::memory((size.max(4096) * 2).max(1 << 21)));
     store
-        .write(0, &(0..a.size).map(|i| (i % 251) as u8).collect::<Vec<_>>())
+        .write(0, &read_pattern(size))
         .map_err(|e| format!("store: {e}"))?;
     let mut reg = Registry::new();
     block::register(&mut reg, store);
     let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
-    let rdma = match a.server {
-        Some(s) => s,
-        None => {
-            let srv = RdmaServer::new(
-                reg.clone(),
-                ServerConfig {
-                    poll_spin: Duration::from_micros(a.poll_spin_us),
-                    ..ServerConfig::default()
-                },
-            );
-            let h = srv
+    let scfg = ServerConfig {
+        poll_spin: Duration::from_micros(a.poll_spin_us),
+        ..ServerConfig::default()
+    };
+    let rdma = match (a.server, net) {
+        (Some(s), _) => s,
+        (None, None) => SocketAddr::from(([127, 0, 0, 1], 0)),
+        (None, Some(Net::Kernel)) => {
+            let h = RdmaServer::new(reg.clone(), scfg)
                 .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
                 .map_err(|e| e.to_string())?;
+            let addr = h.addr;
+            keep.push(Box::new(h));
+            addr
+        }
+        (None, Some(Net::Dpdk { server, .. })) => {
+            let ep = server.as_ref().ok_or("no server port")?;
+            let h = RdmaServer::new(reg.clone(), scfg)
+                .listen_dp(ep, DP_RPC_PORT)
+                .map_err(|e| format!("listen on the dataplane: {e}"))?;
             let addr = h.addr;
             keep.push(Box::new(h));
             addr
@@ -141,6 +294,11 @@ fn start_servers(a: &Args) -> Result<Servers, String> {
         tcp,
         _keep: keep,
     })
+}
+
+/// What READs return: the bench WRITEs it first, so a remote server's store works too.
+fn read_pattern(size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i % 251) as u8).collect()
 }
 
 fn args_for(op: &str, size: usize) -> (u32, Body, CallOpts, u64) {
@@ -172,13 +330,15 @@ fn check_reply(
 ) -> Result<(), String> {
     match op {
         "read" => {
-            // Decoded in place (no copy of the data): the status, then the bulk item.
+            // Decoded in place (no copy of the data): the status, then the bulk item, checked.
             let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
             if st != block::BLK_OK {
                 return Err(format!("READ status {st}"));
             }
             let d = r.get_bulk(block::MAX_IO).map_err(|e| e.to_string())?;
-            if d.len() != size || d.last() != Some(&(((size - 1) % 251) as u8)) {
+            // Every byte: the pattern repeats every 251 bytes, compared a period at a time.
+            let period: Vec<u8> = (0..251u8).collect();
+            if d.len() != size || !d.chunks(251).all(|c| c == &period[..c.len()]) {
                 return Err("READ returned the wrong data".into());
             }
         }
@@ -196,6 +356,7 @@ fn check_reply(
 }
 
 fn bench_rdma(
+    net: &Net,
     addr: SocketAddr,
     op: &str,
     size: usize,
@@ -203,15 +364,30 @@ fn bench_rdma(
     secs: f64,
     spin_us: u64,
 ) -> Result<Stats, String> {
-    let mut c = RdmaClient::connect_tcp(
-        addr,
-        ClientConfig {
-            credits,
-            poll_spin: Duration::from_micros(spin_us),
-            ..ClientConfig::default()
-        },
-    )
-    .map_err(|e| format!("connect {addr}: {e}"))?;
+    let mut c = net
+        .connect(
+            addr,
+            ClientConfig {
+                credits,
+                poll_spin: Duration::from_micros(spin_us),
+                ..ClientConfig::default()
+            },
+        )
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    if op == "read" {
+        // The READs are checked against this pattern; a remote server's store may hold anything.
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_WRITE,
+                block::write_args(0, read_pattern(size)),
+                &CallOpts::default(),
+            )
+            .map_err(|e| format!("WRITE of the READ pattern: {e}"))?;
+        let mut rr = rep.results().map_err(|s| format!("WRITE failed: {s:?}"))?;
+        check_reply("write", size, &mut rr)?;
+    }
     let mut st = Stats::default();
     let mut started: HashMap<u32, Instant> = HashMap::new();
     let t0 = Instant::now();
@@ -253,6 +429,18 @@ fn bench_tcp(
 ) -> Result<Stats, String> {
     let mut c =
         TcpClient::connect(addr, credits as usize).map_err(|e| format!("connect {addr}: {e}"))?;
+    if op == "read" {
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_WRITE,
+                &block::write_args(0, read_pattern(size)),
+            )
+            .map_err(|e| format!("WRITE of the READ pattern: {e}"))?;
+        let mut rr = rep.results().map_err(|s| format!("WRITE failed: {s:?}"))?;
+        check_reply("write", size, &mut rr)?;
+    }
     let mut st = Stats::default();
     let mut started = std::collections::VecDeque::new();
     let t0 = Instant::now();
@@ -288,25 +476,21 @@ fn bench_tcp(
 }
 
 /// Reference: raw verbs RDMA Write of `size` bytes with `depth` outstanding, over the same
-/// kernel TCP transport (what a READ through write chunks is compared against).
-fn bench_verbs_write(size: usize, depth: usize, secs: f64) -> Result<f64, String> {
-    let l = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
-    let addr = l.local_addr().map_err(|e| e.to_string())?;
+/// transport as the RDMA side (what a READ through write chunks is compared against). None when
+/// the RDMA side talks to a remote server over the dataplane (no in-process peer to write to).
+fn bench_verbs_write(
+    net: &Net,
+    size: usize,
+    depth: usize,
+    secs: f64,
+) -> Result<Option<f64>, String> {
     let sdev = Device::open();
     let spd = sdev.alloc_pd();
     let target = spd.reg_mr(size, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let (addr_tx, rkey) = (target.addr(), target.stag());
     let scq = Cq::new(16);
     let sqp = Qp::new(&spd, &QpInitAttr::new(&scq));
-    let server = thread::spawn(move || -> Result<(), String> {
-        let req = l
-            .get_request(Duration::from_secs(5))
-            .map_err(|e| e.to_string())?;
-        req.accept(&sqp, &ConnParam::default())
-            .map_err(|e| e.to_string())?;
-        sqp.wait_closed(Duration::from_secs_f64(secs + 30.0));
-        Ok(())
-    });
+    let wait = Duration::from_secs_f64(secs + 30.0);
     let dev = Device::open();
     let pd = dev.alloc_pd();
     let cq = Cq::new(4096);
@@ -318,7 +502,49 @@ fn bench_verbs_write(size: usize, depth: usize, secs: f64) -> Result<f64, String
         ..QpInitAttr::new(&cq)
     };
     let qp = Qp::new(&pd, &attr);
-    cm::connect_tcp(addr, &qp, &ConnParam::default()).map_err(|e| e.to_string())?;
+    let server = match net {
+        Net::Kernel => {
+            let l =
+                Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
+            let addr = l.local_addr().map_err(|e| e.to_string())?;
+            let server = thread::spawn(move || -> Result<(), String> {
+                let req = l
+                    .get_request(Duration::from_secs(5))
+                    .map_err(|e| e.to_string())?;
+                req.accept(&sqp, &ConnParam::default())
+                    .map_err(|e| e.to_string())?;
+                sqp.wait_closed(wait);
+                Ok(())
+            });
+            cm::connect_tcp(addr, &qp, &ConnParam::default()).map_err(|e| e.to_string())?;
+            server
+        }
+        Net::Dpdk {
+            server: Some(sep),
+            client,
+            ..
+        } => {
+            let l = sep.listen(DP_VERBS_PORT).map_err(|e| e.to_string())?;
+            let server = thread::spawn(move || -> Result<(), String> {
+                let req = l
+                    .get_request(Duration::from_secs(5))
+                    .map_err(|e| e.to_string())?;
+                req.accept(&sqp, &ConnParam::default())
+                    .map_err(|e| e.to_string())?;
+                sqp.wait_closed(wait);
+                Ok(())
+            });
+            client
+                .connect(
+                    SocketAddrV4::new(sep.ip(), DP_VERBS_PORT),
+                    &qp,
+                    &ConnParam::default(),
+                )
+                .map_err(|e| e.to_string())?;
+            server
+        }
+        Net::Dpdk { server: None, .. } => return Ok(None),
+    };
     let src = pd.reg_mr(size, Access::LOCAL_WRITE);
     let t0 = Instant::now();
     let dur = Duration::from_secs_f64(secs);
@@ -352,32 +578,39 @@ fn bench_verbs_write(size: usize, depth: usize, secs: f64) -> Result<f64, String
     let secs = t0.elapsed().as_secs_f64();
     qp.disconnect();
     let _ = server.join();
-    Ok(done as f64 * size as f64 * 8.0 / secs / 1e9)
+    Ok(Some(done as f64 * size as f64 * 8.0 / secs / 1e9))
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    super::rpc_server::check_transport(&a.transport)?;
-    let servers = start_servers(&a)?;
+    if a.proto != "rdma" && a.proto != "tcp" {
+        return Err(format!("--proto {:?}: expected rdma or tcp", a.proto));
+    }
+    // The RDMA side's transport (the EAL starts here with --transport dpdk); not needed for a
+    // TCP-only run.
+    let net = if a.compare || a.proto == "rdma" {
+        Some(Net::start(&a)?)
+    } else {
+        None
+    };
+    let mib = 1 << 20;
+    let size = if a.compare { mib } else { a.size };
+    let servers = start_servers(&a, net.as_ref(), size)?;
     if a.compare {
-        let mib = 1 << 20;
-        let a1 = Args {
-            size: mib,
-            ..a.clone()
-        };
-        let s = if a.server.is_none() && a.tcp_server.is_none() && a.size != mib {
-            start_servers(&a1)?
-        } else {
-            servers
-        };
+        let net = net.as_ref().expect("started for --compare");
+        let s = &servers;
         let secs = a.seconds;
-        let mut nr = bench_rdma(s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
+        let mut nr = bench_rdma(net, s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
         let mut nt = bench_tcp(s.tcp, "null", 0, a.credits, secs)?;
-        let mut rr = bench_rdma(s.rdma, "read", mib, a.credits, secs, a.poll_spin_us)?;
+        let mut rr = bench_rdma(net, s.rdma, "read", mib, a.credits, secs, a.poll_spin_us)?;
         let mut rt = bench_tcp(s.tcp, "read", mib, a.credits, secs)?;
-        let wv = bench_verbs_write(mib, a.credits as usize, secs)?;
+        let wv = bench_verbs_write(net, mib, a.credits as usize, secs)?;
+        let rdma_setup = net.describe(a.server);
         if a.json {
             let j = serde_json::json!({
                 "transport": a.transport,
+                "rdma_transport": a.transport,
+                "rdma_setup": rdma_setup,
+                "tcp_transport": "ONC RPC over kernel TCP (record marking)",
                 "credits": a.credits,
                 "seconds_per_run": secs,
                 "null_calls_per_s_rdma": nr.rate(),
@@ -386,33 +619,45 @@ pub fn run(a: Args) -> Result<(), String> {
                 "read_1m_gbps_rdma": rr.gbps(),
                 "read_1m_gbps_tcp": rt.gbps(),
                 "write_1m_gbps_verbs": wv,
-                "read_1m_vs_verbs_write_ratio": rr.gbps() / wv,
+                "read_1m_vs_verbs_write_ratio": wv.map(|w| rr.gbps() / w),
                 "null_p50_us_rdma": nr.pct(0.5),
                 "null_p99_us_rdma": nr.pct(0.99),
                 "null_p50_us_tcp": nt.pct(0.5),
                 "null_p99_us_tcp": nt.pct(0.99),
-                "dpdk": "not wired: the DPDK dataplane is not in dpwarp yet; numbers are iWARP over kernel TCP",
             });
             println!(
                 "{}",
                 serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
             );
         } else {
+            println!("RDMA side: {rdma_setup}");
             println!("{}", nr.line("rdma NULL"));
             println!("{}", nt.line("tcp  NULL"));
             println!("{}", rr.line("rdma READ 1 MiB (write chunks)"));
             println!("{}", rt.line("tcp  READ 1 MiB"));
-            println!("verbs RDMA Write 1 MiB x{}: {wv:.3} Gbit/s", a.credits);
-            println!(
-                "NULL ratio rdma/tcp {:.2}; READ 1 MiB / verbs Write {:.2}",
-                nr.rate() / nt.rate(),
-                rr.gbps() / wv
-            );
+            match wv {
+                Some(wv) => {
+                    println!("verbs RDMA Write 1 MiB x{}: {wv:.3} Gbit/s", a.credits);
+                    println!(
+                        "NULL ratio rdma/tcp {:.2}; READ 1 MiB / verbs Write {:.2}",
+                        nr.rate() / nt.rate(),
+                        rr.gbps() / wv
+                    );
+                }
+                None => println!(
+                    "verbs RDMA Write reference: not run (remote server); NULL ratio rdma/tcp {:.2}",
+                    nr.rate() / nt.rate()
+                ),
+            }
+        }
+        if let Some(d) = net.dataplane_stats() {
+            log::info!("dataplane workers: {d}");
         }
         return Ok(());
     }
-    let mut st = match a.proto.as_str() {
-        "rdma" => bench_rdma(
+    let mut st = match (a.proto.as_str(), net.as_ref()) {
+        ("rdma", Some(net)) => bench_rdma(
+            net,
             servers.rdma,
             &a.op,
             a.size,
@@ -420,21 +665,29 @@ pub fn run(a: Args) -> Result<(), String> {
             a.seconds,
             a.poll_spin_us,
         )?,
-        "tcp" => bench_tcp(servers.tcp, &a.op, a.size, a.credits, a.seconds)?,
-        p => return Err(format!("--proto {p:?}: expected rdma or tcp")),
+        _ => bench_tcp(servers.tcp, &a.op, a.size, a.credits, a.seconds)?,
     };
     if a.json {
+        let transport = if a.proto == "rdma" {
+            a.transport.as_str()
+        } else {
+            "kernel"
+        };
         let j = serde_json::json!({
-            "proto": a.proto, "op": a.op, "size": a.size, "credits": a.credits,
-            "calls": st.calls, "seconds": st.secs, "calls_per_s": st.rate(),
-            "p50_us": st.pct(0.5), "p99_us": st.pct(0.99), "p999_us": st.pct(0.999),
-            "gbps": st.gbps(),
+            "proto": a.proto, "transport": transport, "op": a.op, "size": a.size,
+            "credits": a.credits, "calls": st.calls, "seconds": st.secs,
+            "calls_per_s": st.rate(), "p50_us": st.pct(0.5), "p99_us": st.pct(0.99),
+            "p999_us": st.pct(0.999), "gbps": st.gbps(),
         });
         println!("{j}");
     } else {
         let what = format!(
             "{} {} {}",
-            a.proto,
+            if a.proto == "rdma" {
+                format!("rdma ({})", a.transport)
+            } else {
+                "tcp".into()
+            },
             a.op,
             if a.op == "null" {
                 String::new()

@@ -1,5 +1,9 @@
 //! `dpwarp rpc-server`: the block-storage program (and NULL) over RPC-over-RDMA, and optionally
 //! the same program over ONC RPC on kernel TCP, configured by a TOML file (configs/rpc-*.toml).
+//!
+//! RPC-over-RDMA runs over the DPDK dataplane (`transport = "dpdk"`, the default: `dataplane`
+//! names a dataplane config, e.g. configs/net_memif_server.toml, and `listen` must be an
+//! address of its port `dataplane_port`) or over kernel TCP (`transport = "kernel"`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +13,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use dpwarp::cm::ConnParam;
+use dpwarp::config::{parse_cidr, DataplaneConfig};
+use dpwarp::dataplane::Dataplane;
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
@@ -23,9 +29,12 @@ pub struct Args {
     /// Override the RPC-over-RDMA listen address.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Override the transport: kernel (TCP) or dpdk.
+    /// Override the transport: dpdk (the DPDK dataplane) or kernel (iWARP over kernel TCP).
     #[arg(long)]
     transport: Option<String>,
+    /// Override the dataplane config (a configs/net_*.toml file) for transport dpdk.
+    #[arg(long)]
+    dataplane: Option<PathBuf>,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     duration: Option<u64>,
@@ -36,9 +45,15 @@ pub struct Args {
 pub struct FileConfig {
     /// RPC-over-RDMA listen address.
     pub listen: SocketAddr,
-    /// "kernel" or "dpdk".
+    /// "dpdk" (default) or "kernel".
     #[serde(default = "default_transport")]
     pub transport: String,
+    /// Dataplane config for transport "dpdk" (relative paths: from this file's directory).
+    #[serde(default)]
+    pub dataplane: Option<PathBuf>,
+    /// Which port of the dataplane config serves RPC-over-RDMA.
+    #[serde(default)]
+    pub dataplane_port: usize,
     pub store: StoreConfig,
     #[serde(default)]
     pub rdma: RdmaConfig,
@@ -48,7 +63,7 @@ pub struct FileConfig {
 }
 
 fn default_transport() -> String {
-    "kernel".into()
+    "dpdk".into()
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -153,13 +168,31 @@ pub fn make_store(s: &StoreConfig) -> Result<Arc<BlockStore>, String> {
 
 pub fn check_transport(t: &str) -> Result<(), String> {
     match t {
-        "kernel" => Ok(()),
-        "dpdk" => Err(
-            "transport \"dpdk\": the DPDK dataplane is not wired into dpwarp yet (it is \
-                       being built separately); use \"kernel\""
-                .into(),
-        ),
-        t => Err(format!("transport {t:?}: expected \"kernel\" or \"dpdk\"")),
+        "kernel" | "dpdk" => Ok(()),
+        t => Err(format!("transport {t:?}: expected \"dpdk\" or \"kernel\"")),
+    }
+}
+
+/// The dataplane config of a `transport = "dpdk"` server: `--dataplane` as given, else the
+/// file's `dataplane` resolved against the directory of the rpc config.
+fn dataplane_path(a: &Args, cfg: &FileConfig) -> Result<PathBuf, String> {
+    if let Some(p) = &a.dataplane {
+        return Ok(p.clone());
+    }
+    match &cfg.dataplane {
+        Some(p) if p.is_relative() => Ok(a
+            .config
+            .parent()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|| p.clone())),
+        Some(p) => Ok(p.clone()),
+        None => Err(format!(
+            "{}: transport \"dpdk\" (the default) needs a dataplane config: set `dataplane = \
+             \"FILE\"` (e.g. net_memif_server.toml, see configs/rpc-dpdk-memif-server.toml) or \
+             pass --dataplane FILE; or use transport = \"kernel\" / --transport kernel for \
+             iWARP over kernel TCP",
+            a.config.display()
+        )),
     }
 }
 
@@ -168,20 +201,67 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(l) = a.listen {
         cfg.listen = l;
     }
-    if let Some(t) = a.transport {
-        cfg.transport = t;
+    if let Some(t) = &a.transport {
+        cfg.transport = t.clone();
     }
     check_transport(&cfg.transport)?;
+    if cfg.transport == "kernel" && a.dataplane.is_some() {
+        return Err("--dataplane is for transport dpdk".into());
+    }
+    // Resolve the dataplane config before anything starts (a typo should not cost an EAL start).
+    let dpcfg = if cfg.transport == "dpdk" {
+        let path = dataplane_path(&a, &cfg)?;
+        let dc = DataplaneConfig::load(&path)?;
+        Some((path, dc))
+    } else {
+        None
+    };
     let store = make_store(&cfg.store)?;
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
     let server = RdmaServer::new(reg.clone(), cfg.rdma.server_config());
-    let h = server
-        .listen(cfg.listen)
-        .map_err(|e| format!("listen {}: {e}", cfg.listen))?;
+    // `_dp` keeps the EAL, ports and workers running until the server ends.
+    let (_dp, h, how) = match dpcfg {
+        None => {
+            let h = server
+                .listen(cfg.listen)
+                .map_err(|e| format!("listen {}: {e}", cfg.listen))?;
+            (None, h, "iWARP over kernel TCP".to_string())
+        }
+        Some((path, dc)) => {
+            let pc = dc
+                .ports
+                .get(cfg.dataplane_port)
+                .ok_or_else(|| format!("{}: no port {}", path.display(), cfg.dataplane_port))?;
+            let device = pc.device.clone();
+            let (ip, _) = parse_cidr(&pc.ip).map_err(|e| format!("{}: {e}", path.display()))?;
+            match cfg.listen {
+                SocketAddr::V4(v4) if v4.ip().is_unspecified() || *v4.ip() == ip => {}
+                l => {
+                    return Err(format!(
+                        "listen {l}: not the address of dataplane port {} ({ip}) in {}",
+                        cfg.dataplane_port,
+                        path.display()
+                    ))
+                }
+            }
+            let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
+            let ep = dp.endpoint(cfg.dataplane_port).expect("port checked above");
+            let h = server
+                .listen_dp(&ep, cfg.listen.port())
+                .map_err(|e| format!("listen {} on the dataplane: {e}", cfg.listen))?;
+            (
+                Some(dp),
+                h,
+                format!(
+                    "iWARP over the DPDK dataplane, {device} of {}",
+                    path.display()
+                ),
+            )
+        }
+    };
     println!(
-        "rpc-server: RPC-over-RDMA (iWARP over kernel TCP) on {}, block store {} bytes ({}), \
-         program {:#x} v{}",
+        "rpc-server: RPC-over-RDMA ({how}) on {}, block store {} bytes ({}), program {:#x} v{}",
         h.addr,
         store.size(),
         cfg.store.kind,
@@ -231,8 +311,38 @@ mod tests {
         assert_eq!(f.store.kind, "file");
         let fc = f.rdma.server_config();
         assert_eq!(fc.reply_padding.map(|p| p.align), Some(4096));
-        assert!(check_transport("dpdk").is_err());
+        assert!(check_transport("dpdk").is_ok());
         assert!(check_transport("kernel").is_ok());
+        assert!(check_transport("xdp").is_err());
+        assert_eq!(s.transport, "kernel");
+        let d = load(&root.join("rpc-dpdk-memif-server.toml")).unwrap();
+        assert_eq!(d.transport, "dpdk");
+        let a = Args {
+            config: root.join("rpc-dpdk-memif-server.toml"),
+            listen: None,
+            transport: None,
+            dataplane: None,
+            duration: None,
+        };
+        let dp = DataplaneConfig::load(&dataplane_path(&a, &d).unwrap()).unwrap();
+        let ip = dp.ports[d.dataplane_port]
+            .ip
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(d.listen.ip().to_string(), ip);
+        // Its client side: the same memif socket, the other role, an address on the same /24.
+        let c = DataplaneConfig::load(&root.join("rpc-memif-dataplane-client.toml")).unwrap();
+        let sock = |a: &[String]| {
+            a.iter()
+                .find_map(|x| x.split(',').find_map(|kv| kv.strip_prefix("socket=")))
+                .map(str::to_string)
+        };
+        assert_eq!(sock(&c.eal.args), sock(&dp.eal.args));
+        assert!(c.eal.args.iter().any(|a| a.contains("role=client")));
+        assert!(c.ports[0].ip.starts_with("10.91.0."));
+        assert_eq!((dp.worker.spin_us, c.worker.spin_us), (5, 5));
     }
 
     #[test]

@@ -1,0 +1,160 @@
+//! Shared by the RPC-over-RDMA tests (kernel TCP, in-memory link, DPDK net_ring and net_memif):
+//! the data pattern, READ/WRITE helpers and the walk through every procedure and chunk path.
+#![allow(dead_code)]
+
+use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
+use dpwarp::rpc::client::{CallOpts, RdmaClient, ReplyPath};
+use dpwarp::rpc::program::Body;
+
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed ^ (i >> 9) as u8)
+        })
+        .collect()
+}
+
+pub fn read(c: &mut RdmaClient, off: u64, len: u32, opts: &CallOpts) -> (Vec<u8>, ReplyPath) {
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_READ,
+            block::read_args(off, len),
+            opts,
+        )
+        .expect("READ");
+    let mut r = rep.results().expect("SUCCESS");
+    (
+        block::decode_read(&mut r).unwrap().expect("BLK_OK"),
+        rep.path,
+    )
+}
+
+pub fn write(c: &mut RdmaClient, off: u64, data: Vec<u8>) -> u32 {
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_WRITE,
+            block::write_args(off, data),
+            &CallOpts::default(),
+        )
+        .expect("WRITE");
+    let mut r = rep.results().expect("SUCCESS");
+    block::decode_write(&mut r).unwrap().expect("BLK_OK")
+}
+
+/// Every procedure and path: NULL, GETATTR, small WRITE inline, large WRITE via a read chunk,
+/// READ inline, READ into a write chunk, a long reply into a reply chunk, a long reply as a read
+/// chunk + RDMA_DONE, a long call (position-zero read chunk).
+pub fn exercise(c: &mut RdmaClient, store: &BlockStore) {
+    exercise_with(c, Some(store), store.size());
+}
+
+/// What the store holds at `off..off+len`: read directly when the store is in this process,
+/// else through an RPC READ into a write chunk (a server in another process).
+pub fn readback(c: &mut RdmaClient, store: Option<&BlockStore>, off: u64, len: usize) -> Vec<u8> {
+    match store {
+        Some(s) => s.read(off, len).unwrap(),
+        None => {
+            let opts = CallOpts {
+                write_chunks: vec![len],
+                reply_chunk: None,
+                segments: 0,
+            };
+            read(c, off, len as u32, &opts).0
+        }
+    }
+}
+
+/// [`exercise`] against a store of `size` bytes that may live in another process.
+pub fn exercise_with(c: &mut RdmaClient, store: Option<&BlockStore>, size: u64) {
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_NULL,
+            Body::new(),
+            &CallOpts::default(),
+        )
+        .unwrap();
+    assert!(rep.results().is_ok());
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_GETATTR,
+            Body::new(),
+            &CallOpts::default(),
+        )
+        .unwrap();
+    let a = block::decode_getattr(&mut rep.results().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.size, size);
+
+    // Small WRITE: inline. Large WRITE: read chunk pulled by the server.
+    let small = pattern(1, 100);
+    assert_eq!(write(c, 10, small.clone()), 100);
+    assert_eq!(readback(c, store, 10, 100), small);
+    let big = pattern(2, 300_000);
+    assert_eq!(write(c, 4096, big.clone()), 300_000);
+    assert_eq!(readback(c, store, 4096, 300_000), big);
+
+    // READ inline (small), into a write chunk (big).
+    let (d, path) = read(c, 10, 100, &CallOpts::default());
+    assert_eq!((d, path), (small.clone(), ReplyPath::Inline));
+    let opts = CallOpts {
+        write_chunks: vec![300_000],
+        reply_chunk: None,
+        segments: 0,
+    };
+    let (d, path) = read(c, 4096, 300_000, &opts);
+    assert_eq!(d, big);
+    assert_eq!(
+        path,
+        ReplyPath::Inline,
+        "only the data moved; the reply fits inline"
+    );
+
+    // A READ of 20 KB without a write chunk: the reply is too long to be inline.
+    let want = readback(c, store, 4096, 20_000);
+    let opts = CallOpts {
+        write_chunks: vec![],
+        reply_chunk: Some(64 * 1024),
+        segments: 0,
+    };
+    let (d, path) = read(c, 4096, 20_000, &opts);
+    assert_eq!((d, path), (want.clone(), ReplyPath::ReplyChunk));
+    // ... and with no reply chunk either: a read chunk in the reply, then RDMA_DONE.
+    let dones = c.stats.dones;
+    let (d, path) = read(c, 4096, 20_000, &CallOpts::default());
+    assert_eq!((d, path), (want, ReplyPath::ReadChunk));
+    assert_eq!(c.stats.dones, dones + 1);
+
+    // Long call: a WRITE whose inline part exceeds the server's inline limit because the bulk
+    // threshold keeps the data inline.
+    let longs = c.stats.long_calls;
+    let mut args = Body::new();
+    args.xdr().put_u64(8);
+    args.xdr().put_opaque(&pattern(3, 9000));
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_WRITE,
+            args,
+            &CallOpts::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        block::decode_write(&mut rep.results().unwrap()).unwrap(),
+        Ok(9000)
+    );
+    assert_eq!(readback(c, store, 8, 9000), pattern(3, 9000));
+    assert_eq!(c.stats.long_calls, longs + 1);
+    assert_eq!(c.stats.over_grant, 0);
+}
