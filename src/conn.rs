@@ -287,6 +287,25 @@ impl Connection {
         }
     }
 
+    /// How many more send-queue WRs [`Connection::post_send`] takes now (any number when it
+    /// would refuse them anyway: closed, terminated).
+    pub fn send_room(&self) -> usize {
+        match self.data.as_ref() {
+            Some(d) => d.qp.send_room(),
+            None if self.close => usize::MAX,
+            None => self.cfg.sq_depth.saturating_sub(self.early_send.len()),
+        }
+    }
+
+    /// How many more receive WRs [`Connection::post_recv`] takes now (as `send_room`).
+    pub fn recv_room(&self) -> usize {
+        match self.data.as_ref() {
+            Some(d) => d.qp.recv_room(),
+            None if self.close => usize::MAX,
+            None => self.cfg.rq_depth.saturating_sub(self.early_recv.len()),
+        }
+    }
+
     /// Post a receive-queue work request.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         match self.data.as_mut() {

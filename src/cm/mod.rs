@@ -394,32 +394,23 @@ fn spawn_driver(transport: Box<dyn Transport>, conn: Connection, qp: &Qp) -> Rec
     ev_rx
 }
 
-/// Make `conn` the QP's live connection, replaying work posted in INIT (also used by the DPDK
+/// Make `conn` the QP's live connection, handing it the work posted in INIT (also used by the DPDK
 /// dataplane, whose workers then drive the connection).
 pub(crate) fn install(mut conn: Connection, qp: &Qp) {
-    {
-        let mut slot = qp.shared.lock();
-        if let QpSlot::Init { recv, send } = &mut *slot {
-            for wr in recv.drain(..) {
-                if let Err(e) = conn.post_recv(wr) {
-                    log::warn!("cm: receive posted before connect refused: {e}");
-                }
-            }
-            for wr in send.drain(..) {
-                if let Err(e) = conn.post_send(wr) {
-                    log::warn!("cm: send posted before connect refused: {e}");
-                }
-            }
-        }
-        *slot = QpSlot::Live(Box::new(conn));
-    }
+    let mut slot = qp.shared.lock();
+    qp.shared.drain_posts(&mut conn);
+    *slot = QpSlot::Live(Box::new(conn));
 }
 
 /// Run `f` on the live connection.
 fn with_conn<R>(sh: &QpShared, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
     match &mut *sh.lock() {
-        QpSlot::Live(c) => Some(f(c)),
-        QpSlot::Init { .. } => None,
+        QpSlot::Live(c) => {
+            // Posted work first, so that receive buffers are in place for what `f` brings in.
+            sh.drain_posts(c);
+            Some(f(c))
+        }
+        QpSlot::Init => None,
     }
 }
 
@@ -518,6 +509,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 }
             });
             sh.closed.store(true, Ordering::Release);
+            sh.flush_rings();
             return;
         }
         if progressed {

@@ -5,7 +5,7 @@
 //! sans-IO [`Connection`] (MPA/DDP/RDMAP), completions to the CQs, FPDUs out into the socket ->
 //! smoltcp egress -> tx burst. Applications reach a worker through a bounded crossbeam channel
 //! (connect/listen/accept/reject); posting work and reaping completions go through the QP's
-//! shared state and the CQs' bounded lock-free queues, as with the kernel-TCP driver.
+//! bounded lock-free post rings and the CQs' bounded queues, as with the kernel-TCP driver.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -205,6 +205,7 @@ impl Worker {
                         for c in &conns {
                             if let Some(sh) = &c.sh {
                                 sh.closed.store(true, Ordering::Release);
+                                sh.flush_rings();
                             }
                         }
                         return;
@@ -223,6 +224,7 @@ impl Worker {
                             );
                             let _ = events.try_send(ConnEvent::Closed);
                             sh.closed.store(true, Ordering::Release);
+                            sh.flush_rings();
                             continue;
                         }
                         let mut s = new_socket(&self.tcp);
@@ -255,6 +257,7 @@ impl Worker {
                                 log::warn!("dataplane: connect to {remote}: {e}");
                                 let _ = events.try_send(ConnEvent::Closed);
                                 sh.closed.store(true, Ordering::Release);
+                                sh.flush_rings();
                             }
                         }
                     }
@@ -308,6 +311,7 @@ impl Worker {
                         None => {
                             let _ = events.try_send(ConnEvent::Closed);
                             sh.closed.store(true, Ordering::Release);
+                            sh.flush_rings();
                         }
                     },
                     Cmd::Reject { id, bytes } => {
@@ -597,6 +601,7 @@ fn finish(c: &mut Conn) {
         let _ = e.try_send(ConnEvent::Closed);
     }
     sh.closed.store(true, Ordering::Release);
+    sh.flush_rings();
 }
 
 /// Move bytes between the socket and the connection. Returns (did work, should close).
@@ -616,6 +621,8 @@ fn drive(c: &mut Conn, s: &mut tcp::Socket<'static>, now: Instant) -> (bool, boo
     let QpSlot::Live(conn) = &mut *guard else {
         return (false, true);
     };
+    // Posted work first, so that receive buffers are in place for the bytes below.
+    sh.drain_posts(conn);
     // rx: everything smoltcp has, in at most rbuf-sized pieces (two for a wrapped buffer).
     while s.can_recv() {
         let n = s

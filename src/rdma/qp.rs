@@ -95,7 +95,7 @@ pub struct QpConfig {
 
 /// Identifies a message we sent, so a peer TERMINATE quoting its DDP header can be attributed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TxIdent {
+pub(crate) enum TxIdent {
     Tagged { stag: u32 },
     Untagged { qn: u32, msn: u32 },
 }
@@ -273,6 +273,23 @@ impl QpEngine {
         }
     }
 
+    /// How many more send-queue WRs [`QpEngine::post_send`] takes now (any number once the QP
+    /// is terminated: posts then fail at once).
+    pub fn send_room(&self) -> usize {
+        if self.state == QpState::Terminated {
+            return usize::MAX;
+        }
+        self.cfg.sq_depth.saturating_sub(self.inflight.len())
+    }
+
+    /// How many more receive WRs [`QpEngine::post_recv`] takes now (as `send_room`).
+    pub fn recv_room(&self) -> usize {
+        if self.state == QpState::Terminated {
+            return usize::MAX;
+        }
+        self.cfg.rq_depth.saturating_sub(self.rq.len())
+    }
+
     /// Current state.
     pub fn state(&self) -> QpState {
         self.state
@@ -286,17 +303,7 @@ impl QpEngine {
     }
 
     fn check_sges(&self, sges: &[Sge], need: Access) -> Result<u64, PostError> {
-        let mut total = 0u64;
-        for s in sges {
-            self.mem
-                .check(s.lkey, self.cfg.pd, s.addr, s.length as usize, need)
-                .map_err(|e| {
-                    log::warn!("rdma: local SGE {s:?} refused: {e}");
-                    PostError::Invalid("local SGE failed its protection check")
-                })?;
-            total += u64::from(s.length);
-        }
-        Ok(total)
+        check_sges(&self.mem, self.cfg.pd, sges, need)
     }
 
     /// Post a send-queue WR (RFC 5040 §5). SGEs are validated now; see the module docs.
@@ -307,36 +314,7 @@ impl QpEngine {
         if self.inflight.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        let need = match wr.opcode {
-            Opcode::Read { .. } => Access::LOCAL_WRITE,
-            _ => Access(0),
-        };
-        let total = self.check_sges(&wr.sg_list, need)?;
-        let total =
-            u32::try_from(total).map_err(|_| PostError::Invalid("message longer than 2^32-1"))?;
-        let (opcode, ident) = match wr.opcode {
-            Opcode::Write { remote_addr, rkey } => {
-                if remote_addr.checked_add(u64::from(total)).is_none() {
-                    return Err(PostError::Invalid("remote address + length wraps"));
-                }
-                (WcOpcode::Write, Some(TxIdent::Tagged { stag: rkey }))
-            }
-            Opcode::Read { remote_addr, .. } => {
-                if remote_addr.checked_add(u64::from(total)).is_none() {
-                    return Err(PostError::Invalid("remote address + length wraps"));
-                }
-                let mut it = wr.sg_list.windows(2);
-                if it.any(|w| {
-                    w[0].lkey != w[1].lkey || w[0].addr + u64::from(w[0].length) != w[1].addr
-                }) {
-                    return Err(PostError::Invalid(
-                        "RDMA Read needs one contiguous sink (one region)",
-                    ));
-                }
-                (WcOpcode::Read, None)
-            }
-            _ => (WcOpcode::Send, None),
-        };
+        let (total, opcode, ident) = validate_send(&self.mem, self.cfg.pd, &wr)?;
         let seq = self.next_seq;
         self.next_seq += 1;
         self.inflight.push_back(Inflight {
@@ -1283,4 +1261,63 @@ impl QpEngine {
         self.state = QpState::Terminated;
         self.flush_all(Some((cause, named)));
     }
+}
+
+fn check_sges(mem: &MemoryTable, pd: PdId, sges: &[Sge], need: Access) -> Result<u64, PostError> {
+    let mut total = 0u64;
+    for s in sges {
+        mem.check(s.lkey, pd, s.addr, s.length as usize, need)
+            .map_err(|e| {
+                log::warn!("rdma: local SGE {s:?} refused: {e}");
+                PostError::Invalid("local SGE failed its protection check")
+            })?;
+        total += u64::from(s.length);
+    }
+    Ok(total)
+}
+
+/// The checks `QpEngine::post_send` makes before queueing a send-queue WR (local SGEs against
+/// `mem` for `pd`, message length, remote range, RDMA Read sink shape), for a poster that
+/// queues WRs elsewhere first (the verbs layer's post ring) and wants its errors at once.
+/// Returns the message length and the completion's opcode and identity.
+pub(crate) fn validate_send(
+    mem: &MemoryTable,
+    pd: PdId,
+    wr: &SendWr,
+) -> Result<(u32, WcOpcode, Option<TxIdent>), PostError> {
+    let need = match wr.opcode {
+        Opcode::Read { .. } => Access::LOCAL_WRITE,
+        _ => Access(0),
+    };
+    let total = check_sges(mem, pd, &wr.sg_list, need)?;
+    let total =
+        u32::try_from(total).map_err(|_| PostError::Invalid("message longer than 2^32-1"))?;
+    let (opcode, ident) = match wr.opcode {
+        Opcode::Write { remote_addr, rkey } => {
+            if remote_addr.checked_add(u64::from(total)).is_none() {
+                return Err(PostError::Invalid("remote address + length wraps"));
+            }
+            (WcOpcode::Write, Some(TxIdent::Tagged { stag: rkey }))
+        }
+        Opcode::Read { remote_addr, .. } => {
+            if remote_addr.checked_add(u64::from(total)).is_none() {
+                return Err(PostError::Invalid("remote address + length wraps"));
+            }
+            let mut it = wr.sg_list.windows(2);
+            if it.any(|w| w[0].lkey != w[1].lkey || w[0].addr + u64::from(w[0].length) != w[1].addr)
+            {
+                return Err(PostError::Invalid(
+                    "RDMA Read needs one contiguous sink (one region)",
+                ));
+            }
+            (WcOpcode::Read, None)
+        }
+        _ => (WcOpcode::Send, None),
+    };
+    Ok((total, opcode, ident))
+}
+
+/// The checks `QpEngine::post_recv` makes (local SGEs writable, in `pd`); returns the capacity.
+pub(crate) fn validate_recv(mem: &MemoryTable, pd: PdId, wr: &RecvWr) -> Result<u64, PostError> {
+    check_sges(mem, pd, &wr.sg_list, Access::LOCAL_WRITE)
 }

@@ -18,8 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_queue::ArrayQueue;
 
 use crate::conn::{ConnEvent, Connection};
+use crate::rdma::qp::{validate_recv, validate_send};
 pub use crate::rdma::{
     Access, MemoryTable, Mr, Opcode, PdId, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
@@ -129,9 +131,12 @@ impl Cq {
 /// Queue-pair capacities (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy)]
 pub struct QpCap {
-    /// Send work requests outstanding at once (posted, not yet completed).
+    /// Send work requests the connection holds at once (posted, not yet completed); as many
+    /// more may wait in the QP's post ring until it takes them, after which `post_send`
+    /// answers `QueueFull`.
     pub max_send_wr: usize,
-    /// Receive work requests posted at once.
+    /// Receive work requests the connection holds at once; as many more may wait in the post
+    /// ring (then `QueueFull`).
     pub max_recv_wr: usize,
 }
 
@@ -166,14 +171,13 @@ impl QpInitAttr {
     }
 }
 
-/// Before connection the QP only collects receive (and send) work requests; the connection
-/// manager turns it into a live [`Connection`] (ibverbs allows `post_recv` in INIT/RTR, and
-/// rping and perftest rely on it: receive buffers exist before the peer's first Send).
+/// Before connection the QP's post rings only collect receive (and send) work requests; the
+/// connection manager turns it into a live [`Connection`] (ibverbs allows `post_recv` in
+/// INIT/RTR, and rping and perftest rely on it: receive buffers exist before the peer's first
+/// Send).
 pub(crate) enum QpSlot {
-    Init {
-        recv: Vec<RecvWr>,
-        send: Vec<SendWr>,
-    },
+    /// Not connected yet: posted work waits in the post rings.
+    Init,
     Live(Box<Connection>),
 }
 
@@ -182,6 +186,12 @@ pub(crate) struct QpShared {
     pub(crate) pd: Pd,
     pub(crate) cap: QpCap,
     pub(crate) slot: Mutex<QpSlot>,
+    /// Send WRs posted by the application, not yet handed to the connection: a bounded
+    /// lock-free ring (capacity `cap.max_send_wr`) the driver drains, so posting never waits
+    /// for the driver's lock.
+    pub(crate) sq_ring: ArrayQueue<SendWr>,
+    /// Receive WRs likewise (capacity `cap.max_recv_wr`).
+    pub(crate) rq_ring: ArrayQueue<RecvWr>,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     /// Set once the QP was handed to the connection manager.
@@ -231,6 +241,48 @@ impl QpShared {
         slot.get_or_insert(t);
     }
 
+    /// Hand the WRs waiting in the post rings to the connection, as many as it takes now (send
+    /// ring first: a Send popped here was posted after every receive posted before it, which
+    /// the receive ring then holds, so those buffers are in place before that Send's answer can
+    /// arrive). A WR the connection refuses (closed, or its region went away since the post)
+    /// completes with an error instead.
+    pub(crate) fn drain_posts(&self, conn: &mut Connection) {
+        let mut room = conn.send_room();
+        while room > 0 {
+            let Some(wr) = self.sq_ring.pop() else { break };
+            room -= 1;
+            let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
+            if let Err(e) = conn.post_send(wr) {
+                log::warn!("verbs: send WR {wr_id} refused when handed to the connection: {e}");
+                self.send_cq.push(error_wc(wr_id, opcode, &e));
+            }
+        }
+        let mut room = conn.recv_room();
+        while room > 0 {
+            let Some(wr) = self.rq_ring.pop() else { break };
+            room -= 1;
+            let wr_id = wr.wr_id;
+            if let Err(e) = conn.post_recv(wr) {
+                log::warn!("verbs: receive WR {wr_id} refused when handed to the connection: {e}");
+                self.recv_cq
+                    .push(error_wc(wr_id, WcOpcode::Recv, &PostError::BadState));
+            }
+        }
+    }
+
+    /// The connection is gone: complete every WR still in the post rings with `WrFlushErr`.
+    pub(crate) fn flush_rings(&self) {
+        while let Some(wr) = self.sq_ring.pop() {
+            let op = send_wc_opcode(&wr.opcode);
+            self.send_cq
+                .push(error_wc(wr.wr_id, op, &PostError::BadState));
+        }
+        while let Some(wr) = self.rq_ring.pop() {
+            self.recv_cq
+                .push(error_wc(wr.wr_id, WcOpcode::Recv, &PostError::BadState));
+        }
+    }
+
     /// Move completions from the engine to the CQs.
     pub(crate) fn reap(&self, conn: &mut Connection) {
         while let Some(wc) = conn.poll_completion() {
@@ -257,10 +309,9 @@ impl Qp {
             shared: Arc::new(QpShared {
                 pd: pd.clone(),
                 cap: attr.cap,
-                slot: Mutex::new(QpSlot::Init {
-                    recv: Vec::new(),
-                    send: Vec::new(),
-                }),
+                slot: Mutex::new(QpSlot::Init),
+                sq_ring: ArrayQueue::new(attr.cap.max_send_wr.max(1)),
+                rq_ring: ArrayQueue::new(attr.cap.max_recv_wr.max(1)),
                 send_cq: attr.send_cq.clone(),
                 recv_cq: attr.recv_cq.clone(),
                 connecting: AtomicBool::new(false),
@@ -282,51 +333,44 @@ impl Qp {
     }
 
     /// Post a send-queue work request (`ibv_post_send`): Send, Send-SE, Send-Inv, RDMA Write,
-    /// RDMA Read (RFC 5040 §5.3, §5.4). Errors mean nothing was queued. Requests posted before
-    /// the connection is established go out once it is.
+    /// RDMA Read (RFC 5040 §5.3, §5.4). The local SGEs are checked now; the WR then goes into
+    /// the QP's send ring, which the driver (kernel-TCP thread or DPDK worker) drains into the
+    /// connection without the application ever waiting for its lock. Errors mean nothing was
+    /// queued: `QueueFull` when `max_send_wr` WRs wait in the ring. Requests posted before the
+    /// connection is established go out once it is.
     pub fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
-        let r = self.post_send_locked(wr);
+        validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
+        self.shared
+            .sq_ring
+            .push(wr)
+            .map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
-        r
-    }
-
-    fn post_send_locked(&self, wr: SendWr) -> Result<(), PostError> {
-        match &mut *self.shared.lock() {
-            QpSlot::Live(c) => c.post_send(wr),
-            QpSlot::Init { send, .. } if send.len() >= self.shared.cap.max_send_wr => {
-                Err(PostError::QueueFull)
-            }
-            QpSlot::Init { send, .. } => {
-                send.push(wr);
-                Ok(())
-            }
+        if self.is_closed() {
+            // The driver finished while we pushed: nobody else will drain the ring.
+            self.shared.flush_rings();
         }
+        Ok(())
     }
 
-    /// Post a receive buffer for one incoming untagged message (`ibv_post_recv`, RFC 5041 §5.3).
+    /// Post a receive buffer for one incoming untagged message (`ibv_post_recv`, RFC 5041
+    /// §5.3), through the receive ring as `post_send` does.
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
-        let r = self.post_recv_locked(wr);
+        validate_recv(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
+        self.shared
+            .rq_ring
+            .push(wr)
+            .map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
-        r
-    }
-
-    fn post_recv_locked(&self, wr: RecvWr) -> Result<(), PostError> {
-        match &mut *self.shared.lock() {
-            QpSlot::Live(c) => c.post_recv(wr),
-            QpSlot::Init { recv, .. } if recv.len() >= self.shared.cap.max_recv_wr => {
-                Err(PostError::QueueFull)
-            }
-            QpSlot::Init { recv, .. } => {
-                recv.push(wr);
-                Ok(())
-            }
+        if self.is_closed() {
+            self.shared.flush_rings();
         }
+        Ok(())
     }
 
     /// True once the underlying stream has closed (TERMINATE, disconnect, peer gone).
@@ -386,5 +430,29 @@ pub fn sge(mr: &Mr, offset: usize, len: usize) -> Sge {
         addr: mr.addr() + offset as u64,
         length: len as u32,
         lkey: mr.stag(),
+    }
+}
+
+fn send_wc_opcode(op: &Opcode) -> WcOpcode {
+    match op {
+        Opcode::Write { .. } => WcOpcode::Write,
+        Opcode::Read { .. } => WcOpcode::Read,
+        _ => WcOpcode::Send,
+    }
+}
+
+/// The completion of a WR the connection never took: flushed when it was closed, a protection
+/// error when its local SGEs stopped being valid.
+fn error_wc(wr_id: u64, opcode: WcOpcode, e: &PostError) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status: match e {
+            PostError::Invalid(_) => WcStatus::LocProtErr,
+            _ => WcStatus::WrFlushErr,
+        },
+        opcode,
+        byte_len: 0,
+        invalidated_rkey: None,
+        solicited: false,
     }
 }

@@ -1,0 +1,114 @@
+//! Posting through the QP's post rings (src/verbs): work posted before the connection exists
+//! is checked at once, bounded by the QP's capacities, and delivered once connected; posting
+//! after the connection ended fails at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dpwarp::cm::ConnParam;
+use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::verbs::{
+    sge, Access, Cq, Opcode, PostError, Qp, QpCap, QpInitAttr, RecvWr, SendWr, Sge, WcOpcode,
+};
+
+fn small_qp(side: &mut Side, send: usize, recv: usize) {
+    side.cq = Cq::new(64);
+    let mut attr = QpInitAttr::new(&side.cq);
+    attr.cap = QpCap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+    };
+    side.qp = Qp::new(&side.pd, &attr);
+}
+
+#[test]
+fn posts_before_connect_are_checked_bounded_and_delivered() {
+    let mut c = Side::new();
+    let mut s = Side::new();
+    small_qp(&mut c, 2, 2);
+    small_qp(&mut s, 2, 2);
+    let src = c.pd.reg_mr(4096, Access::LOCAL_WRITE);
+    src.write_at(0, &pattern(4, 4096));
+    let dst = s.pd.reg_mr(8192, Access::LOCAL_WRITE);
+
+    // A bad local SGE is refused at post time: nothing is queued.
+    let bad = SendWr {
+        wr_id: 99,
+        opcode: Opcode::Send,
+        sg_list: vec![Sge {
+            addr: src.addr(),
+            length: 16,
+            lkey: src.stag() ^ 0x100,
+        }],
+        signaled: true,
+    };
+    assert!(matches!(c.qp.post_send(bad), Err(PostError::Invalid(_))));
+    // Receive buffers must be writable locally.
+    let ro = s.pd.reg_mr(64, Access::REMOTE_READ);
+    assert!(matches!(
+        s.qp.post_recv(RecvWr {
+            wr_id: 98,
+            sg_list: vec![sge(&ro, 0, 64)],
+        }),
+        Err(PostError::Invalid(_))
+    ));
+
+    for i in 0..2u64 {
+        s.qp.post_recv(RecvWr {
+            wr_id: 10 + i,
+            sg_list: vec![sge(&dst, 4096 * i as usize, 4096)],
+        })
+        .unwrap();
+        c.qp.post_send(SendWr {
+            wr_id: i,
+            opcode: Opcode::Send,
+            sg_list: vec![sge(&src, 0, 4096)],
+            signaled: true,
+        })
+        .unwrap();
+    }
+    // max_send_wr / max_recv_wr are waiting already.
+    let third = SendWr {
+        wr_id: 2,
+        opcode: Opcode::Send,
+        sg_list: vec![sge(&src, 0, 64)],
+        signaled: true,
+    };
+    assert_eq!(c.qp.post_send(third), Err(PostError::QueueFull));
+    assert_eq!(
+        s.qp.post_recv(RecvWr {
+            wr_id: 12,
+            sg_list: vec![sge(&dst, 0, 64)],
+        }),
+        Err(PostError::QueueFull)
+    );
+
+    connect_sides(
+        Link::Mem(FaultConfig::default()),
+        &mut c,
+        &mut s,
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .expect("connect");
+    for i in 0..2u64 {
+        let wc = wc_ok(&c.cq);
+        assert_eq!((wc.wr_id, wc.opcode), (i, WcOpcode::Send));
+        let wc = wc_ok(&s.cq);
+        assert_eq!((wc.wr_id, wc.byte_len), (10 + i, 4096));
+    }
+    assert_eq!(dst.to_vec(), [pattern(4, 4096), pattern(4, 4096)].concat());
+
+    // After the connection ends, posting fails at once.
+    c.qp.disconnect();
+    assert!(c.qp.wait_closed(Duration::from_secs(10)));
+    let late = SendWr {
+        wr_id: 3,
+        opcode: Opcode::Send,
+        sg_list: vec![sge(&src, 0, 64)],
+        signaled: true,
+    };
+    assert_eq!(c.qp.post_send(late), Err(PostError::BadState));
+}
