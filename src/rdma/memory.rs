@@ -159,7 +159,17 @@ impl MemoryTable {
     ///
     /// Panics if 2^24 - 1 regions are registered at once (local resource exhaustion).
     pub fn register(&self, pd: PdId, len: usize, access: Access) -> Mr {
-        let data: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        self.register_bytes(pd, vec![0u8; len], access)
+    }
+
+    /// Register `data` itself (no copy) under `pd` with `access`: the region owns the bytes from
+    /// now on. For data built elsewhere that is to be sent by RDMA (a bulk RPC result), so it is
+    /// not copied into a staging region first.
+    ///
+    /// Panics like [`MemoryTable::register`].
+    pub fn register_bytes(&self, pd: PdId, data: Vec<u8>, access: Access) -> Mr {
+        let data: Box<[u8]> = data.into_boxed_slice();
+        let len = data.len();
         let base = data.as_ptr() as usize as u64;
         let mut t = self.table_mut();
         let index = match t.free.pop() {
@@ -359,6 +369,26 @@ mod tests {
     use super::*;
 
     const RW: Access = Access(7);
+
+    #[test]
+    fn register_bytes_takes_the_data_without_copying() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let data: Vec<u8> = (0..1000).map(|i| i as u8).collect();
+        let ptr = data.as_ptr() as u64;
+        let mr = m.register_bytes(pd, data, Access::LOCAL_WRITE);
+        assert_eq!(mr.addr(), ptr, "the region is the caller's buffer");
+        assert_eq!(mr.len(), 1000);
+        assert_eq!(mr.to_vec(), (0..1000).map(|i| i as u8).collect::<Vec<_>>());
+        let mut out = Vec::new();
+        m.read_append(mr.stag(), pd, ptr + 10, 5, Access(0), &mut out)
+            .unwrap();
+        assert_eq!(out, [10, 11, 12, 13, 14]);
+        assert_eq!(
+            m.check(mr.stag(), pd, ptr + 996, 5, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+    }
 
     #[test]
     fn rfc5040_s5_2_check_order_and_bounds() {

@@ -21,6 +21,8 @@ use crate::wire::rpcrdma::Segment;
 pub(crate) enum Res {
     /// A staging region (RDMA Write source) returned to the cache.
     Stage(Mr),
+    /// A region made of a handler's result bytes (RDMA Write source), deregistered.
+    Adopted(Mr),
 }
 
 /// Send buffers kept at most.
@@ -160,6 +162,21 @@ impl Endpoint {
         }
     }
 
+    /// Make `data` itself an RDMA Write source (no copy into a staging region).
+    pub fn adopt(&self, data: Vec<u8>) -> Mr {
+        self.pd.reg_mr_from(data, Access::LOCAL_WRITE)
+    }
+
+    /// Free what a request held once its Send completed (or failed to post).
+    pub fn release(&mut self, r: Res) {
+        match r {
+            Res::Stage(m) => self.unstage(m),
+            Res::Adopted(m) => {
+                self.pd.dereg_mr(&m);
+            }
+        }
+    }
+
     /// Register `data` in a region the peer may RDMA Read (a chunk we advertise).
     pub fn expose(&self, data: &[u8]) -> Mr {
         let mr = self
@@ -180,8 +197,7 @@ impl Endpoint {
         if let Some((buf, res)) = self.pending.remove(&wc.wr_id) {
             self.send_free.push(buf);
             for r in res {
-                let Res::Stage(m) = r;
-                self.unstage(m);
+                self.release(r);
             }
         }
         if wc.status != WcStatus::Success {
@@ -238,8 +254,7 @@ impl Endpoint {
             Err(e) => {
                 self.send_free.push(mr);
                 for x in extra {
-                    let Res::Stage(m) = x;
-                    self.unstage(m);
+                    self.release(x);
                 }
                 Err(e.into())
             }

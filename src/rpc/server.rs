@@ -676,7 +676,7 @@ impl ConnServer {
     /// Encode and send the reply, moving bulk results into write chunks and a long reply into
     /// the reply chunk or a read chunk.
     fn reply(&mut self, xid: u32, rep: ReplyRepr, body: Body, chunks: &Chunks) -> Result<(), Fail> {
-        let pieces = body.into_pieces();
+        let mut pieces = body.into_pieces();
         // Which bulk item goes to which write chunk (in order, RFC 8166 §4.3.2).
         let mut staged: Vec<Res> = Vec::new();
         let mut returned: Vec<Vec<Segment>> = chunks
@@ -685,24 +685,34 @@ impl ConnServer {
             .map(|c| c.iter().map(|s| Segment { length: 0, ..*s }).collect())
             .collect();
         let mut wi = 0usize;
-        let mut in_chunk = vec![false; pieces.len()];
-        for (i, p) in pieces.iter().enumerate() {
+        // Bulk items moved into write chunks: their length (the XDR keeps only that).
+        let mut in_chunk: Vec<Option<usize>> = vec![None; pieces.len()];
+        for (i, p) in pieces.iter_mut().enumerate() {
             if let Piece::Bulk(d) = p {
                 if let Some(wc) = chunks.writes.get(wi) {
                     let cap: u64 = wc.iter().map(|s| u64::from(s.length)).sum();
                     if d.len() as u64 > cap {
                         for r in staged {
-                            let Res::Stage(m) = r;
-                            self.ep.unstage(m);
+                            self.ep.release(r);
                         }
                         return Err(Fail::Chunk("write chunk smaller than the result"));
                     }
-                    let mr = self.ep.stage(d.len());
-                    mr.write_at(0, d);
-                    returned[wi] = self.ep.rdma_write(&mr, 0, d.len(), wc)?;
-                    bump(&self.stats.bytes_written, d.len() as u64);
-                    staged.push(Res::Stage(mr));
-                    in_chunk[i] = true;
+                    // The handler's bytes become the RDMA Write source as they are.
+                    let n = d.len();
+                    let mr = self.ep.adopt(std::mem::take(d));
+                    let written = self.ep.rdma_write(&mr, 0, n, wc);
+                    staged.push(Res::Adopted(mr));
+                    returned[wi] = match written {
+                        Ok(r) => r,
+                        Err(e) => {
+                            for r in staged {
+                                self.ep.release(r);
+                            }
+                            return Err(e.into());
+                        }
+                    };
+                    bump(&self.stats.bytes_written, n as u64);
+                    in_chunk[i] = Some(n);
                     wi += 1;
                 }
             }
@@ -716,8 +726,10 @@ impl ConnServer {
             for (i, p) in pieces.iter().enumerate() {
                 match p {
                     Piece::Xdr(b) => w.put_raw(b),
-                    Piece::Bulk(d) if in_chunk[i] => w.put_u32(d.len() as u32),
-                    Piece::Bulk(d) => w.put_opaque(d),
+                    Piece::Bulk(d) => match in_chunk[i] {
+                        Some(n) => w.put_u32(n as u32),
+                        None => w.put_opaque(d),
+                    },
                 }
             }
             w.into_vec()

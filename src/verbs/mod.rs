@@ -81,6 +81,12 @@ impl Pd {
         self.mem.register(self.id, len, access)
     }
 
+    /// Register memory that already holds data (`ibv_reg_mr` on an existing buffer): the
+    /// region takes `data` over without copying it.
+    pub fn reg_mr_from(&self, data: Vec<u8>, access: Access) -> Mr {
+        self.mem.register_bytes(self.id, data, access)
+    }
+
     /// Deregister a region (`ibv_dereg_mr`): its STag is invalid afterwards.
     pub fn dereg_mr(&self, mr: &Mr) -> bool {
         self.mem.deregister(mr.stag())
