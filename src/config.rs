@@ -87,12 +87,14 @@ pub struct WorkerConfig {
     /// Packets per rx/tx burst.
     #[serde(default = "d_batch")]
     pub batch: usize,
-    /// Busy-poll without ever sleeping (benchmarks, one core per worker). When false the worker
-    /// spins `spin_us` after the last work, then sleeps `idle_sleep_us` per idle loop (tests on
-    /// shared cores).
+    /// Busy-poll without ever sleeping or yielding (one dedicated core per worker). When false
+    /// the worker spins `spin_us` after the last work, then yields its core (`sched_yield`) on
+    /// every idle loop for 2 ms, then sleeps `idle_sleep_us` per idle loop (shared cores).
     #[serde(default)]
     pub busy_poll: bool,
-    /// Microseconds to keep spinning after the last work before sleeping (default 200).
+    /// Microseconds to keep spinning after the last work before yielding (default 0: on two
+    /// shared cores every microsecond a worker keeps the core is one the application thread
+    /// waiting for its completion does not get; docs/dataplane.md "Two cores").
     #[serde(default = "d_spin")]
     pub spin_us: u64,
     /// Microseconds to sleep per idle loop once `spin_us` has passed (default 50).
@@ -168,7 +170,7 @@ fn d_batch() -> usize {
     32
 }
 fn d_spin() -> u64 {
-    200
+    0
 }
 fn d_sleep() -> u64 {
     50

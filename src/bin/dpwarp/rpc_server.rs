@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(sock(&c.eal.args), sock(&dp.eal.args));
         assert!(c.eal.args.iter().any(|a| a.contains("role=client")));
         assert!(c.ports[0].ip.starts_with("10.91.0."));
-        assert_eq!((dp.worker.spin_us, c.worker.spin_us), (5, 5));
+        assert_eq!((dp.worker.spin_us, c.worker.spin_us), (0, 0));
     }
 
     #[test]
