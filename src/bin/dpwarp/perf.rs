@@ -373,6 +373,18 @@ fn preamble(ctrl: &Ctrl) -> Result<(), String> {
 
 const DISCONNECT_DELAY_MS: u64 = 500;
 
+/// Client end of every test: the table footer, then both connections closed.
+fn client_teardown(ctrl: &Ctrl, data: &Ep) {
+    print_footer();
+    // Let the server's last Send complete before our FIN reaches it (siw completes a Send only
+    // once it is on the wire; a QP torn down before that fails it).
+    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
+    data.qp.disconnect();
+    ctrl.ep.qp.disconnect();
+    data.qp.wait_closed(Duration::from_secs(2));
+    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+}
+
 /// siw can leave an FPDU arriving right after its MPA Reply unprocessed (peer README defect 2).
 const FIRST_SEND_DELAY: Duration = Duration::from_millis(100);
 
@@ -430,14 +442,7 @@ fn client(
         ctrl.xchg(&my)?;
         print_row(a, &r);
     }
-    print_footer();
-    // Let the server's last Send complete before our FIN reaches it (siw completes a Send only
-    // once it is on the wire; a QP torn down before that fails it).
-    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
-    data.qp.disconnect();
-    ctrl.ep.qp.disconnect();
-    data.qp.wait_closed(Duration::from_secs(2));
-    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    client_teardown(&ctrl, &data);
     Ok(())
 }
 
@@ -814,12 +819,7 @@ fn send_client(
         ctrl.xchg(&my)?;
         print_row(a, &r);
     }
-    print_footer();
-    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
-    data.qp.disconnect();
-    ctrl.ep.qp.disconnect();
-    data.qp.wait_closed(Duration::from_secs(2));
-    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    client_teardown(&ctrl, &data);
     Ok(())
 }
 
@@ -999,12 +999,7 @@ fn lat(
             print_lat_row(a, size, &samples)?;
         }
     }
-    print_footer();
-    std::thread::sleep(Duration::from_millis(DISCONNECT_DELAY_MS));
-    data.qp.disconnect();
-    ctrl.ep.qp.disconnect();
-    data.qp.wait_closed(Duration::from_secs(2));
-    ctrl.ep.qp.wait_closed(Duration::from_secs(2));
+    client_teardown(&ctrl, &data);
     Ok(())
 }
 
