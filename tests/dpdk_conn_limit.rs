@@ -4,28 +4,17 @@
 //! deletes); the test thread enters the namespace and connects with kernel TCP sockets that
 //! never send an MPA Request. Needs root (netns, tap). One EAL per process.
 
-use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 
+mod netns_common;
+use netns_common::{ip, Netns};
+
 const LIMIT: usize = 3;
-
-struct Netns(String);
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let st = Command::new("ip").args(args).status().expect("run ip");
-    assert!(st.success(), "ip {args:?} failed");
-}
 
 /// Connected, then either still open (`true`: a read times out) or reset/closed (`false`).
 fn stays_open(s: &mut TcpStream, wait: Duration) -> bool {
@@ -61,22 +50,9 @@ fn open(addr: SocketAddr) -> Option<TcpStream> {
 
 #[test]
 fn connections_beyond_max_connections_are_refused_with_rst() {
-    let uid = Command::new("id").arg("-u").output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&uid.stdout).trim(),
-        "0",
-        "this test needs root (network namespace, tap)"
-    );
     let pid = std::process::id();
-    let ns = Netns(format!("dpwlim{pid}"));
-    ip(&["netns", "add", &ns.0]);
-    // This thread (and the workers it starts) live in the namespace from here on.
-    let fd = File::open(format!("/run/netns/{}", ns.0)).unwrap();
-    rustix::thread::move_into_link_name_space(
-        std::os::fd::AsFd::as_fd(&fd),
-        Some(rustix::thread::LinkNameSpaceType::Network),
-    )
-    .expect("setns into the test's namespace");
+    let ns = Netns::new("dpwlim");
+    ns.enter();
     let tap = format!("dpwl{pid}");
     let cfg = DataplaneConfig::parse(&format!(
         r#"

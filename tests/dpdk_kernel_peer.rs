@@ -13,12 +13,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Netns(String);
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
+mod netns_common;
+use netns_common::{ip, Netns};
 
 struct Kill(Child);
 impl Drop for Kill {
@@ -28,31 +24,10 @@ impl Drop for Kill {
     }
 }
 
-fn ip(args: &[&str]) {
-    let st = Command::new("ip").args(args).status().expect("run ip");
-    assert!(st.success(), "ip {args:?} failed");
-}
-
 fn netns(tag: &str) -> Netns {
-    assert_eq!(
-        rustix_uid(),
-        0,
-        "this test needs root (network namespaces, tap, veth)"
-    );
-    let name = format!("dpw{tag}{}", std::process::id());
-    ip(&["netns", "add", &name]);
-    let ns = Netns(name);
+    let ns = Netns::new(&format!("dpw{tag}"));
     ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
     ns
-}
-
-fn rustix_uid() -> u32 {
-    // `id -u` keeps the test free of extra dependencies.
-    let o = Command::new("id").arg("-u").output().unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(1)
 }
 
 fn kernel_server(ns: &Netns, port: u16, count: usize) -> Kill {

@@ -6,9 +6,7 @@
 //! the Linux TCP stack (checksums offloaded on the tap by default; the kernel verifies them).
 //! Needs root. One EAL per process.
 
-use std::fs::File;
 use std::net::{SocketAddr, SocketAddrV4};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,20 +17,10 @@ use dpwarp::rpc::client::{ClientConfig, RdmaClient};
 use dpwarp::rpc::program::Registry;
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 
+mod netns_common;
+use netns_common::{ip, Netns};
 mod rpc_common;
 use rpc_common::exercise;
-
-struct Netns(String);
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let st = Command::new("ip").args(args).status().expect("run ip");
-    assert!(st.success(), "ip {args:?} failed");
-}
 
 fn server(store: &Arc<BlockStore>) -> RdmaServer {
     let mut reg = Registry::new();
@@ -53,21 +41,9 @@ fn rpc_between_dpdk_and_kernel_tcp_both_ways() {
         eprintln!("rpc_dpdk_tap: still running after 60 s; aborting");
         std::process::abort();
     });
-    let uid = Command::new("id").arg("-u").output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&uid.stdout).trim(),
-        "0",
-        "this test needs root (network namespace, tap)"
-    );
     let pid = std::process::id();
-    let ns = Netns(format!("dpwrpc{pid}"));
-    ip(&["netns", "add", &ns.0]);
-    let fd = File::open(format!("/run/netns/{}", ns.0)).unwrap();
-    rustix::thread::move_into_link_name_space(
-        std::os::fd::AsFd::as_fd(&fd),
-        Some(rustix::thread::LinkNameSpaceType::Network),
-    )
-    .expect("setns into the test's namespace");
+    let ns = Netns::new("dpwrpc");
+    ns.enter();
     let tap = format!("dpwr{pid}");
     let cfg = DataplaneConfig::parse(&format!(
         r#"
