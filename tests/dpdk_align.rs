@@ -10,9 +10,11 @@ use std::thread;
 use std::time::Duration;
 
 use dpwarp::cm::ConnParam;
-use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus};
+
+mod dp_common;
+use dp_common::{advertise, advertised, pattern, shipped_config, unique};
 
 const REGION: usize = 1 << 20;
 /// Write sizes cycled through: none is a multiple of MULPDU, so every message ends in a short
@@ -20,25 +22,18 @@ const REGION: usize = 1 << 20;
 const SIZES: [usize; 4] = [65536, 10000, 100, 33333];
 const WRITES: usize = 96;
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
-        .collect()
-}
-
 #[test]
 fn streaming_writes_keep_segments_on_fpdu_boundaries() {
     let dir = std::env::temp_dir().join(format!("dpwarp-align-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("align.pcap");
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/configs/net_pcap.toml"
-    ))
-    .unwrap()
-    .replace("target/demo/dpdk.pcap", pcap.to_str().unwrap())
-    .replace("dpwpcap", &format!("dpwal{}", std::process::id() % 100000));
-    let cfg = DataplaneConfig::parse(&text).unwrap();
+    let cfg = shipped_config(
+        "net_pcap.toml",
+        &[
+            ("target/demo/dpdk.pcap", pcap.to_str().unwrap()),
+            ("dpwpcap", &unique("dpwal")),
+        ],
+    );
 
     let dp = Dataplane::start(&cfg).expect("dataplane");
     let server_ep = dp.endpoint(0).unwrap();
@@ -59,8 +54,7 @@ fn streaming_writes_keep_segments_on_fpdu_boundaries() {
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        let mut adv = target.addr().to_be_bytes().to_vec();
-        adv.extend_from_slice(&target.stag().to_be_bytes());
+        let adv = advertise(&target);
         let param = ConnParam {
             private_data: adv,
             ..ConnParam::default()
@@ -88,8 +82,7 @@ fn streaming_writes_keep_segments_on_fpdu_boundaries() {
         )
         .unwrap();
     let pdata = neg.peer_private_data.clone();
-    let raddr = u64::from_be_bytes(pdata[0..8].try_into().unwrap());
-    let rkey = u32::from_be_bytes(pdata[8..12].try_into().unwrap());
+    let (raddr, rkey) = advertised(&pdata);
 
     // The expected final image of the target region, built as the Writes are posted.
     let mut expect = vec![0u8; REGION];

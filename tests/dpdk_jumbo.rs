@@ -8,28 +8,23 @@ use std::thread;
 use std::time::Duration;
 
 use dpwarp::cm::ConnParam;
-use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus};
 
-const N: usize = 1 << 20;
+mod dp_common;
+use dp_common::{advertise, advertised, pattern, shipped_config, unique};
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(11) ^ seed)
-        .collect()
-}
+const N: usize = 1 << 20;
 
 #[test]
 fn mtu_9000_jumbo_segments_carry_write_and_read() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/configs/net_ring.toml"
-    ))
-    .unwrap()
-    .replace("dpwring", &format!("dpwj{}", std::process::id() % 100000))
-    .replace("mbufs = 16383", "mbufs = 4095\nmtu = 9000");
-    let cfg = DataplaneConfig::parse(&text).unwrap();
+    let cfg = shipped_config(
+        "net_ring.toml",
+        &[
+            ("dpwring", &unique("dpwj")),
+            ("mbufs = 16383", "mbufs = 4095\nmtu = 9000"),
+        ],
+    );
     assert!(cfg.ports.iter().all(|p| p.mtu == 9000));
 
     let dp = Dataplane::start(&cfg).expect("dataplane with mtu 9000");
@@ -55,8 +50,7 @@ fn mtu_9000_jumbo_segments_carry_write_and_read() {
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        let mut adv = target.addr().to_be_bytes().to_vec();
-        adv.extend_from_slice(&target.stag().to_be_bytes());
+        let adv = advertise(&target);
         req.accept(
             &qp,
             &ConnParam {
@@ -82,8 +76,7 @@ fn mtu_9000_jumbo_segments_carry_write_and_read() {
             &ConnParam::default(),
         )
         .unwrap();
-    let raddr = u64::from_be_bytes(neg.peer_private_data[0..8].try_into().unwrap());
-    let rkey = u32::from_be_bytes(neg.peer_private_data[8..12].try_into().unwrap());
+    let (raddr, rkey) = advertised(&neg.peer_private_data);
     src.write_at(0, &pattern(5, N));
     for (wr_id, opcode, mr) in [
         (

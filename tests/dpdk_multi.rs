@@ -10,29 +10,24 @@ use std::thread;
 use std::time::Duration;
 
 use dpwarp::cm::ConnParam;
-use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus};
+
+mod dp_common;
+use dp_common::{advertise, advertised, pattern, shipped_config, unique};
 
 const CONNS: usize = 8;
 const N: usize = 128 * 1024;
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29) ^ seed)
-        .collect()
-}
-
 #[test]
 fn eight_connections_over_two_queues_per_port() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/configs/net_ring.toml"
-    ))
-    .unwrap()
-    .replace("dpwring", &format!("dpwm{}", std::process::id() % 100000))
-    .replace("mbufs = 16383", "mbufs = 16383\ncores = [0, 1]");
-    let cfg = DataplaneConfig::parse(&text).unwrap();
+    let cfg = shipped_config(
+        "net_ring.toml",
+        &[
+            ("dpwring", &unique("dpwm")),
+            ("mbufs = 16383", "mbufs = 16383\ncores = [0, 1]"),
+        ],
+    );
     assert!(cfg.ports.iter().all(|p| p.cores.len() == 2));
 
     let dp = Dataplane::start(&cfg).expect("dataplane");
@@ -60,8 +55,7 @@ fn eight_connections_over_two_queues_per_port() {
             })
             .unwrap();
             let req = listener.get_request(Duration::from_secs(20)).unwrap();
-            let mut adv = target.addr().to_be_bytes().to_vec();
-            adv.extend_from_slice(&target.stag().to_be_bytes());
+            let adv = advertise(&target);
             req.accept(
                 &qp,
                 &ConnParam {
@@ -109,8 +103,7 @@ fn eight_connections_over_two_queues_per_port() {
                         &ConnParam::default(),
                     )
                     .unwrap();
-                let raddr = u64::from_be_bytes(neg.peer_private_data[0..8].try_into().unwrap());
-                let rkey = u32::from_be_bytes(neg.peer_private_data[8..12].try_into().unwrap());
+                let (raddr, rkey) = advertised(&neg.peer_private_data);
                 let post = |wr_id, opcode, mr: &dpwarp::verbs::Mr| {
                     qp.post_send(SendWr {
                         wr_id,

@@ -8,23 +8,16 @@ use std::thread;
 use std::time::Duration;
 
 use dpwarp::cm::ConnParam;
-use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::dpdk::{Eal, Port, PortConf};
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus};
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
-}
+mod dp_common;
+use dp_common::{advertise, advertised, pattern, shipped_config};
 
 #[test]
 fn ring_loopback_eal_ports_mbufs_and_iwarp() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/configs/net_ring.toml"
-    ))
-    .unwrap();
-    let cfg = DataplaneConfig::parse(&text).unwrap();
+    let cfg = shipped_config("net_ring.toml", &[]);
     let eal = Eal::init(&cfg.eal.args).expect("EAL init");
     // A second init with other arguments is refused (one EAL per process).
     assert!(Eal::init(&["-l", "1"]).is_err());
@@ -83,8 +76,7 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        let mut adv = target.addr().to_be_bytes().to_vec();
-        adv.extend_from_slice(&target.stag().to_be_bytes());
+        let adv = advertise(&target);
         let param = ConnParam {
             private_data: adv,
             ..ConnParam::default()
@@ -112,8 +104,7 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
         .unwrap();
     assert!(neg.crc_tx && neg.crc_rx);
     let pdata = neg.peer_private_data.clone();
-    let raddr = u64::from_be_bytes(pdata[0..8].try_into().unwrap());
-    let rkey = u32::from_be_bytes(pdata[8..12].try_into().unwrap());
+    let (raddr, rkey) = advertised(&pdata);
 
     src.write_at(0, &pattern(1, N));
     qp.post_send(SendWr {

@@ -1,0 +1,45 @@
+//! Shared pieces of the in-process dataplane tests (dpdk_ring, dpdk_align, dpdk_jumbo,
+//! dpdk_multi): a shipped config with test-specific edits, the target advertisement the server
+//! puts in its MPA private data (addr then STag, big endian, like rping's `rping_rdma_info`),
+//! and a data pattern.
+
+#![allow(dead_code)]
+
+use dpwarp::config::DataplaneConfig;
+use dpwarp::verbs::Mr;
+
+/// `configs/<file>` with each `(from, to)` replaced (unique ring names, MTU, cores, ...).
+pub fn shipped_config(file: &str, edits: &[(&str, &str)]) -> DataplaneConfig {
+    let path = format!("{}/configs/{file}", env!("CARGO_MANIFEST_DIR"));
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{path} has no {from:?}");
+        text = text.replace(from, to);
+    }
+    DataplaneConfig::parse(&text).unwrap()
+}
+
+/// A ring name unique to this test process (tests run in parallel, each with its own EAL).
+pub fn unique(tag: &str) -> String {
+    format!("{tag}{}", std::process::id() % 100000)
+}
+
+/// The server's advertisement of `mr` in its MPA private data.
+pub fn advertise(mr: &Mr) -> Vec<u8> {
+    let mut adv = mr.addr().to_be_bytes().to_vec();
+    adv.extend_from_slice(&mr.stag().to_be_bytes());
+    adv
+}
+
+/// The client's reading of an [`advertise`]ment: (address, rkey).
+pub fn advertised(pdata: &[u8]) -> (u64, u32) {
+    (
+        u64::from_be_bytes(pdata[0..8].try_into().unwrap()),
+        u32::from_be_bytes(pdata[8..12].try_into().unwrap()),
+    )
+}
+
+/// A byte pattern that differs per seed and per position.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+}
