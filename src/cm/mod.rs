@@ -508,8 +508,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                     let _ = events.try_send(ev);
                 }
             });
-            sh.closed.store(true, Ordering::Release);
-            sh.flush_rings();
+            sh.set_closed();
             return;
         }
         if progressed {

@@ -204,8 +204,7 @@ impl Worker {
                     Cmd::Stop => {
                         for c in &conns {
                             if let Some(sh) = &c.sh {
-                                sh.closed.store(true, Ordering::Release);
-                                sh.flush_rings();
+                                sh.set_closed();
                             }
                         }
                         return;
@@ -223,8 +222,7 @@ impl Worker {
                                 self.tcp.max_connections
                             );
                             let _ = events.try_send(ConnEvent::Closed);
-                            sh.closed.store(true, Ordering::Release);
-                            sh.flush_rings();
+                            sh.set_closed();
                             continue;
                         }
                         let mut s = new_socket(&self.tcp);
@@ -256,8 +254,7 @@ impl Worker {
                             Err(e) => {
                                 log::warn!("dataplane: connect to {remote}: {e}");
                                 let _ = events.try_send(ConnEvent::Closed);
-                                sh.closed.store(true, Ordering::Release);
-                                sh.flush_rings();
+                                sh.set_closed();
                             }
                         }
                     }
@@ -310,8 +307,7 @@ impl Worker {
                         }),
                         None => {
                             let _ = events.try_send(ConnEvent::Closed);
-                            sh.closed.store(true, Ordering::Release);
-                            sh.flush_rings();
+                            sh.set_closed();
                         }
                     },
                     Cmd::Reject { id, bytes } => {
@@ -600,8 +596,7 @@ fn finish(c: &mut Conn) {
     } else if let Some(e) = &c.events {
         let _ = e.try_send(ConnEvent::Closed);
     }
-    sh.closed.store(true, Ordering::Release);
-    sh.flush_rings();
+    sh.set_closed();
 }
 
 /// Move bytes between the socket and the connection. Returns (did work, should close).

@@ -276,7 +276,14 @@ impl QpShared {
         }
     }
 
-    /// The connection is gone: complete every WR still in the post rings with `WrFlushErr`.
+    /// The connection is gone: posts fail from now on, and every WR still in the post rings
+    /// completes with `WrFlushErr`.
+    pub(crate) fn set_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.flush_rings();
+    }
+
+    /// Complete every WR still in the post rings with `WrFlushErr`.
     pub(crate) fn flush_rings(&self) {
         while let Some(wr) = self.sq_ring.pop() {
             let op = send_wc_opcode(&wr.opcode);
