@@ -63,6 +63,12 @@ unsigned dpw_pool_avail(const struct rte_mempool *mp) { return rte_mempool_avail
 
 unsigned dpw_lcore_id(void) { return rte_lcore_id(); }
 
+/* A thread DPDK did not create gets an lcore id (and so per-lcore mempool caches); -1 when none
+ * is left (RTE_MAX_LCORE). */
+int dpw_thread_register(void) { return rte_thread_register(); }
+
+void dpw_thread_unregister(void) { rte_thread_unregister(); }
+
 int dpw_port_by_name(const char *name, uint16_t *port)
 {
 	return rte_eth_dev_get_port_by_name(name, port);

@@ -41,6 +41,8 @@ struct rte_mempool *dpw_pool_create(const char *name, unsigned n, unsigned cache
 void dpw_pool_free(struct rte_mempool *mp);
 unsigned dpw_pool_avail(const struct rte_mempool *mp);
 unsigned dpw_lcore_id(void);
+int dpw_thread_register(void);
+void dpw_thread_unregister(void);
 int dpw_port_by_name(const char *name, uint16_t *port);
 int dpw_port_info(uint16_t port, struct dpw_port_info *out);
 int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,

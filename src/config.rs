@@ -241,6 +241,15 @@ pub fn parse_cidr(s: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
 }
 
 /// `xx:xx:xx:xx:xx:xx`.
+/// A MAC as `02:00:00:90:00:01`.
+pub fn format_mac(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// Parse a MAC written `02:00:00:90:00:01`.
 pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let mut m = [0u8; 6];
     let parts: Vec<&str> = s.split(':').collect();

@@ -264,6 +264,14 @@ impl Connection {
         self.drive_qp();
     }
 
+    /// Octets the receive path copied so far: FPDUs reassembled from split pieces plus
+    /// payload placed into registered memory (the dataplane's copies-per-byte count).
+    pub fn rx_copied(&self) -> u64 {
+        self.data
+            .as_ref()
+            .map_or(0, |d| d.deframer.reassembled() + d.qp.rx_placed())
+    }
+
     /// Next event, if any.
     pub fn poll_event(&mut self) -> Option<ConnEvent> {
         self.events.pop_front()

@@ -348,12 +348,22 @@ pub(crate) fn wait_established(
     events: &Receiver<ConnEvent>,
     timeout: Duration,
 ) -> Result<Negotiated, CmError> {
+    wait_established_by(qp, &mut |left| events.recv_timeout(left).ok(), timeout)
+}
+
+/// [`wait_established`] with the events taken by `recv(time left)` (None: none came in that
+/// time); the DPDK dataplane's driven mode polls its worker while it waits.
+pub(crate) fn wait_established_by(
+    qp: &Qp,
+    recv: &mut dyn FnMut(Duration) -> Option<ConnEvent>,
+    timeout: Duration,
+) -> Result<Negotiated, CmError> {
     let deadline = Instant::now() + timeout + Duration::from_millis(500);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let ev = match events.recv_timeout(left) {
-            Ok(ev) => ev,
-            Err(_) => {
+        let ev = match recv(left) {
+            Some(ev) => ev,
+            None => {
                 qp.disconnect();
                 return Err(CmError::Timeout);
             }

@@ -154,6 +154,25 @@ pub fn tx_offload_for(frame: &[u8], off: CksumOffload) -> Option<(u16, bool, boo
     Some((ihl as u16, off.tx_ipv4, tcp))
 }
 
+/// TCP payload octets of an Ethernet/IPv4/TCP `frame` (0 for anything else or a malformed
+/// frame: smoltcp drops those).
+pub fn tcp_payload_len(frame: &[u8]) -> usize {
+    if frame.len() < 14 + 20 + 20 || frame[12..14] != [0x08, 0x00] {
+        return 0;
+    }
+    let ip = &frame[14..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ip[9] != 6 || ihl < 20 {
+        return 0;
+    }
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]])).min(ip.len());
+    let Some(tcp) = ip.get(ihl..total) else {
+        return 0;
+    };
+    let Some(&off) = tcp.get(12) else { return 0 };
+    tcp.len().saturating_sub(usize::from(off >> 4) * 4)
+}
+
 impl ChecksumMode {
     /// For logs: what happens to the checksums not offloaded.
     pub fn describe(&self) -> &'static str {
@@ -250,6 +269,14 @@ pub struct DeviceStats {
     /// Received frames dropped for a bad IPv4 header or TCP checksum (PMD verdict or software
     /// check of an offloaded checksum).
     pub rx_cksum_bad: u64,
+    /// TCP payload octets in the frames handed to smoltcp (which copies them into the
+    /// socket's receive ring).
+    pub rx_tcp_payload: u64,
+    /// TCP payload octets in the frames smoltcp built (copied from the socket's transmit
+    /// ring into the mbuf), retransmissions included.
+    pub tx_tcp_payload: u64,
+    /// TCP segments with payload built (retransmissions included).
+    pub tx_tcp_segments: u64,
 }
 
 /// One DPDK port queue as a smoltcp device.
@@ -424,7 +451,10 @@ impl DpdkDevice {
             return None;
         }
         match self.pool.alloc() {
-            Some(m) => Some(DpdkTxToken { dev: self, m }),
+            Some(m) => Some(DpdkTxToken {
+                dev: self,
+                m: Some(m),
+            }),
             None => {
                 self.stats.tx_no_mbuf += 1;
                 None
@@ -464,8 +494,10 @@ impl Device for DpdkDevice {
             if let Some(mi) = self.mirror.as_mut() {
                 mi.copy(m.data());
             }
-            let tx = self.tx_token()?;
-            return Some((DpdkRxToken { m }, tx));
+            self.stats.rx_tcp_payload += tcp_payload_len(m.data()) as u64;
+            // Most received frames need no answer of their own (ACKs ride on data segments
+            // or go out in the egress pass): the mbuf is taken only if smoltcp answers.
+            return Some((DpdkRxToken { m }, DpdkTxToken { dev: self, m: None }));
         }
     }
 
@@ -515,7 +547,10 @@ impl phy::RxToken for DpdkRxToken {
 /// Room for one frame to send.
 pub struct DpdkTxToken<'a> {
     dev: &'a mut DpdkDevice,
-    m: Mbuf,
+    /// Allocated up front by `transmit` (so that back-pressure is decided before smoltcp
+    /// commits to a segment); None for the token `receive` pairs with a frame, allocated
+    /// only when used.
+    m: Option<Mbuf>,
 }
 
 impl phy::TxToken for DpdkTxToken<'_> {
@@ -523,7 +558,12 @@ impl phy::TxToken for DpdkTxToken<'_> {
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        let mut m = self.m;
+        let Some(mut m) = self.m.or_else(|| self.dev.pool.alloc()) else {
+            log::warn!("dpdk: mbuf pool empty; a {len}-byte reply frame lost");
+            self.dev.stats.tx_no_mbuf += 1;
+            let mut scratch = vec![0u8; len];
+            return f(&mut scratch);
+        };
         if len > usize::from(m.tailroom()) {
             // Start-up checks that MTU + Ethernet header fits a pool buffer, so this is a bug,
             // not a network condition; smoltcp's API still needs a buffer to write into.
@@ -534,6 +574,9 @@ impl phy::TxToken for DpdkTxToken<'_> {
         }
         let buf = m.append(len as u16).expect("tailroom checked");
         let r = f(buf);
+        let payload = tcp_payload_len(m.data()) as u64;
+        self.dev.stats.tx_tcp_payload += payload;
+        self.dev.stats.tx_tcp_segments += u64::from(payload > 0);
         if let Some((l3_len, ip, tcp)) = tx_offload_for(m.data(), self.dev.offload) {
             if m.set_tx_cksum_offload(14, l3_len, ip, tcp) {
                 self.dev.stats.tx_cksum_offload += 1;

@@ -21,7 +21,7 @@ mod worker;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,8 +34,8 @@ use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
 use crate::mpa::{Negotiated, PeerRequest};
 use crate::verbs::Qp;
 
-pub use worker::WorkerStats;
-use worker::{Cmd, Incoming, Worker};
+use worker::{Cmd, Incoming, Worker, WorkerParts};
+pub use worker::{CopyStats, WorkerStats};
 
 /// RTE_PKTMBUF_HEADROOM in the Debian DPDK 22.11 build.
 const MBUF_HEADROOM: u16 = 128;
@@ -53,11 +53,82 @@ pub enum DataplaneError {
     Config(String),
 }
 
+/// How the workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerMode {
+    /// Each worker on its own thread, pinned to its core (applications hand work over
+    /// through the post rings and reap completions from the CQs).
+    Background,
+    /// No worker threads: the application drives each worker from its own thread with
+    /// [`Driver::poll`] (run to completion: one thread per core, no hand-off). Blocking calls
+    /// on an [`Endpoint`] (connect, listen, get_request, accept) poll its workers while they
+    /// wait; between them nothing moves unless some thread polls.
+    Driven,
+}
+
 /// A running dataplane.
 pub struct Dataplane {
     endpoints: Vec<Endpoint>,
-    workers: Vec<(Sender<Cmd>, Option<JoinHandle<()>>)>,
+    workers: Vec<WorkerRef>,
     ports: Vec<Port>,
+}
+
+/// One worker as the rest of the process sees it.
+struct WorkerRef {
+    cmds: Sender<Cmd>,
+    thread: Option<JoinHandle<()>>,
+    /// Driven mode: the worker itself (polled by whoever holds a [`Driver`]).
+    driven: Option<Arc<Mutex<Worker>>>,
+    cpu: Option<usize>,
+}
+
+/// A handle to drive one worker from an application thread ([`WorkerMode::Driven`]).
+#[derive(Clone)]
+pub struct Driver {
+    worker: Arc<Mutex<Worker>>,
+    cpu: Option<usize>,
+    index: usize,
+}
+
+impl Driver {
+    /// Pin the calling thread to the worker's core and give it a DPDK lcore id (for the
+    /// mempool cache): call once on the thread that will poll.
+    pub fn attach(&self) {
+        if let Some(c) = self.cpu {
+            if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
+                log::warn!("dataplane: could not pin the driving thread to CPU {c}: {e}");
+            }
+        }
+        crate::dpdk::register_thread();
+    }
+
+    /// One pass of the worker's phases (rx, deliver, post, transmit, completions); true if
+    /// anything happened. A thread that already polls it (another clone) makes this a no-op.
+    pub fn poll(&self) -> bool {
+        match self.worker.try_lock() {
+            Ok(mut w) => w.poll_once(),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().poll_once(),
+        }
+    }
+
+    /// The worker's counters.
+    pub fn stats(&self) -> WorkerStats {
+        self.worker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stats()
+    }
+
+    /// The CPU the worker belongs to.
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu
+    }
+
+    /// The worker's index in the dataplane.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 /// One port's address: connect from it and listen on it.
@@ -66,12 +137,31 @@ pub struct Endpoint {
     ip: Ipv4Addr,
     mtu: usize,
     workers: Arc<Vec<Sender<Cmd>>>,
+    /// Driven mode: the workers to poll while a call waits.
+    driven: Arc<Vec<Arc<Mutex<Worker>>>>,
     next: Arc<AtomicUsize>,
 }
 
+/// The CPU of the `k`-th worker: its port's `cores` entry, else the process's CPUs (as they
+/// were before EAL init) round robin, so that workers sit on distinct cores when there are
+/// enough of them.
+fn worker_cpu(configured: Option<usize>, k: usize, cpus: &[usize]) -> Option<usize> {
+    configured.or_else(|| (!cpus.is_empty()).then(|| cpus[k % cpus.len()]))
+}
+
 impl Dataplane {
-    /// Initialise the EAL (once per process), set up the ports and start the workers.
+    /// Initialise the EAL (once per process), set up the ports and start one pinned worker
+    /// thread per queue ([`WorkerMode::Background`]).
     pub fn start(cfg: &DataplaneConfig) -> Result<Dataplane, DataplaneError> {
+        Self::start_with(cfg, WorkerMode::Background)
+    }
+
+    /// [`Dataplane::start`] in the given mode; with [`WorkerMode::Driven`] take a
+    /// [`Driver`] per worker with [`Dataplane::driver`].
+    pub fn start_with(
+        cfg: &DataplaneConfig,
+        mode: WorkerMode,
+    ) -> Result<Dataplane, DataplaneError> {
         remove_stale_memif_sockets(&cfg.eal.args);
         let eal = Eal::init(&cfg.eal.args)?;
         let mut rings: HashMap<String, (Port, Port)> = HashMap::new();
@@ -200,11 +290,20 @@ impl Dataplane {
                 }
             };
             let mut senders = Vec::new();
+            let mut driven = Vec::new();
             for q in 0..nq {
                 let (tx, rx) = crossbeam_channel::bounded(256);
-                let w = Worker {
-                    index: workers.len(),
-                    dev: device::DpdkDevice::new(port, q, pool, cfg.worker.batch, usize::from(mtu)),
+                let index = workers.len();
+                let mut dev =
+                    device::DpdkDevice::new(port, q, pool, cfg.worker.batch, usize::from(mtu));
+                dev.set_checksum_mode(ck_mode);
+                dev.set_checksum_offload(ck_off);
+                if let Some((cp, cpool)) = capture {
+                    dev.set_mirror(cp, cpool);
+                }
+                let parts = WorkerParts {
+                    index,
+                    dev,
                     mac,
                     ip,
                     gateway,
@@ -213,31 +312,54 @@ impl Dataplane {
                     wcfg: cfg.worker.clone(),
                     tcp: cfg.tcp.clone(),
                 };
-                let mut w = w;
-                w.dev.set_checksum_mode(ck_mode);
-                w.dev.set_checksum_offload(ck_off);
-                if let Some((cp, cpool)) = capture {
-                    w.dev.set_mirror(cp, cpool);
+                let cpu = worker_cpu(pc.cores.get(usize::from(q)).copied(), index, eal.cpus());
+                if let Some(c) = cpu {
+                    if workers.iter().any(|w: &WorkerRef| w.cpu == Some(c)) {
+                        log::warn!(
+                            "dataplane: worker {index} shares CPU {c} with another worker ({} CPUs: {:?})",
+                            eal.cpus().len(),
+                            eal.cpus()
+                        );
+                    }
                 }
-                let core = pc.cores.get(usize::from(q)).copied();
-                let j = std::thread::Builder::new()
-                    .name(format!("dpwarp-w{}", w.index))
-                    .spawn(move || {
-                        if let Some(c) = core {
-                            if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
-                                log::warn!("dataplane: could not pin worker to core {c}");
-                            }
-                        }
-                        w.run()
-                    })
-                    .map_err(|e| DataplaneError::Config(format!("spawn worker: {e}")))?;
+                log::info!("dataplane: worker {index} ({mode:?}) on CPU {cpu:?}");
+                let (thread, core) = match mode {
+                    WorkerMode::Background => {
+                        let j = std::thread::Builder::new()
+                            .name(format!("dpwarp-w{index}"))
+                            .spawn(move || {
+                                if let Some(c) = cpu {
+                                    if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
+                                        log::warn!(
+                                            "dataplane: could not pin worker to CPU {c}: {e}"
+                                        );
+                                    }
+                                }
+                                crate::dpdk::register_thread();
+                                Worker::new(parts, cpu).run()
+                            })
+                            .map_err(|e| DataplaneError::Config(format!("spawn worker: {e}")))?;
+                        (Some(j), None)
+                    }
+                    WorkerMode::Driven => {
+                        let w = Arc::new(Mutex::new(Worker::new(parts, cpu)));
+                        driven.push(w.clone());
+                        (None, Some(w))
+                    }
+                };
                 senders.push(tx.clone());
-                workers.push((tx, Some(j)));
+                workers.push(WorkerRef {
+                    cmds: tx,
+                    thread,
+                    driven: core,
+                    cpu,
+                });
             }
             endpoints.push(Endpoint {
                 ip: ip.0,
                 mtu: usize::from(mtu),
                 workers: Arc::new(senders),
+                driven: Arc::new(driven),
                 next: Arc::new(AtomicUsize::new(0)),
             });
         }
@@ -253,12 +375,50 @@ impl Dataplane {
         self.endpoints.get(i).cloned()
     }
 
+    /// A handle to drive worker `i` ([`WorkerMode::Driven`]; None in background mode).
+    pub fn driver(&self, i: usize) -> Option<Driver> {
+        let w = self.workers.get(i)?;
+        Some(Driver {
+            worker: w.driven.clone()?,
+            cpu: w.cpu,
+            index: i,
+        })
+    }
+
+    /// The drivers of every worker of port `i` ([`WorkerMode::Driven`]).
+    pub fn port_drivers(&self, i: usize) -> Vec<Driver> {
+        let Some(ep) = self.endpoints.get(i) else {
+            return Vec::new();
+        };
+        self.workers
+            .iter()
+            .enumerate()
+            .filter_map(|(k, w)| {
+                let d = w.driven.as_ref()?;
+                ep.driven
+                    .iter()
+                    .any(|e| Arc::ptr_eq(e, d))
+                    .then(|| self.driver(k))
+                    .flatten()
+            })
+            .collect()
+    }
+
+    /// The CPU each worker is pinned to, in worker order.
+    pub fn worker_cpus(&self) -> Vec<Option<usize>> {
+        self.workers.iter().map(|w| w.cpu).collect()
+    }
+
     /// Counters of every worker.
     pub fn stats(&self) -> Vec<WorkerStats> {
         let mut v = Vec::new();
-        for (tx, _) in &self.workers {
+        for w in &self.workers {
+            if let Some(d) = &w.driven {
+                v.push(d.lock().unwrap_or_else(|p| p.into_inner()).stats());
+                continue;
+            }
             let (rtx, rrx) = crossbeam_channel::bounded(1);
-            if tx.send(Cmd::Stats { reply: rtx }).is_ok() {
+            if w.cmds.send(Cmd::Stats { reply: rtx }).is_ok() {
                 if let Ok(s) = rrx.recv_timeout(Duration::from_secs(1)) {
                     v.push(s);
                 }
@@ -324,12 +484,16 @@ fn remove_stale_memif_sockets(args: &[String]) {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        for (tx, _) in &self.workers {
-            let _ = tx.send(Cmd::Stop);
+        for w in &self.workers {
+            let _ = w.cmds.send(Cmd::Stop);
         }
-        for (_, j) in &mut self.workers {
-            if let Some(j) = j.take() {
+        for w in &mut self.workers {
+            if let Some(j) = w.thread.take() {
                 let _ = j.join();
+            }
+            if let Some(d) = &w.driven {
+                // Takes the Stop sent above.
+                d.lock().unwrap_or_else(|p| p.into_inner()).poll_once();
             }
         }
         for p in &self.ports {
@@ -339,7 +503,53 @@ impl Drop for Dataplane {
     }
 }
 
+/// Receive from `rx` within `timeout`, polling the driven workers `driven` meanwhile (a
+/// plain blocking receive when there are none).
+fn recv_pumping<T>(
+    rx: &Receiver<T>,
+    timeout: Duration,
+    driven: &[Arc<Mutex<Worker>>],
+) -> Option<T> {
+    if driven.is_empty() {
+        return rx.recv_timeout(timeout).ok();
+    }
+    let end = Instant::now() + timeout;
+    loop {
+        if let Ok(v) = rx.try_recv() {
+            return Some(v);
+        }
+        let mut work = false;
+        for w in driven {
+            if let Ok(mut w) = w.try_lock() {
+                work |= w.poll_once();
+            }
+        }
+        if Instant::now() >= end {
+            return rx.try_recv().ok();
+        }
+        if !work {
+            std::thread::yield_now();
+        }
+    }
+}
+
 impl Endpoint {
+    /// Poll this endpoint's driven workers once ([`WorkerMode::Driven`]; nothing otherwise).
+    pub fn poll(&self) -> bool {
+        let mut work = false;
+        for w in self.driven.iter() {
+            if let Ok(mut w) = w.try_lock() {
+                work |= w.poll_once();
+            }
+        }
+        work
+    }
+
+    /// Whether the workers of this endpoint are driven by the application.
+    pub fn is_driven(&self) -> bool {
+        !self.driven.is_empty()
+    }
+
     /// The endpoint's IPv4 address.
     pub fn ip(&self) -> Ipv4Addr {
         self.ip
@@ -374,7 +584,11 @@ impl Endpoint {
                 events: etx,
             })
             .map_err(|_| CmError::Closed)?;
-        cm::wait_established(qp, &erx, param.timeout)
+        cm::wait_established_by(
+            qp,
+            &mut |left| recv_pumping(&erx, left, &self.driven),
+            param.timeout,
+        )
     }
 
     /// Listen on `port` on every worker (`rdma_listen`).
@@ -388,15 +602,15 @@ impl Endpoint {
                 reply: ok_tx,
             })
             .map_err(|_| CmError::Closed)?;
-            match ok_rx.recv_timeout(Duration::from_secs(5)) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
+            match recv_pumping(&ok_rx, Duration::from_secs(5), &self.driven) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
                     return Err(CmError::Io(std::io::Error::new(
                         std::io::ErrorKind::AddrInUse,
                         e,
                     )))
                 }
-                Err(_) => return Err(CmError::Timeout),
+                None => return Err(CmError::Timeout),
             }
         }
         Ok(DpListener {
@@ -422,14 +636,12 @@ impl DpListener {
 
     /// Wait up to `timeout` for a connection and its MPA Request (`rdma_get_request`).
     pub fn get_request(&self, timeout: Duration) -> Result<DpConnRequest, CmError> {
-        let inc = self
-            .requests
-            .recv_timeout(timeout)
-            .map_err(|_| CmError::Timeout)?;
+        let inc = recv_pumping(&self.requests, timeout, &self.ep.driven).ok_or(CmError::Timeout)?;
         Ok(DpConnRequest {
             peer: inc.peer.clone(),
             remote: inc.remote,
             emss: self.ep.emss(),
+            driven: self.ep.driven.clone(),
             worker: self.ep.workers[inc.worker % self.ep.workers.len()].clone(),
             id: inc.id,
             raw: inc.raw,
@@ -452,6 +664,7 @@ pub struct DpConnRequest {
     /// The initiator's address.
     pub remote: SocketAddr,
     emss: usize,
+    driven: Arc<Vec<Arc<Mutex<Worker>>>>,
     worker: Sender<Cmd>,
     id: u64,
     raw: Vec<u8>,
@@ -481,7 +694,11 @@ impl DpConnRequest {
                 events: etx,
             })
             .map_err(|_| CmError::Closed)?;
-        cm::wait_established(qp, &erx, param.timeout)
+        cm::wait_established_by(
+            qp,
+            &mut |left| recv_pumping(&erx, left, &self.driven),
+            param.timeout,
+        )
     }
 
     /// Reject (`rdma_reject`): an MPA Reply with R=1 and `private_data`, then the stream closes.

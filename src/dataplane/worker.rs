@@ -1,9 +1,21 @@
 //! A poll-mode worker: one per configured core, pinned, owning one port queue, a smoltcp
 //! interface, its TCP sockets and the iWARP connections on them.
 //!
-//! Run-to-completion loop: rx burst -> smoltcp ingress -> per connection: stream bytes into the
-//! sans-IO [`Connection`] (MPA/DDP/RDMAP), completions to the CQs, FPDUs out into the socket ->
-//! smoltcp egress -> tx burst. Applications reach a worker through a bounded crossbeam channel
+//! [`Worker::poll_once`] is one run-to-completion pass made of named phases:
+//! 1. `commands`: connect/listen/accept/reject requests from applications;
+//! 2. `rx`: one rx burst, then smoltcp ingress (every received frame into its socket);
+//! 3. `accept`: listening sockets that left LISTEN become probes reading their MPA Request;
+//! 4. `post`: work requests from the QPs' post rings into their engines;
+//! 5. `deliver`: received stream bytes into the sans-IO [`crate::conn::Connection`]s
+//!    (MPA deframing, CRC check, DDP placement, RDMAP);
+//! 6. `transmit`: FPDUs from the engines into the sockets (one segment of whole FPDUs at a
+//!    time, RFC 5044 App. A), smoltcp egress, tx burst;
+//! 7. `completions`: completions to the CQs, connection events, closes.
+//!
+//! The worker runs either on its own pinned thread ([`Worker::run`], the background mode) or
+//! is driven by an application thread that calls `poll_once` between its own work (the driven
+//! mode, [`super::Driver`]): one thread per core, no hand-off between an application thread
+//! and a worker thread. Applications reach a worker through a bounded crossbeam channel
 //! (connect/listen/accept/reject); posting work and reaping completions go through the QP's
 //! bounded lock-free post rings and the CQs' bounded queues, as with the kernel-TCP driver.
 
@@ -14,7 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
+use smoltcp::iface::{
+    Config, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
+};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
 
@@ -86,6 +100,33 @@ pub struct WorkerStats {
     pub connections: usize,
     /// Incoming connections refused with a RST because the worker held `tcp.max_connections`.
     pub refused: u64,
+    /// The CPU the worker is placed on (its `cores` entry, or one of the process's CPUs).
+    pub cpu: Option<usize>,
+    /// The CPU the thread polling the worker ran on when the counters were taken.
+    pub ran_on: usize,
+    /// Whether that thread may run only on `cpu`.
+    pub pinned: bool,
+    /// The DPDK lcore id of that thread (None: unregistered, its mbufs bypass the mempool
+    /// cache).
+    pub lcore: Option<u32>,
+    /// Payload copies inside dpwarp (see [`CopyStats`]).
+    pub copies: CopyStats,
+}
+
+/// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
+/// (copies per byte = copied / payload). PMD copies (memif shared memory) are not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// TCP payload octets sent (each FPDU octet once, retransmissions aside).
+    pub tx_payload: u64,
+    /// Octets copied on transmit: engine -> staging buffer -> socket transmit ring, and the
+    /// socket transmit ring -> mbuf copy smoltcp makes when it builds a segment.
+    pub tx_copied: u64,
+    /// TCP payload octets received in order.
+    pub rx_payload: u64,
+    /// Octets copied on receive: mbuf -> socket receive ring (smoltcp) and everything the
+    /// engine copies (placement into registered memory, reassembly of split FPDUs).
+    pub rx_copied: u64,
 }
 
 enum CState {
@@ -108,6 +149,28 @@ struct Conn {
     eof: bool,
 }
 
+impl Conn {
+    fn new(h: SocketHandle, sh: Option<Arc<QpShared>>, events: Option<Sender<ConnEvent>>) -> Self {
+        Conn {
+            h,
+            sh,
+            events,
+            out: Vec::new(),
+            out_pos: 0,
+            ends: Vec::new(),
+            state: CState::Live,
+            eof: false,
+        }
+    }
+
+    fn closing(h: SocketHandle, now: Instant) -> Self {
+        let mut c = Conn::new(h, None, None);
+        c.state = CState::Closing(now);
+        c.eof = true;
+        c
+    }
+}
+
 struct Probe {
     h: SocketHandle,
     startup: Startup,
@@ -121,8 +184,8 @@ struct Listening {
     handles: Vec<SocketHandle>,
 }
 
-/// Everything a worker thread owns.
-pub(crate) struct Worker {
+/// What a worker is made of (everything but its run-time state).
+pub(crate) struct WorkerParts {
     pub index: usize,
     pub dev: DpdkDevice,
     pub mac: [u8; 6],
@@ -132,6 +195,39 @@ pub(crate) struct Worker {
     pub cmds: Receiver<Cmd>,
     pub wcfg: WorkerConfig,
     pub tcp: TcpConfig,
+}
+
+/// A worker: its port queue, smoltcp interface, sockets and connections.
+pub(crate) struct Worker {
+    index: usize,
+    dev: DpdkDevice,
+    cmds: Receiver<Cmd>,
+    wcfg: WorkerConfig,
+    tcp: TcpConfig,
+    t0: Instant,
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    conns: Vec<Conn>,
+    probes: Vec<Probe>,
+    awaiting: HashMap<u64, (SocketHandle, Instant)>,
+    listening: HashMap<u16, Listening>,
+    next_id: u64,
+    next_port: u16,
+    stats: WorkerStats,
+    last_work: Instant,
+    last_refusal: Option<Instant>,
+    emss: usize,
+    rbuf: Vec<u8>,
+    /// Set by [`Cmd::Stop`] or when every command sender is gone.
+    stopped: bool,
+    /// Octets the engines wrote into the connections' staging buffers (`Conn::out`).
+    tx_staged: u64,
+    /// Octets copied from the staging buffers into the sockets' transmit rings.
+    tx_fed: u64,
+    /// Octets the engines of connections that ended copied on receive.
+    rx_copied_done: u64,
+    /// The CPU this worker's thread is pinned to, if any.
+    pub(crate) cpu: Option<usize>,
 }
 
 fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
@@ -148,442 +244,626 @@ fn st_now(t0: Instant) -> smoltcp::time::Instant {
 }
 
 impl Worker {
-    /// The worker loop; returns on [`Cmd::Stop`] or when every command sender is gone.
-    pub fn run(mut self) {
+    /// Build the worker's smoltcp interface over its port queue.
+    pub fn new(p: WorkerParts, cpu: Option<usize>) -> Worker {
         let t0 = Instant::now();
-        let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(self.mac)));
+        let WorkerParts {
+            index,
+            mut dev,
+            mac,
+            ip,
+            gateway,
+            mtu,
+            cmds,
+            wcfg,
+            tcp,
+        } = p;
+        let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
-        let mut iface = Interface::new(config, &mut self.dev, st_now(t0));
+        let mut iface = Interface::new(config, &mut dev, st_now(t0));
         iface.update_ip_addrs(|a| {
-            let o = self.ip.0.octets();
-            let _ = a.push(IpCidr::new(
-                IpAddress::v4(o[0], o[1], o[2], o[3]),
-                self.ip.1,
-            ));
+            let o = ip.0.octets();
+            let _ = a.push(IpCidr::new(IpAddress::v4(o[0], o[1], o[2], o[3]), ip.1));
         });
-        if let Some(g) = self.gateway {
+        if let Some(g) = gateway {
             let o = g.octets();
             let _ = iface
                 .routes_mut()
                 .add_default_ipv4_route(Ipv4Address::new(o[0], o[1], o[2], o[3]));
         }
-        let mut sockets = SocketSet::new(Vec::new());
-        let mut conns: Vec<Conn> = Vec::new();
-        let mut probes: Vec<Probe> = Vec::new();
-        let mut awaiting: HashMap<u64, (SocketHandle, Instant)> = HashMap::new();
-        let mut listening: HashMap<u16, Listening> = HashMap::new();
-        let mut next_id: u64 = (self.index as u64) << 48;
-        let mut next_port: u16 = 49152 + (rand::random::<u16>() % 8192);
-        let mut stats = WorkerStats::default();
-        let mut last_work = Instant::now();
-        let mut last_refusal: Option<Instant> = None;
-        let emss = self.mtu.saturating_sub(40);
+        let emss = mtu.saturating_sub(40);
         log::info!(
-            "dataplane: worker {} up: {}/{} mac {:02x?} mtu {} emss {}",
-            self.index,
-            self.ip.0,
-            self.ip.1,
-            self.mac,
-            self.mtu,
-            emss
+            "dataplane: worker {index} up: {}/{} mac {} mtu {mtu} emss {emss}",
+            ip.0,
+            ip.1,
+            crate::config::format_mac(&mac),
         );
-        let mut rbuf = vec![0u8; 64 * 1024];
+        Worker {
+            index,
+            dev,
+            cmds,
+            wcfg,
+            tcp,
+            t0,
+            iface,
+            sockets: SocketSet::new(Vec::new()),
+            conns: Vec::new(),
+            probes: Vec::new(),
+            awaiting: HashMap::new(),
+            listening: HashMap::new(),
+            next_id: (index as u64) << 48,
+            next_port: 49152 + (rand::random::<u16>() % 8192),
+            stats: WorkerStats::default(),
+            last_work: Instant::now(),
+            last_refusal: None,
+            emss,
+            rbuf: vec![0u8; 64 * 1024],
+            stopped: false,
+            tx_staged: 0,
+            tx_fed: 0,
+            rx_copied_done: 0,
+            cpu,
+        }
+    }
 
+    /// The background mode: poll until [`Cmd::Stop`] or until every command sender is gone,
+    /// backing off when idle as `[worker]` says.
+    pub fn run(mut self) {
+        while !self.stopped {
+            let work = self.poll_once();
+            self.back_off(work);
+        }
+    }
+
+    /// One pass of every phase; true if anything happened (a command, a frame, bytes moved, a
+    /// completion or event).
+    pub fn poll_once(&mut self) -> bool {
+        if self.stopped {
+            return false;
+        }
+        self.stats.loops += 1;
+        let mut work = self.commands();
+        if self.stopped {
+            return true;
+        }
+        let now = Instant::now();
+        work |= self.rx();
+        work |= self.accept(now);
+        work |= self.post();
+        work |= self.deliver(now);
+        work |= self.transmit();
+        work |= self.completions(now);
+        if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
+            self.last_work = now;
+        }
+        work
+    }
+
+    /// Counters, with the placement of the calling thread.
+    pub fn stats(&mut self) -> WorkerStats {
+        self.stats.device = self.dev.stats;
+        self.stats.connections = self.conns.len();
+        self.stats.cpu = self.cpu;
+        self.stats.ran_on = rustix::thread::sched_getcpu();
+        self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
+        self.stats.lcore = crate::dpdk::lcore_id();
+        // Transmit: engine -> staging buffer, staging buffer -> socket ring, socket ring ->
+        // mbuf (smoltcp, counted by the device). Receive: mbuf -> socket ring (smoltcp,
+        // counted by the device), then what the engines copy (placement, reassembly).
+        let d = self.dev.stats;
+        self.stats.copies = CopyStats {
+            tx_payload: d.tx_tcp_payload,
+            tx_copied: self.tx_staged + self.tx_fed + d.tx_tcp_payload,
+            rx_payload: d.rx_tcp_payload,
+            rx_copied: d.rx_tcp_payload + self.rx_engine_copied(),
+        };
+        self.stats
+    }
+
+    /// Octets the engines of this worker's connections copied on receive (placement and
+    /// reassembly), summed over live connections and those that ended.
+    fn rx_engine_copied(&self) -> u64 {
+        let mut n = self.rx_copied_done;
+        for c in &self.conns {
+            if let Some(sh) = &c.sh {
+                if let QpSlot::Live(conn) = &*sh.lock() {
+                    n += conn.rx_copied();
+                }
+            }
+        }
+        n
+    }
+
+    /// Stop: every connection's QP is marked closed.
+    fn stop(&mut self) {
+        for c in &self.conns {
+            if let Some(sh) = &c.sh {
+                sh.set_closed();
+            }
+        }
+        self.stopped = true;
+    }
+
+    // --- phase 1: commands ----------------------------------------------------------------------
+    fn commands(&mut self) -> bool {
+        let mut work = false;
         loop {
-            stats.loops += 1;
-            let mut work = false;
-            // --- commands -------------------------------------------------------------------
-            loop {
-                let cmd = match self.cmds.try_recv() {
-                    Ok(c) => c,
-                    Err(crossbeam_channel::TryRecvError::Empty) => break,
-                    Err(crossbeam_channel::TryRecvError::Disconnected) => return,
-                };
-                work = true;
-                match cmd {
-                    Cmd::Stop => {
-                        for c in &conns {
-                            if let Some(sh) = &c.sh {
-                                sh.set_closed();
-                            }
-                        }
-                        return;
-                    }
-                    Cmd::Stats { reply } => {
-                        stats.device = self.dev.stats;
-                        stats.connections = conns.len();
-                        let _ = reply.try_send(stats);
-                    }
-                    Cmd::Connect { remote, sh, events } => {
-                        if conns.len() + probes.len() + awaiting.len() >= self.tcp.max_connections {
-                            log::warn!(
-                                "dataplane: worker {} holds tcp.max_connections = {}; not connecting to {remote}",
-                                self.index,
-                                self.tcp.max_connections
-                            );
-                            let _ = events.try_send(ConnEvent::Closed);
-                            sh.set_closed();
-                            continue;
-                        }
-                        let mut s = new_socket(&self.tcp);
-                        next_port = if next_port >= 65000 {
-                            49152
-                        } else {
-                            next_port + 1
-                        };
-                        let o = remote.ip().octets();
-                        let r = s.connect(
-                            iface.context(),
-                            (IpAddress::v4(o[0], o[1], o[2], o[3]), remote.port()),
-                            next_port,
-                        );
-                        match r {
-                            Ok(()) => {
-                                let h = sockets.add(s);
-                                conns.push(Conn {
-                                    h,
-                                    sh: Some(sh),
-                                    events: Some(events),
-                                    out: Vec::new(),
-                                    out_pos: 0,
-                                    ends: Vec::new(),
-                                    state: CState::Connecting,
-                                    eof: false,
-                                });
-                            }
-                            Err(e) => {
-                                log::warn!("dataplane: connect to {remote}: {e}");
-                                let _ = events.try_send(ConnEvent::Closed);
-                                sh.set_closed();
-                            }
-                        }
-                    }
-                    Cmd::Listen {
-                        port,
-                        requests,
-                        reply,
-                    } => {
-                        if listening.contains_key(&port) {
-                            let _ = reply.try_send(Err(format!("port {port} already listening")));
-                            continue;
-                        }
-                        let mut handles = Vec::new();
-                        let mut err = None;
-                        for _ in 0..self.tcp.backlog.max(1) {
-                            let mut s = new_socket(&self.tcp);
-                            if let Err(e) = s.listen(port) {
-                                err = Some(e.to_string());
-                                break;
-                            }
-                            handles.push(sockets.add(s));
-                        }
-                        if let Some(e) = err {
-                            for h in handles {
-                                sockets.remove(h);
-                            }
-                            let _ = reply.try_send(Err(e));
-                        } else {
-                            listening.insert(port, Listening { requests, handles });
-                            let _ = reply.try_send(Ok(()));
-                        }
-                    }
-                    Cmd::Unlisten { port } => {
-                        if let Some(l) = listening.remove(&port) {
-                            for h in l.handles {
-                                sockets.remove(h);
-                            }
-                        }
-                    }
-                    Cmd::Accept { id, sh, events } => match awaiting.remove(&id) {
-                        Some((h, _)) => conns.push(Conn {
-                            h,
-                            sh: Some(sh),
-                            events: Some(events),
-                            out: Vec::new(),
-                            out_pos: 0,
-                            ends: Vec::new(),
-                            state: CState::Live,
-                            eof: false,
-                        }),
-                        None => {
-                            let _ = events.try_send(ConnEvent::Closed);
-                            sh.set_closed();
-                        }
-                    },
-                    Cmd::Reject { id, bytes } => {
-                        if let Some((h, _)) = awaiting.remove(&id) {
-                            conns.push(Conn {
-                                h,
-                                sh: None,
-                                events: None,
-                                out: bytes,
-                                out_pos: 0,
-                                ends: Vec::new(),
-                                state: CState::Live,
-                                eof: false,
-                            });
+            let cmd = match self.cmds.try_recv() {
+                Ok(c) => c,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.stop();
+                    return true;
+                }
+            };
+            work = true;
+            match cmd {
+                Cmd::Stop => {
+                    self.stop();
+                    return true;
+                }
+                Cmd::Stats { reply } => {
+                    let s = self.stats();
+                    let _ = reply.try_send(s);
+                }
+                Cmd::Connect { remote, sh, events } => self.connect(remote, sh, events),
+                Cmd::Listen {
+                    port,
+                    requests,
+                    reply,
+                } => {
+                    let _ = reply.try_send(self.listen(port, requests));
+                }
+                Cmd::Unlisten { port } => {
+                    if let Some(l) = self.listening.remove(&port) {
+                        for h in l.handles {
+                            self.sockets.remove(h);
                         }
                     }
                 }
-            }
-
-            // --- rx burst + smoltcp ---------------------------------------------------------
-            let now = Instant::now();
-            let ts = st_now(t0);
-            if self.dev.rx_refill() > 0 {
-                work = true;
-            }
-            iface.poll(ts, &mut self.dev, &mut sockets);
-
-            // --- listeners: a listening socket that left LISTEN becomes a probe --------------
-            let mut held = conns.len() + probes.len() + awaiting.len();
-            for (port, l) in listening.iter_mut() {
-                for h in l.handles.iter_mut() {
-                    let s = sockets.get_mut::<tcp::Socket>(*h);
-                    let st = s.state();
-                    if st == tcp::State::Closed {
-                        // Refused below in an earlier loop: its RST has gone out; listen again
-                        // with the same socket (no new buffers).
-                        let _ = s.listen(*port);
-                        continue;
+                Cmd::Accept { id, sh, events } => match self.awaiting.remove(&id) {
+                    Some((h, _)) => self.conns.push(Conn::new(h, Some(sh), Some(events))),
+                    None => {
+                        let _ = events.try_send(ConnEvent::Closed);
+                        sh.set_closed();
                     }
-                    if st != tcp::State::Listen && held >= self.tcp.max_connections {
-                        // Every connection costs a socket's buffers: past the limit a peer
-                        // cannot make this worker allocate more; the RST tells it at once.
-                        if last_refusal
-                            .map_or(true, |t| now.duration_since(t) > Duration::from_secs(1))
-                        {
-                            log::warn!(
-                                "dataplane: worker {} holds tcp.max_connections = {}; refusing connections to port {port} (RST)",
-                                self.index,
-                                self.tcp.max_connections
-                            );
-                            last_refusal = Some(now);
-                        }
-                        stats.refused += 1;
-                        s.abort();
-                        continue;
-                    }
-                    if st != tcp::State::Listen {
-                        held += 1;
-                        let mut s = new_socket(&self.tcp);
-                        if s.listen(*port).is_ok() {
-                            let old = std::mem::replace(h, sockets.add(s));
-                            probes.push(Probe {
-                                h: old,
-                                startup: Startup::responder(MpaConfig::default(), now),
-                                raw: Vec::new(),
-                                since: now,
-                                requests: l.requests.clone(),
-                            });
-                        }
+                },
+                Cmd::Reject { id, bytes } => {
+                    if let Some((h, _)) = self.awaiting.remove(&id) {
+                        let mut c = Conn::new(h, None, None);
+                        c.out = bytes;
+                        self.conns.push(c);
                     }
                 }
             }
+        }
+        work
+    }
 
-            // --- probes: read the MPA Request ------------------------------------------------
-            let mut i = 0;
-            while i < probes.len() {
-                let p = &mut probes[i];
-                let s = sockets.get_mut::<tcp::Socket>(p.h);
-                let mut done: Option<bool> = None; // Some(true) reported, Some(false) drop
-                while s.can_recv() && done.is_none() {
-                    let n = s.recv_slice(&mut rbuf).unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    work = true;
-                    let used = p.startup.on_bytes(&rbuf[..n], now).min(n);
-                    // Bytes after the Request (forbidden before the Reply, RFC 5044 §7.1.2) are
-                    // kept too: the real responder sees them and fails the startup.
-                    p.raw.extend_from_slice(&rbuf[..n]);
-                    let _ = used;
-                    if p.raw.len() > MAX_PROBE_BYTES {
-                        // An MPA Request is at most 20 + 512 bytes (RFC 5044 §7.1): this peer
-                        // is not speaking MPA; never buffer without bound.
+    fn held(&self) -> usize {
+        self.conns.len() + self.probes.len() + self.awaiting.len()
+    }
+
+    fn connect(&mut self, remote: SocketAddrV4, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
+        if self.held() >= self.tcp.max_connections {
+            log::warn!(
+                "dataplane: worker {} holds tcp.max_connections = {}; not connecting to {remote}",
+                self.index,
+                self.tcp.max_connections
+            );
+            let _ = events.try_send(ConnEvent::Closed);
+            sh.set_closed();
+            return;
+        }
+        let mut s = new_socket(&self.tcp);
+        self.next_port = if self.next_port >= 65000 {
+            49152
+        } else {
+            self.next_port + 1
+        };
+        let o = remote.ip().octets();
+        let r = s.connect(
+            self.iface.context(),
+            (IpAddress::v4(o[0], o[1], o[2], o[3]), remote.port()),
+            self.next_port,
+        );
+        match r {
+            Ok(()) => {
+                let h = self.sockets.add(s);
+                let mut c = Conn::new(h, Some(sh), Some(events));
+                c.state = CState::Connecting;
+                self.conns.push(c);
+            }
+            Err(e) => {
+                log::warn!("dataplane: connect to {remote}: {e}");
+                let _ = events.try_send(ConnEvent::Closed);
+                sh.set_closed();
+            }
+        }
+    }
+
+    fn listen(&mut self, port: u16, requests: Sender<Incoming>) -> Result<(), String> {
+        if self.listening.contains_key(&port) {
+            return Err(format!("port {port} already listening"));
+        }
+        let mut handles = Vec::new();
+        for _ in 0..self.tcp.backlog.max(1) {
+            let mut s = new_socket(&self.tcp);
+            if let Err(e) = s.listen(port) {
+                for h in handles {
+                    self.sockets.remove(h);
+                }
+                return Err(e.to_string());
+            }
+            handles.push(self.sockets.add(s));
+        }
+        self.listening.insert(port, Listening { requests, handles });
+        Ok(())
+    }
+
+    // --- phase 2: rx burst + smoltcp ingress -----------------------------------------------------
+    fn rx(&mut self) -> bool {
+        let n = self.dev.rx_refill();
+        if n == 0 {
+            return false;
+        }
+        let ts = st_now(self.t0);
+        while self
+            .iface
+            .poll_ingress_single(ts, &mut self.dev, &mut self.sockets)
+            != PollIngressSingleResult::None
+        {}
+        true
+    }
+
+    // --- phase 3: listeners and MPA Requests -----------------------------------------------------
+    fn accept(&mut self, now: Instant) -> bool {
+        let mut work = false;
+        // A listening socket that left LISTEN becomes a probe.
+        let mut held = self.held();
+        for (port, l) in self.listening.iter_mut() {
+            for h in l.handles.iter_mut() {
+                let s = self.sockets.get_mut::<tcp::Socket>(*h);
+                let st = s.state();
+                if st == tcp::State::Closed {
+                    // Refused below in an earlier loop: its RST has gone out; listen again
+                    // with the same socket (no new buffers).
+                    let _ = s.listen(*port);
+                    continue;
+                }
+                if st != tcp::State::Listen && held >= self.tcp.max_connections {
+                    // Every connection costs a socket's buffers: past the limit a peer
+                    // cannot make this worker allocate more; the RST tells it at once.
+                    if self
+                        .last_refusal
+                        .map_or(true, |t| now.duration_since(t) > Duration::from_secs(1))
+                    {
                         log::warn!(
-                            "dataplane: {} bytes and no MPA Request; closing",
-                            p.raw.len()
+                            "dataplane: worker {} holds tcp.max_connections = {}; refusing connections to port {port} (RST)",
+                            self.index,
+                            self.tcp.max_connections
                         );
-                        done = Some(false);
-                        break;
+                        self.last_refusal = Some(now);
                     }
-                    if let Some(ev) = p.startup.poll_event() {
-                        done = Some(matches!(ev, StartupEvent::Request(_)));
-                        if let StartupEvent::Request(peer) = ev {
-                            let remote = s
-                                .remote_endpoint()
-                                .map(|e| match e.addr {
-                                    IpAddress::Ipv4(a) => SocketAddr::from((a.octets(), e.port)),
-                                })
-                                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-                            next_id += 1;
-                            let inc = Incoming {
-                                id: next_id,
-                                peer,
-                                raw: std::mem::take(&mut p.raw),
-                                remote,
-                                worker: self.index,
-                            };
-                            if p.requests.try_send(inc).is_ok() {
-                                awaiting.insert(next_id, (p.h, now));
-                            } else {
-                                log::warn!("dataplane: listener backlog full; closing {remote}");
-                                done = Some(false);
-                            }
-                        } else {
-                            log::warn!("dataplane: MPA startup failed on an incoming connection");
-                        }
-                    }
+                    self.stats.refused += 1;
+                    s.abort();
+                    continue;
                 }
-                // Gone, or closed its direction without a (complete) MPA Request: it never
-                // will send one (RFC 5044 §7.1.2), so do not keep its buffers for PROBE_TIMEOUT.
-                let gone = (!s.is_active() && s.state() != tcp::State::SynReceived)
-                    || (matches!(
-                        s.state(),
-                        tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
-                    ) && !s.can_recv());
-                if done.is_none() && (gone || now.duration_since(p.since) > PROBE_TIMEOUT) {
-                    done = Some(false);
-                }
-                match done {
-                    None => i += 1,
-                    Some(reported) => {
-                        let p = probes.swap_remove(i);
-                        if !reported {
-                            sockets.get_mut::<tcp::Socket>(p.h).abort();
-                            conns.push(Conn {
-                                h: p.h,
-                                sh: None,
-                                events: None,
-                                out: Vec::new(),
-                                out_pos: 0,
-                                ends: Vec::new(),
-                                state: CState::Closing(now),
-                                eof: true,
-                            });
-                        }
+                if st != tcp::State::Listen {
+                    held += 1;
+                    work = true;
+                    let mut s = new_socket(&self.tcp);
+                    if s.listen(*port).is_ok() {
+                        let old = std::mem::replace(h, self.sockets.add(s));
+                        self.probes.push(Probe {
+                            h: old,
+                            startup: Startup::responder(MpaConfig::default(), now),
+                            raw: Vec::new(),
+                            since: now,
+                            requests: l.requests.clone(),
+                        });
                     }
                 }
             }
-            // Requests nobody accepted or rejected in time: abort and free their sockets.
-            let expired: Vec<u64> = awaiting
+        }
+
+        // Probes: read the MPA Request.
+        let mut i = 0;
+        while i < self.probes.len() {
+            let p = &mut self.probes[i];
+            let s = self.sockets.get_mut::<tcp::Socket>(p.h);
+            let mut done: Option<bool> = None; // Some(true) reported, Some(false) drop
+            while s.can_recv() && done.is_none() {
+                let n = s.recv_slice(&mut self.rbuf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                work = true;
+                // Bytes after the Request (forbidden before the Reply, RFC 5044 §7.1.2) are
+                // kept too: the real responder sees them and fails the startup.
+                let _ = p.startup.on_bytes(&self.rbuf[..n], now);
+                p.raw.extend_from_slice(&self.rbuf[..n]);
+                if p.raw.len() > MAX_PROBE_BYTES {
+                    // An MPA Request is at most 20 + 512 bytes (RFC 5044 §7.1): this peer
+                    // is not speaking MPA; never buffer without bound.
+                    log::warn!(
+                        "dataplane: {} bytes and no MPA Request; closing",
+                        p.raw.len()
+                    );
+                    done = Some(false);
+                    break;
+                }
+                if let Some(ev) = p.startup.poll_event() {
+                    done = Some(matches!(ev, StartupEvent::Request(_)));
+                    if let StartupEvent::Request(peer) = ev {
+                        let remote = s
+                            .remote_endpoint()
+                            .map(|e| match e.addr {
+                                IpAddress::Ipv4(a) => SocketAddr::from((a.octets(), e.port)),
+                            })
+                            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+                        self.next_id += 1;
+                        let inc = Incoming {
+                            id: self.next_id,
+                            peer,
+                            raw: std::mem::take(&mut p.raw),
+                            remote,
+                            worker: self.index,
+                        };
+                        if p.requests.try_send(inc).is_ok() {
+                            self.awaiting.insert(self.next_id, (p.h, now));
+                        } else {
+                            log::warn!("dataplane: listener backlog full; closing {remote}");
+                            done = Some(false);
+                        }
+                    } else {
+                        log::warn!("dataplane: MPA startup failed on an incoming connection");
+                    }
+                }
+            }
+            // Gone, or closed its direction without a (complete) MPA Request: it never
+            // will send one (RFC 5044 §7.1.2), so do not keep its buffers for PROBE_TIMEOUT.
+            let gone = (!s.is_active() && s.state() != tcp::State::SynReceived)
+                || (matches!(
+                    s.state(),
+                    tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
+                ) && !s.can_recv());
+            if done.is_none() && (gone || now.duration_since(p.since) > PROBE_TIMEOUT) {
+                done = Some(false);
+            }
+            match done {
+                None => i += 1,
+                Some(reported) => {
+                    let p = self.probes.swap_remove(i);
+                    if !reported {
+                        self.sockets.get_mut::<tcp::Socket>(p.h).abort();
+                        self.conns.push(Conn::closing(p.h, now));
+                    }
+                }
+            }
+        }
+        // Requests nobody accepted or rejected in time: abort and free their sockets.
+        if !self.awaiting.is_empty() {
+            let expired: Vec<u64> = self
+                .awaiting
                 .iter()
                 .filter(|(_, (_, since))| now.duration_since(*since) > AWAIT_TIMEOUT)
                 .map(|(id, _)| *id)
                 .collect();
             for id in expired {
-                if let Some((h, _)) = awaiting.remove(&id) {
+                if let Some((h, _)) = self.awaiting.remove(&id) {
                     log::warn!("dataplane: connection request {id} neither accepted nor rejected");
-                    sockets.get_mut::<tcp::Socket>(h).abort();
-                    conns.push(Conn {
-                        h,
-                        sh: None,
-                        events: None,
-                        out: Vec::new(),
-                        out_pos: 0,
-                        ends: Vec::new(),
-                        state: CState::Closing(now),
-                        eof: true,
-                    });
+                    self.sockets.get_mut::<tcp::Socket>(h).abort();
+                    self.conns.push(Conn::closing(h, now));
                 }
             }
+        }
+        work
+    }
 
-            // --- connections ----------------------------------------------------------------
-            let mut i = 0;
-            while i < conns.len() {
-                let c = &mut conns[i];
-                let s = sockets.get_mut::<tcp::Socket>(c.h);
-                let remove = match c.state {
-                    // Keep a closing socket (also in TIME-WAIT, so the peer's FIN still gets
-                    // its ACK) until it is closed or CLOSE_LINGER has passed.
-                    CState::Closing(since) => {
-                        !s.is_open() || now.duration_since(since) > CLOSE_LINGER
-                    }
-                    CState::Connecting => {
-                        let sh = c.sh.as_ref().expect("connecting has a QP");
-                        if s.state() == tcp::State::Established {
-                            c.state = CState::Live;
-                            work = true;
-                            false
-                        } else if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
-                            log::warn!("dataplane: TCP connect failed");
-                            finish(c);
-                            true
-                        } else {
-                            false
-                        }
-                    }
-                    CState::Live => {
-                        let (w, close) = drive(c, s, now);
-                        work |= w;
-                        if close {
-                            s.close();
-                            finish(c);
-                            c.state = CState::Closing(now);
-                        }
-                        false
-                    }
-                };
-                if remove {
-                    let c = conns.swap_remove(i);
-                    sockets.get_mut::<tcp::Socket>(c.h).abort();
-                    sockets.remove(c.h);
-                } else {
-                    i += 1;
-                }
+    // --- phase 4: posted work requests into the engines -------------------------------------------
+    fn post(&mut self) -> bool {
+        let mut work = false;
+        for c in self.conns.iter() {
+            if !matches!(c.state, CState::Live) {
+                continue;
             }
-
-            // --- egress + tx burst ----------------------------------------------------------
-            // smoltcp emits at most one segment per socket per egress pass: repeat until
-            // nothing is left to send (bounded; the device refuses when its tx queue is full).
-            let ts = st_now(t0);
-            iface.poll(ts, &mut self.dev, &mut sockets);
-            for _ in 0..EGRESS_PASSES {
-                let mut fed = false;
-                for c in conns.iter_mut() {
-                    if matches!(c.state, CState::Live) && c.sh.is_some() {
-                        let s = sockets.get_mut::<tcp::Socket>(c.h);
-                        fed |= if self.tcp.fpdu_alignment {
-                            feed_segment(c, s, emss)
-                        } else {
-                            feed_all(c, s)
-                        };
-                    }
-                }
-                if iface.poll_egress(ts, &mut self.dev, &mut sockets) == PollResult::None && !fed {
-                    break;
-                }
+            let Some(sh) = c.sh.as_ref() else { continue };
+            if sh.sq_ring.is_empty() && sh.rq_ring.is_empty() {
+                continue;
             }
-            if self.dev.flush() > 0 {
+            if let QpSlot::Live(conn) = &mut *sh.lock() {
+                sh.drain_posts(conn);
                 work = true;
             }
+        }
+        work
+    }
 
-            // --- back off when idle ---------------------------------------------------------
-            if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
-                last_work = now;
-            } else if self.wcfg.busy_poll {
-                std::hint::spin_loop();
-            } else {
-                // Shared cores: spin briefly, then yield (the application thread waiting for a
-                // completion may be on this core), and sleep once idle for longer (tests run in
-                // parallel on two cores; docs/dataplane.md "Two cores").
-                let idle = now.duration_since(last_work);
-                if idle < Duration::from_micros(self.wcfg.spin_us) {
-                    std::hint::spin_loop();
-                } else if idle < Duration::from_millis(2) {
-                    std::thread::yield_now();
+    // --- phase 5: received bytes into the engines ------------------------------------------------
+    fn deliver(&mut self, now: Instant) -> bool {
+        let mut work = false;
+        for c in self.conns.iter_mut() {
+            let s = self.sockets.get_mut::<tcp::Socket>(c.h);
+            match c.state {
+                CState::Live => {}
+                CState::Connecting => {
+                    if s.state() == tcp::State::Established {
+                        c.state = CState::Live;
+                        work = true;
+                    } else {
+                        continue;
+                    }
+                }
+                CState::Closing(_) => continue,
+            }
+            let Some(sh) = c.sh.as_ref() else { continue };
+            if !s.can_recv() && (c.eof || s.may_recv() || s.state() == tcp::State::Established) {
+                continue;
+            }
+            let mut guard = sh.lock();
+            let QpSlot::Live(conn) = &mut *guard else {
+                continue;
+            };
+            // Everything smoltcp has (two pieces for a wrapped buffer).
+            while s.can_recv() {
+                let n = s
+                    .recv(|b| {
+                        conn.on_bytes(b, now);
+                        (b.len(), b.len())
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                work = true;
+            }
+            if !c.eof && !s.may_recv() && s.state() != tcp::State::Established {
+                c.eof = true;
+                conn.on_eof();
+                work = true;
+            }
+        }
+        work
+    }
+
+    // --- phase 6: FPDUs into the sockets, egress, tx burst ---------------------------------------
+    fn transmit(&mut self) -> bool {
+        let mut work = false;
+        let now = Instant::now();
+        for c in self.conns.iter_mut() {
+            if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
+                continue;
+            }
+            let Some(sh) = c.sh.as_ref() else { continue };
+            let mut guard = sh.lock();
+            let QpSlot::Live(conn) = &mut *guard else {
+                continue;
+            };
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
+            }
+            c.out.clear();
+            c.out_pos = 0;
+            c.ends.clear();
+            conn.poll_transmit_records(&mut c.out, &mut c.ends);
+            self.tx_staged += c.out.len() as u64;
+            work |= !c.out.is_empty();
+        }
+        // smoltcp emits at most one segment per socket per egress pass: repeat until nothing
+        // is left to send (bounded; the device refuses when its tx queue is full).
+        let ts = st_now(self.t0);
+        for _ in 0..EGRESS_PASSES {
+            let mut fed = false;
+            for c in self.conns.iter_mut() {
+                if !matches!(c.state, CState::Live) {
+                    continue;
+                }
+                let s = self.sockets.get_mut::<tcp::Socket>(c.h);
+                let n = if c.sh.is_none() {
+                    // A rejecting responder: the Reply, then close.
+                    feed_all(c, s)
+                } else if self.tcp.fpdu_alignment {
+                    feed_segment(c, s, self.emss)
                 } else {
-                    std::thread::sleep(Duration::from_micros(self.wcfg.idle_sleep_us));
+                    feed_all(c, s)
+                };
+                if n > 0 {
+                    fed = true;
+                    self.tx_fed += n as u64;
                 }
             }
+            if self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets) == PollResult::None
+                && !fed
+            {
+                break;
+            }
+            work = true;
+        }
+        if self.dev.flush() > 0 {
+            work = true;
+        }
+        work
+    }
+
+    // --- phase 7: completions, events, closes ----------------------------------------------------
+    fn completions(&mut self, now: Instant) -> bool {
+        let mut work = false;
+        let mut i = 0;
+        while i < self.conns.len() {
+            let c = &mut self.conns[i];
+            let s = self.sockets.get_mut::<tcp::Socket>(c.h);
+            let remove = match c.state {
+                // Keep a closing socket (also in TIME-WAIT, so the peer's FIN still gets
+                // its ACK) until it is closed or CLOSE_LINGER has passed.
+                CState::Closing(since) => !s.is_open() || now.duration_since(since) > CLOSE_LINGER,
+                CState::Connecting => {
+                    let sh = c.sh.as_ref().expect("connecting has a QP");
+                    if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
+                        log::warn!("dataplane: TCP connect failed");
+                        finish(c);
+                        true
+                    } else {
+                        false
+                    }
+                }
+                CState::Live => {
+                    let drained = c.out_pos == c.out.len();
+                    let close = match c.sh.clone() {
+                        None => drained || !s.may_send(),
+                        Some(sh) => {
+                            let (w, close) = reap(c, &sh);
+                            work |= w;
+                            c.eof || (close && drained)
+                        }
+                    };
+                    if close {
+                        s.close();
+                        self.rx_copied_done += finish(c);
+                        c.state = CState::Closing(now);
+                        work = true;
+                    }
+                    false
+                }
+            };
+            if remove {
+                let c = self.conns.swap_remove(i);
+                self.sockets.get_mut::<tcp::Socket>(c.h).abort();
+                self.sockets.remove(c.h);
+            } else {
+                i += 1;
+            }
+        }
+        work
+    }
+
+    /// Idle back-off of the background mode.
+    fn back_off(&mut self, work: bool) {
+        if work || self.wcfg.busy_poll {
+            if !work {
+                std::hint::spin_loop();
+            }
+            return;
+        }
+        // Shared cores: spin briefly, then yield (the application thread waiting for a
+        // completion may be on this core), and sleep once idle for longer (tests run in
+        // parallel on two cores; docs/dataplane.md "Two cores").
+        let idle = self.last_work.elapsed();
+        if idle < Duration::from_micros(self.wcfg.spin_us) {
+            std::hint::spin_loop();
+        } else if idle < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(self.wcfg.idle_sleep_us));
         }
     }
 }
 
-/// The connection ended: final completions and events, then mark the QP closed.
-fn finish(c: &mut Conn) {
-    let Some(sh) = c.sh.as_ref() else { return };
+/// The connection ended: final completions and events, then mark the QP closed. Returns the
+/// octets its engine copied on receive (for the worker's copy count).
+fn finish(c: &mut Conn) -> u64 {
+    let Some(sh) = c.sh.as_ref() else { return 0 };
+    let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
         conn.on_eof();
         sh.reap(conn);
@@ -593,61 +873,22 @@ fn finish(c: &mut Conn) {
                 let _ = e.try_send(ev);
             }
         }
+        copied = conn.rx_copied();
     } else if let Some(e) = &c.events {
         let _ = e.try_send(ConnEvent::Closed);
     }
     sh.set_closed();
+    copied
 }
 
-/// Move bytes between the socket and the connection. Returns (did work, should close).
-fn drive(c: &mut Conn, s: &mut tcp::Socket<'static>, now: Instant) -> (bool, bool) {
+/// Completions to the CQs and events to the connection manager. Returns (did work, the
+/// connection should close once its bytes are out).
+fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
     let mut work = false;
-    let Some(sh) = c.sh.clone() else {
-        // A rejecting responder: send the Reply, then close.
-        while c.out_pos < c.out.len() && s.can_send() {
-            match s.send_slice(&c.out[c.out_pos..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => c.out_pos += n,
-            }
-        }
-        return (true, c.out_pos == c.out.len() || !s.may_send());
-    };
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
         return (false, true);
     };
-    // Posted work first, so that receive buffers are in place for the bytes below.
-    sh.drain_posts(conn);
-    // rx: everything smoltcp has, in at most rbuf-sized pieces (two for a wrapped buffer).
-    while s.can_recv() {
-        let n = s
-            .recv(|b| {
-                conn.on_bytes(b, now);
-                (b.len(), b.len())
-            })
-            .unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        work = true;
-    }
-    if !c.eof && !s.may_recv() && s.state() != tcp::State::Established {
-        c.eof = true;
-        conn.on_eof();
-        work = true;
-    }
-    if conn.poll_timeout().is_some_and(|t| t <= now) {
-        conn.handle_timeout(now);
-    }
-    if c.out_pos == c.out.len() {
-        c.out.clear();
-        c.out_pos = 0;
-        c.ends.clear();
-        conn.poll_transmit_records(&mut c.out, &mut c.ends);
-        work |= !c.out.is_empty();
-    }
-    // The bytes go into the socket one segment's worth at a time in the egress passes
-    // (feed_segment), so that segments start on FPDU boundaries.
     sh.reap(conn);
     while let Some(ev) = conn.poll_event() {
         sh.note_event(&ev);
@@ -656,22 +897,21 @@ fn drive(c: &mut Conn, s: &mut tcp::Socket<'static>, now: Instant) -> (bool, boo
         }
         work = true;
     }
-    let orphaned = Arc::strong_count(&sh) <= 2; // ours (clone) + the Conn's
+    let orphaned = Arc::strong_count(sh) <= 2; // ours (clone) + the Conn's
     let close = conn.should_close() || sh.disconnect.load(Ordering::Acquire) || orphaned;
-    let drained = c.out_pos == c.out.len();
-    drop(guard);
-    (work, c.eof || (close && drained))
+    (work, close)
 }
 
-/// Without alignment (`tcp.fpdu_alignment = false`): everything the socket takes.
-fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> bool {
-    let mut fed = false;
+/// Without alignment (`tcp.fpdu_alignment = false`) and for a rejecting responder's Reply:
+/// everything the socket takes. Returns the octets written.
+fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> usize {
+    let mut fed = 0;
     while c.out_pos < c.out.len() && s.can_send() {
         match s.send_slice(&c.out[c.out_pos..]) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 c.out_pos += n;
-                fed = true;
+                fed += n;
             }
         }
     }
@@ -684,16 +924,16 @@ fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> bool {
 /// smoltcp starts every segment at SND.NXT and fills it with up to min(MSS, window) queued
 /// octets. So the worker writes into the socket only when nothing is unsent, and at most the
 /// whole records that fit that room (several small FPDUs may share a segment: packing is
-/// allowed). Returns whether bytes were written.
+/// allowed). Returns the octets written.
 ///
 /// Exceptions, each keeping the connection moving rather than aligned: a record larger than a
 /// segment (the peer announced an MSS below the EMSS MULPDU was derived from, or the MPA
 /// startup frames) goes in whole and TCP splits it; a window smaller than the next FPDU with
 /// nothing in flight will not grow by waiting for ACKs, so the FPDU goes in and TCP splits it.
 /// Retransmissions after a timeout are cut by smoltcp from SND.UNA and need not be aligned.
-fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> bool {
+fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> usize {
     if c.out_pos >= c.out.len() || !s.may_send() || s.send_unsent() > 0 {
-        return false;
+        return 0;
     }
     let segment = emss.min(s.remote_mss()).max(1);
     let room = segment.min(s.send_window_left());
@@ -718,24 +958,24 @@ fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> bool
             end = next;
         } else {
             // Wait for the ACK that opens the window.
-            return false;
+            return 0;
         }
     }
     let free = s.send_capacity() - s.send_queue();
     if end - c.out_pos > free {
         if free < s.send_capacity() {
             // Wait for ACKs to free the room rather than split a record across segments.
-            return false;
+            return 0;
         }
         // A record larger than the whole transmit buffer (a small configured tcp.tx_buffer):
         // it cannot be aligned anyway.
         end = c.out_pos + free;
     }
     match s.send_slice(&c.out[c.out_pos..end]) {
-        Ok(n) if n > 0 => {
+        Ok(n) => {
             c.out_pos += n;
-            true
+            n
         }
-        _ => false,
+        Err(_) => 0,
     }
 }

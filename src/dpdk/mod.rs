@@ -121,6 +121,58 @@ fn check(what: &str, rc: i32) -> Result<(), DpdkError> {
 #[derive(Debug)]
 pub struct Eal {
     args: Vec<String>,
+    cpus: Vec<usize>,
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity`); empty if unknown.
+pub fn thread_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Restrict the calling thread to `cpus` (`sched_setaffinity`).
+pub fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cpus {
+        if c < rustix::thread::CpuSet::MAX_CPU {
+            set.set(c);
+        }
+    }
+    rustix::thread::sched_setaffinity(None, &set).map_err(std::io::Error::from)
+}
+
+/// The calling thread's DPDK lcore id, None for a thread DPDK does not know (`LCORE_ID_ANY`).
+pub fn lcore_id() -> Option<u32> {
+    // SAFETY: rte_lcore_id reads a thread-local set by EAL/rte_thread_register; it is valid on
+    // any thread, before and after EAL init (UINT32_MAX for unknown threads).
+    let id = unsafe { sys::dpw_lcore_id() };
+    (id != u32::MAX).then_some(id)
+}
+
+/// Give the calling thread an lcore id (`rte_thread_register`) unless it has one, so that
+/// per-lcore mempool caches serve its mbuf allocations instead of the shared ring (a thread
+/// without an lcore id goes to the ring for every mbuf). Returns the lcore id, or None when
+/// DPDK has none left (RTE_MAX_LCORE) or the EAL is not initialised.
+pub fn register_thread() -> Option<u32> {
+    if let Some(id) = lcore_id() {
+        return Some(id);
+    }
+    Eal::get()?;
+    // SAFETY: the EAL is initialised (checked above); rte_thread_register only touches the
+    // calling thread's TLS and EAL's lcore table under its own lock.
+    let rc = unsafe { sys::dpw_thread_register() };
+    if rc != 0 {
+        log::warn!(
+            "dpdk: rte_thread_register failed ({}): mbufs of this thread bypass the mempool cache",
+            rte_errno()
+        );
+        return None;
+    }
+    lcore_id()
 }
 
 static EAL: OnceLock<Result<Eal, DpdkError>> = OnceLock::new();
@@ -169,6 +221,11 @@ impl Eal {
                 .into_boxed_slice(),
         );
         log::info!("dpdk: EAL init (DPDK {DPDK_VERSION}) with {args:?}");
+        // rte_eal_init pins the calling thread to the main lcore (`-l 0`: CPU 0), and every
+        // thread spawned from it afterwards would inherit that one CPU. Remember the mask the
+        // process was given and put it back: placement is decided per thread (workers are
+        // pinned one per core by the dataplane, application threads keep the process mask).
+        let cpus = thread_cpus();
         // SAFETY: argv holds argc valid NUL-terminated strings plus a NULL terminator, all
         // leaked so they outlive the EAL; OnceLock makes this the only call in the process.
         let rc = unsafe { sys::rte_eal_init(owned.len() as i32, argv.as_mut_ptr()) };
@@ -178,9 +235,24 @@ impl Eal {
                 errno: rte_errno(),
             });
         }
+        if !cpus.is_empty() {
+            if let Err(e) = set_thread_cpus(&cpus) {
+                log::warn!(
+                    "dpdk: could not restore the thread's CPUs {cpus:?} after EAL init: {e}"
+                );
+            }
+        }
+        log::debug!("dpdk: process CPUs {cpus:?}; main lcore {:?}", lcore_id());
         Ok(Eal {
             args: args.to_vec(),
+            cpus,
         })
+    }
+
+    /// The CPUs the initialising thread was allowed to run on before `rte_eal_init` pinned it
+    /// (the process's mask: what workers and application threads are placed on).
+    pub fn cpus(&self) -> &[usize] {
+        &self.cpus
     }
 
     /// The arguments the EAL was initialised with.

@@ -73,6 +73,9 @@ pub struct Deframer {
     marker_have: Option<usize>,
     /// The current FPDU began with a marker (already in `running_crc`): no fast path for it.
     lead_marker: bool,
+    /// Octets copied into `body` (FPDUs split across pushes, or carrying markers); whole
+    /// FPDUs on the fast path are delivered from the input without a copy.
+    reassembled: u64,
 }
 
 impl Deframer {
@@ -98,12 +101,18 @@ impl Deframer {
             marker: [0; MARKER_LEN],
             marker_have: None,
             lead_marker: false,
+            reassembled: 0,
         }
     }
 
     /// The error the stream failed with, if any.
     pub fn error(&self) -> Option<DeframeError> {
         self.failed
+    }
+
+    /// Octets copied into the reassembly buffer so far (copies per byte on receive).
+    pub fn reassembled(&self) -> u64 {
+        self.reassembled
     }
 
     /// Stream position of the next octet to be pushed (markers included).
@@ -180,6 +189,7 @@ impl Deframer {
                     let chunk = &input[..n];
                     self.running_crc = crc::crc32c_append(self.running_crc, chunk);
                     self.body.extend_from_slice(chunk);
+                    self.reassembled += n as u64;
                     if self.body.len() == self.body_need {
                         self.phase = Phase::Crc;
                     }

@@ -186,6 +186,9 @@ pub struct QpEngine {
     prefer_resp: bool,
     /// Status for the receive WR an error is attributed to (index in `rq`).
     rq_err: Option<(usize, WcStatus)>,
+    /// Payload octets placed into registered memory (tagged and untagged): the receive-side
+    /// copies the engine makes, for the dataplane's copies-per-byte count.
+    rx_placed: u64,
 }
 
 fn rtr_index(k: RtrKind) -> usize {
@@ -263,6 +266,7 @@ impl QpEngine {
             rtr_accept,
             prefer_resp: false,
             rq_err: None,
+            rx_placed: 0,
         }
     }
 
@@ -862,6 +866,11 @@ impl QpEngine {
 
     // ------------------------------------------------------------------ receive
 
+    /// Payload octets placed into registered memory so far (copies per byte on receive).
+    pub fn rx_placed(&self) -> u64 {
+        self.rx_placed
+    }
+
     /// Process one ULPDU (DDP header + payload, CRC already verified by MPA). Never panics; any
     /// error queues the TERMINATE the RFCs demand (nothing of the offending message is placed).
     pub fn on_ulpdu(&mut self, ulpdu: &[u8]) {
@@ -1005,6 +1014,7 @@ impl QpEngine {
         }
         let (stag, to) = (seg.stag(), seg.to());
         let wrap = to.checked_add(p.len() as u64).is_none();
+        self.rx_placed += p.len() as u64;
         if let Err(e) = self
             .mem
             .write(stag, self.cfg.pd, to, p, Access::REMOTE_WRITE)
@@ -1048,6 +1058,7 @@ impl QpEngine {
                     None,
                 );
             }
+            self.rx_placed += p.len() as u64;
             if let Err(e) = self
                 .mem
                 .write(stag, self.cfg.pd, to, p, Access::LOCAL_WRITE)
@@ -1204,6 +1215,7 @@ impl QpEngine {
             }
         }
         for (s, addr, from, n) in pieces {
+            self.rx_placed += n as u64;
             if let Err(e) = self.mem.write(
                 s.lkey,
                 self.cfg.pd,
