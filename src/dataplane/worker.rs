@@ -129,6 +129,38 @@ pub struct CopyStats {
     pub rx_copied: u64,
 }
 
+impl CopyStats {
+    /// The counts accumulated since `before` was taken.
+    pub fn since(&self, before: &CopyStats) -> CopyStats {
+        CopyStats {
+            tx_payload: self.tx_payload.saturating_sub(before.tx_payload),
+            tx_copied: self.tx_copied.saturating_sub(before.tx_copied),
+            rx_payload: self.rx_payload.saturating_sub(before.rx_payload),
+            rx_copied: self.rx_copied.saturating_sub(before.rx_copied),
+        }
+    }
+
+    /// Copies per payload octet sent (None before any was sent).
+    pub fn tx_per_byte(&self) -> Option<f64> {
+        (self.tx_payload > 0).then(|| self.tx_copied as f64 / self.tx_payload as f64)
+    }
+
+    /// Copies per payload octet received (None before any was received).
+    pub fn rx_per_byte(&self) -> Option<f64> {
+        (self.rx_payload > 0).then(|| self.rx_copied as f64 / self.rx_payload as f64)
+    }
+
+    /// The sum over several workers.
+    pub fn sum<'a>(it: impl IntoIterator<Item = &'a CopyStats>) -> CopyStats {
+        it.into_iter().fold(CopyStats::default(), |a, b| CopyStats {
+            tx_payload: a.tx_payload + b.tx_payload,
+            tx_copied: a.tx_copied + b.tx_copied,
+            rx_payload: a.rx_payload + b.rx_payload,
+            rx_copied: a.rx_copied + b.rx_copied,
+        })
+    }
+}
+
 enum CState {
     Connecting,
     Live,
@@ -365,6 +397,10 @@ impl Worker {
     fn rx_engine_copied(&self) -> u64 {
         let mut n = self.rx_copied_done;
         for c in &self.conns {
+            // A closing connection was counted into `rx_copied_done` by `finish`.
+            if matches!(c.state, CState::Closing(_)) {
+                continue;
+            }
             if let Some(sh) = &c.sh {
                 if let QpSlot::Live(conn) = &*sh.lock() {
                     n += conn.rx_copied();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::config::DataplaneConfig;
-use dpwarp::dataplane::{Dataplane, DpConnRequest, DpListener, Endpoint};
+use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
 use dpwarp::mpa::{Negotiated, PeerRequest};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
@@ -56,12 +56,27 @@ impl AnyRequest {
 }
 
 /// Where to connect from / listen on.
+#[derive(Clone)]
 pub enum Net {
     Kernel,
     Dpdk(Endpoint),
 }
 
 impl Net {
+    /// Drive the dataplane workers this thread is responsible for once (driven mode); false
+    /// when nothing happened or nothing is driven here (kernel TCP, background workers).
+    pub fn pump(&self) -> bool {
+        match self {
+            Net::Kernel => false,
+            Net::Dpdk(ep) => ep.poll(),
+        }
+    }
+
+    /// Whether completions only come when this thread pumps (driven dataplane workers).
+    pub fn is_driven(&self) -> bool {
+        matches!(self, Net::Dpdk(ep) if ep.is_driven())
+    }
+
     pub fn listen(&self, addr: SocketAddr) -> Result<AnyListener, String> {
         match self {
             Net::Kernel => Listener::bind(addr)
@@ -145,14 +160,50 @@ pub fn log_device_stats(dp: &Dataplane) {
     }
 }
 
-/// Start the dataplane from a config file and return the endpoint of port `port`.
+/// Start the dataplane from a config file and return the endpoint of port `port`
+/// (background worker threads).
 pub fn start_dpdk(config: &std::path::Path, port: usize) -> Result<(Dataplane, Endpoint), String> {
+    start_dpdk_with(config, port, WorkerMode::Background)
+}
+
+/// [`start_dpdk`] in `mode`; with [`WorkerMode::Driven`] the calling thread is pinned to the
+/// port's (first) worker core and drives its workers from then on.
+pub fn start_dpdk_with(
+    config: &std::path::Path,
+    port: usize,
+    mode: WorkerMode,
+) -> Result<(Dataplane, Endpoint), String> {
     let cfg = DataplaneConfig::load(config)?;
-    let dp = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
+    let dp = Dataplane::start_with(&cfg, mode).map_err(|e| e.to_string())?;
     let ep = dp
         .endpoint(port)
         .ok_or_else(|| format!("{}: no port {port}", config.display()))?;
+    if let Some(d) = dp.port_drivers(port).first() {
+        d.attach();
+        log::info!(
+            "dataplane: this thread drives port {port}'s workers on CPU {:?}",
+            d.cpu()
+        );
+    }
     Ok((dp, ep))
+}
+
+/// How `dpperf` runs the workers (`--worker-mode`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    /// The tool's thread drives its dataplane worker (run to completion, no thread hand-off).
+    Driven,
+    /// Worker threads in the background; the tool's thread posts and reaps.
+    Background,
+}
+
+impl From<ModeArg> for WorkerMode {
+    fn from(m: ModeArg) -> WorkerMode {
+        match m {
+            ModeArg::Driven => WorkerMode::Driven,
+            ModeArg::Background => WorkerMode::Background,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,6 +218,12 @@ impl Test {
             "write_bw" => Ok(Test::WriteBw),
             "send_lat" => Ok(Test::SendLat),
             o => Err(format!("unknown test {o:?} (write_bw, send_lat)")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write_bw",
+            Test::SendLat => "send_lat",
         }
     }
     fn code(self) -> u8 {
@@ -192,16 +249,51 @@ pub struct PerfResult {
     pub lat_p999: f64,
     pub lat_max: f64,
     pub lat_avg: f64,
+    /// DPDK only: octets copied inside dpwarp on this side during the test.
+    pub copies: Option<CopyStats>,
+    /// DPDK only: TCP segments with payload this side sent during the test.
+    pub segments: Option<u64>,
 }
 
 impl PerfResult {
     pub fn json(&self, transport: &str) -> String {
-        format!(
-            "{{\"transport\":\"{transport}\",\"test\":\"{}\",\"size\":{},\"iters\":{},\"gbps\":{:.4},\"mpps\":{:.5},\"lat_us\":{{\"min\":{:.3},\"p50\":{:.3},\"p99\":{:.3},\"p999\":{:.3},\"max\":{:.3},\"avg\":{:.3}}}}}",
-            self.test, self.size, self.iters, self.gbps, self.mpps, self.lat_min, self.lat_p50,
-            self.lat_p99, self.lat_p999, self.lat_max, self.lat_avg
-        )
+        let mut v = serde_json::json!({
+            "transport": transport,
+            "test": self.test,
+            "size": self.size,
+            "iters": self.iters,
+            "gbps": self.gbps,
+            "mpps": self.mpps,
+            "lat_us": {
+                "min": self.lat_min, "p50": self.lat_p50, "p99": self.lat_p99,
+                "p999": self.lat_p999, "max": self.lat_max, "avg": self.lat_avg,
+            },
+        });
+        if let Some(c) = &self.copies {
+            v["copies"] = copies_json(c);
+        }
+        if let Some(n) = self.segments {
+            v["segments"] = n.into();
+            v["segments_per_msg"] = (n as f64 / self.iters.max(1) as f64).into();
+        }
+        v.to_string()
     }
+}
+
+/// Copy counts as JSON: the raw octets and copies per payload octet each way.
+pub fn copies_json(c: &CopyStats) -> serde_json::Value {
+    serde_json::json!({
+        "tx_payload": c.tx_payload, "tx_copied": c.tx_copied,
+        "rx_payload": c.rx_payload, "rx_copied": c.rx_copied,
+        "tx_per_byte": c.tx_per_byte(), "rx_per_byte": c.rx_per_byte(),
+    })
+}
+
+/// The copy counts and payload segments sent, summed over the workers of `dp`.
+pub fn dp_counts(dp: &Dataplane) -> (CopyStats, u64) {
+    let st = dp.stats();
+    let c = CopyStats::sum(st.iter().map(|w| &w.copies));
+    (c, st.iter().map(|w| w.device.tx_tcp_segments).sum())
 }
 
 const BW_HEADER: &str = " #bytes     #iterations    BW average[Gb/sec]   MsgRate[Mpps]";
@@ -271,7 +363,10 @@ fn attr(cq: &Cq) -> QpInitAttr {
     a
 }
 
-fn wait_ok(cq: &Cq, what: &str) -> Result<WorkCompletion, String> {
+fn wait_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
+    if net.is_driven() {
+        return spin_ok(cq, what, net);
+    }
     let wc = cq
         .wait(Duration::from_secs(20))
         .ok_or_else(|| format!("timed out waiting for {what}"))?;
@@ -281,9 +376,13 @@ fn wait_ok(cq: &Cq, what: &str) -> Result<WorkCompletion, String> {
     Ok(wc)
 }
 
-/// Busy-poll for one completion (latency runs: no sleeping on the critical path).
-fn spin_ok(cq: &Cq, what: &str) -> Result<WorkCompletion, String> {
+/// Busy-poll for one completion (latency runs: no sleeping on the critical path). With driven
+/// workers this thread runs the worker between polls of the CQ (run to completion); with
+/// background workers it yields, as a worker may share this core (2-vCPU machines).
+fn spin_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
     let end = Instant::now() + Duration::from_secs(20);
+    let driven = net.is_driven();
+    let mut n = 0u32;
     loop {
         if let Some(wc) = cq.poll_one() {
             if wc.status != WcStatus::Success {
@@ -291,16 +390,34 @@ fn spin_ok(cq: &Cq, what: &str) -> Result<WorkCompletion, String> {
             }
             return Ok(wc);
         }
-        if Instant::now() > end {
+        n = n.wrapping_add(1);
+        if n % 1024 == 0 && Instant::now() > end {
             return Err(format!("timed out waiting for {what}"));
         }
-        // Yield rather than spin: a worker may share this core (2-vCPU machines).
-        std::thread::yield_now();
+        if driven {
+            net.pump();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 
+/// `qp.wait_closed`, driving the worker meanwhile when it is driven.
+fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
+    if !net.is_driven() {
+        return qp.wait_closed(timeout);
+    }
+    let end = Instant::now() + timeout;
+    while !qp.is_closed() && Instant::now() < end {
+        if !net.pump() {
+            std::thread::yield_now();
+        }
+    }
+    qp.is_closed()
+}
+
 /// Serve one perf connection (the test is named by the client's private data).
-pub fn serve_one(req: AnyRequest, pd: &Pd) -> Result<(), String> {
+pub fn serve_one(req: AnyRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
     let (test, size, iters) =
         decode_req(&req.peer().private_data).ok_or("not a dpwarp dpperf request")?;
     let cq = Cq::new(4 * DEPTH);
@@ -331,14 +448,14 @@ pub fn serve_one(req: AnyRequest, pd: &Pd) -> Result<(), String> {
     match test {
         Test::WriteBw => {
             // The client's final Send follows all its Writes on the stream: answer it.
-            let _ = wait_ok(&cq, "the client's done Send")?;
+            let _ = wait_ok(&cq, "the client's done Send", net)?;
             post(&qp, Opcode::Send, &rbuf, 4)?;
-            let _ = wait_ok(&cq, "our reply Send")?;
+            let _ = wait_ok(&cq, "our reply Send", net)?;
         }
         Test::SendLat => {
             let mut got = 0;
             while got < iters {
-                let wc = spin_ok(&cq, "a ping")?;
+                let wc = spin_ok(&cq, "a ping", net)?;
                 if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
                     got += 1;
                     post(&qp, Opcode::Send, &mr, size)?;
@@ -351,8 +468,8 @@ pub fn serve_one(req: AnyRequest, pd: &Pd) -> Result<(), String> {
             }
         }
     }
-    qp.wait_closed(Duration::from_secs(5));
-    Ok(())
+    wait_closed(&qp, net, Duration::from_secs(5));
+    Ok((test, size))
 }
 
 fn post(qp: &Qp, opcode: Opcode, mr: &dpwarp::verbs::Mr, len: usize) -> Result<(), String> {
@@ -423,7 +540,7 @@ pub fn run_client(
                     )?;
                     posted += 1;
                 }
-                let wc = wait_ok(&cq, "a Write completion")?;
+                let wc = wait_ok(&cq, "a Write completion", net)?;
                 if wc.opcode == dpwarp::verbs::WcOpcode::Write {
                     done += 1;
                 }
@@ -432,7 +549,7 @@ pub fn run_client(
             // final Send proves every byte arrived.
             post(&qp, Opcode::Send, &src, 4)?;
             loop {
-                let wc = wait_ok(&cq, "the server's reply")?;
+                let wc = wait_ok(&cq, "the server's reply", net)?;
                 if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
                     break;
                 }
@@ -449,7 +566,7 @@ pub fn run_client(
                 let t = Instant::now();
                 post(&qp, Opcode::Send, &src, size)?;
                 loop {
-                    let wc = spin_ok(&cq, "a pong")?;
+                    let wc = spin_ok(&cq, "a pong", net)?;
                     if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
                         break;
                     }
@@ -467,7 +584,7 @@ pub fn run_client(
         }
     }
     qp.disconnect();
-    qp.wait_closed(Duration::from_secs(5));
+    wait_closed(&qp, net, Duration::from_secs(5));
     Ok(r)
 }
 
@@ -604,9 +721,14 @@ pub struct Args {
     /// Iterations per size (client).
     #[arg(long, default_value_t = 1000)]
     pub iters: usize,
-    /// Print one JSON line per result (client).
+    /// Print one JSON line per result (client; a server prints its copy counts per
+    /// connection).
     #[arg(long)]
     pub json: bool,
+    /// DPDK workers: `driven` (default: this tool's thread runs its worker, pinned to the
+    /// worker's core; run to completion) or `background` (worker threads).
+    #[arg(long, value_enum, default_value_t = ModeArg::Driven)]
+    pub worker_mode: ModeArg,
 }
 
 pub fn run(a: Args) -> Result<(), String> {
@@ -617,7 +739,7 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     let (_dp, net) = match &backend {
         Backend::Dpdk(config) => {
-            let (dp, ep) = start_dpdk(config, a.port_index)?;
+            let (dp, ep) = start_dpdk_with(config, a.port_index, a.worker_mode.into())?;
             (Some(dp), Net::Dpdk(ep))
         }
         Backend::Kernel => (None, Net::Kernel),
@@ -638,8 +760,20 @@ pub fn run(a: Args) -> Result<(), String> {
         loop {
             match l.get_request(Duration::from_secs(3600)) {
                 Ok(req) => {
-                    if let Err(e) = serve_one(req, &pd) {
-                        eprintln!("perf server: {e}");
+                    let before = _dp.as_ref().map(dp_counts);
+                    match serve_one(req, &pd, &net) {
+                        Err(e) => eprintln!("perf server: {e}"),
+                        Ok((test, size)) => {
+                            if let (true, Some(dp), Some((b, _))) = (a.json, &_dp, before) {
+                                let (c, _) = dp_counts(dp);
+                                let v = serde_json::json!({
+                                    "role": "server", "test": test.name(), "size": size,
+                                    "copies": copies_json(&c.since(&b)),
+                                });
+                                println!("{v}");
+                                let _ = std::io::stdout().flush();
+                            }
+                        }
                     }
                     served += 1;
                     if a.count != 0 && served >= a.count {
@@ -658,7 +792,13 @@ pub fn run(a: Args) -> Result<(), String> {
     let test = Test::parse(&a.test)?;
     let mut results = Vec::new();
     for &size in &a.size {
-        let r = run_client(&net, a.addr, &pd, test, size, a.iters)?;
+        let before = _dp.as_ref().map(dp_counts);
+        let mut r = run_client(&net, a.addr, &pd, test, size, a.iters)?;
+        if let (Some(dp), Some((bc, bs))) = (&_dp, before) {
+            let (c, segs) = dp_counts(dp);
+            r.copies = Some(c.since(&bc));
+            r.segments = Some(segs - bs);
+        }
         if a.json {
             println!("{}", r.json(transport));
         }
@@ -691,7 +831,7 @@ pub fn local_pair(
             let req = l
                 .get_request(Duration::from_secs(20))
                 .map_err(|e| e.to_string())?;
-            serve_one(req, &spd)?;
+            serve_one(req, &spd, &net_s)?;
         }
         Ok(())
     });
@@ -785,7 +925,7 @@ pub fn rping_client(
     };
     let wait_recv = || -> Result<(), String> {
         loop {
-            let wc = wait_ok(&cq, "the rping server's Send")?;
+            let wc = wait_ok(&cq, "the rping server's Send", net)?;
             if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
                 if wc.byte_len != 16 {
                     return Err(format!("rping server sent {} bytes, not 16", wc.byte_len));
