@@ -62,7 +62,11 @@ fn workers_sit_on_distinct_cores_and_application_threads_keep_the_process_mask()
     let dp = Dataplane::start(&cfg).expect("dataplane");
 
     // The thread that ran rte_eal_init (this one) got its CPUs back.
-    assert_eq!(dpwarp::dpdk::thread_cpus(), before, "main thread mask after EAL init");
+    assert_eq!(
+        dpwarp::dpdk::thread_cpus(),
+        before,
+        "main thread mask after EAL init"
+    );
     // An application thread created afterwards inherits the process mask, not CPU 0.
     let app = thread::spawn(dpwarp::dpdk::thread_cpus).join().unwrap();
     assert_eq!(app, before, "application thread mask");
@@ -129,7 +133,10 @@ fn workers_sit_on_distinct_cores_and_application_threads_keep_the_process_mask()
         assert!(before.contains(&cpu));
     }
     if before.len() >= 2 {
-        assert_ne!(cpus[0], cpus[1], "two workers on one CPU with {before:?} available");
+        assert_ne!(
+            cpus[0], cpus[1],
+            "two workers on one CPU with {before:?} available"
+        );
     }
     let stats = dp.stats();
     assert_eq!(stats.len(), 2);

@@ -539,8 +539,10 @@ impl Worker {
 
     // --- phase 2: rx burst + smoltcp ingress -----------------------------------------------------
     fn rx(&mut self) -> bool {
-        let n = self.dev.rx_refill();
-        if n == 0 {
+        // Frames left from the last burst (smoltcp stopped taking them while the tx queue was
+        // full) go first; a new burst only when they are all taken.
+        self.dev.rx_refill();
+        if self.dev.rx_pending() == 0 {
             return false;
         }
         let ts = st_now(self.t0);

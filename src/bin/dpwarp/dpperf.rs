@@ -604,36 +604,103 @@ fn fill_lat(r: &mut PerfResult, lat: &mut [f64]) {
     r.lat_avg = lat.iter().sum::<f64>() / lat.len() as f64;
 }
 
-/// Plain kernel TCP over loopback: stream bandwidth with `size`-byte writes (like iperf3 -l).
-pub fn tcp_stream(size: usize, total: usize) -> Result<PerfResult, String> {
+/// How the kernel baselines wait for their sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelWait {
+    /// Blocking reads and writes (the kernel sleeps and wakes the thread).
+    Blocking,
+    /// Non-blocking sockets polled in a loop (as `sockperf --nonblocked`): no sleep/wake-up
+    /// on the critical path, a whole core per side.
+    Busy,
+}
+
+/// The two threads of a kernel baseline on their own CPUs (receiver/server on the first CPU
+/// of the process, sender/client on the second) when the process has two or more.
+fn pin_side(side: usize) {
+    let cpus = dpwarp::dpdk::thread_cpus();
+    if cpus.len() >= 2 {
+        let _ = dpwarp::dpdk::set_thread_cpus(&[cpus[side % cpus.len()]]);
+    }
+}
+
+fn read_some(s: &mut TcpStream, buf: &mut [u8], wait: KernelWait) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if wait == KernelWait::Busy && e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::hint::spin_loop()
+            }
+            r => return r,
+        }
+    }
+}
+
+fn write_all(s: &mut TcpStream, mut buf: &[u8], wait: KernelWait) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match s.write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if wait == KernelWait::Busy && e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::hint::spin_loop()
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn read_exact(s: &mut TcpStream, mut buf: &mut [u8], wait: KernelWait) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let n = read_some(s, buf, wait)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf = &mut buf[n..];
+    }
+    Ok(())
+}
+
+/// Plain kernel TCP over loopback: stream bandwidth with `size`-byte writes (like iperf3 -l),
+/// counted where the bytes arrive: the time runs until the receiver has every byte and said
+/// so. Sender and receiver on their own CPUs.
+pub fn tcp_stream(size: usize, total: usize, wait: KernelWait) -> Result<PerfResult, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let rx = std::thread::spawn(move || -> std::io::Result<usize> {
+        pin_side(0);
         let (mut s, _) = l.accept()?;
+        s.set_nonblocking(wait == KernelWait::Busy)?;
         let mut buf = vec![0u8; 256 * 1024];
         let mut n = 0;
         loop {
-            let k = s.read(&mut buf)?;
+            let k = read_some(&mut s, &mut buf, wait)?;
             if k == 0 {
                 break;
             }
             n += k;
         }
-        s.write_all(b"k")?;
+        write_all(&mut s, b"k", wait)?;
         Ok(n)
     });
-    let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    let buf = vec![7u8; size];
-    let iters = total.div_ceil(size);
-    let t0 = Instant::now();
-    for _ in 0..iters {
-        s.write_all(&buf).map_err(|e| e.to_string())?;
-    }
-    s.shutdown(std::net::Shutdown::Write)
-        .map_err(|e| e.to_string())?;
-    let mut k = [0u8; 1];
-    s.read_exact(&mut k).map_err(|e| e.to_string())?;
-    let secs = t0.elapsed().as_secs_f64();
+    let old = dpwarp::dpdk::thread_cpus();
+    pin_side(1);
+    let res = (|| -> Result<(usize, f64), String> {
+        let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        s.set_nonblocking(wait == KernelWait::Busy)
+            .map_err(|e| e.to_string())?;
+        let buf = vec![7u8; size];
+        let iters = total.div_ceil(size);
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            write_all(&mut s, &buf, wait).map_err(|e| e.to_string())?;
+        }
+        s.shutdown(std::net::Shutdown::Write)
+            .map_err(|e| e.to_string())?;
+        let mut k = [0u8; 1];
+        read_exact(&mut s, &mut k, wait).map_err(|e| e.to_string())?;
+        Ok((iters, t0.elapsed().as_secs_f64()))
+    })();
+    let _ = dpwarp::dpdk::set_thread_cpus(&old);
+    let (iters, secs) = res?;
     let got = rx
         .join()
         .map_err(|_| "rx panicked")?
@@ -652,29 +719,41 @@ pub fn tcp_stream(size: usize, total: usize) -> Result<PerfResult, String> {
 }
 
 /// Plain kernel TCP over loopback: `size`-byte ping-pong with TCP_NODELAY; one-way = RTT/2.
-pub fn tcp_pingpong(size: usize, iters: usize) -> Result<PerfResult, String> {
+/// Client and server on their own CPUs.
+pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfResult, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let srv = std::thread::spawn(move || -> std::io::Result<()> {
+        pin_side(0);
         let (mut s, _) = l.accept()?;
         s.set_nodelay(true)?;
+        s.set_nonblocking(wait == KernelWait::Busy)?;
         let mut buf = vec![0u8; size];
         for _ in 0..iters {
-            s.read_exact(&mut buf)?;
-            s.write_all(&buf)?;
+            read_exact(&mut s, &mut buf, wait)?;
+            write_all(&mut s, &buf, wait)?;
         }
         Ok(())
     });
-    let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut buf = vec![1u8; size];
-    let mut lat = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        s.write_all(&buf).map_err(|e| e.to_string())?;
-        s.read_exact(&mut buf).map_err(|e| e.to_string())?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-    }
+    let old = dpwarp::dpdk::thread_cpus();
+    pin_side(1);
+    let res = (|| -> Result<Vec<f64>, String> {
+        let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.set_nonblocking(wait == KernelWait::Busy)
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![1u8; size];
+        let mut lat = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t = Instant::now();
+            write_all(&mut s, &buf, wait).map_err(|e| e.to_string())?;
+            read_exact(&mut s, &mut buf, wait).map_err(|e| e.to_string())?;
+            lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+        Ok(lat)
+    })();
+    let _ = dpwarp::dpdk::set_thread_cpus(&old);
+    let mut lat = res?;
     srv.join()
         .map_err(|_| "server panicked")?
         .map_err(|e| e.to_string())?;
@@ -860,23 +939,43 @@ pub struct TcpArgs {
     /// Print one JSON line per result.
     #[arg(long)]
     pub json: bool,
+    /// `blocking` sockets (transport `kernel_tcp` in JSON) or `busy`-polled non-blocking
+    /// ones (`kernel_tcp_busy`, as sockperf --nonblocked); each side pinned to its own CPU.
+    #[arg(long, value_enum, default_value_t = WaitArg::Blocking)]
+    pub wait: WaitArg,
+}
+
+/// `tcp-baseline --wait`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitArg {
+    /// Blocking sockets.
+    Blocking,
+    /// Non-blocking sockets polled in a loop.
+    Busy,
 }
 
 pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
+    let (wait, transport) = match a.wait {
+        WaitArg::Blocking => (KernelWait::Blocking, "kernel_tcp"),
+        WaitArg::Busy => (KernelWait::Busy, "kernel_tcp_busy"),
+    };
     let mut bw = Vec::new();
     let mut lat = Vec::new();
     for &s in &a.size {
         // At most a million writes per size: small writes are syscall-bound and slow.
-        bw.push(tcp_stream(s, a.total.min(s * 1_000_000).max(s))?);
-        lat.push(tcp_pingpong(s, a.iters)?);
+        bw.push(tcp_stream(s, a.total.min(s * 1_000_000).max(s), wait)?);
+        lat.push(tcp_pingpong(s, a.iters, wait)?);
     }
     if a.json {
         for r in bw.iter().chain(lat.iter()) {
-            println!("{}", r.json("kernel_tcp"));
+            println!("{}", r.json(transport));
         }
     } else {
-        print_table("kernel TCP stream (loopback)", &bw);
-        print_table("kernel TCP ping-pong (loopback, one-way = RTT/2)", &lat);
+        print_table(&format!("{transport} stream (loopback)"), &bw);
+        print_table(
+            &format!("{transport} ping-pong (loopback, one-way = RTT/2)"),
+            &lat,
+        );
     }
     Ok(())
 }
