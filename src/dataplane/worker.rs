@@ -21,8 +21,8 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -258,6 +258,9 @@ pub(crate) struct Worker {
     tx_fed: u64,
     /// Octets the engines of connections that ended copied on receive.
     rx_copied_done: u64,
+    /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
+    /// not copy them into a receive buffer).
+    rx_direct: Arc<AtomicU64>,
     /// The CPU this worker's thread is pinned to, if any.
     pub(crate) cpu: Option<usize>,
 }
@@ -334,6 +337,7 @@ impl Worker {
             tx_staged: 0,
             tx_fed: 0,
             rx_copied_done: 0,
+            rx_direct: Arc::new(AtomicU64::new(0)),
             cpu,
         }
     }
@@ -359,9 +363,11 @@ impl Worker {
             return true;
         }
         let now = Instant::now();
+        // Posted work first, so that receive buffers are in place for the bytes the rx phase
+        // places straight from the frames (the sockets' rx sinks).
+        work |= self.post();
         work |= self.rx();
         work |= self.accept(now);
-        work |= self.post();
         work |= self.deliver(now);
         work |= self.transmit();
         work |= self.completions(now);
@@ -387,7 +393,10 @@ impl Worker {
             tx_payload: d.tx_tcp_payload,
             tx_copied: self.tx_staged + self.tx_fed + d.tx_tcp_payload,
             rx_payload: d.rx_tcp_payload,
-            rx_copied: d.rx_tcp_payload + self.rx_engine_copied(),
+            rx_copied: d
+                .rx_tcp_payload
+                .saturating_sub(self.rx_direct.load(Ordering::Relaxed))
+                + self.rx_engine_copied(),
         };
         self.stats
     }
@@ -458,7 +467,10 @@ impl Worker {
                     }
                 }
                 Cmd::Accept { id, sh, events } => match self.awaiting.remove(&id) {
-                    Some((h, _)) => self.conns.push(Conn::new(h, Some(sh), Some(events))),
+                    Some((h, _)) => {
+                        self.set_rx_sink(h, &sh);
+                        self.conns.push(Conn::new(h, Some(sh), Some(events)))
+                    }
                     None => {
                         let _ = events.try_send(ConnEvent::Closed);
                         sh.set_closed();
@@ -474,6 +486,29 @@ impl Worker {
             }
         }
         work
+    }
+
+    /// Received in-order payload goes from the frame straight into the connection's engine
+    /// whenever the socket's receive buffer is empty (RFC 5044 App. A: with aligned segments
+    /// each holds whole FPDUs, which the deframer verifies and places in one pass from the
+    /// mbuf): one copy per payload octet, into registered memory. Bytes that arrive while
+    /// older ones wait in the buffer take the buffered path of `deliver`, so order holds.
+    fn set_rx_sink(&mut self, h: SocketHandle, sh: &Arc<QpShared>) {
+        let qp: Weak<QpShared> = Arc::downgrade(sh);
+        let direct = self.rx_direct.clone();
+        let sink = move |b: &[u8]| -> usize {
+            let Some(sh) = qp.upgrade() else { return 0 };
+            let mut guard = sh.lock();
+            let QpSlot::Live(conn) = &mut *guard else {
+                return 0;
+            };
+            conn.on_bytes(b, Instant::now());
+            direct.fetch_add(b.len() as u64, Ordering::Relaxed);
+            b.len()
+        };
+        self.sockets
+            .get_mut::<tcp::Socket>(h)
+            .set_rx_sink(Some(tcp::RxSink(Box::new(sink))));
     }
 
     fn held(&self) -> usize {
@@ -506,6 +541,7 @@ impl Worker {
         match r {
             Ok(()) => {
                 let h = self.sockets.add(s);
+                self.set_rx_sink(h, &sh);
                 let mut c = Conn::new(h, Some(sh), Some(events));
                 c.state = CState::Connecting;
                 self.conns.push(c);

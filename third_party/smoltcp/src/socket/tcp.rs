@@ -405,6 +405,17 @@ pub enum CongestionControl {
     Cubic,
 }
 
+/// dpwarp: a consumer of in-order payload that takes it straight from the received segment
+/// (see [`Socket::set_rx_sink`]). It returns how many leading octets it consumed; the rest
+/// goes into the receive buffer as usual.
+pub struct RxSink<'a>(pub alloc::boxed::Box<dyn FnMut(&[u8]) -> usize + Send + 'a>);
+
+impl fmt::Debug for RxSink<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RxSink")
+    }
+}
+
 /// A Transmission Control Protocol socket.
 ///
 /// A TCP socket may passively listen for connections or actively connect to another endpoint.
@@ -492,6 +503,9 @@ pub struct Socket<'a> {
     rx_waker: WakerRegistration,
     #[cfg(feature = "async")]
     tx_waker: WakerRegistration,
+
+    /// dpwarp: takes in-order payload straight from segments when nothing is buffered.
+    rx_sink: Option<RxSink<'a>>,
 }
 
 const DEFAULT_MSS: usize = 536;
@@ -555,7 +569,18 @@ impl<'a> Socket<'a> {
             rx_waker: WakerRegistration::new(),
             #[cfg(feature = "async")]
             tx_waker: WakerRegistration::new(),
+            rx_sink: None,
         }
+    }
+
+    /// dpwarp: hand in-order payload to `sink` straight from the received segment, without
+    /// the copy into the receive buffer, whenever the receive buffer is empty and no
+    /// out-of-order data is held (so the sink sees the stream in order, after everything
+    /// `recv` returned). Octets the sink consumes count as received and read (RCV.NXT and
+    /// the ACK advance as after `recv`); the octets it leaves go into the buffer. `None`
+    /// removes the sink.
+    pub fn set_rx_sink(&mut self, sink: Option<RxSink<'a>>) {
+        self.rx_sink = sink;
     }
 
     /// Enable or disable TCP Timestamp.
@@ -2057,6 +2082,38 @@ impl<'a> Socket<'a> {
         // update last remote tsval
         if let Some(timestamp) = repr.timestamp {
             self.last_remote_tsval = timestamp.tsval;
+        }
+
+        let mut payload = payload;
+        let mut payload_offset = payload_offset;
+        // dpwarp: in-order payload with nothing buffered goes straight to the sink (the
+        // octets it takes are received and read at once: RCV.NXT moves as in `recv_impl`).
+        if payload_offset == 0
+            && !payload.is_empty()
+            && self.rx_buffer.is_empty()
+            && self.assembler.is_empty()
+        {
+            if let Some(sink) = self.rx_sink.as_mut() {
+                let taken = (sink.0)(payload).min(payload.len());
+                self.remote_seq_no += taken;
+                payload = &payload[taken..];
+                payload_offset = 0;
+                if payload.is_empty() {
+                    // Nothing to buffer; the ACK is due as for data read by `recv`.
+                    if let Some(ack_delay) = self.ack_delay {
+                        if self.ack_to_transmit() {
+                            self.ack_delay_timer = match self.ack_delay_timer {
+                                AckDelayTimer::Idle => AckDelayTimer::Waiting(cx.now() + ack_delay),
+                                AckDelayTimer::Waiting(_) if self.immediate_ack_to_transmit() => {
+                                    AckDelayTimer::Immediate
+                                }
+                                t => t,
+                            };
+                        }
+                    }
+                    return None;
+                }
+            }
         }
 
         let payload_len = payload.len();
