@@ -362,6 +362,45 @@ impl Mr {
     pub fn to_vec(&self) -> Vec<u8> {
         self.region.bytes().to_vec()
     }
+    /// The region's bytes in place, for the application to fill without a staging copy
+    /// (e.g. `file.read_exact(&mut mr.bytes_mut())`, then post an RDMA Write or Send from
+    /// it). Placement into the region by the engine (a peer's RDMA Write, a Read Response,
+    /// a received Send) waits while the guard is held, so hold it briefly; bytes written
+    /// through it are what the next Write/Send/Read Response from the region carries.
+    pub fn bytes_mut(&self) -> MrBytesMut<'_> {
+        MrBytesMut(self.region.bytes_mut())
+    }
+    /// The region's bytes in place, read-only (e.g. to check or parse what a peer placed
+    /// without copying it out); placement waits while the guard is held.
+    pub fn bytes(&self) -> MrBytes<'_> {
+        MrBytes(self.region.bytes())
+    }
+}
+
+/// In-place write access to a region's bytes ([`Mr::bytes_mut`]).
+pub struct MrBytesMut<'a>(std::sync::RwLockWriteGuard<'a, Box<[u8]>>);
+
+impl core::ops::Deref for MrBytesMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl core::ops::DerefMut for MrBytesMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// In-place read access to a region's bytes ([`Mr::bytes`]).
+pub struct MrBytes<'a>(std::sync::RwLockReadGuard<'a, Box<[u8]>>);
+
+impl core::ops::Deref for MrBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 #[cfg(test)]
@@ -369,6 +408,33 @@ mod tests {
     use super::*;
 
     const RW: Access = Access(7);
+
+    #[test]
+    fn bytes_mut_is_the_registered_buffer_in_place() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let data = vec![0u8; 4096];
+        let ptr = data.as_ptr();
+        let mr = m.register_bytes(pd, data, Access::LOCAL_WRITE | Access::REMOTE_READ);
+        {
+            let mut b = mr.bytes_mut();
+            assert_eq!(b.as_ptr(), ptr, "the application's own buffer, not a copy");
+            b[100..104].copy_from_slice(b"disk");
+        }
+        assert_eq!(mr.bytes().as_ptr(), ptr);
+        // What the engine gathers for a Write/Read Response is what was written in place.
+        let mut out = Vec::new();
+        m.read_append(
+            mr.stag(),
+            pd,
+            mr.addr() + 100,
+            4,
+            Access::REMOTE_READ,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, b"disk");
+    }
 
     #[test]
     fn register_bytes_takes_the_data_without_copying() {

@@ -8,6 +8,6 @@ pub mod memory;
 pub mod qp;
 pub mod wr;
 
-pub use memory::{Access, MemoryError, MemoryTable, Mr, PdId};
+pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId};
 pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrKind, RtrRole};
 pub use wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
