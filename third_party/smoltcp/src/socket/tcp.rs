@@ -506,6 +506,8 @@ pub struct Socket<'a> {
 
     /// dpwarp: takes in-order payload straight from segments when nothing is buffered.
     rx_sink: Option<RxSink<'a>>,
+    /// dpwarp: a segment's payload gathered from both ends of the transmit ring.
+    tx_linear: alloc::vec::Vec<u8>,
 }
 
 const DEFAULT_MSS: usize = 536;
@@ -570,6 +572,7 @@ impl<'a> Socket<'a> {
             #[cfg(feature = "async")]
             tx_waker: WakerRegistration::new(),
             rx_sink: None,
+            tx_linear: alloc::vec::Vec::new(),
         }
     }
 
@@ -2507,7 +2510,23 @@ impl<'a> Socket<'a> {
                     .min(cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN);
 
                 let offset = self.remote_last_seq - self.local_seq_no;
-                repr.payload = self.tx_buffer.get_allocated(offset, size);
+                // dpwarp: a segment whose octets wrap around the end of the transmit ring is
+                // sent whole (gathered into `tx_linear`), not cut at the wrap: a sender that
+                // hands the socket one segment of whole records at a time (RFC 5044 App. A)
+                // then gets every segment starting on a record boundary.
+                let avail = self.tx_buffer.len().saturating_sub(offset).min(size);
+                let first = self.tx_buffer.get_allocated(offset, size);
+                if first.len() < avail {
+                    self.tx_linear.clear();
+                    self.tx_linear.extend_from_slice(first);
+                    let rest = self
+                        .tx_buffer
+                        .get_allocated(offset + first.len(), avail - first.len());
+                    self.tx_linear.extend_from_slice(rest);
+                    repr.payload = &self.tx_linear;
+                } else {
+                    repr.payload = first;
+                }
 
                 // If we've sent everything we had in the buffer, follow it with the PSH or FIN
                 // flags, depending on whether the transmit half of the connection is open.
