@@ -863,6 +863,7 @@ impl Worker {
     // --- phase 7: completions, events, closes ----------------------------------------------------
     fn completions(&mut self, now: Instant) -> bool {
         let mut work = false;
+        let mut closed = false;
         let mut i = 0;
         while i < self.conns.len() {
             let c = &mut self.conns[i];
@@ -896,6 +897,7 @@ impl Worker {
                         self.rx_copied_done += finish(c);
                         c.state = CState::Closing(now);
                         work = true;
+                        closed = true;
                     }
                     false
                 }
@@ -907,6 +909,13 @@ impl Worker {
             } else {
                 i += 1;
             }
+        }
+        if closed {
+            // The FIN goes out now: the QP reads as closed from here on, and a driving
+            // application may stop polling as soon as it sees that.
+            let ts = st_now(self.t0);
+            self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets);
+            self.dev.flush();
         }
         work
     }
