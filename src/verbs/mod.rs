@@ -93,11 +93,16 @@ impl Pd {
     }
 }
 
+/// What a [`Cq`] runs when it is polled empty ([`Cq::drive_with`]): one pass of the
+/// dataplane worker that produces its completions; true if that did anything.
+pub type CqDriver = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// A completion queue (`ibv_cq`). Clones share the queue.
 #[derive(Clone)]
 pub struct Cq {
     tx: Sender<WorkCompletion>,
     rx: Receiver<WorkCompletion>,
+    driver: Arc<std::sync::OnceLock<CqDriver>>,
 }
 
 impl Cq {
@@ -105,22 +110,61 @@ impl Cq {
     /// the completion is dropped and logged (as a hardware CQ overrun is an async error).
     pub fn new(depth: usize) -> Self {
         let (tx, rx) = crossbeam_channel::bounded(depth.max(1));
-        Cq { tx, rx }
+        Cq {
+            tx,
+            rx,
+            driver: Arc::new(std::sync::OnceLock::new()),
+        }
+    }
+
+    /// Run to completion: whenever this queue is polled or waited on while empty, it runs
+    /// `driver` (e.g. a driven DPDK worker's poll, `dataplane::Driver::poll`) before looking
+    /// again, so the thread that reaps completions is the one that produces them (no hand-off
+    /// to a worker thread). Set once; later calls are ignored.
+    pub fn drive_with(&self, driver: CqDriver) {
+        let _ = self.driver.set(driver);
     }
 
     /// Take up to `max` completions without waiting (`ibv_poll_cq`).
     pub fn poll(&self, max: usize) -> Vec<WorkCompletion> {
+        if self.rx.is_empty() {
+            self.drive();
+        }
         self.rx.try_iter().take(max).collect()
     }
 
     /// Take one completion without waiting.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
+        if let Ok(wc) = self.rx.try_recv() {
+            return Some(wc);
+        }
+        self.drive();
         self.rx.try_recv().ok()
     }
 
     /// Wait up to `timeout` for one completion.
     pub fn wait(&self, timeout: Duration) -> Option<WorkCompletion> {
-        self.rx.recv_timeout(timeout).ok()
+        let Some(d) = self.driver.get() else {
+            return self.rx.recv_timeout(timeout).ok();
+        };
+        let end = Instant::now() + timeout;
+        loop {
+            if let Ok(wc) = self.rx.try_recv() {
+                return Some(wc);
+            }
+            let worked = d();
+            if Instant::now() >= end {
+                return self.rx.try_recv().ok();
+            }
+            if !worked {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// One pass of the driver, if there is one; true if it did anything.
+    pub(crate) fn drive(&self) -> bool {
+        self.driver.get().is_some_and(|d| d())
     }
 
     pub(crate) fn push(&self, wc: WorkCompletion) {
@@ -410,14 +454,23 @@ impl Qp {
         self.shared.kick();
     }
 
-    /// Wait until the stream has closed or `timeout` passed; true if closed.
+    /// Wait until the stream has closed or `timeout` passed; true if closed. With a driven
+    /// send CQ ([`Cq::drive_with`]) the wait runs the driver.
     pub fn wait_closed(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         while Instant::now() < end {
             if self.is_closed() {
                 return true;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            if !self.shared.send_cq.drive() {
+                std::thread::sleep(Duration::from_micros(
+                    if self.shared.send_cq.driver.get().is_some() {
+                        0
+                    } else {
+                        1000
+                    },
+                ));
+            }
         }
         self.is_closed()
     }

@@ -28,7 +28,9 @@ use dpwarp::verbs::{
     WcStatus,
 };
 
-use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
+use crate::dpperf::{
+    backend, log_device_stats, start_dpdk_with, AnyListener, AnyRequest, Backend, Net,
+};
 
 /// perftest's protocol version we speak (sent in the version exchange).
 const PERFTEST_VERSION: &str = "6.06";
@@ -91,7 +93,15 @@ pub struct Args {
     /// Which configured DPDK port to use (--transport dpdk).
     #[arg(long, default_value_t = 0)]
     port_index: usize,
+    /// DPDK workers: `driven` (this tool's thread runs its worker whenever it polls a CQ,
+    /// pinned to the worker's core: run to completion) or `background` (worker threads).
+    /// Default: driven for the latency tests, background for the bandwidth tests.
+    #[arg(long, value_enum)]
+    worker_mode: Option<crate::dpperf::ModeArg>,
 }
+
+/// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
+static CQ_DRIVER: std::sync::OnceLock<dpwarp::verbs::CqDriver> = std::sync::OnceLock::new();
 
 /// The client's report (`struct bw_report_data` fields exchanged by `xchg_bw_reports`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -151,7 +161,16 @@ pub fn run(mut a: Args) -> Result<(), String> {
         if addr.is_some_and(|s| s.is_ipv6()) {
             return Err("the DPDK dataplane is IPv4 only".into());
         }
-        let (dp, ep) = start_dpdk(config, a.port_index)?;
+        let mode = a.worker_mode.unwrap_or(if a.test.ends_with("_lat") {
+            crate::dpperf::ModeArg::Driven
+        } else {
+            crate::dpperf::ModeArg::Background
+        });
+        let (dp, ep) = start_dpdk_with(config, a.port_index, mode.into())?;
+        if ep.is_driven() {
+            let e = ep.clone();
+            let _ = CQ_DRIVER.set(std::sync::Arc::new(move || e.poll()));
+        }
         // perftest's client starts connecting at once; on DPDK the port's link must be up first.
         let up = Duration::from_secs(30);
         if addr.is_some() && !dp.wait_link_up(up) {
@@ -211,6 +230,9 @@ struct Ep {
 fn endpoint(dev: &Device, recvs: usize) -> Ep {
     let pd = dev.alloc_pd();
     let cq = Cq::new(4096);
+    if let Some(d) = CQ_DRIVER.get() {
+        cq.drive_with(d.clone());
+    }
     let qp = Qp::new(
         &pd,
         &QpInitAttr {
@@ -1144,8 +1166,14 @@ fn write_lat_loop(
                 if ep.qp.is_closed() || Instant::now() > end {
                     return Err(format!("write_lat: iteration {rcnt} never arrived"));
                 }
-                // The machine is shared (and the peer may be a VM): poll, but give the CPU away.
-                std::thread::yield_now();
+                // Driven DPDK worker: run it (the Write lands only when it does). Otherwise
+                // the machine is shared (and the peer may be a VM): poll, but give the CPU away.
+                match CQ_DRIVER.get() {
+                    Some(d) => {
+                        d();
+                    }
+                    None => std::thread::yield_now(),
+                }
             }
         }
         if scnt < iters {
