@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
 
 use crate::dpperf::{self as perf, AnyRequest, Net};
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::Dataplane;
+#[cfg(feature = "dpdk")]
+use dpwarp::dataplane::Dataplane;
 use dpwarp::mpa::Negotiated;
 use dpwarp::transport::memlink;
 use dpwarp::verbs::{
@@ -104,7 +108,7 @@ pub fn run(a: Args) -> Result<(), String> {
     );
 
     // The dataplane (kept running until the end) and, for the perf run, where to connect.
-    let mut dp: Option<dpwarp::dataplane::Dataplane> = None;
+    let mut dp: Option<Dataplane> = None;
     let mut perf_nets: Option<(Net, Net, SocketAddr)> = None;
     let (server_side, client_transport): (ServerSide, ClientSide) = match transport.as_str() {
         "kernel" => {
@@ -139,7 +143,7 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         "dpdk" => {
             let cfg = dpwarp::config::DataplaneConfig::load(&a.config)?;
-            let d = dpwarp::dataplane::Dataplane::start(&cfg).map_err(|e| e.to_string())?;
+            let d = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
             let (sep, cep) = match (d.endpoint(0), d.endpoint(1)) {
                 (Some(s), Some(c)) => (s, c),
                 _ => return Err(format!("{}: the demo needs two ports", a.config.display())),

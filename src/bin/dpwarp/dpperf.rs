@@ -10,8 +10,11 @@ use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::{Dataplane, DpConnRequest, DpListener, Endpoint};
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::config::DataplaneConfig;
+#[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{Dataplane, DpConnRequest, DpListener, Endpoint};
 use dpwarp::mpa::{Negotiated, PeerRequest};
 use dpwarp::verbs::{
