@@ -1,8 +1,8 @@
 //! dpwarp's own DPDK FFI and safe wrappers (DPDK 22.11 LTS, linked dynamically).
 //!
 //! `build.rs` compiles `csrc/shim.c` (the static-inline fast path and port setup) and generates
-//! bindings for `csrc/shim.h` only. This module and the memory-region code are the only places
-//! with `unsafe`; every block says why it is sound.
+//! bindings for `csrc/shim.h` only. This module is the only place with `unsafe` (the crate root
+//! denies it everywhere else); every block says why it is sound.
 //!
 //! Resource model (see docs/dataplane.md):
 //! - [`Eal`]: one per process. `rte_eal_init` fails with EALREADY on a second call, even after

@@ -1,6 +1,4 @@
 //! MPA connection startup (RFC 5044 §7, RFC 6581 §5-§10), sans-IO.
-//!
-//! CONTRACT (fixed by the integrator; the MPA helper implements, may add items).
 
 use crate::wire::mpa::{
     EnhancedData, Frame, FrameKind, FrameRepr, ENHANCED_DATA_LEN, HEADER_LEN, IRD_ORD_MASK,

@@ -1,7 +1,5 @@
 //! The sans-IO queue-pair engine: RDMAP over DDP (RFC 5040, RFC 5041).
 //!
-//! CONTRACT (fixed by the integrator; the RDMA helper implements, may add items).
-//!
 //! Behaviour the connection layer relies on:
 //! - Local SGEs are validated at post time (lkey valid, same PD, bounds; LOCAL_WRITE for receive
 //!   buffers and Read sinks): a bad SGE is refused with `PostError::Invalid` and nothing is queued.

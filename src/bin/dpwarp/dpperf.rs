@@ -97,7 +97,7 @@ pub enum Backend {
     Dpdk(PathBuf),
 }
 
-/// Resolve `--transport`/`--config` the way every tool does (issue 4: DPDK is the default).
+/// Resolve `--transport`/`--config` the way every tool does (DPDK is the default).
 ///
 /// - `--transport` falls back to `$DPWARP_TRANSPORT` (as the demo's does), then `dpdk`.
 /// - For dpdk, `--config` falls back to `$DPWARP_CONFIG`; with neither the tool stops with an
@@ -478,8 +478,7 @@ fn fill_lat(r: &mut PerfResult, lat: &mut [f64]) {
     if lat.is_empty() {
         return;
     }
-    // Drop the first 1% as warm-up (perftest discards nothing, but its first iteration includes
-    // connection-time effects too; we state it in docs/dataplane.md).
+    // Every sample counts, the first iterations included: perftest drops no warm-up either.
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
     r.lat_min = lat[0];
@@ -778,7 +777,7 @@ pub fn rping_client(
     net.connect(addr, &qp, &p)
         .map_err(|e| format!("connect {addr}: {e}"))?;
     // Linux siw 6.1 can leave an FPDU that arrives right after its MPA Reply unprocessed until
-    // more data comes (shared/peer/README.md, defect 2): give it a moment first.
+    // more data comes (docs/interop.md, siw defect 2): give it a moment first.
     std::thread::sleep(Duration::from_millis(300));
     let info = |mr: &dpwarp::verbs::Mr| {
         let mut v = mr.addr().to_be_bytes().to_vec();
