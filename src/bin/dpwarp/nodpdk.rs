@@ -1,11 +1,12 @@
 //! Stand-ins for the DPDK dataplane types when dpwarp is built without the `dpdk` cargo feature.
 //!
 //! The tools keep one code path for both transports (`--transport kernel|dpdk`); without the
-//! feature the library has no `dataplane` module, so the tools import these instead. Their
-//! handles are uninhabited: [`Dataplane::start`] is the only way to get one and it always fails
-//! with [`NoDpdk`] ("built without the dpdk feature"), so every method below is unreachable and
-//! the compiler proves it (`match self.0 {}`). A config is still loaded and checked first, so a
-//! typo is reported before the missing feature.
+//! feature the library has no `dataplane` module, so the tools import these instead. Every
+//! handle holds a private [`Infallible`], so none can exist: [`Dataplane::start`], the only way
+//! to get one, always fails with [`NoDpdk`] ("built without the dpdk feature"), and every method
+//! below is unreachable, which the compiler checks (`match self.0 {}`). The field is private so
+//! that the tools' own code is not flagged as unreachable. A config is still loaded and checked
+//! first, so a typo is reported before the missing feature.
 
 use std::convert::Infallible;
 use std::fmt;
