@@ -1,8 +1,8 @@
 //! The RPC-over-RDMA server framework.
 //!
 //! Connections arrive over kernel TCP ([`RdmaServer::listen`], the driver thread of `cm` moves
-//! the bytes) or the DPDK dataplane (`RdmaServer::listen_dp`, feature `dpdk`: a poll-mode worker moves them);
-//! after the MPA exchange both are served alike. Every accepted connection gets a thread that
+//! the bytes) or the DPDK dataplane (`RdmaServer::listen_dp`, feature `dpdk`: a poll-mode worker
+//! moves them); after the MPA exchange both are served alike. Every accepted connection gets a thread that
 //! polls its receive and send CQs. A received message is copied out of its buffer, the buffer
 //! re-posted at once (its credit replenished), and the message handled to completion:
 //!
