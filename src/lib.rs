@@ -9,22 +9,36 @@
 //! - [`conn`]: one iWARP connection: MPA startup, then FPDUs carrying the QP engine's ULPDUs.
 //! - [`transport`]: the byte-stream trait and its backends (kernel TCP, in-memory link).
 //! - [`verbs`] and [`cm`]: the ibverbs / rdma_cm shaped safe API applications use.
-//! - [`dpdk`], [`dataplane`], [`config`]: the DPDK FFI, the smoltcp-on-DPDK poll-mode workers
-//!   that run connections to completion, and their TOML configuration (`docs/dataplane.md`).
+//! - `dpdk`, `dataplane` (cargo feature `dpdk`, on by default) and [`config`]: the DPDK FFI,
+//!   the smoltcp-on-DPDK poll-mode workers that run connections to completion, and their TOML
+//!   configuration (`docs/dataplane.md`). Everything else builds without DPDK.
 //! - [`rpc`]: RPC-over-RDMA (server framework, client, block-storage program) and the ONC RPC
 //!   over TCP baseline.
+//! - [`capture`]: offline pcap analysis (RFC 5044 App. A FPDU alignment).
+//! - [`wake`]: the eventfd with which the verbs layer wakes a connection driver.
+//!
+//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence): the protocol core,
+//! memory regions and transports are safe Rust.
+#![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod affinity;
+pub mod capture;
 pub mod cm;
 pub mod config;
 pub mod conn;
 pub mod crc;
+#[cfg(feature = "dpdk")]
 pub mod dataplane;
+// The FFI fence: the only module that allows `unsafe` (its own `#![allow(unsafe_code)]`, every
+// block with a `// SAFETY:` comment).
+#[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod mpa;
 pub mod rdma;
 pub mod rpc;
 pub mod transport;
 pub mod verbs;
+pub mod wake;
 pub mod wire;

@@ -147,7 +147,7 @@ fn streaming_writes_keep_segments_on_fpdu_boundaries() {
     drop(dp); // stops the ports: the pcap PMD flushes and closes its file
 
     let bytes = std::fs::read(&pcap).expect("the capture was written");
-    let a = dpwarp::dataplane::align::analyse(&bytes, 1 << 28).unwrap();
+    let a = dpwarp::capture::analyse(&bytes, 1 << 28).unwrap();
     eprintln!(
         "{} of {} data segments begin with an FPDU header ({:.2} %)",
         a.aligned,

@@ -37,7 +37,7 @@ fn pcap_capture_decodes_as_iwarp_and_segments_start_with_fpdus() {
     );
 
     let bytes = std::fs::read(&pcap).expect("the capture was written");
-    let a = dpwarp::dataplane::align::analyse(&bytes, 1 << 28).unwrap();
+    let a = dpwarp::capture::analyse(&bytes, 1 << 28).unwrap();
     assert!(a.data_segments > 100, "{a:?}");
     assert_eq!(a.skipped_flows, 0, "{a:?}");
     assert!(a.fraction() >= 0.95, "{a:?}");

@@ -129,14 +129,22 @@ fn rfc5040_s5_3_send_variants_gather_and_scatter() {
     let mut p = Pair::new();
     let src = p.a.mem.register(p.a.pd, 10_000, Access::LOCAL_WRITE);
     src.write_at(0, &pattern(1, 10_000));
-    let r1 = p.b.mem.register(p.b.pd, 3000, Access::LOCAL_WRITE);
-    let r2 = p.b.mem.register(p.b.pd, 6000, Access::LOCAL_WRITE);
+    // Each receive scatters over its own two regions, so no later Send overwrites what an
+    // earlier one placed before it is checked.
+    let bufs: Vec<(Mr, Mr)> = (0..4)
+        .map(|_| {
+            (
+                p.b.mem.register(p.b.pd, 3000, Access::LOCAL_WRITE),
+                p.b.mem.register(p.b.pd, 6000, Access::LOCAL_WRITE),
+            )
+        })
+        .collect();
     let inv = p.b.mem.register(p.b.pd, 64, RW);
-    for id in 0..4 {
+    for (id, (r1, r2)) in bufs.iter().enumerate() {
         p.b.qp
             .post_recv(RecvWr {
-                wr_id: id,
-                sg_list: vec![sge(&r1, 0, 1000), sge(&r2, 0, 6000)],
+                wr_id: id as u64,
+                sg_list: vec![sge(r1, 0, 1000), sge(r2, 0, 6000)],
             })
             .unwrap();
     }
@@ -178,13 +186,16 @@ fn rfc5040_s5_3_send_variants_gather_and_scatter() {
     assert_eq!((b[1].byte_len, b[1].solicited), (0, true));
     assert_eq!(b[2].invalidated_rkey, Some(inv.stag()));
     assert!(inv.is_invalidated());
+    // Gathered from two SGEs, scattered over the first receive's two regions (1000 + 3100).
     let mut expect = pattern(1, 100);
     expect.extend_from_slice(&pattern(1, 10_000)[5000..9000]);
+    let (r1, r2) = &bufs[0];
     let mut got = r1.to_vec()[..1000].to_vec();
     got.extend_from_slice(&r2.to_vec()[..3100]);
-    // the third Send overwrote the first 10 bytes of r1
-    expect[..10].copy_from_slice(&pattern(1, 10));
     assert_eq!(got, expect);
+    // The Send with Invalidate placed its 10 bytes in the third receive's first region.
+    assert_eq!(b[2].byte_len, 10);
+    assert_eq!(bufs[2].0.to_vec()[..10], pattern(1, 10)[..]);
     // Send with SE and Invalidate of the already invalidated STag: TERMINATE.
     assert_eq!(
         sent_term(&evs(&mut p.b.qp)),

@@ -155,6 +155,7 @@ fn compare_json(transport: Option<&str>) -> serde_json::Value {
 
 /// The default: the RDMA side over the DPDK dataplane (configs/net_ring.toml, server and client
 /// in this one process; its own EAL as a child process), the TCP baseline on the kernel.
+#[cfg(feature = "dpdk")]
 #[test]
 fn rpc_bench_compare_json_prints_the_five_figures_over_dpdk_by_default() {
     let v = compare_json(None);
@@ -225,5 +226,44 @@ fn dpdk_without_a_dataplane_config_is_refused_clearly() {
     .unwrap();
     let e = dpwarp_fails(&dir, &["rpc-server", "--config", cfg.to_str().unwrap()]);
     assert!(e.contains("not the address of dataplane port 0"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Built without the `dpdk` feature, every tool's dpdk transport (the default) stops with a
+/// clear error after checking its config (a config typo is still reported as such).
+#[cfg(not(feature = "dpdk"))]
+#[test]
+fn dpdk_transport_in_a_build_without_dpdk_says_so() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = std::env::temp_dir().join(format!("dpwarp-rpc-cli-nodpdk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ring = format!("{root}/configs/net_ring.toml");
+    for args in [
+        vec!["demo", "--transport", "dpdk", "--config", ring.as_str()],
+        vec!["rpc-bench", "--seconds", "0.1", "--config", ring.as_str()],
+        vec!["perf", "write_bw", "--config", ring.as_str()],
+        vec!["rping", "-s", "--config", ring.as_str()],
+        vec!["dpperf", "--server", "--config", ring.as_str()],
+    ] {
+        let e = dpwarp_fails(&dir, &args);
+        assert!(
+            e.contains("built without the dpdk feature"),
+            "{args:?}: {e}"
+        );
+    }
+    let cfg = dir.join("rpc.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"0.0.0.0:20049\"\ndataplane = \"{ring}\"\n\
+             [store]\nkind = \"memory\"\nsize = 4096\n"
+        ),
+    )
+    .unwrap();
+    let e = dpwarp_fails(&dir, &["rpc-server", "--config", cfg.to_str().unwrap()]);
+    assert!(e.contains("built without the dpdk feature"), "{e}");
+    // The config is still checked first.
+    let e = dpwarp_fails(&dir, &["perf", "write_bw", "--config", "/nonexistent.toml"]);
+    assert!(!e.contains("built without"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,8 @@
 //!   does not take stay queued. When the queue holds `tx_max` frames, `transmit` (and `receive`,
 //!   which must also return a tx token) says "not now": smoltcp keeps the data in its socket
 //!   buffer and tries on the next poll. Nothing is dropped on a full tx ring, which matters
-//!   because smoltcp's minimum retransmission timeout is 1 s (docs/dataplane.md).
+//!   because a lost segment costs a retransmission timeout (smoltcp: 700 ms initially, never below
+//!   10 ms; docs/dataplane.md).
 //! - Checksums (config `checksum`, see [`plan`] and docs/dataplane.md): the IPv4 header and TCP
 //!   checksums the port's PMD offers to handle are offloaded to it (`auto`, the default, or
 //!   `offload`); smoltcp computes and verifies the rest in software. Offloaded on tx: smoltcp

@@ -14,7 +14,6 @@
 //! worker *i*. NICs that spread flows by RSS would need flow steering (not done; one queue per
 //! port is the tested setup for those).
 
-pub mod align;
 pub mod device;
 mod worker;
 

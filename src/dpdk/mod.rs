@@ -1,8 +1,8 @@
 //! dpwarp's own DPDK FFI and safe wrappers (DPDK 22.11 LTS, linked dynamically).
 //!
 //! `build.rs` compiles `csrc/shim.c` (the static-inline fast path and port setup) and generates
-//! bindings for `csrc/shim.h` only. This module and the memory-region code are the only places
-//! with `unsafe`; every block says why it is sound.
+//! bindings for `csrc/shim.h` only. This module is the only place with `unsafe` (the crate root
+//! denies it everywhere else); every block says why it is sound.
 //!
 //! Resource model (see docs/dataplane.md):
 //! - [`Eal`]: one per process. `rte_eal_init` fails with EALREADY on a second call, even after
@@ -124,26 +124,7 @@ pub struct Eal {
     cpus: Vec<usize>,
 }
 
-/// The CPUs the calling thread may run on (`sched_getaffinity`); empty if unknown.
-pub fn thread_cpus() -> Vec<usize> {
-    match rustix::thread::sched_getaffinity(None) {
-        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
-            .filter(|&c| set.is_set(c))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// Restrict the calling thread to `cpus` (`sched_setaffinity`).
-pub fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
-    let mut set = rustix::thread::CpuSet::new();
-    for &c in cpus {
-        if c < rustix::thread::CpuSet::MAX_CPU {
-            set.set(c);
-        }
-    }
-    rustix::thread::sched_setaffinity(None, &set).map_err(std::io::Error::from)
-}
+pub use crate::affinity::{set_thread_cpus, thread_cpus};
 
 /// The calling thread's DPDK lcore id, None for a thread DPDK does not know (`LCORE_ID_ANY`).
 pub fn lcore_id() -> Option<u32> {

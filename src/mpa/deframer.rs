@@ -1,4 +1,6 @@
-//! Streaming FPDU deframer (RFC 5044 §4, §5, §8). CONTRACT (fixed by the integrator).
+//! Streaming FPDU deframer (RFC 5044 §4, §5, §8): bytes in any segmentation in, verified
+//! ULPDUs out in order (markers stripped, length and CRC checked); an error maps to its RFC 5044
+//! §8 TERMINATE cause and stops the stream.
 
 use crate::crc;
 use crate::wire::fpdu::{fpdu_len, pad_len, CRC_LEN, HEADER_LEN, MARKER_INTERVAL, MARKER_LEN};

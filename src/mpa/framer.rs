@@ -1,4 +1,5 @@
-//! FPDU framer (RFC 5044 §4, §5, App. A). CONTRACT (fixed by the integrator).
+//! FPDU framer (RFC 5044 §4, §5, App. A): ULPDUs in, FPDUs out (length, pad, CRC32c or a zero
+//! CRC field, markers when negotiated), sized so each FPDU fits one TCP segment.
 
 use crate::crc;
 use crate::wire::fpdu::{pad_len, CRC_LEN, MARKER_INTERVAL, MARKER_LEN, OVERHEAD};

@@ -8,5 +8,5 @@ pub mod startup;
 pub use deframer::{DeframeError, Deframer};
 pub use framer::Framer;
 pub use startup::{
-    MpaConfig, Negotiated, PeerRequest, Role, RtrSet, Startup, StartupError, StartupEvent,
+    MpaConfig, Negotiated, PeerRequest, Role, RtrKind, RtrSet, Startup, StartupError, StartupEvent,
 };

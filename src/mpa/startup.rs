@@ -1,8 +1,5 @@
 //! MPA connection startup (RFC 5044 §7, RFC 6581 §5-§10), sans-IO.
-//!
-//! CONTRACT (fixed by the integrator; the MPA helper implements, may add items).
 
-use crate::rdma::RtrKind;
 use crate::wire::mpa::{
     EnhancedData, Frame, FrameKind, FrameRepr, ENHANCED_DATA_LEN, HEADER_LEN, IRD_ORD_MASK,
     IRD_ORD_ULP, MAX_PRIVATE_DATA, REP_KEY, REQ_KEY,
@@ -19,6 +16,19 @@ pub enum Role {
     /// Waits for the MPA Request and answers with a Reply or Reject (RFC 5044 §7.1, the
     /// passive side).
     Responder,
+}
+
+/// RFC 6581 §9.2 Ready-To-Receive indication kinds: the zero-length message the initiator sends
+/// after the MPA exchange. Negotiated here (flags B/C/D of the enhanced data); sent and checked
+/// by the QP engine (`rdma::QpEngine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtrKind {
+    /// Zero-length FULPDU Send (flag B).
+    Send,
+    /// Zero-length RDMA Write (flag C).
+    Write,
+    /// Zero-length RDMA Read (flag D).
+    Read,
 }
 
 /// RFC 6581 §9 flags B/C/D: which RTR indications are offered / supported.

@@ -1,6 +1,5 @@
 //! Protection domains and memory regions (STag validation: RFC 5040 §7.2, RFC 5041 §7; security: RFC 5040 §8.1, RFC 5042).
 //!
-//! CONTRACT (fixed by the integrator; the RDMA helper implements the bodies, may add items).
 //! `MemoryTable` is a cheap `Clone` handle (Arc inside), `Send + Sync`: the application registers
 //! regions while the QP engines (possibly on other threads) place data into them.
 //! STag = (index << 8) | key, with the key byte random (RFC 5040 §8.1, RFC 5042 §5.1.2: STags must not be guessable).
@@ -113,7 +112,7 @@ struct Inner {
 /// Largest STag index (24 bits).
 const MAX_INDEX: usize = (1 << 24) - 1;
 
-/// The table of registered regions shared by a device's QPs. CONTRACT signatures below.
+/// The table of registered regions shared by a device's QPs.
 #[derive(Clone)]
 pub struct MemoryTable {
     inner: Arc<Inner>,

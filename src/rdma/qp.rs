@@ -1,7 +1,5 @@
 //! The sans-IO queue-pair engine: RDMAP over DDP (RFC 5040, RFC 5041).
 //!
-//! CONTRACT (fixed by the integrator; the RDMA helper implements, may add items).
-//!
 //! Behaviour the connection layer relies on:
 //! - Local SGEs are validated at post time (lkey valid, same PD, bounds; LOCAL_WRITE for receive
 //!   buffers and Read sinks): a bad SGE is refused with `PostError::Invalid` and nothing is queued.
@@ -20,6 +18,7 @@ use std::collections::VecDeque;
 
 use super::memory::{Access, MemoryError, MemoryTable, PdId};
 use super::wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use crate::mpa::RtrKind;
 use crate::wire::ddp::{
     BufferRepr, HeaderRepr, Segment, DDP_VERSION, QN_READ_REQUEST, QN_SEND, QN_TERMINATE,
     TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN,
@@ -29,17 +28,6 @@ use crate::wire::rdmap::{
     RDMAP_VERSION,
 };
 use crate::wire::terminate::{BitOrder, TermCause};
-
-/// RFC 6581 §9.2 Ready-To-Receive indication kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RtrKind {
-    /// Zero-length FULPDU Send (flag B).
-    Send,
-    /// Zero-length RDMA Write (flag C).
-    Write,
-    /// Zero-length RDMA Read (flag D).
-    Read,
-}
 
 /// The QP's role in peer-to-peer RTR exchange (RFC 6581 §9.2, §9.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,5 @@
 //! Work requests and work completions, shaped like ibverbs' `ibv_send_wr` / `ibv_recv_wr` /
 //! `ibv_wc` (RFC 5040 §5, §7 describe the operations; RFC 7306 is not implemented).
-//!
-//! CONTRACT (fixed by the integrator; helpers may add variants/fields but not rename).
 
 /// One scatter/gather element: `length` bytes at absolute address `addr` inside the local memory
 /// region whose STag is `lkey` (addresses are the region's `Mr::addr()` based, like verbs VAs).

@@ -14,13 +14,14 @@
 //!   no grant, even 1, can deadlock.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::endpoint::Endpoint;
 use super::program::{Body, Piece};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{self, CmError, ConnParam};
+#[cfg(feature = "dpdk")]
 use crate::dataplane::Endpoint as DpEndpoint;
 use crate::mpa::Negotiated;
 use crate::transport::kernel::KernelTcp;
@@ -259,9 +260,10 @@ impl RdmaClient {
     /// Connect through a DPDK dataplane endpoint to `remote` (the server's address on the
     /// dataplane), then run CONFIG_RDMA if configured. Everything after the MPA exchange is
     /// the same as over kernel TCP.
+    #[cfg(feature = "dpdk")]
     pub fn connect_dp(
         ep: &DpEndpoint,
-        remote: SocketAddrV4,
+        remote: std::net::SocketAddrV4,
         cfg: ClientConfig,
     ) -> Result<Self, RpcError> {
         Self::connect_with(cfg, |qp, p| ep.connect(remote, qp, p))

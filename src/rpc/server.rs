@@ -1,8 +1,8 @@
 //! The RPC-over-RDMA server framework.
 //!
 //! Connections arrive over kernel TCP ([`RdmaServer::listen`], the driver thread of `cm` moves
-//! the bytes) or the DPDK dataplane ([`RdmaServer::listen_dp`], a poll-mode worker moves them);
-//! after the MPA exchange both are served alike. Every accepted connection gets a thread that
+//! the bytes) or the DPDK dataplane (`RdmaServer::listen_dp`, feature `dpdk`: a poll-mode worker
+//! moves them); after the MPA exchange both are served alike. Every accepted connection gets a thread that
 //! polls its receive and send CQs. A received message is copied out of its buffer, the buffer
 //! re-posted at once (its credit replenished), and the message handled to completion:
 //!
@@ -30,6 +30,7 @@ use super::endpoint::{Endpoint, Res};
 use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest};
+#[cfg(feature = "dpdk")]
 use crate::dataplane::{DpConnRequest, Endpoint as DpEndpoint};
 use crate::mpa::Negotiated;
 use crate::transport::kernel::{KernelListener, KernelTcp};
@@ -246,6 +247,7 @@ impl RdmaServer {
     /// [`RdmaServer::serve_request`] for a connection request that arrived on the DPDK
     /// dataplane ([`crate::dataplane::DpListener::get_request`]): the same credit admission,
     /// buffers and request path; only the MPA accept/reject goes through the dataplane worker.
+    #[cfg(feature = "dpdk")]
     pub fn serve_dp_request(&self, req: DpConnRequest) -> Result<JoinHandle<()>, RpcError> {
         let Some(credits) = self.pool.join() else {
             log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
@@ -258,6 +260,7 @@ impl RdmaServer {
     /// Listen on `port` of a DPDK dataplane endpoint and serve until stopped (the dataplane
     /// counterpart of [`RdmaServer::listen`]). Each request is accepted on its own thread, so a
     /// slow MPA exchange does not hold up the accept loop.
+    #[cfg(feature = "dpdk")]
     pub fn listen_dp(&self, ep: &DpEndpoint, port: u16) -> Result<ServerHandle, RpcError> {
         let listener = ep.listen(port)?;
         let addr = listener.local_addr();

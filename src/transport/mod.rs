@@ -2,10 +2,10 @@
 //! in-memory link with fault injection.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-use rustix::event::{eventfd, EventfdFlags};
+/// Re-exported: [`Transport::wait_readable_or_woken`] takes one.
+pub use crate::wake::Wakeup;
 
 pub mod kernel;
 pub mod memlink;
@@ -30,38 +30,5 @@ pub trait Transport: Send {
     fn wait_readable_or_woken(&mut self, timeout: Duration, wake: &Wakeup) -> io::Result<()> {
         let _ = wake;
         self.wait_readable(timeout.min(Duration::from_micros(200)))
-    }
-}
-
-/// Wakes a connection driver that sleeps in [`Transport::wait_readable_or_woken`]: an eventfd
-/// the driver polls together with its socket, so work posted by the application goes out at
-/// once instead of after the driver's idle timeout.
-#[derive(Debug)]
-pub struct Wakeup {
-    fd: OwnedFd,
-}
-
-impl Wakeup {
-    /// A fresh, non-blocking eventfd.
-    pub fn new() -> io::Result<Wakeup> {
-        let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
-        Ok(Wakeup { fd })
-    }
-
-    /// Make the waiter's poll return (cheap; repeated notifications coalesce).
-    pub fn notify(&self) {
-        // EAGAIN only when the counter is saturated, which still leaves it readable.
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
-    }
-
-    /// Clear pending notifications (after waking).
-    pub fn drain(&self) {
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(&self.fd, &mut b);
-    }
-
-    /// The descriptor to poll for readability.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 }

@@ -26,7 +26,7 @@ pub use crate::rdma::{
     Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr, SendWr, Sge,
     WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::transport::Wakeup;
+use crate::wake::Wakeup;
 use crate::wire::terminate::TermCause;
 
 /// A software RNIC instance (`ibv_context`): owns the memory-region table its QPs place into.

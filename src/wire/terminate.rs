@@ -1,8 +1,6 @@
 //! RDMAP TERMINATE message (RFC 5040 §4.8) and its error codes (RFC 5040 §7, RFC 5041 §7,
 //! RFC 5044 §8 / RFC 6580, RFC 6581 §8).
 //!
-//! CONTRACT (fixed by the integrator; the RDMA helper implements, may add items).
-//!
 //! The first four octets of a TERMINATE header are the Terminate Control field (Layer, EType,
 //! Error Code, HdrCt M/D/R) and 13 reserved bits. [`TermControl`] encodes them in RFC order and
 //! decodes tolerantly: Linux siw emits them as little-endian bitfields (nibbles of the first octet
@@ -310,7 +308,7 @@ mod tests {
         assert_eq!(TermControl::parse(&c.emit()).unwrap(), (c, BitOrder::Rfc));
     }
 
-    /// siw sends a CRC error as `02 02 00 00` (shared/peer/README.md).
+    /// siw sends a CRC error as `02 02 00 00` (docs/interop.md, "What siw 6.1 does on the wire").
     #[test]
     fn rfc5040_s4_8_siw_order_crc_error_is_decoded() {
         let (c, o) = TermControl::parse(&[0x02, 0x02, 0x00, 0x00]).unwrap();

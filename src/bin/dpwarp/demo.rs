@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
 
 use crate::dpperf::{self as perf, AnyRequest, Net};
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::Dataplane;
+#[cfg(feature = "dpdk")]
+use dpwarp::dataplane::Dataplane;
 use dpwarp::mpa::Negotiated;
 use dpwarp::transport::memlink;
 use dpwarp::verbs::{
@@ -104,7 +108,7 @@ pub fn run(a: Args) -> Result<(), String> {
     );
 
     // The dataplane (kept running until the end) and, for the perf run, where to connect.
-    let mut dp: Option<dpwarp::dataplane::Dataplane> = None;
+    let mut dp: Option<Dataplane> = None;
     let mut perf_nets: Option<(Net, Net, SocketAddr)> = None;
     let (server_side, client_transport): (ServerSide, ClientSide) = match transport.as_str() {
         "kernel" => {
@@ -139,7 +143,7 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         "dpdk" => {
             let cfg = dpwarp::config::DataplaneConfig::load(&a.config)?;
-            let d = dpwarp::dataplane::Dataplane::start(&cfg).map_err(|e| e.to_string())?;
+            let d = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
             let (sep, cep) = match (d.endpoint(0), d.endpoint(1)) {
                 (Some(s), Some(c)) => (s, c),
                 _ => return Err(format!("{}: the demo needs two ports", a.config.display())),
@@ -185,13 +189,16 @@ pub fn run(a: Args) -> Result<(), String> {
         );
         // The second half holds data for the client's RDMA Read.
         target.write_at(size, &pattern(0x5a, size));
+        // One buffer per receive: the client's "done" Send may land while this thread is still
+        // checking the first Send's payload, so the two must not share memory.
         let rbuf = pd.reg_mr(size, Access::LOCAL_WRITE);
+        let done_buf = pd.reg_mr(size, Access::LOCAL_WRITE);
         // Receive buffers go up before accepting, so the client's first Send finds one.
         let qp = Qp::new(&pd, &attr);
-        for id in 0..2u64 {
+        for (id, buf) in [(0u64, &rbuf), (1, &done_buf)] {
             qp.post_recv(RecvWr {
                 wr_id: id,
-                sg_list: vec![sge(&rbuf, 0, size)],
+                sg_list: vec![sge(buf, 0, size)],
             })
             .map_err(|e| format!("server post_recv: {e}"))?;
         }
@@ -215,6 +222,12 @@ pub fn run(a: Args) -> Result<(), String> {
         .map_err(|e| format!("server accept: {e}"))?;
         // 1. The client's Send.
         let wc = wait_wc(&cq, "server receive of the Send")?;
+        if wc.wr_id != 0 {
+            return Err(format!(
+                "server: Send completed receive {} (expected 0)",
+                wc.wr_id
+            ));
+        }
         let mut got = vec![0u8; wc.byte_len as usize];
         rbuf.read_at(0, &mut got);
         if got != pattern(0x11, size) {
@@ -224,7 +237,7 @@ pub fn run(a: Args) -> Result<(), String> {
         // 2. The client's "done" Send after its Write and Read: verify the Write landed.
         let wc = wait_wc(&cq, "server receive of the done message")?;
         let mut done = vec![0u8; wc.byte_len as usize];
-        rbuf.read_at(0, &mut done);
+        done_buf.read_at(0, &mut done);
         if done != b"done" {
             return Err(format!("server: unexpected final message {done:?}"));
         }

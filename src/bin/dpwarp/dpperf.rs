@@ -10,8 +10,11 @@ use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::config::DataplaneConfig;
+#[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
 use dpwarp::mpa::{Negotiated, PeerRequest};
 use dpwarp::verbs::{
@@ -109,7 +112,7 @@ pub enum Backend {
     Dpdk(PathBuf),
 }
 
-/// Resolve `--transport`/`--config` the way every tool does (issue 4: DPDK is the default).
+/// Resolve `--transport`/`--config` the way every tool does (DPDK is the default).
 ///
 /// - `--transport` falls back to `$DPWARP_TRANSPORT` (as the demo's does), then `dpdk`.
 /// - For dpdk, `--config` falls back to `$DPWARP_CONFIG`; with neither the tool stops with an
@@ -592,8 +595,7 @@ fn fill_lat(r: &mut PerfResult, lat: &mut [f64]) {
     if lat.is_empty() {
         return;
     }
-    // Drop the first 1% as warm-up (perftest discards nothing, but its first iteration includes
-    // connection-time effects too; we state it in docs/dataplane.md).
+    // Every sample counts, the first iterations included: perftest drops no warm-up either.
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
     r.lat_min = lat[0];
@@ -617,9 +619,9 @@ pub enum KernelWait {
 /// The two threads of a kernel baseline on their own CPUs (receiver/server on the first CPU
 /// of the process, sender/client on the second) when the process has two or more.
 fn pin_side(side: usize) {
-    let cpus = dpwarp::dpdk::thread_cpus();
+    let cpus = dpwarp::affinity::thread_cpus();
     if cpus.len() >= 2 {
-        let _ = dpwarp::dpdk::set_thread_cpus(&[cpus[side % cpus.len()]]);
+        let _ = dpwarp::affinity::set_thread_cpus(&[cpus[side % cpus.len()]]);
     }
 }
 
@@ -681,7 +683,7 @@ pub fn tcp_stream(size: usize, total: usize, wait: KernelWait) -> Result<PerfRes
         write_all(&mut s, b"k", wait)?;
         Ok(n)
     });
-    let old = dpwarp::dpdk::thread_cpus();
+    let old = dpwarp::affinity::thread_cpus();
     pin_side(1);
     let res = (|| -> Result<(usize, f64), String> {
         let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -699,7 +701,7 @@ pub fn tcp_stream(size: usize, total: usize, wait: KernelWait) -> Result<PerfRes
         read_exact(&mut s, &mut k, wait).map_err(|e| e.to_string())?;
         Ok((iters, t0.elapsed().as_secs_f64()))
     })();
-    let _ = dpwarp::dpdk::set_thread_cpus(&old);
+    let _ = dpwarp::affinity::set_thread_cpus(&old);
     let (iters, secs) = res?;
     let got = rx
         .join()
@@ -735,7 +737,7 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
         }
         Ok(())
     });
-    let old = dpwarp::dpdk::thread_cpus();
+    let old = dpwarp::affinity::thread_cpus();
     pin_side(1);
     let res = (|| -> Result<Vec<f64>, String> {
         let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -752,7 +754,7 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
         }
         Ok(lat)
     })();
-    let _ = dpwarp::dpdk::set_thread_cpus(&old);
+    let _ = dpwarp::affinity::set_thread_cpus(&old);
     let mut lat = res?;
     srv.join()
         .map_err(|_| "server panicked")?
@@ -1014,7 +1016,7 @@ pub fn rping_client(
     net.connect(addr, &qp, &p)
         .map_err(|e| format!("connect {addr}: {e}"))?;
     // Linux siw 6.1 can leave an FPDU that arrives right after its MPA Reply unprocessed until
-    // more data comes (shared/peer/README.md, defect 2): give it a moment first.
+    // more data comes (docs/interop.md, siw defect 2): give it a moment first.
     std::thread::sleep(Duration::from_millis(300));
     let info = |mr: &dpwarp::verbs::Mr| {
         let mut v = mr.addr().to_be_bytes().to_vec();

@@ -2,6 +2,8 @@
 
 mod demo;
 mod dpperf;
+#[cfg(not(feature = "dpdk"))]
+mod nodpdk;
 mod perf;
 mod rpc_bench;
 mod rpc_server;
@@ -56,7 +58,7 @@ fn main() {
         Cmd::TcpBaseline(a) => dpperf::run_tcp(a),
         Cmd::FpduAlign { pcap } => std::fs::read(&pcap)
             .map_err(|e| format!("{}: {e}", pcap.display()))
-            .and_then(|b| dpwarp::dataplane::align::analyse(&b, 1 << 30))
+            .and_then(|b| dpwarp::capture::analyse(&b, 1 << 30))
             .map(|r| {
                 println!(
                     "{}: {} of {} TCP data segments begin with an FPDU header ({:.1}%); {} flows skipped",

@@ -18,8 +18,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::{Dataplane, Endpoint as DpEndpoint, RdmaClientDp, RdmaServerDp};
 use dpwarp::cm::{self, ConnParam, Listener};
 use dpwarp::config::DataplaneConfig;
+#[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{Dataplane, Endpoint as DpEndpoint};
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};

@@ -12,8 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::{Dataplane, RdmaServerDp};
 use dpwarp::cm::ConnParam;
 use dpwarp::config::{parse_cidr, DataplaneConfig};
+#[cfg(feature = "dpdk")]
 use dpwarp::dataplane::Dataplane;
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;

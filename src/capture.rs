@@ -1,3 +1,5 @@
+//! Offline capture analysis (std only, no DPDK needed; `dpwarp fpdu-align FILE`).
+//!
 //! RFC 5044 App. A check on a capture: what fraction of TCP data segments begin with an FPDU
 //! header (the sender derives MULPDU from the EMSS so every FPDU fits one segment, and should
 //! start segments on FPDU boundaries; packing several FPDUs into one segment is allowed).
