@@ -254,14 +254,14 @@ impl Dataplane {
                 None => None,
             };
             log::info!(
-                "dataplane: port {} ({}, driver {}) {} mtu {} queues {} mac {:02x?}",
+                "dataplane: port {} ({}, driver {}) {} mtu {} queues {} mac {}",
                 port.id(),
                 pc.device,
                 info.driver,
                 pc.ip,
                 mtu,
                 nq,
-                mac
+                crate::config::format_mac(&mac)
             );
             log::info!(
                 "dataplane: port {} checksum = {:?}: offload {}; the rest {}",
