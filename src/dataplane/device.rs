@@ -479,12 +479,14 @@ impl Device for DpdkDevice {
                 self.stats.tx_backpressure += 1;
                 return None;
             }
-            let m = self.rx.pop()?;
-            if m.nb_segs() != 1 {
+            let mut m = self.rx.pop()?;
+            if m.nb_segs() != 1 && !m.linearize() {
                 log::warn!(
-                    "dpdk: dropping a {}-segment frame of {} bytes (pool buffers hold one frame)",
+                    "dpdk: dropping a {}-segment frame of {} bytes (first {} bytes {:02x?})",
                     m.nb_segs(),
-                    m.pkt_len()
+                    m.pkt_len(),
+                    m.data().len(),
+                    &m.data()[..m.data().len().min(40)]
                 );
                 self.stats.rx_dropped += 1;
                 continue;

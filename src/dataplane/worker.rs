@@ -36,7 +36,9 @@ use super::device::{DeviceStats, DpdkDevice};
 use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
+use crate::rdma::MIN_ULPDU_ROOM;
 use crate::verbs::{QpShared, QpSlot};
+use crate::wire::txbuf::{SliceBuf, TxBuf};
 
 /// How long an accepted TCP connection may take to deliver its MPA Request, and how long a
 /// reported request may wait for accept/reject.
@@ -820,6 +822,10 @@ impl Worker {
             c.out.clear();
             c.out_pos = 0;
             c.ends.clear();
+            if conn.can_transmit_direct() {
+                // FPDUs are framed straight into the socket below (feed_direct).
+                continue;
+            }
             conn.poll_transmit_records(&mut c.out, &mut c.ends);
             self.tx_staged += c.out.len() as u64;
             work |= !c.out.is_empty();
@@ -827,6 +833,7 @@ impl Worker {
         // smoltcp emits at most one segment per socket per egress pass: repeat until nothing
         // is left to send (bounded; the device refuses when its tx queue is full).
         let ts = st_now(self.t0);
+        let align = self.tcp.fpdu_alignment;
         for _ in 0..EGRESS_PASSES {
             let mut fed = false;
             for c in self.conns.iter_mut() {
@@ -837,10 +844,16 @@ impl Worker {
                 let n = if c.sh.is_none() {
                     // A rejecting responder: the Reply, then close.
                     feed_all(c, s)
-                } else if self.tcp.fpdu_alignment {
-                    feed_segment(c, s, self.emss)
+                } else if c.out_pos < c.out.len() {
+                    if align {
+                        feed_segment(c, s, self.emss)
+                    } else {
+                        feed_all(c, s)
+                    }
                 } else {
-                    feed_all(c, s)
+                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align);
+                    self.tx_staged += staged as u64;
+                    direct + fed
                 };
                 if n > 0 {
                     fed = true;
@@ -983,6 +996,103 @@ fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
     let orphaned = Arc::strong_count(sh) <= 2; // ours (clone) + the Conn's
     let close = conn.should_close() || sh.disconnect.load(Ordering::Acquire) || orphaned;
     (work, close)
+}
+
+/// Room for the smallest FPDU `feed_direct` frames: a [`MIN_ULPDU_ROOM`] ULPDU plus the
+/// length field, pad and CRC (RFC 5044 §4.1).
+const MIN_DIRECT_FPDU: usize = MIN_ULPDU_ROOM + 8;
+
+/// Frame the connection's next FPDUs straight into the socket's transmit ring: each ULPDU is
+/// gathered from registered memory to the place TCP sends (and retransmits) it from, the CRC
+/// computed there: one copy per payload octet before the device (docs/dataplane.md "Copies").
+///
+/// With `align` (RFC 5044 Appendix A: segments begin with an FPDU header, as `feed_segment`):
+/// only when nothing is unsent, and no more than one segment of whole FPDUs (an FPDU is cut
+/// smaller where the window or the ring's contiguous room is smaller than a full one).
+/// Where the ring wraps with less than [`MIN_DIRECT_FPDU`] contiguous, one segment's FPDUs are
+/// framed into the connection's staging buffer instead and sent from there (smoltcp gathers a
+/// segment across the wrap). Returns (octets framed into the ring, octets framed into the
+/// staging buffer, octets of those written to the ring).
+fn feed_direct(
+    c: &mut Conn,
+    s: &mut tcp::Socket<'static>,
+    emss: usize,
+    align: bool,
+) -> (usize, usize, usize) {
+    let Some(sh) = c.sh.as_ref() else {
+        return (0, 0, 0);
+    };
+    if !s.may_send() {
+        return (0, 0, 0);
+    }
+    let limit = if align {
+        if s.send_unsent() > 0 {
+            return (0, 0, 0);
+        }
+        let segment = emss.min(s.remote_mss()).max(1);
+        let room = segment.min(s.send_window_left());
+        if room < MIN_DIRECT_FPDU {
+            if s.send_queue() > 0 {
+                // Wait for the ACK that opens the window.
+                return (0, 0, 0);
+            }
+            // A window this small with nothing in flight does not grow by waiting: one small
+            // FPDU goes in and TCP sends what the window allows.
+            MIN_DIRECT_FPDU.min(segment.max(MIN_DIRECT_FPDU))
+        } else {
+            room
+        }
+    } else {
+        usize::MAX
+    };
+    let free = s.send_capacity() - s.send_queue();
+    if free < MIN_DIRECT_FPDU {
+        return (0, 0, 0);
+    }
+    let mut guard = sh.lock();
+    let QpSlot::Live(conn) = &mut *guard else {
+        return (0, 0, 0);
+    };
+    if !conn.can_transmit_direct() {
+        return (0, 0, 0);
+    }
+    let direct = s
+        .send(|ring| {
+            let n = ring.len().min(limit);
+            if n < MIN_DIRECT_FPDU {
+                return (0, 0);
+            }
+            let mut out = SliceBuf::new(&mut ring[..n]);
+            let w = conn.transmit_into(&mut out, None);
+            (w, w)
+        })
+        .unwrap_or(0);
+    if direct > 0 || s.send_queue() + MIN_DIRECT_FPDU > s.send_capacity() {
+        return (direct, 0, 0);
+    }
+    // The contiguous room before the ring wraps is too small for an FPDU: stage one
+    // segment's worth and let the ring take it across the wrap.
+    let n = limit.min(free).min(64 * 1024);
+    c.out.clear();
+    c.out.resize(n, 0);
+    c.ends.clear();
+    let w = {
+        let mut out = SliceBuf::new(&mut c.out[..]);
+        conn.transmit_into(&mut out, Some(&mut c.ends));
+        out.len()
+    };
+    c.out.truncate(w);
+    c.out_pos = 0;
+    drop(guard);
+    if w == 0 {
+        return (0, 0, 0);
+    }
+    let fed = if align {
+        feed_segment(c, s, emss)
+    } else {
+        feed_all(c, s)
+    };
+    (0, w, fed)
 }
 
 /// Without alignment (`tcp.fpdu_alignment = false`) and for a rejecting responder's Reply:

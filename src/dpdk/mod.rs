@@ -340,6 +340,14 @@ impl Mbuf {
         unsafe { sys::dpw_nb_segs(self.ptr.as_ptr()) }
     }
 
+    /// Coalesce a chained packet into its first segment (`rte_pktmbuf_linearize`): true when
+    /// the packet is (now) one segment, false when the first segment's buffer is too small.
+    pub fn linearize(&mut self) -> bool {
+        // SAFETY: we own the mbuf; rte_pktmbuf_linearize copies the later segments' data into
+        // the first one's tailroom (checking it) and frees them, or changes nothing.
+        unsafe { sys::dpw_pktmbuf_linearize(self.ptr.as_ptr()) == 0 }
+    }
+
     /// Total packet length over all segments.
     pub fn pkt_len(&self) -> u32 {
         // SAFETY: reads a field of the mbuf we own.
