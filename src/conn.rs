@@ -15,11 +15,11 @@ use crate::mpa::{
     DeframeError, Deframer, Framer, MpaConfig, Negotiated, PeerRequest, Role, Startup,
     StartupError, StartupEvent,
 };
+use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
     MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind, RtrRole,
     SendWr, WorkCompletion,
 };
-use crate::rdma::MIN_ULPDU_ROOM;
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::TxBuf;
 
@@ -269,8 +269,7 @@ impl Connection {
     /// Whether [`Connection::transmit_into`] can produce the next octets: Full MPA operation
     /// with markers off and no startup frame pending. Otherwise use `poll_transmit`.
     pub fn can_transmit_direct(&self) -> bool {
-        self.tx.is_empty()
-            && matches!(&self.data, Some(d) if !d.framer.markers_enabled())
+        self.tx.is_empty() && matches!(&self.data, Some(d) if !d.framer.markers_enabled())
     }
 
     /// Frame whole FPDUs into `out` until its room cannot hold one more of at least

@@ -143,10 +143,16 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
             break;
         }
     }
-    assert!(smallest_used >= 136, "an FPDU framed into {smallest_used} octets");
+    assert!(
+        smallest_used >= 136,
+        "an FPDU framed into {smallest_used} octets"
+    );
     assert_eq!(done_b.len(), 1, "{done_b:?}");
     assert_eq!(done_a.len(), 3, "{done_a:?}");
-    assert!(done_a.iter().chain(&done_b).all(|c| c.status == WcStatus::Success));
+    assert!(done_a
+        .iter()
+        .chain(&done_b)
+        .all(|c| c.status == WcStatus::Success));
     let mut got = vec![0u8; WRITE];
     wsink.read_at(0, &mut got);
     assert!(got == pattern(WRITE, 1), "RDMA Write data differs");
@@ -156,5 +162,7 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
     let mut got = vec![0u8; READ];
     rsink.read_at(0, &mut got);
     assert!(got == pattern(READ, 9), "RDMA Read data differs");
-    assert!(a.poll_event().is_none_or(|e| !matches!(e, ConnEvent::TerminateReceived(_))));
+    assert!(a
+        .poll_event()
+        .is_none_or(|e| !matches!(e, ConnEvent::TerminateReceived(_))));
 }

@@ -237,7 +237,11 @@ fn config_rdma_maxreply_512_is_the_inline_limit() {
                 assert_eq!(path, ReplyPath::ReplyChunk, "{name}: READ {len}");
             }
             let (d, path) = read(&mut c, 0, len, &CallOpts::default());
-            assert_eq!(d, data[..len as usize], "{name}: READ {len} without a reply chunk");
+            assert_eq!(
+                d,
+                data[..len as usize],
+                "{name}: READ {len} without a reply chunk"
+            );
             if len >= 500 {
                 assert_eq!(path, ReplyPath::ReadChunk, "{name}: READ {len}");
             }
@@ -247,6 +251,9 @@ fn config_rdma_maxreply_512_is_the_inline_limit() {
             "{name}: an inline message of {} octets after maxreply 512",
             c.stats.largest_received
         );
-        assert!(c.stats.largest_received > 400, "{name}: small replies went inline");
+        assert!(
+            c.stats.largest_received > 400,
+            "{name}: small replies went inline"
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! CRC field, markers when negotiated), sized so each FPDU fits one TCP segment.
 
 use crate::crc;
-use crate::wire::txbuf::TxBuf;
 use crate::wire::fpdu::{pad_len, CRC_LEN, MARKER_INTERVAL, MARKER_LEN, OVERHEAD};
+use crate::wire::txbuf::TxBuf;
 
 /// RFC 5044 §4.5: "the MPA on TCP sender MUST NOT shrink the MULPDU below 128 octets".
 pub const MIN_MULPDU: usize = 128;
@@ -176,8 +176,7 @@ impl Framer {
     pub fn max_ulpdu_for_room(room: usize) -> Option<usize> {
         // 2 + ULPDU + pad is a multiple of 4, then 4 octets of CRC.
         let body = room.checked_sub(CRC_LEN)? & !3;
-        body.checked_sub(2)
-            .map(|u| u.min(usize::from(u16::MAX)))
+        body.checked_sub(2).map(|u| u.min(usize::from(u16::MAX)))
     }
 
     /// Frame one FPDU (markers off) into any [`TxBuf`]: `ulpdu` appends the ULPDU (returning
@@ -317,7 +316,10 @@ mod tests {
                 // One more octet would not fit.
                 let mut big = Vec::new();
                 Framer::new(crc, false).emit(&[0u8; 1].repeat(max + 1), &[], &mut big);
-                assert!(big.len() > room, "room {room}: max {max} is not the largest");
+                assert!(
+                    big.len() > room,
+                    "room {room}: max {max} is not the largest"
+                );
                 let mut raw = vec![0u8; room];
                 let mut sb = SliceBuf::new(&mut raw);
                 let mut b = Framer::new(crc, false);

@@ -5,8 +5,8 @@
 //! value with the specific TERMINATE code RFC 5041 §7.2 / RFC 5040 §7 assign, so parsing only
 //! fails on truncation.
 
-use crate::wire::txbuf::TxBuf;
 use super::{be32, be64, Error, Result};
+use crate::wire::txbuf::TxBuf;
 
 /// Length of a tagged DDP header including the RDMAP control octet (RFC 5041 §4.2).
 pub const TAGGED_HEADER_LEN: usize = 14;

@@ -1,10 +1,10 @@
 //! RDMAP control octet and headers (RFC 5040 §4): opcodes, the RDMA Read Request header
 //! (§4.4) and the Terminate message body (§4.8).
 
-use crate::wire::txbuf::TxBuf;
 use super::ddp::{Segment, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use super::terminate::{BitOrder, TermCause, TermControl, CONTROL_LEN};
 use super::{be32, be64, Error, Result};
+use crate::wire::txbuf::TxBuf;
 
 /// RDMAP version this implementation speaks (RFC 5040 §4.1: RV = 01b).
 pub const RDMAP_VERSION: u8 = 1;
