@@ -8,7 +8,7 @@ use std::time::Instant;
 use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
 use dpwarp::mpa::MpaConfig;
 use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, RecvWr, SendWr, Sge, WcStatus};
-use dpwarp::wire::txbuf::{SliceBuf, TxBuf};
+use dpwarp::wire::txbuf::SliceBuf;
 
 fn sge(mr: &Mr, off: usize, len: usize) -> Sge {
     Sge {
