@@ -728,8 +728,6 @@ fn print_header_lines(a: &Args, title: &str, size: usize) {
     println!(" Max msg size    : {size}");
     println!(" Data ex. method : rdma_cm");
     println!("{LINE}");
-    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
-    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
 }
 
 fn print_row(a: &Args, r: &Report) {
