@@ -178,7 +178,10 @@ mod tests {
         let s = us(&[10, 20, 30, 40]);
         assert!(near(s.p50_us, 20.0), "{s:?}"); // rank 2 (floor(4*0.5) indexes the 3rd: 30)
         assert_eq!(s.p99_us, 40.0); // clamped to the maximum
-        assert_eq!((s.min_us, s.max_us, s.mean_us, s.count), (10.0, 40.0, 25.0, 4));
+        assert_eq!(
+            (s.min_us, s.max_us, s.mean_us, s.count),
+            (10.0, 40.0, 25.0, 4)
+        );
         assert!((s.stdev_us - 125f64.sqrt()).abs() < 1e-9);
         let s = us(&(1..=1000).collect::<Vec<_>>());
         assert!(near(s.p50_us, 500.0), "{s:?}");

@@ -81,11 +81,7 @@ fn an_unknown_enumerated_value_is_a_usage_error_listing_the_valid_ones() {
         &[],
         &["driven", "background"],
     );
-    assert_usage_error(
-        &["tcp-baseline", "--wait", "x"],
-        &[],
-        &["blocking", "busy"],
-    );
+    assert_usage_error(&["tcp-baseline", "--wait", "x"], &[], &["blocking", "busy"]);
     assert_usage_error(
         &["rping", "-c", "-a", "127.0.0.1", "--p2p", "write,rdma"],
         &[],
@@ -96,7 +92,11 @@ fn an_unknown_enumerated_value_is_a_usage_error_listing_the_valid_ones() {
         &[],
         &["dpdk", "kernel", "mem"],
     );
-    assert_usage_error(&["rpc-bench", "--op", "stat"], &[], &["null", "read", "write"]);
+    assert_usage_error(
+        &["rpc-bench", "--op", "stat"],
+        &[],
+        &["null", "read", "write"],
+    );
     assert_usage_error(&["rpc-bench", "--proto", "udp"], &[], &["rdma", "tcp"]);
     assert_usage_error(
         &["rpc-server", "--config", "x.toml", "--transport", "xdp"],
@@ -140,7 +140,10 @@ fn help_lists_the_values_and_the_environment_fallbacks() {
     );
     let o = run(&mut cmd(&["rpc-bench", "--help"]));
     let h = text(&o.stdout);
-    assert!(h.contains("null") && h.contains("rdma") && h.contains("kernel"), "{h}");
+    assert!(
+        h.contains("null") && h.contains("rdma") && h.contains("kernel"),
+        "{h}"
+    );
 }
 
 /// `$DPWARP_TRANSPORT` selects the transport; `$DPWARP_CONFIG` is tolerated with kernel (one
@@ -151,7 +154,16 @@ fn environment_fallbacks_go_through_clap() {
     let port = free_port().to_string();
     // Kernel from the environment, nothing listening: the connection is refused (so the
     // transport was accepted and used).
-    let client = ["rping", "-c", "-a", "127.0.0.1", "-p", &port, "--timeout", "2"];
+    let client = [
+        "rping",
+        "-c",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--timeout",
+        "2",
+    ];
     let o = run(cmd(&client).env("DPWARP_TRANSPORT", "kernel"));
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -173,7 +185,10 @@ fn environment_fallbacks_go_through_clap() {
     let o = run(cmd(&client).env("DPWARP_TRANSPORT", ""));
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("needs --config FILE or $DPWARP_CONFIG"), "{err}");
+    assert!(
+        err.contains("needs --config FILE or $DPWARP_CONFIG"),
+        "{err}"
+    );
 }
 
 /// Wait for `child` with a generous limit; its output.
@@ -228,12 +243,12 @@ fn perf_pair(test: &str, size: &str, extra: &[&str], env: &[(&str, &str)]) -> (O
         "-n",
         "200",
     ])
-        .args(extra)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    .args(extra)
+    .envs(env.iter().copied())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     // The server says so on stderr once it listens (whatever the log level); keep draining
     // its stderr afterwards.
     let mut err = BufReader::new(server.stderr.take().unwrap());
@@ -392,7 +407,10 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
         assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
         // scripts/bench rewrites `"transport":"kernel"` and the leading `{` with sed.
         let out = text(&o.stdout);
-        assert!(out.starts_with("{\"") && out.contains("\"transport\":\"kernel\""), "{out}");
+        assert!(
+            out.starts_with("{\"") && out.contains("\"transport\":\"kernel\""),
+            "{out}"
+        );
         lines.extend(json_lines(&out));
     }
     let s = finish(server, Duration::from_secs(30), "dpperf server");
@@ -440,7 +458,10 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
     assert_eq!(v[0]["transport"], "kernel_tcp");
     assert_eq!(v[0]["test"], "tcp_stream");
     assert_eq!(v[1]["test"], "tcp_pingpong");
-    assert_keys(&v[1], &["size", "iters", "gbps", "lat_us.p50", "lat_us.p99"]);
+    assert_keys(
+        &v[1],
+        &["size", "iters", "gbps", "lat_us.p50", "lat_us.p99"],
+    );
 }
 
 #[test]
@@ -476,7 +497,10 @@ fn rpc_bench_json_keeps_its_keys() {
             "gbps",
         ],
     );
-    assert_eq!((v["proto"].as_str(), v["op"].as_str()), (Some("tcp"), Some("read")));
+    assert_eq!(
+        (v["proto"].as_str(), v["op"].as_str()),
+        (Some("tcp"), Some("read"))
+    );
     assert!(v["p50_us"].as_f64().unwrap() <= v["p999_us"].as_f64().unwrap());
     assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
 }

@@ -798,7 +798,9 @@ mod tests {
     fn a_queue_has_one_handle_at_a_time() {
         let p = Port { id: 60_001 };
         let q0 = p.claim_queue(0).expect("first claim");
-        let e = p.claim_queue(0).expect_err("second claim of the same queue");
+        let e = p
+            .claim_queue(0)
+            .expect_err("second claim of the same queue");
         assert_eq!(e.errno, libc::EBUSY);
         let q1 = p.claim_queue(1).expect("another queue of the same port");
         assert_eq!((q0.port_id(), q0.index(), q1.index()), (60_001, 0, 1));

@@ -10,13 +10,15 @@ use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::cli::{NetArgs, TransportArg, Verbosity};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
-use crate::cli::{NetArgs, TransportArg, Verbosity};
+use crate::table;
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use dpwarp::latency::Summary;
 use dpwarp::mpa::{Negotiated, PeerRequest};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
@@ -134,8 +136,8 @@ pub fn backend(n: &NetArgs) -> Result<Backend, String> {
     }
 }
 
-/// Log every dataplane worker's device counters (info level: on stderr by default), the
-/// checksum offload ones included.
+/// Log every dataplane worker's device counters (info level: on stderr with -v), the checksum
+/// offload ones included.
 pub fn log_device_stats(dp: &Dataplane) {
     for (i, w) in dp.stats().iter().enumerate() {
         let d = &w.device;
@@ -233,13 +235,8 @@ pub struct PerfResult {
     pub iters: usize,
     pub gbps: f64,
     pub mpps: f64,
-    /// One-way latency percentiles in microseconds (send_lat, tcp_pingpong).
-    pub lat_min: f64,
-    pub lat_p50: f64,
-    pub lat_p99: f64,
-    pub lat_p999: f64,
-    pub lat_max: f64,
-    pub lat_avg: f64,
+    /// One-way latency in microseconds (send_lat, tcp_pingpong; all 0 for the others).
+    pub lat: Summary,
     /// DPDK only: octets copied inside dpwarp on this side during the test.
     pub copies: Option<CopyStats>,
     /// DPDK only: TCP segments with payload this side sent during the test.
@@ -258,18 +255,16 @@ impl PerfResult {
             gbps: self.gbps,
             mpps: self.mpps,
             lat_us: LatUs {
-                min: self.lat_min,
-                p50: self.lat_p50,
-                p99: self.lat_p99,
-                p999: self.lat_p999,
-                max: self.lat_max,
-                avg: self.lat_avg,
+                min: self.lat.min_us,
+                p50: self.lat.p50_us,
+                p99: self.lat.p99_us,
+                p999: self.lat.p999_us,
+                max: self.lat.max_us,
+                avg: self.lat.mean_us,
             },
             copies: self.copies.as_ref().map(CopiesJson::from),
             segments: self.segments,
-            segments_per_msg: self
-                .segments
-                .map(|n| n as f64 / self.iters.max(1) as f64),
+            segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
@@ -345,36 +340,30 @@ pub fn dp_counts(dp: &Dataplane) -> (CopyStats, u64) {
     (c, st.iter().map(|w| w.device.tx_tcp_segments).sum())
 }
 
-const BW_HEADER: &str = " #bytes     #iterations    BW average[Gb/sec]   MsgRate[Mpps]";
-const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]   99.9% percentile[usec]";
-
-/// Print a perftest-style table for `results` of one kind.
+/// Print perftest's table ([`crate::table`], as `dpwarp perf` prints it) for `results` of one
+/// kind: bandwidth in Gb/sec (no peak is measured: 0.00, as perftest's send_bw) or latency.
 pub fn print_table(title: &str, results: &[PerfResult]) {
     if results.is_empty() {
         return;
     }
-    let line = "-".repeat(100);
-    println!("{line}");
+    println!("{}", table::LINE);
     println!("                    {title}");
-    println!("{line}");
+    println!("{}", table::LINE);
     if results[0].test.ends_with("lat") || results[0].test.ends_with("pingpong") {
-        println!("{LAT_HEADER}");
+        println!("{}", table::LAT_HEADER);
         for r in results {
-            println!(
-                " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<22.2} {:.2}",
-                r.size, r.iters, r.lat_min, r.lat_max, r.lat_p50, r.lat_avg, r.lat_p99, r.lat_p999
-            );
+            println!("{}", table::lat_row(r.size, &r.lat));
         }
     } else {
-        println!("{BW_HEADER}");
+        println!("{}", table::bw_header("Gb/sec"));
         for r in results {
             println!(
-                " {:<10} {:<14} {:<20.2} {:.6}",
-                r.size, r.iters, r.gbps, r.mpps
+                "{}",
+                table::bw_row(r.size as u64, r.iters as u64, 0.0, r.gbps, r.mpps)
             );
         }
     }
-    println!("{line}");
+    println!("{}", table::LINE);
 }
 
 fn encode_req(test: Test, size: usize, iters: usize) -> Vec<u8> {
@@ -643,23 +632,14 @@ pub fn run_client(
     Ok(r)
 }
 
-/// The latency figures of `lat` (one-way microseconds) from [`dpwarp::latency`], the one
+/// The latency summary of `lat` (one-way microseconds) from [`dpwarp::latency`], the one
 /// percentile definition of every tool.
 fn fill_lat(r: &mut PerfResult, lat: &[f64]) {
-    if lat.is_empty() {
-        return;
-    }
     let mut rec = dpwarp::latency::Recorder::new();
     for &v in lat {
         rec.record_us(v);
     }
-    let s = rec.summary();
-    r.lat_min = s.min_us;
-    r.lat_max = s.max_us;
-    r.lat_p50 = s.p50_us;
-    r.lat_p99 = s.p99_us;
-    r.lat_p999 = s.p999_us;
-    r.lat_avg = s.mean_us;
+    r.lat = rec.summary();
 }
 
 /// How the kernel baselines wait for their sockets.

@@ -14,6 +14,7 @@ mod perf;
 mod rpc_bench;
 mod rpc_server;
 mod rping;
+mod table;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 

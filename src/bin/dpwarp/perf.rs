@@ -31,6 +31,7 @@ use crate::cli::{progress_clear, progress_tick, NetArgs, Verbosity};
 use crate::dpperf::{
     backend, log_device_stats, start_dpdk_with, AnyListener, AnyRequest, Backend, Net,
 };
+use crate::table::{self, LINE};
 
 /// perftest's protocol version we speak (sent in the version exchange).
 const PERFTEST_VERSION: &str = "6.06";
@@ -706,13 +707,10 @@ fn title(a: &Args) -> &'static str {
     }
 }
 
-const LINE: &str =
-    "---------------------------------------------------------------------------------------";
-
 fn print_header(a: &Args, title: &str, size: usize) {
     print_header_lines(a, title, size);
     let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
-    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
+    println!("{}", table::bw_header(unit));
 }
 
 fn print_header_lines(a: &Args, title: &str, size: usize) {
@@ -741,12 +739,8 @@ fn print_row(a: &Args, r: &Report) {
         }
     };
     println!(
-        " {:<10} {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-        r.size,
-        r.iters,
-        conv(r.bw_peak),
-        conv(r.bw_avg),
-        r.msg_rate
+        "{}",
+        table::bw_row(r.size, r.iters, conv(r.bw_peak), conv(r.bw_avg), r.msg_rate)
     );
     if a.json {
         let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
@@ -1260,9 +1254,7 @@ fn write_lat_loop(
 
 fn print_lat_header(a: &Args, title: &str, size: usize) {
     print_header_lines(a, title, size);
-    println!(
-        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
-    );
+    println!("{}", table::LAT_HEADER);
 }
 
 /// One latency row: t_typical is the median. Every figure comes from [`dpwarp::latency`] (one
@@ -1270,18 +1262,7 @@ fn print_lat_header(a: &Args, title: &str, size: usize) {
 fn print_lat_row(a: &Args, size: usize, samples: &[Duration]) -> Result<(), String> {
     progress_clear();
     let s = dpwarp::latency::Summary::of(samples.iter().copied());
-    println!(
-        " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
-        size,
-        s.count,
-        s.min_us,
-        s.max_us,
-        s.p50_us,
-        s.mean_us,
-        s.stdev_us,
-        s.p99_us,
-        s.p999_us
-    );
+    println!("{}", table::lat_row(size, &s));
     if a.json {
         print_json(&LatJson {
             test: a.test.name(),

@@ -18,20 +18,20 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::cli::{Progress, TransportArg};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{Dataplane, Endpoint as DpEndpoint, RdmaClientDp, RdmaServerDp};
 use dpwarp::cm::{self, ConnParam, Listener};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{Dataplane, Endpoint as DpEndpoint};
+use dpwarp::latency::Recorder;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 use dpwarp::rpc::tcp::{self, TcpClient};
 use dpwarp::rpc::RpcError;
-use crate::cli::{Progress, TransportArg};
-use dpwarp::latency::Recorder;
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpCap, QpInitAttr, SendWr, WcStatus};
 
 /// The dataplane config used when `--transport dpdk` runs both ends in this process and no

@@ -328,6 +328,7 @@ mod tests {
             transport: None,
             dataplane: None,
             duration: None,
+            verbosity: Default::default(),
         };
         let dp = DataplaneConfig::load(&dataplane_path(&a, &d).unwrap()).unwrap();
         let ip = dp.ports[d.dataplane_port]
