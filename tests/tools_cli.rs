@@ -504,3 +504,37 @@ fn rpc_bench_json_keeps_its_keys() {
     assert!(v["p50_us"].as_f64().unwrap() <= v["p999_us"].as_f64().unwrap());
     assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
 }
+
+/// `rpc-bench --compare` (five measurements): one progress line per phase on stderr when it
+/// is not a terminal, nothing of it on stdout, which stays one JSON document.
+#[test]
+fn rpc_bench_compare_shows_its_phases_on_stderr() {
+    let o = run(cmd(&[
+        "rpc-bench",
+        "--compare",
+        "--json",
+        "--transport",
+        "kernel",
+        "--seconds",
+        "0.2",
+        "--credits",
+        "4",
+    ])
+    .current_dir(env!("CARGO_MANIFEST_DIR")));
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let phases: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rpc-bench: "))
+        .collect();
+    assert_eq!(phases.len(), 5, "{err}");
+    for (i, l) in phases.iter().enumerate() {
+        assert!(l.starts_with(&format!("rpc-bench: {}/5 ", i + 1)), "{l}");
+    }
+    assert!(
+        !err.contains('\r'),
+        "no terminal, no carriage returns: {err:?}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert!(v["null_calls_per_s_tcp"].as_f64().unwrap() > 0.0);
+}

@@ -109,7 +109,8 @@ impl Progress {
     /// four times a second; otherwise the phase's one plain line.
     pub fn tick(&mut self, detail: impl FnOnce() -> String) {
         let now = Instant::now();
-        if now.duration_since(self.started) < self.delay {
+        // No phase, nothing to say (e.g. the demo's short perf run).
+        if self.phase.is_empty() || now.duration_since(self.started) < self.delay {
             return;
         }
         if self.tty {
