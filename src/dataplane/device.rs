@@ -23,7 +23,7 @@ use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
-use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Port};
+use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Queue};
 
 /// IPv4/TCP checksum handling of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,8 +282,8 @@ pub struct DeviceStats {
 
 /// One DPDK port queue as a smoltcp device.
 pub struct DpdkDevice {
-    port: Port,
-    queue: u16,
+    /// The port queue this device owns (no other thread can burst on it).
+    queue: Queue,
     pool: &'static Mempool,
     batch: usize,
     mtu: usize,
@@ -304,8 +304,8 @@ pub struct DpdkDevice {
 
 /// A port (queue 0) that receives a copy of every frame.
 pub struct Mirror {
-    /// The capture port; copies are sent on its queue 0.
-    pub port: Port,
+    /// Queue 0 of the capture port, where the copies are sent.
+    pub port: Queue,
     /// Pool the copies are allocated from.
     pub pool: &'static Mempool,
     /// Copies not yet taken by the capture port's driver (at most 1024; beyond that copies
@@ -329,10 +329,9 @@ impl Mirror {
 }
 
 impl DpdkDevice {
-    /// A device on `queue` of `port`; `mtu` is the IP MTU.
-    pub fn new(port: Port, queue: u16, pool: &'static Mempool, batch: usize, mtu: usize) -> Self {
+    /// A device on `queue` (of a port, [`crate::dpdk::Port::claim_queue`]); `mtu` is the IP MTU.
+    pub fn new(queue: Queue, pool: &'static Mempool, batch: usize, mtu: usize) -> Self {
         DpdkDevice {
-            port,
             queue,
             pool,
             batch,
@@ -390,7 +389,7 @@ impl DpdkDevice {
     }
 
     /// Copy every frame to `mirror` as well.
-    pub fn set_mirror(&mut self, port: Port, pool: &'static Mempool) {
+    pub fn set_mirror(&mut self, port: Queue, pool: &'static Mempool) {
         self.mirror = Some(Mirror {
             port,
             pool,
@@ -403,7 +402,7 @@ impl DpdkDevice {
         if !self.rx.is_empty() {
             return 0;
         }
-        let n = self.port.rx_burst(self.queue, &mut self.rx, self.batch);
+        let n = self.queue.rx_burst(&mut self.rx, self.batch);
         self.rx.reverse();
         self.stats.rx_packets += n as u64;
         n
@@ -418,7 +417,7 @@ impl DpdkDevice {
     pub fn flush(&mut self) -> usize {
         let mut sent = 0;
         while !self.tx.is_empty() {
-            let n = self.port.tx_burst(self.queue, &mut self.tx);
+            let n = self.queue.tx_burst(&mut self.tx);
             if n == 0 {
                 break;
             }
@@ -426,7 +425,7 @@ impl DpdkDevice {
         }
         self.stats.tx_packets += sent as u64;
         if let Some(m) = self.mirror.as_mut() {
-            m.port.tx_burst(0, &mut m.pending);
+            m.port.tx_burst(&mut m.pending);
         }
         sent
     }

@@ -293,12 +293,17 @@ impl Dataplane {
             for q in 0..nq {
                 let (tx, rx) = crossbeam_channel::bounded(256);
                 let index = workers.len();
-                let mut dev =
-                    device::DpdkDevice::new(port, q, pool, cfg.worker.batch, usize::from(mtu));
+                // The worker owns its queue: the handle moves into its thread.
+                let mut dev = device::DpdkDevice::new(
+                    port.claim_queue(q)?,
+                    pool,
+                    cfg.worker.batch,
+                    usize::from(mtu),
+                );
                 dev.set_checksum_mode(ck_mode);
                 dev.set_checksum_offload(ck_off);
                 if let Some((cp, cpool)) = capture {
-                    dev.set_mirror(cp, cpool);
+                    dev.set_mirror(cp.claim_queue(0)?, cpool);
                 }
                 let parts = WorkerParts {
                     index,
