@@ -35,6 +35,7 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 use super::device::{DeviceStats, DpdkDevice};
 use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
+use crate::wire::terminate::TermCause;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::verbs::{QpShared, QpSlot};
 
@@ -86,6 +87,11 @@ pub(crate) enum Cmd {
     Stats {
         reply: Sender<WorkerStats>,
     },
+    /// Turn fault injection on or off (`Endpoint::set_faults`).
+    SetFaults {
+        faults: Option<crate::config::FaultConfig>,
+        reply: Sender<Result<(), String>>,
+    },
     Stop,
 }
 
@@ -111,6 +117,9 @@ pub struct WorkerStats {
     pub lcore: Option<u32>,
     /// Payload copies inside dpwarp (see [`CopyStats`]).
     pub copies: CopyStats,
+    /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
+    /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
+    pub mpa_crc_errors: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -379,7 +388,7 @@ impl Worker {
 
     /// Counters, with the placement of the calling thread.
     pub fn stats(&mut self) -> WorkerStats {
-        self.stats.device = self.dev.stats;
+        self.stats.device = self.dev.stats();
         self.stats.connections = self.conns.len();
         self.stats.cpu = self.cpu;
         self.stats.ran_on = rustix::thread::sched_getcpu();
@@ -450,6 +459,9 @@ impl Worker {
                 Cmd::Stats { reply } => {
                     let s = self.stats();
                     let _ = reply.try_send(s);
+                }
+                Cmd::SetFaults { faults, reply } => {
+                    let _ = reply.try_send(self.dev.set_faults(faults));
                 }
                 Cmd::Connect { remote, sh, events } => self.connect(remote, sh, events),
                 Cmd::Listen {
@@ -876,7 +888,7 @@ impl Worker {
                     let sh = c.sh.as_ref().expect("connecting has a QP");
                     if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
                         log::warn!("dataplane: TCP connect failed");
-                        finish(c);
+                        finish(c, &mut self.stats.mpa_crc_errors);
                         true
                     } else {
                         false
@@ -887,14 +899,14 @@ impl Worker {
                     let close = match c.sh.clone() {
                         None => drained || !s.may_send(),
                         Some(sh) => {
-                            let (w, close) = reap(c, &sh);
+                            let (w, close) = reap(c, &sh, &mut self.stats.mpa_crc_errors);
                             work |= w;
                             c.eof || (close && drained)
                         }
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done += finish(c);
+                        self.rx_copied_done += finish(c, &mut self.stats.mpa_crc_errors);
                         c.state = CState::Closing(now);
                         work = true;
                         closed = true;
@@ -944,7 +956,7 @@ impl Worker {
 
 /// The connection ended: final completions and events, then mark the QP closed. Returns the
 /// octets its engine copied on receive (for the worker's copy count).
-fn finish(c: &mut Conn) -> u64 {
+fn finish(c: &mut Conn, crc_errors: &mut u64) -> u64 {
     let Some(sh) = c.sh.as_ref() else { return 0 };
     let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
@@ -952,6 +964,7 @@ fn finish(c: &mut Conn) -> u64 {
         sh.reap(conn);
         while let Some(ev) = conn.poll_event() {
             sh.note_event(&ev);
+            *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
             if let Some(e) = &c.events {
                 let _ = e.try_send(ev);
             }
@@ -966,7 +979,7 @@ fn finish(c: &mut Conn) -> u64 {
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
 /// connection should close once its bytes are out).
-fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
+fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
     let mut work = false;
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
@@ -975,6 +988,7 @@ fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
     sh.reap(conn);
     while let Some(ev) = conn.poll_event() {
         sh.note_event(&ev);
+        *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
         if let Some(e) = &c.events {
             let _ = e.try_send(ev);
         }
