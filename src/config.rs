@@ -315,7 +315,8 @@ impl DataplaneConfig {
                 ));
             }
             if let Some(f) = &p.faults {
-                f.validate().map_err(|e| format!("port {}: {e}", p.device))?;
+                f.validate()
+                    .map_err(|e| format!("port {}: {e}", p.device))?;
             }
             if p.mtu != 0 && !(576..=9000).contains(&p.mtu) {
                 return Err(format!(

@@ -40,7 +40,7 @@ use dpwarp::verbs::{
 use dpwarp::wire::terminate::TermCause;
 
 /// Verbs connections driven at once.
-const CONNS: u64 = 2;
+const CONNS: u64 = 4;
 /// Largest payload of one operation.
 const MAXSZ: usize = 4000;
 /// Rounds (Write + Send + Read) in flight per connection: 8 RDMA Reads at most, below the
@@ -52,6 +52,8 @@ const SLOTS: usize = 32;
 const RQ: usize = 64;
 /// One operation in this many is an RPC call.
 const RPC_SHARE: u64 = 10;
+/// RPC calls in flight (of the server's default 32 credits).
+const RPC_BATCH: u64 = 16;
 /// RPC block size.
 const RPC_BLK: usize = 4096;
 
@@ -194,7 +196,7 @@ fn verbs_server(
         assert_eq!(wc.opcode, WcOpcode::Recv);
         let (c, k) = (wc.wr_id >> 32, (wc.wr_id & 0xffff_ffff) as usize);
         let n = wc.byte_len as usize;
-        assert!(n >= 16 && n <= MAXSZ, "server: Send of {n} octets");
+        assert!((16..=MAXSZ).contains(&n), "server: Send of {n} octets");
         recv_of(c).read_at(k * MAXSZ, &mut buf[..n]);
         let r = u64::from_le_bytes(buf[0..8].try_into().unwrap());
         assert_eq!(
@@ -224,7 +226,11 @@ fn verbs_server(
     }
     // Nothing completed after the last expected Send (a duplicate would show here).
     if let Some(wc) = cq.poll_one() {
-        assert_ne!(wc.status, WcStatus::Success, "server: extra completion {wc:?}");
+        assert_ne!(
+            wc.status,
+            WcStatus::Success,
+            "server: extra completion {wc:?}"
+        );
     }
     got
 }
@@ -291,10 +297,12 @@ impl ClientConn {
         let (r, kind) = ((wr_id >> 2) & ((1 << 54) - 1), wr_id & 3);
         let want = [WcOpcode::Write, WcOpcode::Send, WcOpcode::Read][kind as usize];
         assert_eq!(opcode, want, "connection {}: {wr_id:#x}", self.c);
-        let mask = self
-            .pending
-            .get_mut(&r)
-            .unwrap_or_else(|| panic!("connection {}: completion for round {r} not in flight (duplicate?)", self.c));
+        let mask = self.pending.get_mut(&r).unwrap_or_else(|| {
+            panic!(
+                "connection {}: completion for round {r} not in flight (duplicate?)",
+                self.c
+            )
+        });
         assert!(
             *mask & (1 << kind) != 0,
             "connection {}: second completion of round {r} kind {kind}",
@@ -334,40 +342,53 @@ fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, calls: u64) 
         reply_chunk: None,
         segments: 0,
     };
+    // Pipelined in batches of RPC_BATCH: WRITE blocks k..k+RPC_BATCH, then READ them back.
     let mut made = 0;
     let mut k = 0u64;
     while made < calls {
-        let off = (k % 64) * RPC_BLK as u64;
-        let data = rpc_block(k);
-        let rep = cl
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_WRITE,
-                block::write_args(off, data.clone()),
-                &CallOpts::default(),
-            )
-            .expect("RPC WRITE");
-        assert_eq!(
-            block::decode_write(&mut rep.results().unwrap()).unwrap(),
-            Ok(RPC_BLK as u32)
-        );
-        let rep = cl
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_READ,
-                block::read_args(off, RPC_BLK as u32),
-                &opts,
-            )
-            .expect("RPC READ");
-        assert_eq!(
-            block::decode_read(&mut rep.results().unwrap()).unwrap(),
-            Ok(data),
-            "RPC READ of block {k} returned other data"
-        );
-        made += 2;
-        k += 1;
+        let batch = ((calls - made) / 2).clamp(1, RPC_BATCH);
+        let mut xids = Vec::new();
+        for j in k..k + batch {
+            let x = cl
+                .submit(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_WRITE,
+                    block::write_args((j % 64) * RPC_BLK as u64, rpc_block(j)),
+                    &CallOpts::default(),
+                )
+                .expect("RPC WRITE");
+            xids.push(x);
+        }
+        for x in xids.drain(..) {
+            let rep = cl.wait(x).expect("RPC WRITE reply");
+            assert_eq!(
+                block::decode_write(&mut rep.results().unwrap()).unwrap(),
+                Ok(RPC_BLK as u32)
+            );
+        }
+        for j in k..k + batch {
+            let x = cl
+                .submit(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_READ,
+                    block::read_args((j % 64) * RPC_BLK as u64, RPC_BLK as u32),
+                    &opts,
+                )
+                .expect("RPC READ");
+            xids.push(x);
+        }
+        for (j, x) in (k..k + batch).zip(xids.drain(..)) {
+            let rep = cl.wait(x).expect("RPC READ reply");
+            assert_eq!(
+                block::decode_read(&mut rep.results().unwrap()).unwrap(),
+                Ok(rpc_block(j)),
+                "RPC READ of block {j} returned other data"
+            );
+        }
+        made += 2 * batch;
+        k += batch;
     }
     assert_eq!(cl.stats.over_grant, 0);
     made
@@ -479,6 +500,7 @@ fn soak_with_packet_faults() {
             );
         }
     }
+    let verbs_time = t0.elapsed();
     // Nothing more completes: no duplicate, nothing left over.
     thread::sleep(Duration::from_millis(50));
     assert!(cq.poll_one().is_none(), "extra client completion");
@@ -490,6 +512,7 @@ fn soak_with_packet_faults() {
     let received = server.join().expect("server verified every Send");
     assert_eq!(received, rounds * CONNS);
     let rpc_made = rpc.join().expect("RPC calls verified");
+    let rpc_time = t0.elapsed();
     assert_eq!(rpc_made, rpc_ops);
     let elapsed = t0.elapsed();
     let rss_end = vm_rss_kib();
@@ -507,6 +530,11 @@ fn soak_with_packet_faults() {
         rounds * CONNS,
         elapsed.as_secs_f64(),
         total_ops as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "dpdk_soak: verbs operations done after {:.1} s, RPC calls after {:.1} s",
+        verbs_time.as_secs_f64(),
+        rpc_time.as_secs_f64()
     );
     println!(
         "dpdk_soak: frames through rx faults {}, dropped {}, duplicated {}, reordered {}, \
@@ -616,7 +644,11 @@ fn soak_with_packet_faults() {
     );
     // The corrupted Send never completes successfully on the server.
     while let Some(wc) = scq.poll_one() {
-        assert_ne!(wc.status, WcStatus::Success, "corrupted Send delivered: {wc:?}");
+        assert_ne!(
+            wc.status,
+            WcStatus::Success,
+            "corrupted Send delivered: {wc:?}"
+        );
     }
     assert!(cqp.wait_closed(Duration::from_secs(30)));
     assert_eq!(

@@ -205,7 +205,9 @@ impl<F: Frame> Faults<F> {
     /// An injector for a device whose own address is `mac`; `lane` (the queue) is added to
     /// the seed so that queues draw different faults.
     pub fn new(cfg: FaultConfig, mac: [u8; 6], lane: u64) -> Self {
-        let rng = Rng(cfg.seed.wrapping_add(lane.wrapping_mul(0x2545_f491_4f6c_dd1d)));
+        let rng = Rng(cfg
+            .seed
+            .wrapping_add(lane.wrapping_mul(0x2545_f491_4f6c_dd1d)));
         Faults {
             cfg,
             rng,
@@ -285,7 +287,8 @@ impl<F: Frame> Faults<F> {
         if self.rng.chance(self.cfg.corrupt) {
             self.corrupt(rx, f.bytes_mut());
         }
-        if self.rng.chance(self.cfg.corrupt_neutral) && corrupt_neutral(&mut self.rng, f.bytes_mut())
+        if self.rng.chance(self.cfg.corrupt_neutral)
+            && corrupt_neutral(&mut self.rng, f.bytes_mut())
         {
             self.stats.corrupted_neutral += 1;
         }
@@ -501,7 +504,10 @@ mod tests {
         assert_eq!(s.corrupted, 2000);
         assert_eq!(s.corrupt_undetected, 0);
         assert_eq!(s.corrupt_caught() + s.corrupt_harmless, 2000);
-        assert!(s.corrupt_caught_tcp > 1000 && s.corrupt_caught_ipv4 > 0, "{s:?}");
+        assert!(
+            s.corrupt_caught_tcp > 1000 && s.corrupt_caught_ipv4 > 0,
+            "{s:?}"
+        );
         // admit() refuses exactly the caught ones.
         let admitted = out.iter().filter(|g| inj.admit(g)).count() as u64;
         assert_eq!(admitted, s.corrupt_harmless);
@@ -545,7 +551,9 @@ mod tests {
         let mut out = Vec::new();
         let n = 10_000u32;
         for i in 0..n {
-            inj.apply(false, i.to_be_bytes().to_vec(), &mut out, |f| Some(f.clone()));
+            inj.apply(false, i.to_be_bytes().to_vec(), &mut out, |f| {
+                Some(f.clone())
+            });
             if i % 7 == 0 {
                 inj.tick(false, &mut out);
             }
@@ -555,7 +563,11 @@ mod tests {
         let s = inj.stats;
         assert_eq!(s.tx_frames, u64::from(n));
         assert_eq!(out.len() as u64, u64::from(n) - s.dropped + s.duplicated);
-        for (k, v) in [(s.dropped, "drop"), (s.duplicated, "dup"), (s.reordered, "reorder")] {
+        for (k, v) in [
+            (s.dropped, "drop"),
+            (s.duplicated, "dup"),
+            (s.reordered, "reorder"),
+        ] {
             assert!((700..1300).contains(&k), "{v}: {k}");
         }
         // Every frame not dropped comes out (twice if duplicated), none invented; some out of
@@ -569,13 +581,18 @@ mod tests {
             seen[i as usize] += 1;
         }
         assert_eq!(seen.iter().filter(|&&x| x == 0).count() as u64, s.dropped);
-        assert_eq!(seen.iter().filter(|&&x| x == 2).count() as u64, s.duplicated);
+        assert_eq!(
+            seen.iter().filter(|&&x| x == 2).count() as u64,
+            s.duplicated
+        );
         assert!(ids.windows(2).any(|w| w[1] < w[0]));
         // Seeded: the same seed gives the same faults.
         let mut again: Faults<Vec<u8>> = Faults::new(c, MAC, 0);
         let mut out2 = Vec::new();
         for i in 0..n {
-            again.apply(false, i.to_be_bytes().to_vec(), &mut out2, |f| Some(f.clone()));
+            again.apply(false, i.to_be_bytes().to_vec(), &mut out2, |f| {
+                Some(f.clone())
+            });
             if i % 7 == 0 {
                 again.tick(false, &mut out2);
             }
@@ -584,14 +601,7 @@ mod tests {
         again.tick(false, &mut out2);
         assert_eq!(out, out2);
         // Direction rx only: sent frames pass untouched and uncounted.
-        let mut rx_only: Faults<Vec<u8>> = Faults::new(
-            FaultConfig {
-                drop: 1.0,
-                ..cfg()
-            },
-            MAC,
-            0,
-        );
+        let mut rx_only: Faults<Vec<u8>> = Faults::new(FaultConfig { drop: 1.0, ..cfg() }, MAC, 0);
         let mut o = Vec::new();
         rx_only.apply(false, vec![1], &mut o, |_| None);
         rx_only.apply(true, vec![2], &mut o, |_| None);

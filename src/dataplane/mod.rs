@@ -238,7 +238,10 @@ impl Dataplane {
                         port.id(),
                         pc.device
                     );
-                    (device::ChecksumMode::Software, device::CksumOffload::default())
+                    (
+                        device::ChecksumMode::Software,
+                        device::CksumOffload::default(),
+                    )
                 }
                 None => (ck_mode, ck_off),
             };

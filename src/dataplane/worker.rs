@@ -35,9 +35,9 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 use super::device::{DeviceStats, DpdkDevice};
 use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
-use crate::wire::terminate::TermCause;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::verbs::{QpShared, QpSlot};
+use crate::wire::terminate::TermCause;
 
 /// How long an accepted TCP connection may take to deliver its MPA Request, and how long a
 /// reported request may wait for accept/reject.
