@@ -381,7 +381,13 @@ mod tests {
                 .and_then(|f| f.to_str())
                 .is_some_and(|f| f.starts_with("net_"));
             if dataplane && p.extension().is_some_and(|x| x == "toml") {
-                DataplaneConfig::load(&p).unwrap();
+                let c = DataplaneConfig::load(&p).unwrap();
+                // Fault injection is for tests only: never on in a shipped config.
+                assert!(
+                    c.ports.iter().all(|p| p.faults.is_none()),
+                    "{}",
+                    p.display()
+                );
                 n += 1;
             }
         }

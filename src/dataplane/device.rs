@@ -390,26 +390,35 @@ impl DpdkDevice {
     /// offloading PMD would checksum a frame corrupted on tx as if it were right); the port
     /// is set up that way when its config has `faults`. Counters are kept across changes.
     pub fn set_faults(&mut self, cfg: Option<FaultConfig>) -> Result<(), String> {
-        let Some(cfg) = cfg else {
-            if let Some(mut f) = self.faults.take() {
-                let held: Vec<Mbuf> = f.take_held().collect();
-                self.stats.faults = f.stats;
-                drop(held);
+        if let Some(c) = &cfg {
+            c.validate()?;
+            if self.checksum != ChecksumMode::Software || self.offload.any() {
+                return Err(format!(
+                    "faults need IPv4/TCP checksums computed and verified in software on this \
+                     port (it has: {}, offload {}); give the port a [port.faults] table in its \
+                     config",
+                    self.checksum.describe(),
+                    self.offload.describe()
+                ));
             }
-            return Ok(());
-        };
-        cfg.validate()?;
-        if self.checksum != ChecksumMode::Software || self.offload.any() {
-            return Err(format!(
-                "faults need IPv4/TCP checksums computed and verified in software on this port \
-                 (it has: {}, offload {}); give the port a [port.faults] table in its config",
-                self.checksum.describe(),
-                self.offload.describe()
-            ));
         }
-        let mut f = Faults::new(cfg, self.mac, u64::from(self.queue));
-        f.stats = self.stats.faults;
-        self.faults = Some(Box::new(f));
+        // The injector in force hands over its counters and the frames it holds back (they go
+        // out after what is queued: still reordered, not lost).
+        if let Some(mut old) = self.faults.take() {
+            self.stats.faults = old.stats;
+            for (m, rx) in old.take_held() {
+                if rx {
+                    self.rx.insert(0, m);
+                } else {
+                    self.tx.push(m);
+                }
+            }
+        }
+        if let Some(c) = cfg {
+            let mut f = Faults::new(c, self.mac, u64::from(self.queue));
+            f.stats = self.stats.faults;
+            self.faults = Some(Box::new(f));
+        }
         Ok(())
     }
 

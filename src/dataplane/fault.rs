@@ -363,10 +363,11 @@ impl<F: Frame> Faults<F> {
         }
     }
 
-    /// Frames held back by reorder faults (to free them at shutdown).
-    pub fn take_held(&mut self) -> impl Iterator<Item = F> {
-        let r = self.rx_held.take().map(|h| h.frame);
-        let t = self.tx_held.take().map(|h| h.frame);
+    /// The frames held back by reorder faults, each with true for the rx lane (when the
+    /// injector is replaced).
+    pub fn take_held(&mut self) -> impl Iterator<Item = (F, bool)> {
+        let r = self.rx_held.take().map(|h| (h.frame, true));
+        let t = self.tx_held.take().map(|h| (h.frame, false));
         r.into_iter().chain(t)
     }
 }
