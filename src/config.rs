@@ -81,7 +81,7 @@ pub struct PortConfig {
     /// Packet fault injection under smoltcp (`[port.faults]`, for soak tests; absent by
     /// default, and then the data path does not look at it beyond one branch). A port with
     /// faults always computes and verifies IPv4/TCP checksums in software, whatever
-    /// `checksum` says (docs/dataplane.md "Fault injection").
+    /// `checksum` says (docs/dataplane.md "Fault injection and the soak").
     #[serde(default)]
     pub faults: Option<FaultConfig>,
 }

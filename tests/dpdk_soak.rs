@@ -52,7 +52,9 @@ const SLOTS: usize = 32;
 const RQ: usize = 64;
 /// One operation in this many is an RPC call.
 const RPC_SHARE: u64 = 10;
-/// RPC calls in flight (of the server's default 32 credits).
+/// RPC clients (connections), each with its own 64 blocks of the store.
+const RPC_CLIENTS: u64 = 4;
+/// RPC calls in flight per client.
 const RPC_BATCH: u64 = 16;
 /// RPC block size.
 const RPC_BLK: usize = 4096;
@@ -329,8 +331,9 @@ impl ClientConn {
     }
 }
 
-/// RPC calls: WRITE block k, READ it back into a write chunk, verify. Returns calls made.
-fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, calls: u64) -> u64 {
+/// RPC calls of client `id`: WRITE block k, READ it back into a write chunk, verify. Returns
+/// calls made.
+fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, id: u64, calls: u64) -> u64 {
     let cfg = ClientConfig {
         timeout: Duration::from_secs(120),
         conn: conn_param(Vec::new()),
@@ -354,7 +357,7 @@ fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, calls: u64) 
                     BLOCK_PROG,
                     BLOCK_VERS,
                     block::PROC_WRITE,
-                    block::write_args((j % 64) * RPC_BLK as u64, rpc_block(j)),
+                    block::write_args((id * 64 + j % 64) * RPC_BLK as u64, rpc_block(id << 40 | j)),
                     &CallOpts::default(),
                 )
                 .expect("RPC WRITE");
@@ -373,7 +376,7 @@ fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, calls: u64) 
                     BLOCK_PROG,
                     BLOCK_VERS,
                     block::PROC_READ,
-                    block::read_args((j % 64) * RPC_BLK as u64, RPC_BLK as u32),
+                    block::read_args((id * 64 + j % 64) * RPC_BLK as u64, RPC_BLK as u32),
                     &opts,
                 )
                 .expect("RPC READ");
@@ -383,8 +386,8 @@ fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, calls: u64) 
             let rep = cl.wait(x).expect("RPC READ reply");
             assert_eq!(
                 block::decode_read(&mut rep.results().unwrap()).unwrap(),
-                Ok(rpc_block(j)),
-                "RPC READ of block {j} returned other data"
+                Ok(rpc_block(id << 40 | j)),
+                "RPC client {id}: READ of block {j} returned other data"
             );
         }
         made += 2 * batch;
@@ -432,14 +435,26 @@ fn soak_with_packet_faults() {
     let t0 = Instant::now();
 
     // RPC-over-RDMA server on the server port, its client on the client port.
-    let store = Arc::new(BlockStore::memory(64 * RPC_BLK));
+    let store = Arc::new(BlockStore::memory(RPC_CLIENTS as usize * 64 * RPC_BLK));
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
     let srv = RdmaServer::new(reg, ServerConfig::default());
     let rpc_h = srv.listen_dp(&server_ep, 20049).expect("RPC listen");
     let rpc_remote = SocketAddrV4::new(server_ep.ip(), 20049);
-    let rpc_ep = client_ep.clone();
-    let rpc = thread::spawn(move || rpc_calls(rpc_ep, rpc_remote, rpc_ops));
+    let rpc: Vec<_> = (0..RPC_CLIENTS)
+        .map(|id| {
+            let ep = client_ep.clone();
+            // WRITE + READ pairs: an even number per client, the rest to client 0.
+            let pairs = rpc_ops / 2 / RPC_CLIENTS;
+            let extra = if id == 0 {
+                rpc_ops / 2 % RPC_CLIENTS
+            } else {
+                0
+            };
+            let calls = 2 * (pairs + extra);
+            thread::spawn(move || rpc_calls(ep, rpc_remote, id, calls))
+        })
+        .collect();
 
     let ready = Arc::new(AtomicBool::new(false));
     let (sep, spd, sready) = (server_ep.clone(), pd.clone(), ready.clone());
@@ -519,7 +534,10 @@ fn soak_with_packet_faults() {
     }
     let received = server.join().expect("server verified every Send");
     assert_eq!(received, rounds * CONNS);
-    let rpc_made = rpc.join().expect("RPC calls verified");
+    let rpc_made: u64 = rpc
+        .into_iter()
+        .map(|t| t.join().expect("RPC calls verified"))
+        .sum();
     let rpc_time = t0.elapsed();
     assert_eq!(rpc_made, rpc_ops);
     let elapsed = t0.elapsed();
@@ -532,7 +550,7 @@ fn soak_with_packet_faults() {
     let stats = dp.stats();
     println!(
         "dpdk_soak: {total_ops} operations ({} Send, {} RDMA Write, {} RDMA Read over {CONNS} \
-         QPs, {rpc_ops} RPC calls) in {:.1} s ({:.0} ops/s), seed {seed}",
+         QPs, {rpc_ops} RPC calls on {RPC_CLIENTS} connections) in {:.1} s ({:.0} ops/s), seed {seed}",
         rounds * CONNS,
         rounds * CONNS,
         rounds * CONNS,

@@ -567,7 +567,7 @@ impl Endpoint {
     }
 
     /// Turn packet fault injection on (`Some`) or off on every queue of this port
-    /// ([`fault`], docs/dataplane.md "Fault injection"). The port must compute and verify
+    /// ([`fault`], docs/dataplane.md "Fault injection and the soak"). The port must compute and verify
     /// checksums in software: started with a `[port.faults]` table (all probabilities may be
     /// zero), or with `checksum = "software"` on a PMD without checksum offload. Counters
     /// ([`device::DeviceStats::faults`]) are kept across changes.
