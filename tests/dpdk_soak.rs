@@ -1,7 +1,8 @@
 //! Soak with packet faults (issue 13): two dpwarp stacks in one process on a net_ring pair,
-//! every received frame on both ports going through the seeded fault injector (1 % drop,
-//! 0.5 % duplicate, 0.5 % reorder, 0.5 % corrupt by default), IPv4/TCP checksums computed and
-//! verified in software, MPA CRC on. A mix of Send, RDMA Write and RDMA Read on verbs QPs and
+//! every frame on both ports going through the seeded fault injector (1 % drop, 0.5 %
+//! duplicate, 0.5 % reorder, 0.5 % corrupt) - received frames for the first half of the run,
+//! sent frames for the second - IPv4/TCP checksums computed and verified in software, MPA CRC
+//! on. A mix of Send, RDMA Write and RDMA Read on verbs QPs and
 //! RPC-over-RDMA block WRITE/READ calls, every payload derived from its operation's sequence
 //! number and verified, so a lost, duplicated or corrupted completion fails the test.
 //!
@@ -139,6 +140,19 @@ fn config(ring: &str, seed: u64) -> DataplaneConfig {
         port("b", 2, seed ^ 0xb)
     );
     DataplaneConfig::parse(&text).unwrap()
+}
+
+/// The soak's faults in `direction`.
+fn faults(seed: u64, direction: FaultDirection) -> FaultConfig {
+    FaultConfig {
+        seed,
+        drop: 0.01,
+        duplicate: 0.005,
+        reorder: 0.005,
+        corrupt: 0.005,
+        direction,
+        ..FaultConfig::default()
+    }
 }
 
 fn conn_param(private_data: Vec<u8>) -> ConnParam {
@@ -421,7 +435,10 @@ fn soak_with_packet_faults() {
     let seed = env_u64("DPWARP_SOAK_SEED", 13);
     watchdog(env_u64("DPWARP_SOAK_TIMEOUT", 600 + ops / 50));
     let ring = format!("soak{}", std::process::id() % 100000);
-    let dp = Dataplane::start(&config(&ring, seed)).expect("dataplane");
+    let cfg = config(&ring, seed);
+    // The config keys say the same as the API's FaultConfig.
+    assert_eq!(cfg.ports[0].faults, Some(faults(seed, FaultDirection::Rx)));
+    let dp = Dataplane::start(&cfg).expect("dataplane");
     let server_ep = dp.endpoint(0).unwrap();
     let client_ep = dp.endpoint(1).unwrap();
     let dev = Device::open();
@@ -490,6 +507,7 @@ fn soak_with_packet_faults() {
 
     let mut ops_done = 0u64;
     let mut rss_10 = None;
+    let mut rx_half = None;
     let mut buf = vec![0u8; MAXSZ];
     let mut last_report = Instant::now();
     while conns.iter().any(|k| k.done < rounds) {
@@ -514,6 +532,21 @@ fn soak_with_packet_faults() {
         let n = ops_done;
         if rss_10.is_none() && n >= verbs_ops / 10 {
             rss_10 = Some(vm_rss_kib());
+        }
+        if rx_half.is_none() && n >= verbs_ops / 2 {
+            // Halfway: faults move from received to sent frames. Both ports go through
+            // fault-free injectors first (they still check every frame), so that no frame
+            // corrupted on tx meets an rx fault (a drop would leave it uncounted).
+            for ep in [&server_ep, &client_ep] {
+                ep.set_faults(Some(FaultConfig::default())).unwrap();
+            }
+            rx_half = Some(fault_totals(&dp).0);
+            server_ep
+                .set_faults(Some(faults(seed ^ 0xa, FaultDirection::Tx)))
+                .unwrap();
+            client_ep
+                .set_faults(Some(faults(seed ^ 0xb, FaultDirection::Tx)))
+                .unwrap();
         }
         if last_report.elapsed() > Duration::from_secs(30) {
             last_report = Instant::now();
@@ -547,6 +580,7 @@ fn soak_with_packet_faults() {
     rpc_h.stop();
 
     let (f, crc) = fault_totals(&dp);
+    let h = rx_half.expect("faults moved to tx halfway");
     let stats = dp.stats();
     println!(
         "dpdk_soak: {total_ops} operations ({} Send, {} RDMA Write, {} RDMA Read over {CONNS} \
@@ -562,10 +596,28 @@ fn soak_with_packet_faults() {
         verbs_time.as_secs_f64(),
         rpc_time.as_secs_f64()
     );
+    // The second half's share: counters since the switch.
+    let tx_half = [
+        f.tx_frames - h.tx_frames,
+        f.dropped - h.dropped,
+        f.duplicated - h.duplicated,
+        f.reordered - h.reordered,
+        f.corrupted - h.corrupted,
+    ];
     println!(
-        "dpdk_soak: frames through rx faults {}, dropped {}, duplicated {}, reordered {}, \
-         corrupted {}",
-        f.rx_frames, f.dropped, f.duplicated, f.reordered, f.corrupted
+        "dpdk_soak: frames through the faults {} (rx half {}, tx half {}): dropped {} ({} on tx), \
+         duplicated {} ({}), reordered {} ({}), corrupted {} ({})",
+        f.rx_frames + f.tx_frames,
+        f.rx_frames,
+        f.tx_frames,
+        f.dropped,
+        tx_half[1],
+        f.duplicated,
+        tx_half[2],
+        f.reordered,
+        tx_half[3],
+        f.corrupted,
+        tx_half[4]
     );
     println!(
         "dpdk_soak: corrupted frames caught: Ethernet address/type {}, IPv4 header checksum {}, \
@@ -590,15 +642,18 @@ fn soak_with_packet_faults() {
         );
     }
 
-    // Faults happened (5000 operations make about 15000 frames through the faults).
+    // Faults of every kind happened in both halves (5000 operations make about 15000 frames).
+    assert_eq!(h.tx_frames, 0);
     assert!(
-        f.dropped > 0 && f.duplicated > 0 && f.reordered > 0 && f.corrupted > 0,
-        "{f:?}"
+        h.dropped > 0 && h.duplicated > 0 && h.reordered > 0 && h.corrupted > 0,
+        "rx half: {h:?}"
     );
+    assert!(tx_half.iter().all(|&k| k > 0), "tx half: {tx_half:?}");
     // Every corrupted frame accounted for: refused by a check, or harmless; none undetected
     // (single flipped octets cannot pass the Internet checksum, RFC 1071), so no MPA CRC error
-    // and no connection lost. The device refused exactly the frames it corrupted (the ring
-    // itself corrupts nothing), so the checks in the data path did the refusing.
+    // and no connection lost. The receiving devices refused exactly the frames the injectors
+    // corrupted and classified as caught (the ring itself corrupts nothing), so the checks in
+    // the data path did the refusing.
     assert_eq!(
         f.corrupted,
         f.corrupt_caught() + f.corrupt_harmless + f.corrupt_undetected

@@ -32,19 +32,20 @@ pub struct FaultStats {
     /// Frames with a TCP payload octet flipped and the TCP checksum fixed up (left to the MPA
     /// CRC).
     pub corrupted_neutral: u64,
-    /// rx: corrupted frames the device's checks refused at the Ethernet layer (destination
-    /// address not ours, unknown ethertype, malformed ARP), as smoltcp would.
+    /// Corrupted frames the receiving device's checks refuse (this port's for corruption on
+    /// rx, the peer's on tx) at the Ethernet layer (destination address not the receiver's,
+    /// unknown ethertype, malformed ARP), as smoltcp would.
     pub corrupt_caught_l2: u64,
-    /// rx: corrupted frames refused for a malformed IPv4 header or a bad header checksum.
+    /// Corrupted frames refused for a malformed IPv4 header or a bad header checksum.
     pub corrupt_caught_ipv4: u64,
-    /// rx: corrupted frames refused for a malformed TCP header or a bad TCP checksum.
+    /// Corrupted frames refused for a malformed TCP header or a bad TCP checksum.
     pub corrupt_caught_tcp: u64,
-    /// rx: corrupted frames that passed every check because only octets no checksum covers
+    /// Corrupted frames that pass every check because only octets no checksum covers
     /// and nothing reads were flipped (the Ethernet source address, a destination address
     /// that stayed ours or became group, trailing octets beyond the IPv4 total length);
     /// smoltcp learns neighbours from ARP only.
     pub corrupt_harmless: u64,
-    /// rx: corrupted frames that passed every check with an IPv4 or TCP octet changed
+    /// Corrupted frames that pass every check with an IPv4 or TCP octet changed
     /// (checksum-neutral corruption): only the MPA CRC can catch these.
     pub corrupt_undetected: u64,
     /// Received frames (corrupted here or by the peer) refused at the Ethernet layer.
@@ -61,7 +62,7 @@ impl FaultStats {
         self.rx_rejected_l2 + self.rx_rejected_ipv4 + self.rx_rejected_tcp
     }
 
-    /// rx-corrupted frames the checks refused.
+    /// Corrupted frames the checks refuse.
     pub fn corrupt_caught(&self) -> u64 {
         self.corrupt_caught_l2 + self.corrupt_caught_ipv4 + self.corrupt_caught_tcp
     }
@@ -332,12 +333,18 @@ impl<F: Frame> Faults<F> {
     }
 
     /// Flip `corrupt_bytes` octets of an IPv4 frame at random positions (XOR with a nonzero
-    /// value); on rx, classify what the checks will make of it.
+    /// value) and classify what the receiver's checks will make of it: this port's on rx, on
+    /// tx the peer's (a fault port checks the same way), whose address is the frame's
+    /// destination before the flips.
     fn corrupt(&mut self, rx: bool, b: &mut [u8]) {
         if b.len() < 14 || b[12..14] != [0x08, 0x00] {
             return;
         }
         self.stats.corrupted += 1;
+        let mut to = self.mac;
+        if !rx {
+            to.copy_from_slice(&b[0..6]);
+        }
         // Octets within the IPv4 packet (its total length), which a checksum covers.
         let ip_end = if b.len() >= 18 {
             (14 + usize::from(u16::from_be_bytes([b[16], b[17]]))).min(b.len())
@@ -351,10 +358,7 @@ impl<F: Frame> Faults<F> {
             covered |= (12..ip_end).contains(&i);
             b[i] ^= x;
         }
-        if !rx {
-            return;
-        }
-        match check_frame(b, &self.mac) {
+        match check_frame(b, &to) {
             Check::Ok if covered => self.stats.corrupt_undetected += 1,
             Check::Ok => self.stats.corrupt_harmless += 1,
             Check::L2 => self.stats.corrupt_caught_l2 += 1,
@@ -513,6 +517,34 @@ mod tests {
         let admitted = out.iter().filter(|g| inj.admit(g)).count() as u64;
         assert_eq!(admitted, s.corrupt_harmless);
         assert_eq!(inj.stats.rx_rejected(), s.corrupt_caught());
+    }
+
+    #[test]
+    fn tx_corruption_is_classified_as_the_peer_will_see_it() {
+        // A port with another address sends frames to MAC: its tx corruption is judged
+        // against MAC, and the peer's admit() refuses exactly the caught ones.
+        let f = frame(&[0x3c; 200]);
+        let mut tx: Faults<Vec<u8>> = Faults::new(
+            FaultConfig {
+                corrupt: 1.0,
+                direction: FaultDirection::Tx,
+                ..cfg()
+            },
+            [2, 0, 0, 0x90, 0, 1],
+            0,
+        );
+        let mut peer: Faults<Vec<u8>> = Faults::new(cfg(), MAC, 0);
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            tx.apply(false, f.clone(), &mut out, |_| None);
+            tx.apply(true, f.clone(), &mut out, |_| None); // rx untouched
+        }
+        let s = tx.stats;
+        assert_eq!((s.tx_frames, s.rx_frames, s.corrupted), (1000, 0, 1000));
+        assert_eq!(s.corrupt_caught() + s.corrupt_harmless, 1000);
+        let admitted = out.iter().filter(|g| peer.admit(g)).count() as u64;
+        assert_eq!(admitted, 1000 + s.corrupt_harmless);
+        assert_eq!(peer.stats.rx_rejected(), s.corrupt_caught());
     }
 
     #[test]
