@@ -18,11 +18,17 @@
 //!   Offloaded on rx: smoltcp does not verify; `receive` takes the PMD's verdict from the
 //!   mbuf's flags (good: accept; bad: drop and count; unknown: verify in software). Ports
 //!   configured as a trusted shared-memory link skip checksums altogether.
+//! - Faults (config `[port.faults]`, [`super::fault`]): when set, received bursts and sent
+//!   frames go through a seeded injector (drop, duplicate, reorder, corrupt) and every received
+//!   frame is checked here (IPv4 and TCP checksums in software) before smoltcp sees it. Without
+//!   faults the data path pays one branch per burst and per frame.
 
 use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
+use super::fault::{FaultStats, Faults, Frame};
+use crate::config::FaultConfig;
 use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Queue};
 
 /// IPv4/TCP checksum handling of a device.
@@ -278,6 +284,8 @@ pub struct DeviceStats {
     pub tx_tcp_payload: u64,
     /// TCP segments with payload built (retransmissions included).
     pub tx_tcp_segments: u64,
+    /// Fault injection counters (all zero on a port without `faults`).
+    pub faults: FaultStats,
 }
 
 /// One DPDK port queue as a smoltcp device.
@@ -298,8 +306,30 @@ pub struct DpdkDevice {
     checksum: ChecksumMode,
     /// The checksums the PMD handles (config `checksum` = `auto`/`offload`).
     offload: CksumOffload,
+    /// The port's MAC address (what received frames must be sent to).
+    mac: [u8; 6],
+    /// Fault injection (config `faults`); None on every port unless configured.
+    faults: Option<Box<Faults<Mbuf>>>,
+    /// The rx burst as it comes out of the faults.
+    rx_faulted: Vec<Mbuf>,
     /// This device's counters.
     pub stats: DeviceStats,
+}
+
+impl Frame for Mbuf {
+    fn bytes(&self) -> &[u8] {
+        self.data()
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.data_mut()
+    }
+}
+
+/// A copy of `m` in a new mbuf from `pool` (None when the pool is empty).
+fn copy_mbuf(pool: &'static Mempool, m: &Mbuf) -> Option<Mbuf> {
+    let mut c = pool.alloc()?;
+    c.append(m.data().len() as u16)?.copy_from_slice(m.data());
+    Some(c)
 }
 
 /// A port (queue 0) that receives a copy of every frame.
@@ -342,8 +372,62 @@ impl DpdkDevice {
             mirror: None,
             checksum: ChecksumMode::Software,
             offload: CksumOffload::default(),
+            mac: [0; 6],
+            faults: None,
+            rx_faulted: Vec::new(),
             stats: DeviceStats::default(),
         }
+    }
+
+    /// The port's own MAC address.
+    pub fn set_mac(&mut self, mac: [u8; 6]) {
+        self.mac = mac;
+    }
+
+    /// Turn fault injection on (`Some`) or off. Faults need IPv4/TCP checksums computed and
+    /// verified in software on this port (checksum mode `Software`, nothing offloaded: an
+    /// offloading PMD would checksum a frame corrupted on tx as if it were right); the port
+    /// is set up that way when its config has `faults`. Counters are kept across changes.
+    pub fn set_faults(&mut self, cfg: Option<FaultConfig>) -> Result<(), String> {
+        if let Some(c) = &cfg {
+            c.validate()?;
+            if self.checksum != ChecksumMode::Software || self.offload.any() {
+                return Err(format!(
+                    "faults need IPv4/TCP checksums computed and verified in software on this \
+                     port (it has: {}, offload {}); give the port a [port.faults] table in its \
+                     config",
+                    self.checksum.describe(),
+                    self.offload.describe()
+                ));
+            }
+        }
+        // The injector in force hands over its counters and the frames it holds back (they go
+        // out after what is queued: still reordered, not lost).
+        if let Some(mut old) = self.faults.take() {
+            self.stats.faults = old.stats;
+            for (m, rx) in old.take_held() {
+                if rx {
+                    self.rx.insert(0, m);
+                } else {
+                    self.tx.push(m);
+                }
+            }
+        }
+        if let Some(c) = cfg {
+            let mut f = Faults::new(c, self.mac, u64::from(self.queue.index()));
+            f.stats = self.stats.faults;
+            self.faults = Some(Box::new(f));
+        }
+        Ok(())
+    }
+
+    /// This device's counters, fault counters included.
+    pub fn stats(&self) -> DeviceStats {
+        let mut s = self.stats;
+        if let Some(f) = &self.faults {
+            s.faults = f.stats;
+        }
+        s
     }
 
     /// How IPv4/TCP checksums are handled (see `PortConfig::checksum`).
@@ -403,8 +487,16 @@ impl DpdkDevice {
             return 0;
         }
         let n = self.queue.rx_burst(&mut self.rx, self.batch);
-        self.rx.reverse();
         self.stats.rx_packets += n as u64;
+        if let Some(f) = self.faults.as_deref_mut() {
+            let pool = self.pool;
+            for m in self.rx.drain(..) {
+                f.apply(true, m, &mut self.rx_faulted, |m| copy_mbuf(pool, m));
+            }
+            f.tick(true, &mut self.rx_faulted);
+            std::mem::swap(&mut self.rx, &mut self.rx_faulted);
+        }
+        self.rx.reverse();
         n
     }
 
@@ -415,6 +507,9 @@ impl DpdkDevice {
 
     /// Hand queued frames to the driver; returns how many it took.
     pub fn flush(&mut self) -> usize {
+        if let Some(f) = self.faults.as_deref_mut() {
+            f.tick(false, &mut self.tx);
+        }
         let mut sent = 0;
         while !self.tx.is_empty() {
             let n = self.queue.tx_burst(&mut self.tx);
@@ -492,6 +587,11 @@ impl Device for DpdkDevice {
             }
             if (self.offload.rx_ipv4 || self.offload.rx_tcp) && !self.rx_cksum_ok(&m) {
                 continue;
+            }
+            if let Some(f) = self.faults.as_deref_mut() {
+                if !f.admit(m.data()) {
+                    continue;
+                }
             }
             if let Some(mi) = self.mirror.as_mut() {
                 mi.copy(m.data());
@@ -587,7 +687,12 @@ impl phy::TxToken for DpdkTxToken<'_> {
         if let Some(mi) = self.dev.mirror.as_mut() {
             mi.copy(m.data());
         }
-        self.dev.tx.push(m);
+        if let Some(f) = self.dev.faults.as_deref_mut() {
+            let pool = self.dev.pool;
+            f.apply(false, m, &mut self.dev.tx, |m| copy_mbuf(pool, m));
+        } else {
+            self.dev.tx.push(m);
+        }
         if self.dev.tx.len() >= self.dev.batch {
             self.dev.flush();
         }

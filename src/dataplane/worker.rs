@@ -38,6 +38,7 @@ use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::verbs::{QpShared, QpSlot};
+use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::{SliceBuf, TxBuf};
 
 /// How long an accepted TCP connection may take to deliver its MPA Request, and how long a
@@ -88,6 +89,11 @@ pub(crate) enum Cmd {
     Stats {
         reply: Sender<WorkerStats>,
     },
+    /// Turn fault injection on or off (`Endpoint::set_faults`).
+    SetFaults {
+        faults: Option<crate::config::FaultConfig>,
+        reply: Sender<Result<(), String>>,
+    },
     Stop,
 }
 
@@ -113,6 +119,9 @@ pub struct WorkerStats {
     pub lcore: Option<u32>,
     /// Payload copies inside dpwarp (see [`CopyStats`]).
     pub copies: CopyStats,
+    /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
+    /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
+    pub mpa_crc_errors: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -381,7 +390,7 @@ impl Worker {
 
     /// Counters, with the placement of the calling thread.
     pub fn stats(&mut self) -> WorkerStats {
-        self.stats.device = self.dev.stats;
+        self.stats.device = self.dev.stats();
         self.stats.connections = self.conns.len();
         self.stats.cpu = self.cpu;
         self.stats.ran_on = rustix::thread::sched_getcpu();
@@ -452,6 +461,9 @@ impl Worker {
                 Cmd::Stats { reply } => {
                     let s = self.stats();
                     let _ = reply.try_send(s);
+                }
+                Cmd::SetFaults { faults, reply } => {
+                    let _ = reply.try_send(self.dev.set_faults(faults));
                 }
                 Cmd::Connect { remote, sh, events } => self.connect(remote, sh, events),
                 Cmd::Listen {
@@ -889,7 +901,7 @@ impl Worker {
                     let sh = c.sh.as_ref().expect("connecting has a QP");
                     if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
                         log::warn!("dataplane: TCP connect failed");
-                        finish(c);
+                        finish(c, &mut self.stats.mpa_crc_errors);
                         true
                     } else {
                         false
@@ -900,14 +912,14 @@ impl Worker {
                     let close = match c.sh.clone() {
                         None => drained || !s.may_send(),
                         Some(sh) => {
-                            let (w, close) = reap(c, &sh);
+                            let (w, close) = reap(c, &sh, &mut self.stats.mpa_crc_errors);
                             work |= w;
                             c.eof || (close && drained)
                         }
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done += finish(c);
+                        self.rx_copied_done += finish(c, &mut self.stats.mpa_crc_errors);
                         c.state = CState::Closing(now);
                         work = true;
                         closed = true;
@@ -957,7 +969,7 @@ impl Worker {
 
 /// The connection ended: final completions and events, then mark the QP closed. Returns the
 /// octets its engine copied on receive (for the worker's copy count).
-fn finish(c: &mut Conn) -> u64 {
+fn finish(c: &mut Conn, crc_errors: &mut u64) -> u64 {
     let Some(sh) = c.sh.as_ref() else { return 0 };
     let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
@@ -965,6 +977,7 @@ fn finish(c: &mut Conn) -> u64 {
         sh.reap(conn);
         while let Some(ev) = conn.poll_event() {
             sh.note_event(&ev);
+            *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
             if let Some(e) = &c.events {
                 let _ = e.try_send(ev);
             }
@@ -979,7 +992,7 @@ fn finish(c: &mut Conn) -> u64 {
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
 /// connection should close once its bytes are out).
-fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
+fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
     let mut work = false;
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
@@ -988,6 +1001,7 @@ fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
     sh.reap(conn);
     while let Some(ev) = conn.poll_event() {
         sh.note_event(&ev);
+        *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
         if let Some(e) = &c.events {
             let _ = e.try_send(ev);
         }
