@@ -864,6 +864,7 @@ impl Worker {
     fn completions(&mut self, now: Instant) -> bool {
         let mut work = false;
         let mut closed = false;
+        let mut newly_closed = Vec::new();
         let mut i = 0;
         while i < self.conns.len() {
             let c = &mut self.conns[i];
@@ -894,7 +895,13 @@ impl Worker {
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done += finish(c);
+                        self.rx_copied_done += finish_engine(c);
+                        // Marked closed only after the egress below: what the connection
+                        // queued last (a TERMINATE, RFC 5040 §7.1) is then on the wire
+                        // before the application can see the QP closed and exit.
+                        if let Some(sh) = &c.sh {
+                            newly_closed.push(sh.clone());
+                        }
                         c.state = CState::Closing(now);
                         work = true;
                         closed = true;
@@ -916,6 +923,9 @@ impl Worker {
             let ts = st_now(self.t0);
             self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets);
             self.dev.flush();
+        }
+        for sh in newly_closed {
+            sh.set_closed();
         }
         work
     }
@@ -945,6 +955,15 @@ impl Worker {
 /// The connection ended: final completions and events, then mark the QP closed. Returns the
 /// octets its engine copied on receive (for the worker's copy count).
 fn finish(c: &mut Conn) -> u64 {
+    let copied = finish_engine(c);
+    if let Some(sh) = c.sh.as_ref() {
+        sh.set_closed();
+    }
+    copied
+}
+
+/// [`finish`] without marking the QP closed (the caller does, once the FIN went out).
+fn finish_engine(c: &mut Conn) -> u64 {
     let Some(sh) = c.sh.as_ref() else { return 0 };
     let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
@@ -960,7 +979,6 @@ fn finish(c: &mut Conn) -> u64 {
     } else if let Some(e) = &c.events {
         let _ = e.try_send(ConnEvent::Closed);
     }
-    sh.set_closed();
     copied
 }
 
