@@ -91,3 +91,111 @@ fn rfc5040_s7_1_terminate_reaches_the_peer_before_exit() {
         assert!(child.wait().unwrap().success());
     }
 }
+
+/// The TERMINATE is queued while megabytes of the server's RDMA Writes still wait for a peer
+/// that does not read: once the peer reads again, the TERMINATE must come before the FIN (the
+/// driver used to close as soon as the bytes already staged were out).
+#[test]
+fn rfc5040_s7_1_terminate_queued_behind_a_full_send_buffer_still_goes_out() {
+    use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
+    use dpwarp::rdma::{MemoryTable, PdId};
+    use std::io::Read;
+    use std::net::TcpStream;
+
+    const LEN: usize = 32 << 20;
+    let l = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let addr = l.local_addr().unwrap();
+    // The raw peer: the sans-IO engine over a socket whose reading we control.
+    let mem = MemoryTable::new();
+    let sink = mem.register(PdId(0), LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let (sink_addr, sink_stag) = (sink.addr(), sink.stag());
+    let server = std::thread::spawn(move || {
+        let req = l.get_request(Duration::from_secs(10)).expect("request");
+        let s = Side::new();
+        let src = s.pd.reg_mr(LEN, Access::LOCAL_WRITE);
+        req.accept(&s.qp, &ConnParam::default()).expect("accept");
+        for i in 0..8u64 {
+            let chunk = LEN / 8;
+            s.qp.post_send(SendWr {
+                wr_id: i,
+                opcode: Opcode::Write {
+                    remote_addr: sink_addr + i * chunk as u64,
+                    rkey: sink_stag,
+                },
+                sg_list: vec![sge(&src, i as usize * chunk, chunk)],
+                signaled: true,
+            })
+            .unwrap();
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        while s.qp.terminate_cause().is_none() && !s.qp.is_closed() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The application closes at once.
+        drop(s);
+    });
+    let mut sock = TcpStream::connect(addr).unwrap();
+    let mut conn = Connection::initiator(ConnConfig::default(), mem.clone(), Instant::now());
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    conn.poll_transmit(&mut out);
+    sock.write_all(&out).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut events = Vec::new();
+    while !conn.is_established() {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "EOF during startup");
+        conn.on_bytes(&buf[..n], Instant::now());
+        while let Some(ev) = conn.poll_event() {
+            events.push(ev);
+        }
+    }
+    // Stop reading; provoke a TERMINATE with a Write to an STag the server never advertised.
+    conn.post_send(SendWr {
+        wr_id: 1,
+        opcode: Opcode::Write {
+            remote_addr: 0,
+            rkey: 0x5eed_0000,
+        },
+        sg_list: vec![dpwarp::verbs::Sge {
+            addr: sink_addr,
+            length: 64,
+            lkey: sink_stag,
+        }],
+        signaled: true,
+    })
+    .unwrap();
+    out.clear();
+    conn.poll_transmit(&mut out);
+    sock.write_all(&out).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Now read everything until EOF.
+    loop {
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => conn.on_bytes(&buf[..n], Instant::now()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("read: {e}"),
+        }
+        while let Some(ev) = conn.poll_event() {
+            events.push(ev);
+        }
+        if events
+            .iter()
+            .any(|e| matches!(e, ConnEvent::TerminateReceived(_)))
+        {
+            break;
+        }
+    }
+    while let Some(ev) = conn.poll_event() {
+        events.push(ev);
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ConnEvent::TerminateReceived(_))),
+        "the stream ended without the server's TERMINATE: {events:?}"
+    );
+    drop(sock);
+    server.join().unwrap();
+}

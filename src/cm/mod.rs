@@ -470,6 +470,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
     let mut eof = false;
     let mut broken = false;
     let mut last_progress = Instant::now();
+    let mut closing_since: Option<Instant> = None;
     loop {
         let mut progressed = false;
         // Posts after this point keep the driver from sleeping at the end of the iteration.
@@ -545,7 +546,26 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 }
             }
         }
-        let drained = out_pos == out.len();
+        let mut drained = out_pos == out.len();
+        if close && drained && !broken && !eof {
+            // What the connection queued while earlier bytes waited for the socket (a
+            // TERMINATE, RFC 5040 §7.1; FPDUs posted before the disconnect) goes out before
+            // the FIN, for at most CLOSE_FLUSH once closing began.
+            out.clear();
+            out_pos = 0;
+            with_conn(&sh, |c| c.poll_transmit(&mut out));
+            if !out.is_empty() {
+                let since = *closing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < CLOSE_FLUSH {
+                    drained = false;
+                } else {
+                    log::warn!(
+                        "transport: closing with {} octets not sent (the peer did not take them within {CLOSE_FLUSH:?})",
+                        out.len()
+                    );
+                }
+            }
+        }
         if broken || eof || (close && drained) {
             if !broken {
                 let _ = t.shutdown();
@@ -604,6 +624,9 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
         }
     }
 }
+
+/// How long a closing driver keeps sending what its connection still queues (see `drive`).
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 
 /// How long a driver closing after a TERMINATE waits for the peer's FIN (see [`drain_until_eof`]).
 const CLOSE_DRAIN: Duration = Duration::from_secs(1);

@@ -42,6 +42,8 @@ use crate::verbs::{QpShared, QpSlot};
 /// reported request may wait for accept/reject.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a closing connection keeps sending what its engine still queues.
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 /// How long a closing socket may linger before it is aborted.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
@@ -179,6 +181,8 @@ struct Conn {
     state: CState,
     /// The peer closed its direction (FIN seen and reported to the connection).
     eof: bool,
+    /// When the connection first wanted to close with output still to stage.
+    closing_since: Option<Instant>,
 }
 
 impl Conn {
@@ -192,6 +196,7 @@ impl Conn {
             ends: Vec::new(),
             state: CState::Live,
             eof: false,
+            closing_since: None,
         }
     }
 
@@ -890,7 +895,15 @@ impl Worker {
                         Some(sh) => {
                             let (w, close) = reap(c, &sh);
                             work |= w;
-                            c.eof || (close && drained)
+                            // What the engine queued while the staged bytes waited for the
+                            // socket (a TERMINATE, RFC 5040 §7.1) goes out before the FIN.
+                            let more = close && drained && !c.eof && {
+                                let n = stage_rest(c, &sh, now);
+                                self.tx_staged += n as u64;
+                                n > 0
+                            };
+                            work |= more;
+                            c.eof || (close && drained && !more)
                         }
                     };
                     if close {
@@ -980,6 +993,23 @@ fn finish_engine(c: &mut Conn) -> u64 {
         let _ = e.try_send(ConnEvent::Closed);
     }
     copied
+}
+
+/// A closing connection's engine may still hold output (queued after the bytes staged last):
+/// stage it, unless closing began [`CLOSE_FLUSH`] ago. Returns the octets staged.
+fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
+    let since = *c.closing_since.get_or_insert(now);
+    if now.duration_since(since) > CLOSE_FLUSH {
+        return 0;
+    }
+    let QpSlot::Live(conn) = &mut *sh.lock() else {
+        return 0;
+    };
+    c.out.clear();
+    c.out_pos = 0;
+    c.ends.clear();
+    conn.poll_transmit_records(&mut c.out, &mut c.ends);
+    c.out.len()
 }
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
