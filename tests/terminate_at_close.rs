@@ -150,7 +150,17 @@ fn rfc5040_s7_1_terminate_queued_behind_a_full_send_buffer_still_goes_out() {
             events.push(ev);
         }
     }
-    // Stop reading; provoke a TERMINATE with a Write to an STag the server never advertised.
+    // Take the first 64 KiB of the server's Writes, then stop reading and let its send
+    // buffer fill.
+    let mut first = 0usize;
+    while first < 64 * 1024 {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "EOF before the server's Writes");
+        first += n;
+        conn.on_bytes(&buf[..n], Instant::now());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Provoke a TERMINATE with a Write to an STag the server never advertised.
     conn.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Write {
@@ -170,10 +180,14 @@ fn rfc5040_s7_1_terminate_queued_behind_a_full_send_buffer_still_goes_out() {
     sock.write_all(&out).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // Now read everything until EOF.
+    let mut total = 0usize;
     loop {
         match sock.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => conn.on_bytes(&buf[..n], Instant::now()),
+            Ok(n) => {
+                total += n;
+                conn.on_bytes(&buf[..n], Instant::now())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => panic!("read: {e}"),
         }
@@ -196,6 +210,7 @@ fn rfc5040_s7_1_terminate_queued_behind_a_full_send_buffer_still_goes_out() {
             .any(|e| matches!(e, ConnEvent::TerminateReceived(_))),
         "the stream ended without the server's TERMINATE: {events:?}"
     );
+    eprintln!("read {total} octets after the pause; events {events:?}");
     drop(sock);
     server.join().unwrap();
 }
