@@ -38,9 +38,8 @@ use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::verbs::{QpShared, QpSlot};
 
-/// How long an accepted TCP connection may take to deliver its MPA Request, and how long a
-/// reported request may wait for accept/reject.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a reported request may wait for accept/reject. (How long an incoming connection
+/// may take to deliver its MPA Request is its listener's `mpa_timeout`, `[tcp] mpa_timeout_ms`.)
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a closing connection keeps sending what its engine still queues.
 const CLOSE_FLUSH: Duration = Duration::from_secs(1);
@@ -70,6 +69,8 @@ pub(crate) enum Cmd {
     Listen {
         port: u16,
         requests: Sender<Incoming>,
+        /// MPA startup deadline and cap for this listener (None: the worker's `[tcp]` ones).
+        startup: Option<(Duration, usize)>,
         reply: Sender<Result<(), String>>,
     },
     Unlisten {
@@ -208,17 +209,34 @@ impl Conn {
     }
 }
 
+/// An incoming connection in its MPA startup (reading its Request).
 struct Probe {
     h: SocketHandle,
     startup: Startup,
     raw: Vec<u8>,
-    since: Instant,
+    /// Closed (RST) if its whole Request has not arrived by then (RFC 5044 §7.1.2 item 10).
+    deadline: Instant,
+    port: u16,
+    remote: SocketAddr,
     requests: Sender<Incoming>,
 }
 
 struct Listening {
     requests: Sender<Incoming>,
     handles: Vec<SocketHandle>,
+    /// How long an incoming connection may take to deliver its MPA Request.
+    mpa_timeout: Duration,
+    /// Probes of this listener at most; connections beyond are refused with a RST.
+    max_startups: usize,
+}
+
+/// The peer of a socket, for log lines.
+fn remote_of(s: &tcp::Socket<'static>) -> SocketAddr {
+    s.remote_endpoint()
+        .map(|e| match e.addr {
+            IpAddress::Ipv4(a) => SocketAddr::from((a.octets(), e.port)),
+        })
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// What a worker is made of (everything but its run-time state).
@@ -460,9 +478,14 @@ impl Worker {
                 Cmd::Listen {
                     port,
                     requests,
+                    startup,
                     reply,
                 } => {
-                    let _ = reply.try_send(self.listen(port, requests));
+                    let startup = startup.unwrap_or((
+                        Duration::from_millis(self.tcp.mpa_timeout_ms),
+                        self.tcp.max_startups,
+                    ));
+                    let _ = reply.try_send(self.listen(port, requests, startup));
                 }
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
@@ -559,7 +582,12 @@ impl Worker {
         }
     }
 
-    fn listen(&mut self, port: u16, requests: Sender<Incoming>) -> Result<(), String> {
+    fn listen(
+        &mut self,
+        port: u16,
+        requests: Sender<Incoming>,
+        (mpa_timeout, max_startups): (Duration, usize),
+    ) -> Result<(), String> {
         if self.listening.contains_key(&port) {
             return Err(format!("port {port} already listening"));
         }
@@ -574,7 +602,15 @@ impl Worker {
             }
             handles.push(self.sockets.add(s));
         }
-        self.listening.insert(port, Listening { requests, handles });
+        self.listening.insert(
+            port,
+            Listening {
+                requests,
+                handles,
+                mpa_timeout,
+                max_startups,
+            },
+        );
         Ok(())
     }
 
@@ -629,6 +665,17 @@ impl Worker {
                     continue;
                 }
                 if st != tcp::State::Listen {
+                    let remote = remote_of(s);
+                    let starting = self.probes.iter().filter(|p| p.port == *port).count();
+                    if starting >= l.max_startups {
+                        log::warn!(
+                            "dataplane: worker {}: refusing {remote} on port {port} (RST): {starting} MPA startups in progress (max_startups)",
+                            self.index
+                        );
+                        self.stats.refused += 1;
+                        s.abort();
+                        continue;
+                    }
                     held += 1;
                     work = true;
                     let mut s = new_socket(&self.tcp);
@@ -638,7 +685,9 @@ impl Worker {
                             h: old,
                             startup: Startup::responder(MpaConfig::default(), now),
                             raw: Vec::new(),
-                            since: now,
+                            deadline: now + l.mpa_timeout,
+                            port: *port,
+                            remote,
                             requests: l.requests.clone(),
                         });
                     }
@@ -646,7 +695,8 @@ impl Worker {
             }
         }
 
-        // Probes: read the MPA Request.
+        // Probes: read the MPA Request. Each progresses on its own: a stalled or slow peer
+        // holds up nobody else, and is closed at its deadline.
         let mut i = 0;
         while i < self.probes.len() {
             let p = &mut self.probes[i];
@@ -666,7 +716,8 @@ impl Worker {
                     // An MPA Request is at most 20 + 512 bytes (RFC 5044 §7.1): this peer
                     // is not speaking MPA; never buffer without bound.
                     log::warn!(
-                        "dataplane: {} bytes and no MPA Request; closing",
+                        "dataplane: closing {} during MPA startup: {} bytes and no MPA Request",
+                        p.remote,
                         p.raw.len()
                     );
                     done = Some(false);
@@ -675,12 +726,7 @@ impl Worker {
                 if let Some(ev) = p.startup.poll_event() {
                     done = Some(matches!(ev, StartupEvent::Request(_)));
                     if let StartupEvent::Request(peer) = ev {
-                        let remote = s
-                            .remote_endpoint()
-                            .map(|e| match e.addr {
-                                IpAddress::Ipv4(a) => SocketAddr::from((a.octets(), e.port)),
-                            })
-                            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+                        let remote = p.remote;
                         self.next_id += 1;
                         let inc = Incoming {
                             id: self.next_id,
@@ -695,8 +741,11 @@ impl Worker {
                             log::warn!("dataplane: listener backlog full; closing {remote}");
                             done = Some(false);
                         }
-                    } else {
-                        log::warn!("dataplane: MPA startup failed on an incoming connection");
+                    } else if let StartupEvent::Failed(e) = ev {
+                        log::warn!(
+                            "dataplane: closing {} during MPA startup: malformed MPA Request: {e}",
+                            p.remote
+                        );
                     }
                 }
             }
@@ -707,7 +756,19 @@ impl Worker {
                     s.state(),
                     tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
                 ) && !s.can_recv());
-            if done.is_none() && (gone || now.duration_since(p.since) > PROBE_TIMEOUT) {
+            if done.is_none() && gone {
+                log::warn!(
+                    "dataplane: closing {} during MPA startup: peer closed before its MPA Request was complete ({} octets received)",
+                    p.remote,
+                    p.raw.len()
+                );
+                done = Some(false);
+            } else if done.is_none() && now >= p.deadline {
+                log::warn!(
+                    "dataplane: closing {} during MPA startup: no complete MPA Request within the deadline ({} octets received)",
+                    p.remote,
+                    p.raw.len()
+                );
                 done = Some(false);
             }
             match done {
