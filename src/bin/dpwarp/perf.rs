@@ -98,6 +98,8 @@ pub struct Args {
     /// Default: driven for the latency tests, background for the bandwidth tests.
     #[arg(long, value_enum)]
     worker_mode: Option<crate::dpperf::ModeArg>,
+    #[command(flatten)]
+    startup: crate::dpperf::StartupOpts,
 }
 
 /// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
@@ -203,7 +205,7 @@ pub fn run(mut a: Args) -> Result<(), String> {
 /// The server's listener for both connections: all addresses on kernel TCP (as perftest's
 /// server without a bind address), the port's own address on DPDK.
 fn listen(a: &Args, net: &Net) -> Result<AnyListener, String> {
-    let l = net.listen(SocketAddr::from(([0, 0, 0, 0], a.port)))?;
+    let l = net.listen_with(SocketAddr::from(([0, 0, 0, 0], a.port)), &a.startup)?;
     // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
     log::info!("perf: listening on port {}", a.port);
     Ok(l)
