@@ -213,3 +213,29 @@ fn rfc5044_s7_1_2_a_slow_valid_client_does_not_delay_another() {
     let (_t, _s, _s2) = srv.join().unwrap();
     drop(slow.join().unwrap());
 }
+
+#[test]
+fn startups_beyond_max_startups_are_closed() {
+    let cfg = ListenConfig {
+        max_startups: 4,
+        ..ListenConfig::default()
+    };
+    let l = Listener::bind_with(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
+    let addr = l.local_addr().unwrap();
+    let mut held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // Let the acceptor take all four into startup.
+    thread::sleep(Duration::from_millis(200));
+    let mut fifth = TcpStream::connect(addr).unwrap();
+    assert!(
+        closed_within(&mut fifth, Duration::from_secs(2)),
+        "a fifth startup beyond max_startups = 4 was kept"
+    );
+    for s in held.iter_mut() {
+        assert!(!closed_within(s, Duration::from_millis(20)), "a held startup was closed");
+    }
+    // Once one of them is gone, a new connection is taken into startup again.
+    drop(held.pop());
+    thread::sleep(Duration::from_millis(200));
+    let mut again = TcpStream::connect(addr).unwrap();
+    assert!(!closed_within(&mut again, Duration::from_millis(300)));
+}
