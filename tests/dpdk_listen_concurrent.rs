@@ -169,7 +169,8 @@ mpa_timeout_ms = 300
         "a normal connection behind 64 stalled startups took {took:?}"
     );
     for (i, (s, at)) in stalled.iter_mut().enumerate() {
-        let limit = (*at + Duration::from_millis(300 + 1500)).saturating_duration_since(Instant::now());
+        let limit =
+            (*at + Duration::from_millis(300 + 1500)).saturating_duration_since(Instant::now());
         assert!(
             closed_within(s, limit),
             "stalled client {i} (kind {}) still open {:?} after it connected",
@@ -212,7 +213,9 @@ mpa_timeout_ms = 300
     });
     thread::sleep(Duration::from_millis(100));
     let srv = thread::spawn(move || {
-        let first = l.get_request(Duration::from_secs(10)).expect("first request");
+        let first = l
+            .get_request(Duration::from_secs(10))
+            .expect("first request");
         let s = Side::new();
         let buf = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
         s.qp.post_recv(RecvWr {
@@ -222,7 +225,9 @@ mpa_timeout_ms = 300
         .unwrap();
         first.accept(&s.qp, &ConnParam::default()).expect("accept");
         assert_eq!(wc_ok(&s.cq).byte_len, 64);
-        let second = l.get_request(Duration::from_secs(10)).expect("slow request");
+        let second = l
+            .get_request(Duration::from_secs(10))
+            .expect("slow request");
         let s2 = Side::new();
         second
             .accept(&s2.qp, &ConnParam::default())
@@ -260,7 +265,10 @@ mpa_timeout_ms = 300
         ),
     }
     for (s, _) in held.iter_mut() {
-        assert!(!closed_within(s, Duration::from_millis(20)), "a held startup was closed");
+        assert!(
+            !closed_within(s, Duration::from_millis(20)),
+            "a held startup was closed"
+        );
     }
     drop(dp);
 }

@@ -150,7 +150,8 @@ fn rfc5044_s7_1_2_stalled_startups_closed_at_the_deadline() {
     let t0 = Instant::now();
     let mut stalled = stalled_clients(addr);
     for (i, s) in stalled.iter_mut().enumerate() {
-        let limit = (t0 + Duration::from_millis(300 + 1500)).saturating_duration_since(Instant::now());
+        let limit =
+            (t0 + Duration::from_millis(300 + 1500)).saturating_duration_since(Instant::now());
         assert!(
             closed_within(s, limit),
             "stalled client {i} (kind {}) still open {:?} after it connected",
@@ -180,14 +181,17 @@ fn rfc5044_s7_1_2_a_slow_valid_client_does_not_delay_another() {
         // The Reply comes once the server accepts it.
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut reply = [0u8; 20];
-        s.read_exact(&mut reply).expect("MPA Reply to the slow client");
+        s.read_exact(&mut reply)
+            .expect("MPA Reply to the slow client");
         assert_eq!(&reply[..16], b"MPA ID Rep Frame");
         s
     });
     thread::sleep(Duration::from_millis(100));
     // The slow client is first in line; the normal one must not wait for it.
     let srv = thread::spawn(move || {
-        let first = l.get_request(Duration::from_secs(10)).expect("first request");
+        let first = l
+            .get_request(Duration::from_secs(10))
+            .expect("first request");
         let t = Instant::now();
         let s = Side::new();
         let buf = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
@@ -200,9 +204,13 @@ fn rfc5044_s7_1_2_a_slow_valid_client_does_not_delay_another() {
         let wc = wc_ok(&s.cq);
         assert_eq!(wc.byte_len, 64);
         // Then the slow one, once it is complete.
-        let second = l.get_request(Duration::from_secs(10)).expect("slow request");
+        let second = l
+            .get_request(Duration::from_secs(10))
+            .expect("slow request");
         let s2 = Side::new();
-        second.accept(&s2.qp, &ConnParam::default()).expect("accept slow");
+        second
+            .accept(&s2.qp, &ConnParam::default())
+            .expect("accept slow");
         (t, s, s2)
     });
     let took = normal_client(addr);
@@ -231,7 +239,10 @@ fn startups_beyond_max_startups_are_closed() {
         "a fifth startup beyond max_startups = 4 was kept"
     );
     for s in held.iter_mut() {
-        assert!(!closed_within(s, Duration::from_millis(20)), "a held startup was closed");
+        assert!(
+            !closed_within(s, Duration::from_millis(20)),
+            "a held startup was closed"
+        );
     }
     // Once one of them is gone, a new connection is taken into startup again.
     drop(held.pop());

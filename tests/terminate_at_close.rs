@@ -86,7 +86,12 @@ fn rfc5040_s7_1_terminate_reaches_the_peer_before_exit() {
     let exe = std::env::current_exe().unwrap();
     for round in 0..5 {
         let mut child = Command::new(&exe)
-            .args(["--exact", "terminate_child_server", "--ignored", "--nocapture"])
+            .args([
+                "--exact",
+                "terminate_child_server",
+                "--ignored",
+                "--nocapture",
+            ])
             .env(CHILD_ENV, "1")
             .stdout(Stdio::piped())
             .spawn()

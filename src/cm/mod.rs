@@ -644,7 +644,9 @@ fn drain_until_eof(t: &mut dyn Transport, buf: &mut [u8], limit: Duration) {
                 if left.is_zero() {
                     return;
                 }
-                if t.wait_readable(left.min(Duration::from_millis(50))).is_err() {
+                if t.wait_readable(left.min(Duration::from_millis(50)))
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -32,7 +32,8 @@ pub fn peer(addr: SocketAddr) -> Vec<ConnEvent> {
         ..ConnConfig::default()
     };
     let mut sock = TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut conn = Connection::initiator(cfg, mem.clone(), Instant::now());
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
