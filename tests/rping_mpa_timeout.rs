@@ -51,8 +51,23 @@ fn rping_server_mpa_timeout_closes_stalled_startups_and_logs_them() {
         .port();
     let mut server = Kill(
         Command::new(BIN)
-            .args(["rping", "-s", "-P", "--transport", "kernel", "-a", "127.0.0.1"])
-            .args(["-p", &port.to_string(), "--mpa-timeout", "300ms", "--timeout", "30"])
+            .args([
+                "rping",
+                "-s",
+                "-P",
+                "--transport",
+                "kernel",
+                "-a",
+                "127.0.0.1",
+            ])
+            .args([
+                "-p",
+                &port.to_string(),
+                "--mpa-timeout",
+                "300ms",
+                "--timeout",
+                "30",
+            ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -105,8 +120,10 @@ fn rping_server_mpa_timeout_closes_stalled_startups_and_logs_them() {
     let log = drain.join().unwrap();
     for name in &names {
         assert!(
-            log.lines().any(|l| l.contains(&format!("closing {name} during MPA startup"))
-                && l.contains("deadline")),
+            log.lines().any(
+                |l| l.contains(&format!("closing {name} during MPA startup"))
+                    && l.contains("deadline")
+            ),
             "no deadline log line for {name}:\n{log}"
         );
     }
