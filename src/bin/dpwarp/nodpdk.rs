@@ -157,6 +157,13 @@ impl Endpoint {
     pub fn listen(&self, _port: u16) -> Result<DpListener, CmError> {
         match self.0 {}
     }
+    pub fn listen_with(
+        &self,
+        _port: u16,
+        _cfg: &dpwarp::cm::ListenConfig,
+    ) -> Result<DpListener, CmError> {
+        match self.0 {}
+    }
 }
 
 /// A dataplane listener; never exists in this build.
