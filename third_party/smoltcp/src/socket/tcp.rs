@@ -1401,18 +1401,13 @@ impl<'a> Socket<'a> {
         while r.front().is_some_and(|&e| e <= una) {
             r.pop_front();
         }
+        // The ends are ascending: the last one at or before the limit, if after the start.
         let limit = start + size;
-        let mut best = None;
-        for &e in r.iter() {
-            if e <= start {
-                continue;
-            }
-            if e > limit {
-                break;
-            }
-            best = Some(e);
+        let i = r.partition_point(|&e| e <= limit);
+        match i.checked_sub(1).map(|i| r[i]) {
+            Some(e) if e > start => e - start,
+            _ => size,
         }
-        best.map_or(size, |e| e - start)
     }
 
     /// dpwarp: the octets the peer's receive window still admits beyond SND.NXT, i.e. the
