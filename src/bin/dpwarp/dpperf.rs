@@ -12,54 +12,17 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{NetArgs, TransportArg, Verbosity};
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use crate::nodpdk::{CopyStats, Dataplane, Endpoint, WorkerMode};
 use crate::table;
-use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, ListenConfig, Listener};
+use dpwarp::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
-use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use dpwarp::dataplane::{CopyStats, Dataplane, Endpoint, WorkerMode};
 use dpwarp::latency::Summary;
-use dpwarp::mpa::{Negotiated, PeerRequest};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
     WorkCompletion,
 };
-
-/// A listener on either transport.
-pub enum AnyListener {
-    Cm(Listener),
-    Dp(DpListener),
-}
-
-/// A connection request on either transport.
-pub enum AnyRequest {
-    Cm(ConnRequest),
-    Dp(DpConnRequest),
-}
-
-impl AnyListener {
-    pub fn get_request(&self, timeout: Duration) -> Result<AnyRequest, CmError> {
-        match self {
-            AnyListener::Cm(l) => l.get_request(timeout).map(AnyRequest::Cm),
-            AnyListener::Dp(l) => l.get_request(timeout).map(AnyRequest::Dp),
-        }
-    }
-}
-
-impl AnyRequest {
-    pub fn peer(&self) -> &PeerRequest {
-        match self {
-            AnyRequest::Cm(r) => &r.peer,
-            AnyRequest::Dp(r) => &r.peer,
-        }
-    }
-    pub fn accept(self, qp: &Qp, p: &ConnParam) -> Result<Negotiated, CmError> {
-        match self {
-            AnyRequest::Cm(r) => r.accept(qp, p),
-            AnyRequest::Dp(r) => r.accept(qp, p),
-        }
-    }
-}
 
 /// A server's MPA startup options (`--mpa-timeout`, `--max-startups`).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -95,65 +58,26 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * scale))
 }
 
-/// Where to connect from / listen on.
-#[derive(Clone)]
-pub enum Net {
-    Kernel,
-    Dpdk(Endpoint),
-}
-
-impl Net {
-    /// Drive the dataplane workers this thread is responsible for once (driven mode); false
-    /// when nothing happened or nothing is driven here (kernel TCP, background workers).
-    pub fn pump(&self) -> bool {
-        match self {
-            Net::Kernel => false,
-            Net::Dpdk(ep) => ep.poll(),
-        }
-    }
-
-    /// Whether completions only come when this thread pumps (driven dataplane workers).
-    pub fn is_driven(&self) -> bool {
-        matches!(self, Net::Dpdk(ep) if ep.is_driven())
-    }
-
-    pub fn listen(&self, addr: SocketAddr) -> Result<AnyListener, String> {
-        self.listen_with(addr, &StartupOpts::default())
-    }
-
-    /// [`Net::listen`] with the server's `--mpa-timeout` / `--max-startups`: on kernel TCP
-    /// unset ones take [`ListenConfig`]'s defaults; on DPDK with neither set the config's
-    /// `[tcp]` values apply, else [`ListenConfig`]'s defaults for the unset one.
-    pub fn listen_with(&self, addr: SocketAddr, o: &StartupOpts) -> Result<AnyListener, String> {
-        let d = ListenConfig::default();
-        let cfg = ListenConfig {
-            mpa_timeout: o.mpa_timeout.unwrap_or(d.mpa_timeout),
-            max_startups: o.max_startups.unwrap_or(d.max_startups),
-            ..d
+impl StartupOpts {
+    /// Listen on `addr` through `net` with the server's `--mpa-timeout` / `--max-startups`:
+    /// with neither set the transport's own settings apply (kernel TCP: [`ListenConfig`]'s
+    /// defaults; DPDK: the config's `[tcp]` values), else [`ListenConfig`]'s defaults for the
+    /// unset one.
+    pub fn listen(&self, net: &Net, addr: SocketAddr) -> Result<Listener, String> {
+        let r = if self.mpa_timeout.is_none() && self.max_startups.is_none() {
+            net.listen(addr)
+        } else {
+            let d = ListenConfig::default();
+            net.listen_with(
+                addr,
+                &ListenConfig {
+                    mpa_timeout: self.mpa_timeout.unwrap_or(d.mpa_timeout),
+                    max_startups: self.max_startups.unwrap_or(d.max_startups),
+                    ..d
+                },
+            )
         };
-        match self {
-            Net::Kernel => Listener::bind_with(addr, cfg)
-                .map(AnyListener::Cm)
-                .map_err(|e| format!("listen {addr}: {e}")),
-            Net::Dpdk(ep) => {
-                let r = if o.mpa_timeout.is_none() && o.max_startups.is_none() {
-                    ep.listen(addr.port())
-                } else {
-                    ep.listen_with(addr.port(), &cfg)
-                };
-                r.map(AnyListener::Dp)
-                    .map_err(|e| format!("listen :{}: {e}", addr.port()))
-            }
-        }
-    }
-    pub fn connect(&self, addr: SocketAddr, qp: &Qp, p: &ConnParam) -> Result<Negotiated, CmError> {
-        match self {
-            Net::Kernel => cm::connect_tcp(addr, qp, p),
-            Net::Dpdk(ep) => match addr {
-                SocketAddr::V4(a) => ep.connect(a, qp, p),
-                SocketAddr::V6(_) => Err(CmError::Closed),
-            },
-        }
+        r.map_err(|e| format!("listen {addr}: {e}"))
     }
 }
 
@@ -485,7 +409,7 @@ fn spin_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
             return Err(format!("timed out waiting for {what}"));
         }
         if driven {
-            net.pump();
+            net.poll();
         } else {
             std::thread::yield_now();
         }
@@ -499,7 +423,7 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
     }
     let end = Instant::now() + timeout;
     while !qp.is_closed() && Instant::now() < end {
-        if !net.pump() {
+        if !net.poll() {
             std::thread::yield_now();
         }
     }
@@ -507,9 +431,9 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
 }
 
 /// Serve one perf connection (the test is named by the client's private data).
-pub fn serve_one(req: AnyRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
+pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
     let (test, size, iters) =
-        decode_req(&req.peer().private_data).ok_or("not a dpwarp dpperf request")?;
+        decode_req(req.private_data()).ok_or("not a dpwarp dpperf request")?;
     let cq = Cq::new(4 * DEPTH);
     let qp = Qp::new(pd, &attr(&cq));
     let mr = pd.reg_mr(
@@ -902,9 +826,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let (_dp, net) = match &backend {
         Backend::Dpdk(config) => {
             let (dp, ep) = start_dpdk_with(config, a.net.port_index, a.worker_mode.into())?;
-            (Some(dp), Net::Dpdk(ep))
+            (Some(dp), Net::from(ep))
         }
-        Backend::Kernel => (None, Net::Kernel),
+        Backend::Kernel => (None, Net::kernel()),
     };
     if let (Some(dp), false) = (&_dp, a.server) {
         if !dp.wait_link_up(Duration::from_secs(20)) {
@@ -914,7 +838,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let dev = Device::open();
     let pd = dev.alloc_pd();
     if a.server {
-        let l = net.listen(a.addr)?;
+        let l = net
+            .listen(a.addr)
+            .map_err(|e| format!("listen {}: {e}", a.addr))?;
         println!("perf server: listening on port {}", a.addr.port());
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
@@ -987,7 +913,9 @@ pub fn local_pair(
     sizes: &[usize],
     iters: usize,
 ) -> Result<Vec<PerfResult>, String> {
-    let l = net_s.listen(addr)?;
+    let l = net_s
+        .listen(addr)
+        .map_err(|e| format!("listen {addr}: {e}"))?;
     let dev = Device::open();
     let spd = dev.alloc_pd();
     let n = sizes.len();

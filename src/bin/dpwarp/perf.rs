@@ -21,16 +21,14 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::{self, ConnParam};
+use dpwarp::cm::{self, ConnParam, Listener, Net};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode,
     WcStatus,
 };
 
 use crate::cli::{progress_clear, progress_tick, NetArgs, Verbosity};
-use crate::dpperf::{
-    backend, log_device_stats, start_dpdk_with, AnyListener, AnyRequest, Backend, Net,
-};
+use crate::dpperf::{backend, log_device_stats, start_dpdk_with, Backend};
 use crate::table::{self, LINE};
 
 /// perftest's protocol version we speak (sent in the version exchange).
@@ -219,9 +217,9 @@ pub fn run(a: Args) -> Result<(), String> {
                 a.net.port_index
             ));
         }
-        (Some(dp), Net::Dpdk(ep))
+        (Some(dp), Net::from(ep))
     } else {
-        (None, Net::Kernel)
+        (None, Net::kernel())
     };
     let net = &net;
     let r = if a.test.is_lat() {
@@ -242,8 +240,10 @@ pub fn run(a: Args) -> Result<(), String> {
 
 /// The server's listener for both connections: all addresses on kernel TCP (as perftest's
 /// server without a bind address), the port's own address on DPDK.
-fn listen(a: &Args, net: &Net) -> Result<AnyListener, String> {
-    let l = net.listen_with(SocketAddr::from(([0, 0, 0, 0], a.port)), &a.startup)?;
+fn listen(a: &Args, net: &Net) -> Result<Listener, String> {
+    let l = a
+        .startup
+        .listen(net, SocketAddr::from(([0, 0, 0, 0], a.port)))?;
     // Always on stderr (not a log line): scripts wait for it, and a DPDK listener is invisible
     // to `ss`.
     eprintln!("perf: listening on port {}", a.port);
@@ -685,8 +685,8 @@ fn server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Result<(),
     Ok(())
 }
 
-fn accept(l: &AnyListener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
-    let req: AnyRequest = loop {
+fn accept(l: &Listener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
+    let req = loop {
         match l.get_request(Duration::from_secs(3600)) {
             Ok(r) => break r,
             Err(cm::CmError::Timeout) => continue,
