@@ -142,15 +142,12 @@ impl super::NetBackend for KernelNet {
         cfg: Option<&ListenConfig>,
     ) -> Result<super::Listener, CmError> {
         let cfg = cfg.cloned().unwrap_or_default();
-        Ok(super::Listener::new(Box::new(TcpListener::bind(addr, cfg)?)))
+        Ok(super::Listener::new(Box::new(TcpListener::bind(
+            addr, cfg,
+        )?)))
     }
 
-    fn connect(
-        &self,
-        addr: SocketAddr,
-        qp: &Qp,
-        param: &ConnParam,
-    ) -> Result<Negotiated, CmError> {
+    fn connect(&self, addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
         connect_tcp(addr, qp, param)
     }
 

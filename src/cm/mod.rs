@@ -151,8 +151,7 @@ pub(crate) trait NetBackend: Send + Sync {
     /// Listen on `addr` (`cfg`: the MPA startup settings; `None`: the transport's own).
     fn listen(&self, addr: SocketAddr, cfg: Option<&ListenConfig>) -> Result<Listener, CmError>;
     /// Connect `qp` to `addr` as the MPA initiator, through [`connect_with`].
-    fn connect(&self, addr: SocketAddr, qp: &Qp, param: &ConnParam)
-        -> Result<Negotiated, CmError>;
+    fn connect(&self, addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError>;
     /// Drive the workers the calling thread is responsible for once (see [`Net::poll`]).
     fn poll(&self) -> bool {
         false
@@ -245,7 +244,7 @@ pub struct Listener {
 }
 
 /// What a transport's listener implements.
-pub(crate) trait ListenerBackend: Send {
+pub(crate) trait ListenerBackend: Send + Sync {
     /// The bound address.
     fn local_addr(&self) -> SocketAddr;
     /// The next completed request, waiting up to `timeout`.
@@ -266,7 +265,9 @@ impl Listener {
     /// Listen on `addr` over kernel TCP with `cfg` (MPA startup deadline, cap on startups in
     /// progress, TCP_NODELAY): `Net::kernel().listen_with(addr, &cfg)`.
     pub fn bind_with(addr: SocketAddr, cfg: ListenConfig) -> io::Result<Self> {
-        Ok(Listener::new(Box::new(kernel::TcpListener::bind(addr, cfg)?)))
+        Ok(Listener::new(Box::new(kernel::TcpListener::bind(
+            addr, cfg,
+        )?)))
     }
 
     /// The bound address.

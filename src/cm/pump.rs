@@ -27,7 +27,11 @@ pub(crate) fn timers(conn: &mut Connection, now: Instant) {
 
 /// Completions to the CQs, events noted on the QP and handed to `sink`. True if any event
 /// came.
-pub(crate) fn events(sh: &QpShared, conn: &mut Connection, mut sink: impl FnMut(ConnEvent)) -> bool {
+pub(crate) fn events(
+    sh: &QpShared,
+    conn: &mut Connection,
+    mut sink: impl FnMut(ConnEvent),
+) -> bool {
     sh.reap(conn);
     let mut any = false;
     while let Some(ev) = conn.poll_event() {

@@ -692,12 +692,7 @@ impl cm::NetBackend for Endpoint {
         }
     }
 
-    fn connect(
-        &self,
-        addr: SocketAddr,
-        qp: &Qp,
-        param: &ConnParam,
-    ) -> Result<Negotiated, CmError> {
+    fn connect(&self, addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
         match addr {
             SocketAddr::V4(a) => Endpoint::connect(self, a, qp, param),
             SocketAddr::V6(_) => Err(CmError::Io(std::io::Error::new(

@@ -33,8 +33,8 @@ use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
 
 use super::device::{DeviceStats, DpdkDevice};
-use crate::config::{TcpConfig, WorkerConfig};
 use crate::cm::pump;
+use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::rdma::MIN_ULPDU_ROOM;
@@ -995,8 +995,7 @@ impl Worker {
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done +=
-                            finish_engine(c, &mut self.stats.mpa_crc_errors);
+                        self.rx_copied_done += finish_engine(c, &mut self.stats.mpa_crc_errors);
                         // Marked closed only after the egress below: what the connection
                         // queued last (a TERMINATE, RFC 5040 §7.1) is then on the wire
                         // before the application can see the QP closed and exit.

@@ -126,7 +126,9 @@ pub fn run(a: Args) -> Result<(), String> {
         DemoTransport::Kernel => {
             let addr: SocketAddr = ([127, 0, 0, 1], a.port).into();
             let net = Net::kernel();
-            let l = net.listen(addr).map_err(|e| format!("listen {addr}: {e}"))?;
+            let l = net
+                .listen(addr)
+                .map_err(|e| format!("listen {addr}: {e}"))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
             println!("server listening on {addr} (kernel TCP)");
             (
@@ -135,7 +137,8 @@ pub fn run(a: Args) -> Result<(), String> {
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
-                    net.connect(addr, qp, p).map_err(|e| format!("connect: {e}"))
+                    net.connect(addr, qp, p)
+                        .map_err(|e| format!("connect: {e}"))
                 }),
             )
         }
@@ -176,8 +179,7 @@ pub fn run(a: Args) -> Result<(), String> {
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
-                    cn.connect(addr, qp, p)
-                        .map_err(|e| format!("connect: {e}"))
+                    cn.connect(addr, qp, p).map_err(|e| format!("connect: {e}"))
                 }),
             )
         }
@@ -367,7 +369,14 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     if let (false, Some((ns, nc, addr))) = (a.no_perf, perf_nets) {
         // A short perftest-style run on the same transport (one connection per size).
-        let bw = perf::local_pair(ns.clone(), &nc, addr, perf::Test::WriteBw, &[4096, 65536], 2000)?;
+        let bw = perf::local_pair(
+            ns.clone(),
+            &nc,
+            addr,
+            perf::Test::WriteBw,
+            &[4096, 65536],
+            2000,
+        )?;
         perf::print_table(&format!("RDMA Write BW ({transport})"), &bw);
         let lat = perf::local_pair(ns, &nc, addr, perf::Test::SendLat, &[64, 4096], 2000)?;
         perf::print_table(
