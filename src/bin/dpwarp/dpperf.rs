@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::cli::{NetArgs, TransportArg, Verbosity};
+use crate::load::{self, Wait};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{CopyStats, Dataplane, Endpoint, WorkerMode};
 use crate::table;
@@ -19,10 +20,7 @@ use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{CopyStats, Dataplane, Endpoint, WorkerMode};
 use dpwarp::latency::Summary;
-use dpwarp::verbs::{
-    sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
-    WorkCompletion,
-};
+use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr};
 
 /// A server's MPA startup options (`--mpa-timeout`, `--max-startups`).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -368,6 +366,17 @@ fn decode_req(pd: &[u8]) -> Option<(Test, usize, usize)> {
 
 const DEPTH: usize = 128;
 
+/// A CQ for one test connection; with driven dataplane workers, polling or waiting on it runs
+/// them (`Cq::drive_with`).
+fn new_cq(net: &Net) -> Cq {
+    let cq = Cq::new(4 * DEPTH);
+    if net.is_driven() {
+        let n = net.clone();
+        cq.drive_with(std::sync::Arc::new(move || n.poll()));
+    }
+    cq
+}
+
 fn attr(cq: &Cq) -> QpInitAttr {
     let mut a = QpInitAttr::new(cq);
     a.cap = QpCap {
@@ -375,45 +384,6 @@ fn attr(cq: &Cq) -> QpInitAttr {
         max_recv_wr: DEPTH * 2,
     };
     a
-}
-
-fn wait_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
-    if net.is_driven() {
-        return spin_ok(cq, what, net);
-    }
-    let wc = cq
-        .wait(Duration::from_secs(20))
-        .ok_or_else(|| format!("timed out waiting for {what}"))?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("{what}: {:?}", wc.status));
-    }
-    Ok(wc)
-}
-
-/// Busy-poll for one completion (latency runs: no sleeping on the critical path). With driven
-/// workers this thread runs the worker between polls of the CQ (run to completion); with
-/// background workers it yields, as a worker may share this core (2-vCPU machines).
-fn spin_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
-    let end = Instant::now() + Duration::from_secs(20);
-    let driven = net.is_driven();
-    let mut n = 0u32;
-    loop {
-        if let Some(wc) = cq.poll_one() {
-            if wc.status != WcStatus::Success {
-                return Err(format!("{what}: {:?}", wc.status));
-            }
-            return Ok(wc);
-        }
-        n = n.wrapping_add(1);
-        if n % 1024 == 0 && Instant::now() > end {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        if driven {
-            net.poll();
-        } else {
-            std::thread::yield_now();
-        }
-    }
 }
 
 /// `qp.wait_closed`, driving the worker meanwhile when it is driven.
@@ -434,7 +404,7 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
 pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
     let (test, size, iters) =
         decode_req(req.private_data()).ok_or("not a dpwarp dpperf request")?;
-    let cq = Cq::new(4 * DEPTH);
+    let cq = new_cq(net);
     let qp = Qp::new(pd, &attr(&cq));
     let mr = pd.reg_mr(
         size.max(64),
@@ -462,24 +432,12 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), 
     match test {
         Test::WriteBw => {
             // The client's final Send follows all its Writes on the stream: answer it.
-            let _ = wait_ok(&cq, "the client's done Send", net)?;
+            let _ = load::next_ok(&qp, &cq, Wait::Block, "the client's done Send")?;
             post(&qp, Opcode::Send, &rbuf, 4)?;
-            let _ = wait_ok(&cq, "our reply Send", net)?;
+            let _ = load::next_ok(&qp, &cq, Wait::Block, "our reply Send")?;
         }
         Test::SendLat => {
-            let mut got = 0;
-            while got < iters {
-                let wc = spin_ok(&cq, "a ping", net)?;
-                if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
-                    got += 1;
-                    post(&qp, Opcode::Send, &mr, size)?;
-                    qp.post_recv(RecvWr {
-                        wr_id: 0,
-                        sg_list: vec![sge(&rbuf, 0, size)],
-                    })
-                    .map_err(|e| e.to_string())?;
-                }
-            }
+            load::send_pingpong(&qp, &cq, Wait::Spin, false, &rbuf, size, iters as u64)?;
         }
     }
     wait_closed(&qp, net, Duration::from_secs(5));
@@ -505,7 +463,7 @@ pub fn run_client(
     size: usize,
     iters: usize,
 ) -> Result<PerfResult, String> {
-    let cq = Cq::new(4 * DEPTH);
+    let cq = new_cq(net);
     let qp = Qp::new(pd, &attr(&cq));
     let src = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
     let rbuf = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
@@ -538,69 +496,41 @@ pub fn run_client(
     match test {
         Test::WriteBw => {
             r.test = "write_bw".into();
-            let t0 = Instant::now();
-            let mut posted = 0;
-            let mut done = 0;
-            while done < iters {
-                while posted < iters && posted - done < DEPTH {
-                    post(
-                        &qp,
-                        Opcode::Write {
-                            remote_addr: raddr,
-                            rkey,
-                        },
-                        &src,
-                        size,
-                    )?;
-                    posted += 1;
-                }
-                let wc = wait_ok(&cq, "a Write completion", net)?;
-                if wc.opcode == dpwarp::verbs::WcOpcode::Write {
-                    done += 1;
-                    if done % 256 == 0 {
-                        crate::cli::progress_tick(done as u64, iters as u64);
-                    }
-                }
-            }
+            let run = load::bw_window(
+                &qp,
+                &cq,
+                Wait::Block,
+                &load::Window {
+                    opcode: Opcode::Write {
+                        remote_addr: raddr,
+                        rkey,
+                    },
+                    buf: &src,
+                    size,
+                    iters: iters as u64,
+                    deadline: None,
+                    depth: DEPTH,
+                    track: 0,
+                },
+            )?;
             // A Write completes locally once handed to the stream; the server's reply to our
             // final Send proves every byte arrived.
             post(&qp, Opcode::Send, &src, 4)?;
             loop {
-                let wc = wait_ok(&cq, "the server's reply", net)?;
+                let wc = load::next_ok(&qp, &cq, Wait::Block, "the server's reply")?;
                 if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
                     break;
                 }
             }
-            let secs = t0.elapsed().as_secs_f64();
+            let secs = run.t0.elapsed().as_secs_f64();
             r.gbps = (size * iters) as f64 * 8.0 / secs / 1e9;
             r.mpps = iters as f64 / secs / 1e6;
         }
         Test::SendLat => {
             r.test = "send_lat".into();
-            let mut lat = Vec::with_capacity(iters);
-            let mut recvs = 0usize;
-            for i in 0..iters {
-                if i % 1024 == 1023 {
-                    crate::cli::progress_tick(i as u64 + 1, iters as u64);
-                }
-                let t = Instant::now();
-                post(&qp, Opcode::Send, &src, size)?;
-                loop {
-                    let wc = spin_ok(&cq, "a pong", net)?;
-                    if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
-                        break;
-                    }
-                }
-                lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-                recvs += 1;
-                qp.post_recv(RecvWr {
-                    wr_id: 0,
-                    sg_list: vec![sge(&rbuf, 0, size)],
-                })
-                .map_err(|e| e.to_string())?;
-            }
-            let _ = recvs;
-            fill_lat(&mut r, &lat);
+            let lat = load::send_pingpong(&qp, &cq, Wait::Spin, true, &rbuf, size, iters as u64)?;
+            let us: Vec<f64> = lat.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+            fill_lat(&mut r, &us);
         }
     }
     qp.disconnect();

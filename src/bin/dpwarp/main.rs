@@ -8,6 +8,7 @@
 mod cli;
 mod demo;
 mod dpperf;
+mod load;
 #[cfg(not(feature = "dpdk"))]
 mod nodpdk;
 mod perf;
