@@ -28,8 +28,8 @@ use dpwarp::verbs::{
 };
 
 use crate::cli::{progress_clear, progress_tick, NetArgs, Verbosity};
-use crate::dpperf::{backend, log_device_stats, start_dpdk_with, Backend};
 use crate::load::{self, Wait};
+use crate::net::{backend, log_device_stats, start_dpdk_with, Backend};
 use crate::table::{self, LINE};
 
 /// perftest's protocol version we speak (sent in the version exchange).
@@ -142,11 +142,11 @@ pub struct Args {
     /// pinned to the worker's core: run to completion) or `background` (worker threads).
     /// Default: driven for the latency tests, background for the bandwidth tests.
     #[arg(long, value_enum)]
-    worker_mode: Option<crate::dpperf::ModeArg>,
+    worker_mode: Option<crate::net::ModeArg>,
     #[command(flatten)]
     pub verbosity: Verbosity,
     #[command(flatten)]
-    startup: crate::dpperf::StartupOpts,
+    startup: crate::net::StartupOpts,
 }
 
 /// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
@@ -201,9 +201,9 @@ pub fn run(a: Args) -> Result<(), String> {
             return Err("the DPDK dataplane is IPv4 only".into());
         }
         let mode = a.worker_mode.unwrap_or(if a.test.is_lat() {
-            crate::dpperf::ModeArg::Driven
+            crate::net::ModeArg::Driven
         } else {
-            crate::dpperf::ModeArg::Background
+            crate::net::ModeArg::Background
         });
         let (dp, ep) = start_dpdk_with(config, a.net.port_index, mode.into())?;
         if ep.is_driven() {

@@ -35,7 +35,7 @@ use dpwarp::verbs::{
 };
 
 use crate::cli::NetArgs;
-use crate::dpperf::{backend, log_device_stats, start_dpdk, Backend};
+use crate::net::{backend, log_device_stats, start_dpdk, Backend};
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
 const INFO_LEN: usize = 16;
@@ -110,7 +110,7 @@ pub struct Args {
     #[arg(long, default_value_t = 60)]
     timeout: u64,
     #[command(flatten)]
-    startup: crate::dpperf::StartupOpts,
+    startup: crate::net::StartupOpts,
 }
 
 /// An RFC 6581 §9.2 ready-to-receive (RTR) message kind.
@@ -531,7 +531,7 @@ fn run_server(
     addr: SocketAddr,
     param: &ConnParam,
     persistent: bool,
-    startup: &crate::dpperf::StartupOpts,
+    startup: &crate::net::StartupOpts,
 ) -> Result<(), String> {
     let l = startup
         .listen(net, addr)
