@@ -1,10 +1,10 @@
 //! The kernel-TCP backend of [`super`]: connections over [`KernelTcp`] sockets (or any other
 //! [`Transport`] byte stream, e.g. the in-memory link), each moved by a driver thread.
 //!
-//! - [`connect`] / [`connect_tcp`]: the initiator's byte stream, then [`super::connect_with`].
-//! - [`TcpListener`]: a listening socket whose acceptor thread ([`super::listen`]) runs the
+//! - [`connect`] / [`connect_tcp`]: the initiator's byte stream, then `cm::connect_with`.
+//! - `TcpListener`: a listening socket whose acceptor thread (`listen.rs`) runs the
 //!   MPA startups concurrently and hands out completed requests.
-//! - The driver thread (`drive`): receive -> engine -> the shared pump ([`super::pump`]) ->
+//! - The driver thread (`drive`): receive -> engine -> the shared pump step (`pump.rs`) ->
 //!   transmit, sleeping on the socket and the QP's [`crate::wake::Wakeup`] when idle. (The DPDK
 //!   dataplane runs the same engine and pump in its poll-mode workers instead.)
 

@@ -8,7 +8,7 @@
 //!
 //! What does not depend on the transport is here, once: the initiator's and the responder's
 //! startup sequence (`connect_with`, [`ConnRequest::accept`]), the wait for establishment,
-//! the Reject frame, and the per-connection pump step both drivers run ([`pump`]: completions
+//! the Reject frame, and the per-connection pump step both drivers run (`pump.rs`: completions
 //! to the CQs, events to the waiter, the close decision, the final flush). A backend supplies
 //! the byte stream and what moves it:
 //!
