@@ -306,6 +306,8 @@ fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
     let mut s = tcp::Socket::new(rx, tx);
     // RFC 5044 App. A.2: FPDUs go out at once; Nagle would hold short FPDUs back.
     s.set_nagle_enabled(false);
+    // RFC 5044 App. A: segments cut at the FPDU ends the worker marks (feed_direct).
+    s.set_tx_records(tcp_cfg.fpdu_alignment);
     s
 }
 
@@ -1120,13 +1122,14 @@ const MIN_DIRECT_FPDU: usize = MIN_ULPDU_ROOM + 8;
 /// gathered from registered memory to the place TCP sends (and retransmits) it from, the CRC
 /// computed there: one copy per payload octet before the device (docs/dataplane.md "Copies").
 ///
-/// With `align` (RFC 5044 Appendix A: segments begin with an FPDU header, as `feed_segment`):
-/// only when nothing is unsent, and no more than one segment of whole FPDUs (an FPDU is cut
-/// smaller where the window or the ring's contiguous room is smaller than a full one).
-/// Where the ring wraps with less than [`MIN_DIRECT_FPDU`] contiguous, one segment's FPDUs are
-/// framed into the connection's staging buffer instead and sent from there (smoltcp gathers a
-/// segment across the wrap). Returns (octets framed into the ring, octets framed into the
-/// staging buffer, octets of those written to the ring).
+/// With `align` (RFC 5044 Appendix A: segments begin with an FPDU header) the socket cuts
+/// segments at the FPDU ends marked here (the vendored smoltcp's `tx_records`), and only what
+/// the peer's window admits now is framed, so no FPDU waits behind a window smaller than
+/// itself; an FPDU is cut smaller where the window or the ring's contiguous room is smaller
+/// than a full one. Where the ring wraps with less than [`MIN_DIRECT_FPDU`] contiguous, one
+/// segment's FPDUs are framed into the connection's staging buffer instead and sent from there
+/// (smoltcp gathers a segment across the wrap). Returns (octets framed into the ring, octets
+/// framed into the staging buffer, octets of those written to the ring).
 fn feed_direct(
     c: &mut Conn,
     s: &mut tcp::Socket<'static>,
@@ -1140,11 +1143,8 @@ fn feed_direct(
         return (0, 0, 0);
     }
     let limit = if align {
-        if s.send_unsent() > 0 {
-            return (0, 0, 0);
-        }
-        let segment = emss.min(s.remote_mss()).max(1);
-        let room = segment.min(s.send_window_left());
+        let unsent = s.send_unsent();
+        let room = s.send_window_left().saturating_sub(unsent);
         if room < MIN_DIRECT_FPDU {
             if s.send_queue() > 0 {
                 // Wait for the ACK that opens the window.
@@ -1152,7 +1152,7 @@ fn feed_direct(
             }
             // A window this small with nothing in flight does not grow by waiting: one small
             // FPDU goes in and TCP sends what the window allows.
-            MIN_DIRECT_FPDU.min(segment.max(MIN_DIRECT_FPDU))
+            MIN_DIRECT_FPDU
         } else {
             room
         }
@@ -1170,6 +1170,8 @@ fn feed_direct(
     if !conn.can_transmit_direct() {
         return (0, 0, 0);
     }
+    c.ends.clear();
+    let ends = &mut c.ends;
     let direct = s
         .send(|ring| {
             let n = ring.len().min(limit);
@@ -1177,16 +1179,27 @@ fn feed_direct(
                 return (0, 0);
             }
             let mut out = SliceBuf::new(&mut ring[..n]);
-            let w = conn.transmit_into(&mut out, None);
+            let w = conn.transmit_into(&mut out, Some(&mut *ends));
             (w, w)
         })
         .unwrap_or(0);
-    if direct > 0 || s.send_queue() + MIN_DIRECT_FPDU > s.send_capacity() {
+    if direct > 0 {
+        if align {
+            for &e in c.ends.iter() {
+                s.push_tx_record_end_before(direct - e);
+            }
+        }
+        c.ends.clear();
         return (direct, 0, 0);
+    }
+    if s.send_queue() + MIN_DIRECT_FPDU > s.send_capacity() {
+        return (0, 0, 0);
     }
     // The contiguous room before the ring wraps is too small for an FPDU: stage one
     // segment's worth and let the ring take it across the wrap.
-    let n = limit.min(free).min(64 * 1024);
+    let n = limit
+        .min(free)
+        .min(emss.min(s.remote_mss()).max(MIN_DIRECT_FPDU));
     c.out.clear();
     c.out.resize(n, 0);
     c.ends.clear();

@@ -37,6 +37,7 @@ use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat,
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
 };
+use crate::wire::rpcrdma_cpd::CpdRepr;
 use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
 
 /// Server settings.
@@ -255,11 +256,26 @@ impl RdmaServer {
     }
 
     /// Post the connection's receive buffers, accept `req` and start the connection's thread.
+    /// A client that sends RFC 8797 connection private data in its MPA Request (the Linux
+    /// NFS/RDMA client does) is an RFC 8166 requester and gets ours in the MPA Reply; its
+    /// receive size is the inline reply limit from the start (RFC 8797 §4.2).
     fn serve_accepted(
         &self,
         credits: ConnCredits,
         req: ConnRequest,
     ) -> Result<JoinHandle<()>, RpcError> {
+        let cpd = CpdRepr::find(req.private_data());
+        let mut param = self.cfg.conn.clone();
+        if let Some(c) = cpd {
+            log::info!("rpc-server: client connection private data (RFC 8797): {c:?}");
+            param.private_data = CpdRepr {
+                remote_invalidate: false,
+                send_size: self.cfg.inline_send,
+                recv_size: self.cfg.inline_recv,
+            }
+            .emit()
+            .to_vec();
+        }
         let pd = self.dev.alloc_pd();
         let mut ep = Endpoint::create(
             pd,
@@ -271,7 +287,7 @@ impl RdmaServer {
         for _ in 0..credits.held() {
             ep.add_recv()?;
         }
-        let n = req.accept(&qp, &self.cfg.conn)?;
+        let n = req.accept(&qp, &param)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
         bump(&self.stats.connections, 1);
         let conn = ConnServer {
@@ -281,7 +297,8 @@ impl RdmaServer {
             cfg: self.cfg.clone(),
             credits,
             done_wait: HashMap::new(),
-            maxreply: DEFAULT_INLINE,
+            maxreply: cpd.map_or(DEFAULT_INLINE, |c| c.recv_size),
+            rfc8166_peer: cpd.is_some(),
             peer_maxrdmaread: peer_ird,
             ord: u32::from(n.ord.max(1)),
             rx_scratch: Vec::new(),
@@ -303,6 +320,9 @@ struct ConnServer {
     done_wait: HashMap<u32, (Mr, Instant)>,
     /// Client's maxreply_sendsize (RFC 8166 default 1024 until CONFIG_RDMA says otherwise).
     maxreply: u32,
+    /// The client announced RFC 8797 private data: an RFC 8166 requester, which has no
+    /// RDMA_DONE (RFC 8166 §4.6.2), so a long reply never goes by a read chunk.
+    rfc8166_peer: bool,
     /// Client's maxrdmaread (its IRD from MPA until CONFIG_RDMA says otherwise).
     peer_maxrdmaread: u32,
     ord: u32,
@@ -738,6 +758,19 @@ impl ConnServer {
                 });
                 return Ok(self.send_header(xid, body, &[], staged)?);
             }
+        }
+        // An RFC 8166 requester cannot release a reply read chunk (no RDMA_DONE): no RPC-level
+        // reply is possible (RFC 8166 §4.5.3: ERR_CHUNK).
+        if self.rfc8166_peer {
+            log::warn!(
+                "rpc-server: xid {xid:#x}: reply of {} octets exceeds the client's inline \
+                 threshold and no large enough reply chunk was offered; answering ERR_CHUNK",
+                msg.len()
+            );
+            bump(&self.stats.err_chunk, 1);
+            // The write-chunk RDMA Writes already posted keep their sources until this Send
+            // completes.
+            return Ok(self.send_header(xid, RdmaBody::ErrChunk, &[], staged)?);
         }
         // Long reply without (a large enough) reply chunk: the draft's read chunk in the reply,
         // released by the client's RDMA_DONE (§3.8).
