@@ -167,8 +167,7 @@ pub fn send_pingpong(
         // Everyone waits for the peer's message before sending, except the client's first.
         if rcnt < iters && (!client || scnt >= 1) {
             loop {
-                let what = format!("send_lat: message {}", rcnt + 1);
-                let wc = next_ok(qp, cq, wait, &what)?;
+                let wc = next_ok(qp, cq, wait, "send_lat: the peer's message")?;
                 if wc.opcode == WcOpcode::Recv {
                     rcnt += 1;
                     qp.post_recv(RecvWr {
