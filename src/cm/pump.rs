@@ -19,6 +19,7 @@ use crate::conn::{ConnEvent, Connection};
 use crate::verbs::QpShared;
 
 /// Fire the engine's timer if it is due.
+#[inline]
 pub(crate) fn timers(conn: &mut Connection, now: Instant) {
     if conn.poll_timeout().is_some_and(|t| t <= now) {
         conn.handle_timeout(now);
@@ -46,6 +47,7 @@ pub(crate) fn events(
 /// (TERMINATE sent or received, startup failed, the peer closed), the application asked to
 /// disconnect, or no application handle is left (nobody can post or reap any more;
 /// `driver_refs` is the number of references to `sh` the driver itself holds).
+#[inline]
 pub(crate) fn close_wanted(sh: &Arc<QpShared>, conn: &Connection, driver_refs: usize) -> bool {
     conn.should_close()
         || sh.disconnect.load(Ordering::Acquire)

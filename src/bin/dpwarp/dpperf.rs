@@ -287,7 +287,16 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), 
             let _ = load::next_ok(&qp, &cq, Wait::Block, "our reply Send")?;
         }
         Test::SendLat => {
-            load::send_pingpong(&qp, &cq, Wait::Spin, false, &rbuf, size, iters as u64)?;
+            load::send_pingpong(
+                &qp,
+                &cq,
+                Wait::Spin,
+                false,
+                &rbuf,
+                size,
+                iters as u64,
+                false,
+            )?;
         }
     }
     wait_closed(&qp, net, Duration::from_secs(5));
@@ -378,7 +387,8 @@ pub fn run_client(
         }
         Test::SendLat => {
             r.test = "send_lat".into();
-            let lat = load::send_pingpong(&qp, &cq, Wait::Spin, true, &rbuf, size, iters as u64)?;
+            let lat =
+                load::send_pingpong(&qp, &cq, Wait::Spin, true, &rbuf, size, iters as u64, true)?;
             let us: Vec<f64> = lat.iter().map(|d| d.as_secs_f64() * 1e6).collect();
             fill_lat(&mut r, &us);
         }

@@ -149,8 +149,10 @@ pub fn bw_window(qp: &Qp, cq: &Cq, wait: Wait, w: &Window<'_>) -> Result<WindowR
 
 /// A ping-pong of `iters` Sends of `size` octets each way: the client sends first, each side
 /// answers the peer's message and re-posts a receive into `buf` (which also holds what is
-/// sent). Returns the client's (or server's) one-way latencies: half the time between its
-/// consecutive sends, one round trip each (`iters - 1` samples).
+/// sent). Returns the one-way latencies: half the time between consecutive sends, one round
+/// trip each (`iters - 1` samples, as perftest); with `last_round` the client's last round trip
+/// (its last send to the last reply) is one more (`iters` samples).
+#[allow(clippy::too_many_arguments)]
 pub fn send_pingpong(
     qp: &Qp,
     cq: &Cq,
@@ -159,6 +161,7 @@ pub fn send_pingpong(
     buf: &Mr,
     size: usize,
     iters: u64,
+    last_round: bool,
 ) -> Result<Vec<Duration>, String> {
     let mut posted_at = Vec::with_capacity(iters as usize);
     let (mut scnt, mut rcnt) = (0u64, 0u64);
@@ -170,6 +173,9 @@ pub fn send_pingpong(
                 let wc = next_ok(qp, cq, wait, "send_lat: the peer's message")?;
                 if wc.opcode == WcOpcode::Recv {
                     rcnt += 1;
+                    if last_round && client && rcnt == iters {
+                        posted_at.push(Instant::now());
+                    }
                     qp.post_recv(RecvWr {
                         wr_id: rcnt,
                         sg_list: vec![sge(buf, 0, size)],

@@ -1024,6 +1024,7 @@ fn lat(
                 &local,
                 size,
                 a.iters,
+                false,
             )?
         } else if read {
             if client {
