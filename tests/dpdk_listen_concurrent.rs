@@ -13,9 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{pattern, wc_ok, Side};
-use dpwarp::cm::{self, ConnParam, ListenConfig};
+use dpwarp::cm::{self, ConnParam, ListenConfig, Listener};
 use dpwarp::config::DataplaneConfig;
-use dpwarp::dataplane::{Dataplane, DpListener};
+use dpwarp::dataplane::Dataplane;
 use dpwarp::mpa::{MpaConfig, Startup};
 use dpwarp::verbs::{sge, Access, Opcode, RecvWr, SendWr};
 
@@ -80,7 +80,7 @@ fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
 }
 
 /// Accept `n` requests on `l`, each with one receive posted, and check its 64-octet Send.
-fn serve(l: DpListener, n: usize) -> thread::JoinHandle<DpListener> {
+fn serve(l: Listener, n: usize) -> thread::JoinHandle<Listener> {
     thread::spawn(move || {
         let mut sides = Vec::new();
         for _ in 0..n {

@@ -20,13 +20,13 @@
 //! One EAL per process: this file holds the only EAL test of its binary.
 
 use std::collections::HashMap;
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::ConnParam;
+use dpwarp::cm::{ConnParam, Net};
 use dpwarp::config::{DataplaneConfig, FaultConfig, FaultDirection};
 use dpwarp::dataplane::fault::FaultStats;
 use dpwarp::dataplane::Dataplane;
@@ -353,7 +353,8 @@ fn rpc_calls(ep: dpwarp::dataplane::Endpoint, remote: SocketAddrV4, id: u64, cal
         conn: conn_param(Vec::new()),
         ..ClientConfig::default()
     };
-    let mut cl = RdmaClient::connect_dp(&ep, remote, cfg).expect("RPC client connects");
+    let mut cl = RdmaClient::connect(&Net::from(ep.clone()), SocketAddr::from(remote), cfg)
+        .expect("RPC client connects");
     let opts = CallOpts {
         write_chunks: vec![RPC_BLK],
         reply_chunk: None,
@@ -456,7 +457,12 @@ fn soak_with_packet_faults() {
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
     let srv = RdmaServer::new(reg, ServerConfig::default());
-    let rpc_h = srv.listen_dp(&server_ep, 20049).expect("RPC listen");
+    let rpc_h = srv
+        .listen(
+            &Net::from(server_ep.clone()),
+            SocketAddr::from((server_ep.ip(), 20049)),
+        )
+        .expect("RPC listen");
     let rpc_remote = SocketAddrV4::new(server_ep.ip(), 20049);
     let rpc: Vec<_> = (0..RPC_CLIENTS)
         .map(|id| {

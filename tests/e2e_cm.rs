@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
+use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use dpwarp::mpa::{RtrSet, StartupError};
 use dpwarp::rdma::RtrKind;
 use dpwarp::transport::kernel::KernelTcp;
@@ -219,5 +219,58 @@ fn memlink_pair_connects_with_default_params() {
     )
     .unwrap();
     assert!(c.negotiated().crc_tx && s.negotiated().crc_rx);
+    prove_data_flows(&c, &s);
+}
+
+/// The one connection API (`cm::Net`) over kernel TCP: listen, a request carrying the
+/// initiator's private data and address, accept with data flowing both ways, a second
+/// request rejected with private data, and a QP handed to connect twice refused.
+#[test]
+fn net_api_listen_accept_reject_over_kernel_tcp() {
+    let net = Net::kernel();
+    assert!(net.is_kernel() && !net.is_driven() && !net.poll());
+    let l = net
+        .listen_with(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            &ListenConfig {
+                mpa_timeout: Duration::from_secs(2),
+                ..ListenConfig::default()
+            },
+        )
+        .unwrap();
+    let addr = l.local_addr().unwrap();
+    // Nobody has connected yet.
+    assert!(matches!(
+        l.get_request(Duration::from_millis(50)),
+        Err(CmError::Timeout)
+    ));
+    let server = thread::spawn(move || {
+        let req = l.get_request(Duration::from_secs(10)).unwrap();
+        assert_eq!(req.private_data(), b"first");
+        assert!(req.remote_addr().unwrap().ip().is_loopback());
+        let s = Side::new();
+        req.accept(&s.qp, &ConnParam::default()).unwrap();
+        let req = l.get_request(Duration::from_secs(10)).unwrap();
+        assert_eq!(req.private_data(), b"second");
+        req.reject(b"not you").unwrap();
+        s
+    });
+    let c = Side::new();
+    let p = |d: &[u8]| ConnParam {
+        private_data: d.to_vec(),
+        ..ConnParam::default()
+    };
+    net.connect(addr, &c.qp, &p(b"first")).unwrap();
+    assert!(matches!(
+        net.connect(addr, &c.qp, &p(b"again")),
+        Err(CmError::QpInUse)
+    ));
+    let c2 = Side::new();
+    match net.connect(addr, &c2.qp, &p(b"second")) {
+        Err(CmError::Rejected { private_data, .. }) => assert_eq!(private_data, b"not you"),
+        Err(e) => panic!("expected a reject, got {e}"),
+        Ok(_) => panic!("expected a reject, got a connection"),
+    }
+    let s = server.join().unwrap();
     prove_data_flows(&c, &s);
 }

@@ -4,6 +4,8 @@
 //! kernel TCP; the refusals of a dpdk transport without a dataplane config.
 
 use std::net::{SocketAddr, TcpListener};
+
+use dpwarp::cm::Net;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,7 +25,7 @@ fn free_port() -> u16 {
 fn connect_retry(addr: SocketAddr) -> RdmaClient {
     let t = Instant::now();
     loop {
-        match RdmaClient::connect_tcp(addr, ClientConfig::default()) {
+        match RdmaClient::connect(&Net::kernel(), addr, ClientConfig::default()) {
             Ok(c) => return c,
             Err(e) if t.elapsed() < Duration::from_secs(20) => {
                 let _ = e;

@@ -36,7 +36,7 @@ fn client(s: &RdmaServer, cfg: ClientConfig) -> RdmaClient {
     let (ce, se) = memlink::pair(FaultConfig::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let c = RdmaClient::connect(Box::new(ce), cfg).unwrap();
+    let c = RdmaClient::connect_transport(Box::new(ce), cfg).unwrap();
     h.join().unwrap().unwrap();
     c
 }

@@ -8,7 +8,9 @@
 //! this test.
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
+
+use dpwarp::cm::Net;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -96,7 +98,8 @@ fn rpc_over_dpdk_memif_server_child_process() {
         timeout: Duration::from_secs(10),
         ..ClientConfig::default()
     };
-    let mut c = RdmaClient::connect_dp(&ep, remote, ccfg_rpc).expect("connect over memif");
+    let mut c = RdmaClient::connect(&Net::from(ep.clone()), SocketAddr::from(remote), ccfg_rpc)
+        .expect("connect over memif");
     assert_eq!(c.server_limits().maxcall_sendsize, 4096);
     exercise_with(&mut c, None, STORE);
     assert!(c.grant() <= 16, "grant {} above max_credits", c.grant());

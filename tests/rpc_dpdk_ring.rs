@@ -5,11 +5,11 @@
 //! read chunk + RDMA_DONE, a long call), then pipelined calls at 32 credits on two connections
 //! at once; a connection beyond the credit pool is refused with an MPA Reject. One EAL per process: this file holds the only EAL test of its binary.
 
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::CmError;
+use dpwarp::cm::{CmError, Net};
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
@@ -55,20 +55,32 @@ fn rpc_over_dpdk_net_ring_all_paths() {
         },
     );
     let h = srv
-        .listen_dp(&server_ep, 20049)
+        .listen(
+            &Net::from(server_ep.clone()),
+            SocketAddr::from((server_ep.ip(), 20049)),
+        )
         .expect("listen on the dataplane");
     assert_eq!(h.addr.to_string(), "10.90.0.1:20049");
     let remote = SocketAddrV4::new(server_ep.ip(), 20049);
 
-    let mut c = RdmaClient::connect_dp(&client_ep, remote, ClientConfig::default())
-        .expect("client connects over the dataplane");
+    let mut c = RdmaClient::connect(
+        &Net::from(client_ep.clone()),
+        SocketAddr::from(remote),
+        ClientConfig::default(),
+    )
+    .expect("client connects over the dataplane");
     // CONFIG_RDMA ran over the dataplane: the server's limits arrived.
     assert_eq!(c.server_limits().maxcall_sendsize, 4096);
     exercise(&mut c, &store);
 
     // Pipelined: two connections, 32 credits each, WRITE via read chunks and READ into write
     // chunks interleaved, every byte checked; the grant is never exceeded.
-    let mut c2 = RdmaClient::connect_dp(&client_ep, remote, ClientConfig::default()).unwrap();
+    let mut c2 = RdmaClient::connect(
+        &Net::from(client_ep.clone()),
+        SocketAddr::from(remote),
+        ClientConfig::default(),
+    )
+    .unwrap();
     let blk = 8192usize;
     for (i, cl) in [&mut c, &mut c2].into_iter().enumerate() {
         let mut xids = Vec::new();
@@ -142,11 +154,25 @@ fn rpc_over_dpdk_net_ring_all_paths() {
             ..ServerConfig::default()
         },
     );
-    let h2 = small.listen_dp(&server_ep, 20050).unwrap();
+    let h2 = small
+        .listen(
+            &Net::from(server_ep.clone()),
+            SocketAddr::from((server_ep.ip(), 20050)),
+        )
+        .unwrap();
     let remote2 = SocketAddrV4::new(server_ep.ip(), 20050);
-    let mut first = RdmaClient::connect_dp(&client_ep, remote2, ClientConfig::default()).unwrap();
+    let mut first = RdmaClient::connect(
+        &Net::from(client_ep.clone()),
+        SocketAddr::from(remote2),
+        ClientConfig::default(),
+    )
+    .unwrap();
     assert_eq!(first.grant(), 1);
-    match RdmaClient::connect_dp(&client_ep, remote2, ClientConfig::default()) {
+    match RdmaClient::connect(
+        &Net::from(client_ep.clone()),
+        SocketAddr::from(remote2),
+        ClientConfig::default(),
+    ) {
         Err(RpcError::Cm(CmError::Rejected { private_data, .. })) => {
             assert_eq!(private_data, b"rpcrdma: no credits")
         }

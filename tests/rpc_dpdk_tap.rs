@@ -6,7 +6,9 @@
 //! the Linux TCP stack (checksums offloaded on the tap by default; the kernel verifies them).
 //! Needs root. One EAL per process.
 
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
+
+use dpwarp::cm::Net;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,9 +70,11 @@ mbufs = 8191
     // 1. Server on DPDK, client over kernel TCP (the Linux stack in the namespace).
     let store = Arc::new(BlockStore::memory(1 << 20));
     let srv = server(&store);
-    let _h = srv.listen_dp(&ep, 20049).expect("listen on the dataplane");
+    let _h = srv
+        .listen(&Net::from(ep.clone()), SocketAddr::from((ep.ip(), 20049)))
+        .expect("listen on the dataplane");
     let addr = SocketAddr::from(([10, 98, 0, 2], 20049));
-    let mut c = RdmaClient::connect_tcp(addr, ClientConfig::default())
+    let mut c = RdmaClient::connect(&Net::kernel(), addr, ClientConfig::default())
         .expect("kernel-TCP client connects to the DPDK server");
     exercise(&mut c, &store);
     drop(c);
@@ -79,11 +83,11 @@ mbufs = 8191
     let store2 = Arc::new(BlockStore::memory(1 << 20));
     let srv2 = server(&store2);
     let h2 = srv2
-        .listen(SocketAddr::from(([10, 98, 0, 1], 20050)))
+        .listen(&Net::kernel(), SocketAddr::from(([10, 98, 0, 1], 20050)))
         .expect("kernel listener in the namespace");
-    let mut c2 = RdmaClient::connect_dp(
-        &ep,
-        SocketAddrV4::new([10, 98, 0, 1].into(), 20050),
+    let mut c2 = RdmaClient::connect(
+        &Net::from(ep.clone()),
+        SocketAddr::from(([10, 98, 0, 1], 20050)),
         ClientConfig::default(),
     )
     .expect("DPDK client connects to the kernel-TCP server");

@@ -2,6 +2,8 @@
 //! in-memory link (plain and resegmented) and kernel TCP loopback.
 
 use std::net::SocketAddr;
+
+use dpwarp::cm::Net;
 use std::sync::Arc;
 use std::thread;
 
@@ -26,7 +28,7 @@ fn mem_client(s: &RdmaServer, faults: FaultConfig, cfg: ClientConfig) -> RdmaCli
     let (ce, se) = memlink::pair(faults);
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let c = RdmaClient::connect(Box::new(ce), cfg).expect("client connects");
+    let c = RdmaClient::connect_transport(Box::new(ce), cfg).expect("client connects");
     h.join().unwrap().expect("server accepts");
     c
 }
@@ -55,8 +57,10 @@ fn all_paths_over_resegmented_memlink() {
 #[test]
 fn all_paths_over_kernel_tcp() {
     let (s, store) = server(ServerConfig::default(), 1 << 20);
-    let h = s.listen(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-    let mut c = RdmaClient::connect_tcp(h.addr, ClientConfig::default()).unwrap();
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
     exercise(&mut c, &store);
     drop(c);
     h.stop();

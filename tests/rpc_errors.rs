@@ -24,7 +24,7 @@ fn setup(cfg: ServerConfig, ccfg: ClientConfig) -> (RdmaServer, RdmaClient) {
     let (ce, se) = memlink::pair(FaultConfig::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let c = RdmaClient::connect(Box::new(ce), ccfg).unwrap();
+    let c = RdmaClient::connect_transport(Box::new(ce), ccfg).unwrap();
     h.join().unwrap().unwrap();
     (s, c)
 }
@@ -477,7 +477,7 @@ fn bad_stag_in_read_chunk_closes_only_that_connection() {
     let (ce, se) = memlink::pair(FaultConfig::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let mut good = RdmaClient::connect(Box::new(ce), ClientConfig::default()).unwrap();
+    let mut good = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();
     h.join().unwrap().unwrap();
 
     let xid = 0xe000_000b;

@@ -1,4 +1,4 @@
-//! The kernel-TCP listener's acceptor: one thread per [`super::Listener`] that accepts TCP
+//! The kernel-TCP listener's acceptor: one thread per kernel [`super::Listener`] that accepts TCP
 //! connections and runs every MPA startup concurrently, so that a peer that connects and then
 //! sends nothing, part of its Request, or its Request one byte at a time never holds up anyone
 //! else's connection setup.
@@ -31,13 +31,15 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Sender, TrySendError};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
+use super::kernel::KernelPending;
 use super::ConnRequest;
 use crate::mpa::{MpaConfig, Startup, StartupEvent};
 use crate::transport::kernel::KernelTcp;
 use crate::wake::Wakeup;
 
-/// Settings of a listener's MPA startups (kernel TCP: [`super::Listener::bind_with`]; the DPDK
-/// dataplane reads the same two knobs from its config's `[tcp]` table).
+/// Settings of a listener's MPA startups ([`super::Net::listen_with`], [`super::Listener::bind_with`]).
+/// Without one ([`super::Net::listen`]) kernel TCP uses the defaults and the DPDK dataplane its
+/// config's `[tcp]` table (`mpa_timeout_ms`, `max_startups`); `nodelay` applies to kernel TCP only.
 #[derive(Debug, Clone)]
 pub struct ListenConfig {
     /// How long an accepted TCP connection may take to deliver its whole MPA Request before it
@@ -233,11 +235,14 @@ fn advance(p: &mut Probe, buf: &mut [u8], now: Instant, nodelay: bool) -> Outcom
                         Err(e) => return Outcome::Drop(e.to_string()),
                     };
                     match KernelTcp::from_stream(stream, nodelay) {
-                        Ok(t) => Outcome::Request(ConnRequest {
-                            transport: Box::new(t),
-                            raw: std::mem::take(&mut p.raw),
+                        Ok(t) => Outcome::Request(ConnRequest::new(
                             peer,
-                        }),
+                            std::mem::take(&mut p.raw),
+                            Some(p.peer),
+                            Box::new(KernelPending {
+                                transport: Box::new(t),
+                            }),
+                        )),
                         Err(e) => Outcome::Drop(e.to_string()),
                     }
                 }

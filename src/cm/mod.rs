@@ -1,29 +1,36 @@
-//! Connection manager, shaped like rdma_cm: `connect` (`rdma_connect`), [`Listener`]
-//! (`rdma_listen` + `rdma_get_request`), [`ConnRequest::accept`] / [`ConnRequest::reject`]
-//! (`rdma_accept` / `rdma_reject`) with private data, IRD/ORD (`responder_resources` /
-//! `initiator_depth`), peer-to-peer RTR choice (RFC 6581 §9.2), CRC and marker preferences
-//! (RFC 5044 §7.1).
+//! Connection manager, shaped like rdma_cm, one API for every transport: a [`Net`] (kernel TCP,
+//! or a DPDK dataplane endpoint with the `dpdk` feature) makes connections with
+//! [`Net::connect`] (`rdma_connect`) and listens with [`Net::listen`] (`rdma_listen`); a
+//! [`Listener`] hands out [`ConnRequest`]s ([`Listener::get_request`], `rdma_get_request`),
+//! answered with [`ConnRequest::accept`] / [`ConnRequest::reject`] (`rdma_accept` /
+//! `rdma_reject`) with private data, IRD/ORD (`responder_resources` / `initiator_depth`),
+//! peer-to-peer RTR choice (RFC 6581 §9.2), CRC and marker preferences (RFC 5044 §7.1).
 //!
-//! Each connected QP gets a driver: a thread that owns the byte stream, feeds received bytes to
-//! the sans-IO [`Connection`], writes what it produces and moves completions to the CQs. (The DPDK
-//! dataplane replaces these threads with poll-mode workers running the same engine.)
+//! What does not depend on the transport is here, once: the initiator's and the responder's
+//! startup sequence (`connect_with`, [`ConnRequest::accept`]), the wait for establishment,
+//! the Reject frame, and the per-connection pump step both drivers run (`pump.rs`: completions
+//! to the CQs, events to the waiter, the close decision, the final flush). A backend supplies
+//! the byte stream and what moves it:
+//!
+//! - [`kernel`]: kernel TCP sockets (or any [`crate::transport::Transport`]), one driver thread
+//!   per connected QP; its listener's acceptor (`listen.rs`) runs MPA startups concurrently.
+//! - `crate::dataplane` (feature `dpdk`): smoltcp TCP on DPDK queues, each connection run to
+//!   completion inside the poll-mode worker that owns its socket.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
-
 use crate::conn::{ConnConfig, ConnEvent, Connection};
-use crate::mpa::{MpaConfig, Negotiated, PeerRequest, RtrSet, Startup, StartupError, StartupEvent};
-use crate::transport::kernel::KernelTcp;
-use crate::transport::Transport;
-use crate::verbs::{Pd, Qp, QpInitAttr, QpShared, QpSlot};
+use crate::mpa::{MpaConfig, Negotiated, PeerRequest, RtrSet, StartupError};
+use crate::verbs::{Qp, QpSlot};
 
+pub mod kernel;
 mod listen;
+pub(crate) mod pump;
+
+pub use kernel::{connect, connect_tcp, connect_tcp_with_fallback};
 pub use listen::ListenConfig;
 
 /// Connection parameters (`rdma_conn_param` plus the iWARP-specific MPA knobs).
@@ -134,185 +141,206 @@ pub enum CmError {
     QpInUse,
 }
 
-/// Connect `qp` over an already-open byte stream (kernel TCP, in-memory link, ...), as the MPA
-/// initiator. Returns what MPA negotiated once the connection is established.
-pub fn connect(
-    transport: Box<dyn Transport>,
-    qp: &Qp,
-    param: &ConnParam,
-) -> Result<Negotiated, CmError> {
-    if !qp.claim() {
-        return Err(CmError::QpInUse);
+/// Where connections are made: kernel TCP ([`Net::kernel`]) or a DPDK dataplane endpoint
+/// (`Net::from(endpoint)`, feature `dpdk`). Cheap to clone; every clone uses the same backend.
+#[derive(Clone)]
+pub struct Net(Arc<dyn NetBackend>);
+
+/// What a transport implements to be a [`Net`].
+pub(crate) trait NetBackend: Send + Sync {
+    /// Listen on `addr` (`cfg`: the MPA startup settings; `None`: the transport's own).
+    fn listen(&self, addr: SocketAddr, cfg: Option<&ListenConfig>) -> Result<Listener, CmError>;
+    /// Connect `qp` to `addr` as the MPA initiator, through [`connect_with`].
+    fn connect(&self, addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError>;
+    /// Drive the workers the calling thread is responsible for once (see [`Net::poll`]).
+    fn poll(&self) -> bool {
+        false
     }
-    let cfg = param.conn_config(qp, transport.emss());
-    let conn = Connection::initiator(cfg, qp.shared.pd.memory().clone(), Instant::now());
-    let events = spawn_driver(transport, conn, qp);
-    wait_established(qp, &events, param.timeout)
+    /// See [`Net::is_driven`].
+    fn is_driven(&self) -> bool {
+        false
+    }
+    /// `kernel` or `dpdk`.
+    fn name(&self) -> &'static str;
 }
 
-/// Connect `qp` to `addr` over kernel TCP (`rdma_resolve_addr` + `rdma_connect`).
-pub fn connect_tcp(addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
-    let t = KernelTcp::connect(addr, param.nodelay)?;
-    connect(Box::new(t), qp, param)
-}
+impl Net {
+    /// Kernel TCP sockets, one driver thread per connected QP.
+    pub fn kernel() -> Net {
+        Net(Arc::new(kernel::KernelNet))
+    }
 
-/// [`connect_tcp`] with RFC 6581 §10 fallback: if the peer closes on our enhanced request and
-/// `param.fallback_rev1` is set, connect again with MPA rev 1 on a new TCP connection and a new
-/// QP made like `attr`. Returns the QP that ended up connected.
-pub fn connect_tcp_with_fallback(
-    addr: SocketAddr,
-    pd: &Pd,
-    attr: &QpInitAttr,
-    param: &ConnParam,
-) -> Result<(Qp, Negotiated), CmError> {
-    let qp = Qp::new(pd, attr);
-    match connect_tcp(addr, &qp, param) {
-        Err(CmError::Startup(StartupError::EnhancedRefused)) if param.fallback_rev1 => {
-            log::info!("cm: {addr} refused the enhanced MPA request; retrying with MPA rev 1");
-            let p = ConnParam {
-                revision: 1,
-                enhanced: false,
-                fallback_rev1: false,
-                ..param.clone()
-            };
-            let qp = Qp::new(pd, attr);
-            let n = connect_tcp(addr, &qp, &p)?;
-            Ok((qp, n))
-        }
-        r => r.map(|n| (qp, n)),
+    /// A [`Net`] over another backend (the DPDK dataplane's `From<Endpoint>`).
+    #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+    pub(crate) fn from_backend(b: Arc<dyn NetBackend>) -> Net {
+        Net(b)
+    }
+
+    /// Listen on `addr` (`rdma_listen`; port 0 picks a free port) with the transport's MPA
+    /// startup settings: [`ListenConfig::default`] on kernel TCP, the dataplane config's
+    /// `[tcp]` `mpa_timeout_ms` / `max_startups` on DPDK. On DPDK the listener takes the port
+    /// on every worker of the endpoint; the address's IP is the endpoint's own.
+    pub fn listen(&self, addr: SocketAddr) -> Result<Listener, CmError> {
+        self.0.listen(addr, None)
+    }
+
+    /// [`Net::listen`] with this listener's own MPA startup deadline and cap (`cfg`;
+    /// `cfg.nodelay` applies to kernel TCP only: smoltcp sockets never use Nagle here).
+    pub fn listen_with(&self, addr: SocketAddr, cfg: &ListenConfig) -> Result<Listener, CmError> {
+        self.0.listen(addr, Some(cfg))
+    }
+
+    /// Connect `qp` to `addr` as the MPA initiator (`rdma_resolve_addr` + `rdma_connect`);
+    /// returns what MPA negotiated once the connection is established. On DPDK only IPv4
+    /// addresses are reachable.
+    pub fn connect(
+        &self,
+        addr: SocketAddr,
+        qp: &Qp,
+        param: &ConnParam,
+    ) -> Result<Negotiated, CmError> {
+        self.0.connect(addr, qp, param)
+    }
+
+    /// Drive the dataplane workers this thread is responsible for once (driven mode); false
+    /// when nothing happened or nothing is driven here (kernel TCP, background workers).
+    pub fn poll(&self) -> bool {
+        self.0.poll()
+    }
+
+    /// Whether completions only come when some thread calls [`Net::poll`] (driven dataplane
+    /// workers).
+    pub fn is_driven(&self) -> bool {
+        self.0.is_driven()
+    }
+
+    /// The transport's name: `kernel` or `dpdk`.
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    /// Whether this is kernel TCP (whose byte streams can also be opened by hand and handed to
+    /// [`connect`], e.g. from a bound source address).
+    pub fn is_kernel(&self) -> bool {
+        self.name() == "kernel"
     }
 }
 
-/// A kernel-TCP listener for incoming iWARP connections (`rdma_listen`).
+impl std::fmt::Debug for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Net({})", self.name())
+    }
+}
+
+/// A listener for incoming iWARP connections on any transport (`rdma_listen`), made by
+/// [`Net::listen`] (or [`Listener::bind`] for kernel TCP).
 ///
-/// An acceptor thread (see [`ListenConfig`]) runs every MPA startup concurrently, each with a
-/// deadline (RFC 5044 §7.1.2 item 10) and under a cap on startups in progress, so a peer that
-/// is slow or silent during setup never delays another; [`Listener::get_request`] hands out
-/// the next completed MPA Request. Dropping the listener stops the thread and closes the
-/// connections still in startup or not yet taken.
+/// Every incoming connection's MPA startup progresses on its own under a deadline and a cap
+/// ([`ListenConfig`]), so a peer that is slow or silent during setup never delays another;
+/// [`Listener::get_request`] hands out the next completed MPA Request. Dropping the listener
+/// stops listening and closes the connections still in startup or not yet taken.
 pub struct Listener {
-    addr: SocketAddr,
-    shared: Arc<listen::Shared>,
-    ready: Receiver<ConnRequest>,
-    thread: Option<thread::JoinHandle<()>>,
+    inner: Box<dyn ListenerBackend>,
+}
+
+/// What a transport's listener implements.
+pub(crate) trait ListenerBackend: Send + Sync {
+    /// The bound address.
+    fn local_addr(&self) -> SocketAddr;
+    /// The next completed request, waiting up to `timeout`.
+    fn get_request(&self, timeout: Duration) -> Result<ConnRequest, CmError>;
 }
 
 impl Listener {
-    /// Listen on `addr` (port 0 picks a free port) with the default [`ListenConfig`].
+    pub(crate) fn new(inner: Box<dyn ListenerBackend>) -> Listener {
+        Listener { inner }
+    }
+
+    /// Listen on `addr` over kernel TCP (port 0 picks a free port) with the default
+    /// [`ListenConfig`]: `Net::kernel().listen(addr)`.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
         Self::bind_with(addr, ListenConfig::default())
     }
 
-    /// Listen on `addr` with `cfg` (MPA startup deadline, cap on startups in progress).
+    /// Listen on `addr` over kernel TCP with `cfg` (MPA startup deadline, cap on startups in
+    /// progress, TCP_NODELAY): `Net::kernel().listen_with(addr, &cfg)`.
     pub fn bind_with(addr: SocketAddr, cfg: ListenConfig) -> io::Result<Self> {
-        let listener = std::net::TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(listen::Shared {
-            stop: AtomicBool::new(false),
-            wake: crate::wake::Wakeup::new()?,
-        });
-        let (tx, rx) = crossbeam_channel::bounded(cfg.max_startups.max(1));
-        let sh = shared.clone();
-        let thread = thread::Builder::new()
-            .name("dpwarp-listen".into())
-            .spawn(move || listen::run(listener, cfg, sh, tx))?;
-        Ok(Listener {
-            addr,
-            shared,
-            ready: rx,
-            thread: Some(thread),
-        })
+        Ok(Listener::new(Box::new(kernel::TcpListener::bind(
+            addr, cfg,
+        )?)))
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.addr)
+        Ok(self.inner.local_addr())
     }
 
     /// The next connection whose MPA Request has fully arrived (`rdma_get_request`), waiting up
     /// to `timeout` for one; connections still in their startup never hold this up.
+    /// [`CmError::Timeout`] when none came in that time.
     pub fn get_request(&self, timeout: Duration) -> Result<ConnRequest, CmError> {
-        match self.ready.recv_timeout(timeout) {
-            Ok(r) => Ok(r),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(CmError::Timeout),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(CmError::Closed),
-        }
+        self.inner.get_request(timeout)
     }
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake.notify();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// How a backend's waiter receives the connection's events: `recv(time left)`, `None` when
+/// none came in that time (the DPDK dataplane's driven mode polls its workers meanwhile).
+pub(crate) type Events = Box<dyn FnMut(Duration) -> Option<ConnEvent>>;
+
+/// What a transport keeps of an incoming connection until it is accepted or rejected.
+pub(crate) trait Pending: Send {
+    /// EMSS of the connection's TCP (MULPDU follows from it, RFC 5044 App. A).
+    fn emss(&self) -> usize;
+    /// Start moving the bytes of `qp`, whose responder connection is installed
+    /// ([`install`]); returns how to wait for its events.
+    fn start(self: Box<Self>, qp: &Qp) -> Result<Events, CmError>;
+    /// Send `frame` (an MPA Reply with R=1) and close the stream.
+    fn reject(self: Box<Self>, frame: Vec<u8>) -> Result<(), CmError>;
 }
 
-/// An incoming connection whose MPA Request has arrived (`RDMA_CM_EVENT_CONNECT_REQUEST`).
+/// An incoming connection whose MPA Request has arrived (`RDMA_CM_EVENT_CONNECT_REQUEST`), on
+/// any transport.
 pub struct ConnRequest {
-    transport: Box<dyn Transport>,
-    /// The Request frame's bytes, replayed into the real responder on accept/reject.
-    raw: Vec<u8>,
     /// What the initiator asked for.
     pub peer: PeerRequest,
+    /// The Request frame's bytes, replayed into the real responder on accept/reject.
+    raw: Vec<u8>,
+    remote: Option<SocketAddr>,
+    pending: Box<dyn Pending>,
 }
 
 impl ConnRequest {
-    /// Read an MPA Request from `transport` (the passive side of a stream).
-    pub fn read(mut transport: Box<dyn Transport>, timeout: Duration) -> Result<Self, CmError> {
-        let now = Instant::now();
-        let deadline = now + timeout;
-        // A probe responder parses the Request; the real one is built at accept time with the
-        // application's parameters and fed the same bytes.
-        let mut probe = Startup::responder(MpaConfig::default(), now);
-        let mut raw = Vec::new();
-        let mut buf = [0u8; 1024];
-        loop {
-            if let Some(ev) = probe.poll_event() {
-                return match ev {
-                    StartupEvent::Request(peer) => Ok(ConnRequest {
-                        transport,
-                        raw,
-                        peer,
-                    }),
-                    StartupEvent::Failed(e) => {
-                        let _ = transport.shutdown();
-                        Err(CmError::Startup(e))
-                    }
-                    _ => Err(CmError::Closed),
-                };
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let _ = transport.shutdown();
-                return Err(CmError::Timeout);
-            }
-            match transport.recv(&mut buf) {
-                Ok(0) => {
-                    probe.on_eof();
-                    if probe.poll_event().is_none() {
-                        return Err(CmError::Closed);
-                    }
-                    return Err(CmError::Startup(StartupError::PeerClosed));
-                }
-                Ok(n) => {
-                    let used = probe.on_bytes(&buf[..n], now).min(n);
-                    raw.extend_from_slice(&buf[..used]);
-                    if used < n {
-                        // Bytes after the Request before we replied: RFC 5044 §7.1.2 forbids
-                        // them; the real responder sees them too and fails the startup.
-                        raw.extend_from_slice(&buf[used..n]);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    transport.wait_readable(Duration::from_millis(5))?;
-                }
-                Err(e) => return Err(e.into()),
-            }
+    pub(crate) fn new(
+        peer: PeerRequest,
+        raw: Vec<u8>,
+        remote: Option<SocketAddr>,
+        pending: Box<dyn Pending>,
+    ) -> ConnRequest {
+        ConnRequest {
+            peer,
+            raw,
+            remote,
+            pending,
         }
+    }
+
+    /// Read an MPA Request from an open byte stream (the passive side, e.g. an in-memory
+    /// link), waiting up to `timeout`; the connection then runs on a kernel driver thread.
+    pub fn read(
+        transport: Box<dyn crate::transport::Transport>,
+        timeout: Duration,
+    ) -> Result<Self, CmError> {
+        kernel::read_request(transport, timeout)
+    }
+
+    /// The initiator's address, when the transport knows it.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.remote
+    }
+
+    /// The initiator's ULP private data from its MPA Request (RFC 5044 §7.1.1).
+    pub fn private_data(&self) -> &[u8] {
+        &self.peer.private_data
     }
 
     /// Accept (`rdma_accept`): reply with `param` (IRD/ORD, p2p support, private data) and start
@@ -321,7 +349,7 @@ impl ConnRequest {
         if !qp.claim() {
             return Err(CmError::QpInUse);
         }
-        let cfg = param.conn_config(qp, self.transport.emss());
+        let cfg = param.conn_config(qp, self.pending.emss());
         let now = Instant::now();
         let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
         conn.on_bytes(&self.raw, now);
@@ -330,23 +358,41 @@ impl ConnRequest {
             Some(ConnEvent::Failed(e)) => return Err(CmError::Startup(e)),
             _ => return Err(CmError::Closed),
         }
-        let events = spawn_driver(self.transport, conn, qp);
-        wait_established(qp, &events, param.timeout)
+        install(conn, qp);
+        let mut events = self.pending.start(qp)?;
+        wait_established_by(qp, &mut *events, param.timeout)
     }
 
     /// Reject (`rdma_reject`) with private data: an MPA Reply with R=1 goes out and the stream is
     /// closed (RFC 5044 §7.1.2).
-    pub fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
+    pub fn reject(self, private_data: &[u8]) -> Result<(), CmError> {
         let out = reject_frame(&self.raw, private_data);
-        write_all(&mut *self.transport, &out, Duration::from_secs(2))?;
-        let _ = self.transport.shutdown();
-        Ok(())
+        self.pending.reject(out)
     }
+}
+
+/// The initiator's startup sequence, whatever the transport: claim `qp`, install an MPA
+/// initiator connection on it (replaying work posted in INIT), let `start` hand it to the
+/// transport (which returns how to wait for its events), wait until established.
+pub(crate) fn connect_with(
+    qp: &Qp,
+    param: &ConnParam,
+    emss: usize,
+    start: impl FnOnce(&Qp) -> Result<Events, CmError>,
+) -> Result<Negotiated, CmError> {
+    if !qp.claim() {
+        return Err(CmError::QpInUse);
+    }
+    let cfg = param.conn_config(qp, emss);
+    let conn = Connection::initiator(cfg, qp.shared.pd.memory().clone(), Instant::now());
+    install(conn, qp);
+    let mut events = start(qp)?;
+    wait_established_by(qp, &mut *events, param.timeout)
 }
 
 /// The MPA Reply with R=1 (RFC 5044 §7.1.2) answering the Request in `raw`, carrying
 /// `private_data`: a throw-away responder is fed the Request and told to reject it.
-pub(crate) fn reject_frame(raw: &[u8], private_data: &[u8]) -> Vec<u8> {
+fn reject_frame(raw: &[u8], private_data: &[u8]) -> Vec<u8> {
     let now = Instant::now();
     let mut conn = Connection::responder(
         ConnConfig {
@@ -364,34 +410,8 @@ pub(crate) fn reject_frame(raw: &[u8], private_data: &[u8]) -> Vec<u8> {
     out
 }
 
-fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result<(), CmError> {
-    let deadline = Instant::now() + timeout;
-    while !buf.is_empty() {
-        match t.send(buf) {
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    return Err(CmError::Timeout);
-                }
-                thread::sleep(Duration::from_micros(50));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn wait_established(
-    qp: &Qp,
-    events: &Receiver<ConnEvent>,
-    timeout: Duration,
-) -> Result<Negotiated, CmError> {
-    wait_established_by(qp, &mut |left| events.recv_timeout(left).ok(), timeout)
-}
-
-/// [`wait_established`] with the events taken by `recv(time left)` (None: none came in that
-/// time); the DPDK dataplane's driven mode polls its worker while it waits.
-pub(crate) fn wait_established_by(
+/// Wait until the connection is established, taking its events by `recv(time left)`.
+fn wait_established_by(
     qp: &Qp,
     recv: &mut dyn FnMut(Duration) -> Option<ConnEvent>,
     timeout: Duration,
@@ -429,228 +449,10 @@ pub(crate) fn wait_established_by(
     }
 }
 
-/// Make `conn` the QP's live connection (replaying work posted in INIT) and start the thread
-/// that moves its bytes over `transport`.
-fn spawn_driver(transport: Box<dyn Transport>, conn: Connection, qp: &Qp) -> Receiver<ConnEvent> {
-    install(conn, qp);
-    let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
-    let sh = qp.shared.clone();
-    thread::Builder::new()
-        .name("dpwarp-qp".into())
-        .spawn(move || drive(transport, sh, ev_tx))
-        .expect("spawn QP driver thread");
-    ev_rx
-}
-
-/// Make `conn` the QP's live connection, handing it the work posted in INIT (also used by the DPDK
-/// dataplane, whose workers then drive the connection).
-pub(crate) fn install(mut conn: Connection, qp: &Qp) {
+/// Make `conn` the QP's live connection, handing it the work posted in INIT; the transport's
+/// driver (kernel thread or dataplane worker) drives it from then on.
+fn install(mut conn: Connection, qp: &Qp) {
     let mut slot = qp.shared.lock();
     qp.shared.drain_posts(&mut conn);
     *slot = QpSlot::Live(Box::new(conn));
-}
-
-/// Run `f` on the live connection.
-fn with_conn<R>(sh: &QpShared, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
-    match &mut *sh.lock() {
-        QpSlot::Live(c) => {
-            // Posted work first, so that receive buffers are in place for what `f` brings in.
-            sh.drain_posts(c);
-            Some(f(c))
-        }
-        QpSlot::Init => None,
-    }
-}
-
-/// The driver loop: rx -> engine -> completions/events -> tx, backing off when idle.
-fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
-    let mut rbuf = vec![0u8; 256 * 1024];
-    let mut out: Vec<u8> = Vec::with_capacity(256 * 1024);
-    let mut out_pos = 0usize;
-    let mut eof = false;
-    let mut broken = false;
-    let mut last_progress = Instant::now();
-    let mut closing_since: Option<Instant> = None;
-    loop {
-        let mut progressed = false;
-        // Posts after this point keep the driver from sleeping at the end of the iteration.
-        let seq_at_start = sh.post_seq.load(Ordering::SeqCst);
-        let now = Instant::now();
-        // Receive whatever the stream has (bounded per iteration so tx is not starved).
-        if !eof && !broken {
-            for _ in 0..8 {
-                match t.recv(&mut rbuf) {
-                    Ok(0) => {
-                        eof = true;
-                        with_conn(&sh, |c| c.on_eof());
-                        break;
-                    }
-                    Ok(n) => {
-                        progressed = true;
-                        with_conn(&sh, |c| c.on_bytes(&rbuf[..n], now));
-                        if n < rbuf.len() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        log::warn!("transport: receive failed: {e}");
-                        broken = true;
-                        with_conn(&sh, |c| c.on_eof());
-                        break;
-                    }
-                }
-            }
-        }
-        let disconnect = sh.disconnect.load(Ordering::Acquire);
-        let close;
-        let conn_closing;
-        {
-            // Every application handle is gone: nobody can post or reap any more.
-            let orphaned = Arc::strong_count(&sh) == 1;
-            let should_close = with_conn(&sh, |c| {
-                if c.poll_timeout().is_some_and(|t| t <= now) {
-                    c.handle_timeout(now);
-                }
-                if out_pos == out.len() {
-                    out.clear();
-                    out_pos = 0;
-                    c.poll_transmit(&mut out);
-                }
-                sh.reap(c);
-                while let Some(ev) = c.poll_event() {
-                    sh.note_event(&ev);
-                    let _ = events.try_send(ev);
-                }
-                c.should_close()
-            })
-            .unwrap_or(true);
-            conn_closing = should_close;
-            close = should_close || disconnect || orphaned;
-        }
-        if !broken {
-            while out_pos < out.len() {
-                match t.send(&out[out_pos..]) {
-                    Ok(n) => {
-                        out_pos += n;
-                        progressed = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        log::warn!("transport: send failed: {e}");
-                        broken = true;
-                        break;
-                    }
-                }
-            }
-        }
-        let mut drained = out_pos == out.len();
-        if close && drained && !broken && !eof {
-            // What the connection queued while earlier bytes waited for the socket (a
-            // TERMINATE, RFC 5040 §7.1; FPDUs posted before the disconnect) goes out before
-            // the FIN, for at most CLOSE_FLUSH once closing began.
-            out.clear();
-            out_pos = 0;
-            with_conn(&sh, |c| c.poll_transmit(&mut out));
-            if !out.is_empty() {
-                let since = *closing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < CLOSE_FLUSH {
-                    drained = false;
-                } else {
-                    log::warn!(
-                        "transport: closing with {} octets not sent (the peer did not take them within {CLOSE_FLUSH:?})",
-                        out.len()
-                    );
-                }
-            }
-        }
-        if broken || eof || (close && drained) {
-            if !broken {
-                let _ = t.shutdown();
-                if !eof && conn_closing {
-                    // A TERMINATE went out (or came in, or startup failed): everything we
-                    // wrote is in the kernel's send queue, followed by our FIN. Closing the
-                    // socket while the peer's bytes sit unread would make the kernel answer
-                    // with a RST and drop that queue, TERMINATE included (RFC 5040 §7.1: it
-                    // MUST reach the peer); so read and discard until the peer's FIN, for at
-                    // most CLOSE_DRAIN.
-                    drain_until_eof(&mut *t, &mut rbuf, CLOSE_DRAIN);
-                }
-            }
-            with_conn(&sh, |c| {
-                c.on_eof();
-                sh.reap(c);
-                while let Some(ev) = c.poll_event() {
-                    sh.note_event(&ev);
-                    let _ = events.try_send(ev);
-                }
-            });
-            sh.set_closed();
-            return;
-        }
-        if progressed {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() < Duration::from_micros(50) {
-            std::hint::spin_loop();
-        } else {
-            // Sleep until the peer sends, the application posts (the QP's eventfd) or the
-            // startup timer fires; with output still queued (send buffer full) only briefly,
-            // as writability is not waited for.
-            let mut nap = if out_pos < out.len() {
-                Duration::from_micros(200)
-            } else {
-                Duration::from_millis(5)
-            };
-            if let Some(at) = with_conn(&sh, |c| c.poll_timeout()).flatten() {
-                nap = nap.min(at.saturating_duration_since(Instant::now()));
-            }
-            sh.sleeping.store(true, Ordering::SeqCst);
-            if sh.post_seq.load(Ordering::SeqCst) == seq_at_start {
-                let r = match &sh.wake {
-                    Some(w) => t.wait_readable_or_woken(nap, w),
-                    None => t.wait_readable(nap.min(Duration::from_micros(200))),
-                };
-                if let Err(e) = r {
-                    log::debug!("transport: wait failed: {e}");
-                    thread::sleep(Duration::from_micros(200));
-                }
-            }
-            sh.sleeping.store(false, Ordering::SeqCst);
-            if let Some(w) = &sh.wake {
-                w.drain();
-            }
-        }
-    }
-}
-
-/// How long a closing driver keeps sending what its connection still queues (see `drive`).
-const CLOSE_FLUSH: Duration = Duration::from_secs(1);
-
-/// How long a driver closing after a TERMINATE waits for the peer's FIN (see [`drain_until_eof`]).
-const CLOSE_DRAIN: Duration = Duration::from_secs(1);
-
-/// After our FIN: read and discard until the peer's FIN, an error or `limit`.
-fn drain_until_eof(t: &mut dyn Transport, buf: &mut [u8], limit: Duration) {
-    let end = Instant::now() + limit;
-    loop {
-        match t.recv(buf) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let left = end.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return;
-                }
-                if t.wait_readable(left.min(Duration::from_millis(50)))
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            Err(_) => return,
-        }
-    }
 }

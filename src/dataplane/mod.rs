@@ -5,9 +5,10 @@
 //! rx/tx queue pair per worker core, an mbuf pool per port) and starts one pinned worker per
 //! core. Applications use the same verbs objects as over kernel TCP (`Device`, `Pd`, `Mr`,
 //! `Cq`, `Qp`, `post_send`/`post_recv`/`poll`) and rdma_cm-shaped entry points on an
-//! [`Endpoint`]: [`Endpoint::connect`], [`Endpoint::listen`] -> [`DpListener::get_request`] ->
-//! [`DpConnRequest::accept`] / [`DpConnRequest::reject`], with the same [`ConnParam`] and
-//! [`CmError`] as [`crate::cm`].
+//! [`Endpoint`], which is a backend of [`crate::cm`]'s one connection API: `Net::from(endpoint)`
+//! gives the same [`cm::Net::connect`], [`cm::Net::listen`] -> [`cm::Listener::get_request`] ->
+//! [`cm::ConnRequest::accept`] / [`cm::ConnRequest::reject`], [`ConnParam`] and [`CmError`] as
+//! kernel TCP (the startup sequence and the pump step are `cm`'s; the worker moves the bytes).
 //!
 //! Multi-queue: with the vdevs used here (net_ring pairs, net_memif) queue *i* of one side
 //! reaches queue *i* of the other, so a connection opened by worker *i* is served by the peer's
@@ -29,9 +30,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::cm::{self, CmError, ConnParam, ListenConfig};
 use crate::config::{parse_cidr, parse_mac, DataplaneConfig};
-use crate::conn::{ConnEvent, Connection};
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
-use crate::mpa::{Negotiated, PeerRequest};
+use crate::mpa::Negotiated;
 use crate::verbs::Qp;
 
 use worker::{Cmd, Incoming, Worker, WorkerParts};
@@ -606,48 +606,42 @@ impl Endpoint {
         self.mtu - 40
     }
 
-    /// Connect `qp` to `remote` as the MPA initiator (`rdma_connect`). Workers are used round
-    /// robin.
+    /// Connect `qp` to `remote` as the MPA initiator (`rdma_connect`); the same as
+    /// `Net::from(endpoint).connect(...)`. Workers are used round robin.
     pub fn connect(
         &self,
         remote: SocketAddrV4,
         qp: &Qp,
         param: &ConnParam,
     ) -> Result<Negotiated, CmError> {
-        if !qp.claim() {
-            return Err(CmError::QpInUse);
-        }
-        let w = self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len();
-        let cfg = param.conn_config(qp, self.emss());
-        let conn = Connection::initiator(cfg, qp.shared.pd.memory().clone(), Instant::now());
-        cm::install(conn, qp);
-        let (etx, erx) = crossbeam_channel::bounded(64);
-        self.workers[w]
-            .send(Cmd::Connect {
-                remote,
-                sh: qp.shared.clone(),
-                events: etx,
-            })
-            .map_err(|_| CmError::Closed)?;
-        cm::wait_established_by(
-            qp,
-            &mut |left| recv_pumping(&erx, left, &self.driven),
-            param.timeout,
-        )
+        cm::connect_with(qp, param, self.emss(), |qp| {
+            let w = self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+            let (etx, erx) = crossbeam_channel::bounded(64);
+            self.workers[w]
+                .send(Cmd::Connect {
+                    remote,
+                    sh: qp.shared.clone(),
+                    events: etx,
+                })
+                .map_err(|_| CmError::Closed)?;
+            let driven = self.driven.clone();
+            Ok(Box::new(move |left| recv_pumping(&erx, left, &driven)))
+        })
     }
 
-    /// Listen on `port` on every worker (`rdma_listen`). Every incoming connection's MPA
+    /// Listen on `port` on every worker (`rdma_listen`; the same as
+    /// `Net::from(endpoint).listen(addr)` with `addr`'s port). Every incoming connection's MPA
     /// startup progresses on its own, under the deadline and cap of the config's `[tcp]`
-    /// (`mpa_timeout_ms`, `max_startups`); [`DpListener::get_request`] returns the next
+    /// (`mpa_timeout_ms`, `max_startups`); [`cm::Listener::get_request`] returns the next
     /// completed request.
-    pub fn listen(&self, port: u16) -> Result<DpListener, CmError> {
+    pub fn listen(&self, port: u16) -> Result<cm::Listener, CmError> {
         self.listen_inner(port, None)
     }
 
     /// [`Endpoint::listen`] with this listener's own MPA startup deadline and cap
     /// (`cfg.mpa_timeout`, `cfg.max_startups`; `cfg.nodelay` does not apply: smoltcp sockets
     /// never use Nagle here).
-    pub fn listen_with(&self, port: u16, cfg: &ListenConfig) -> Result<DpListener, CmError> {
+    pub fn listen_with(&self, port: u16, cfg: &ListenConfig) -> Result<cm::Listener, CmError> {
         self.listen_inner(port, Some((cfg.mpa_timeout, cfg.max_startups)))
     }
 
@@ -655,7 +649,7 @@ impl Endpoint {
         &self,
         port: u16,
         startup: Option<(Duration, usize)>,
-    ) -> Result<DpListener, CmError> {
+    ) -> Result<cm::Listener, CmError> {
         let (rtx, rrx) = crossbeam_channel::bounded(64);
         for w in self.workers.iter() {
             let (ok_tx, ok_rx) = crossbeam_channel::bounded(1);
@@ -677,39 +671,81 @@ impl Endpoint {
                 None => return Err(CmError::Timeout),
             }
         }
-        Ok(DpListener {
+        Ok(cm::Listener::new(Box::new(DpListener {
             port,
             ep: self.clone(),
             requests: rrx,
-        })
+        })))
     }
 }
 
-/// A dataplane listener (`rdma_listen`).
-pub struct DpListener {
+/// The dataplane backend of [`cm::Net`]: `Net::from(endpoint)`.
+impl cm::NetBackend for Endpoint {
+    fn listen(
+        &self,
+        addr: SocketAddr,
+        cfg: Option<&ListenConfig>,
+    ) -> Result<cm::Listener, CmError> {
+        match cfg {
+            None => self.listen(addr.port()),
+            Some(c) => self.listen_with(addr.port(), c),
+        }
+    }
+
+    fn connect(&self, addr: SocketAddr, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
+        match addr {
+            SocketAddr::V4(a) => Endpoint::connect(self, a, qp, param),
+            SocketAddr::V6(_) => Err(CmError::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the dataplane reaches IPv4 addresses only",
+            ))),
+        }
+    }
+
+    fn poll(&self) -> bool {
+        Endpoint::poll(self)
+    }
+
+    fn is_driven(&self) -> bool {
+        Endpoint::is_driven(self)
+    }
+
+    fn name(&self) -> &'static str {
+        "dpdk"
+    }
+}
+
+impl From<Endpoint> for cm::Net {
+    fn from(ep: Endpoint) -> cm::Net {
+        cm::Net::from_backend(Arc::new(ep))
+    }
+}
+
+/// A dataplane listener (`rdma_listen`), behind a [`cm::Listener`].
+struct DpListener {
     port: u16,
     ep: Endpoint,
     requests: Receiver<Incoming>,
 }
 
-impl DpListener {
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
+impl cm::ListenerBackend for DpListener {
+    fn local_addr(&self) -> SocketAddr {
         SocketAddr::from((self.ep.ip, self.port))
     }
 
-    /// Wait up to `timeout` for a connection and its MPA Request (`rdma_get_request`).
-    pub fn get_request(&self, timeout: Duration) -> Result<DpConnRequest, CmError> {
+    fn get_request(&self, timeout: Duration) -> Result<cm::ConnRequest, CmError> {
         let inc = recv_pumping(&self.requests, timeout, &self.ep.driven).ok_or(CmError::Timeout)?;
-        Ok(DpConnRequest {
-            peer: inc.peer.clone(),
-            remote: inc.remote,
-            emss: self.ep.emss(),
-            driven: self.ep.driven.clone(),
-            worker: self.ep.workers[inc.worker % self.ep.workers.len()].clone(),
-            id: inc.id,
-            raw: inc.raw,
-        })
+        Ok(cm::ConnRequest::new(
+            inc.peer,
+            inc.raw,
+            Some(inc.remote),
+            Box::new(DpPending {
+                emss: self.ep.emss(),
+                driven: self.ep.driven.clone(),
+                worker: self.ep.workers[inc.worker % self.ep.workers.len()].clone(),
+                id: inc.id,
+            }),
+        ))
     }
 }
 
@@ -721,35 +757,21 @@ impl Drop for DpListener {
     }
 }
 
-/// An incoming connection whose MPA Request arrived (`RDMA_CM_EVENT_CONNECT_REQUEST`).
-pub struct DpConnRequest {
-    /// What the initiator asked for.
-    pub peer: PeerRequest,
-    /// The initiator's address.
-    pub remote: SocketAddr,
+/// An incoming dataplane connection whose MPA Request arrived, held by its worker until it is
+/// accepted or rejected.
+struct DpPending {
     emss: usize,
     driven: Arc<Vec<Arc<Mutex<Worker>>>>,
     worker: Sender<Cmd>,
     id: u64,
-    raw: Vec<u8>,
 }
 
-impl DpConnRequest {
-    /// Accept (`rdma_accept`) with `param`; returns once established.
-    pub fn accept(self, qp: &Qp, param: &ConnParam) -> Result<Negotiated, CmError> {
-        if !qp.claim() {
-            return Err(CmError::QpInUse);
-        }
-        let cfg = param.conn_config(qp, self.emss);
-        let now = Instant::now();
-        let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
-        conn.on_bytes(&self.raw, now);
-        match conn.poll_event() {
-            Some(ConnEvent::Request(_)) => conn.accept(None),
-            Some(ConnEvent::Failed(e)) => return Err(CmError::Startup(e)),
-            _ => return Err(CmError::Closed),
-        }
-        cm::install(conn, qp);
+impl cm::Pending for DpPending {
+    fn emss(&self) -> usize {
+        self.emss
+    }
+
+    fn start(self: Box<Self>, qp: &Qp) -> Result<cm::Events, CmError> {
         let (etx, erx) = crossbeam_channel::bounded(64);
         self.worker
             .send(Cmd::Accept {
@@ -758,20 +780,15 @@ impl DpConnRequest {
                 events: etx,
             })
             .map_err(|_| CmError::Closed)?;
-        cm::wait_established_by(
-            qp,
-            &mut |left| recv_pumping(&erx, left, &self.driven),
-            param.timeout,
-        )
+        let driven = self.driven;
+        Ok(Box::new(move |left| recv_pumping(&erx, left, &driven)))
     }
 
-    /// Reject (`rdma_reject`): an MPA Reply with R=1 and `private_data`, then the stream closes.
-    pub fn reject(self, private_data: &[u8]) -> Result<(), CmError> {
-        let out = cm::reject_frame(&self.raw, private_data);
+    fn reject(self: Box<Self>, frame: Vec<u8>) -> Result<(), CmError> {
         self.worker
             .send(Cmd::Reject {
                 id: self.id,
-                bytes: out,
+                bytes: frame,
             })
             .map_err(|_| CmError::Closed)
     }

@@ -33,6 +33,7 @@ use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
 
 use super::device::{DeviceStats, DpdkDevice};
+use crate::cm::pump;
 use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
@@ -1080,15 +1081,7 @@ fn finish_engine(c: &mut Conn, crc_errors: &mut u64) -> u64 {
     let Some(sh) = c.sh.as_ref() else { return 0 };
     let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
-        conn.on_eof();
-        sh.reap(conn);
-        while let Some(ev) = conn.poll_event() {
-            sh.note_event(&ev);
-            *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
-            if let Some(e) = &c.events {
-                let _ = e.try_send(ev);
-            }
-        }
+        pump::finish(sh, conn, |ev| forward(&c.events, crc_errors, ev));
         copied = conn.rx_copied();
     } else if let Some(e) = &c.events {
         let _ = e.try_send(ConnEvent::Closed);
@@ -1116,23 +1109,21 @@ fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
 /// connection should close once its bytes are out).
 fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
-    let mut work = false;
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
         return (false, true);
     };
-    sh.reap(conn);
-    while let Some(ev) = conn.poll_event() {
-        sh.note_event(&ev);
-        *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
-        if let Some(e) = &c.events {
-            let _ = e.try_send(ev);
-        }
-        work = true;
+    let work = pump::events(sh, conn, |ev| forward(&c.events, crc_errors, ev));
+    // Two references are the worker's: the caller's clone and the Conn's.
+    (work, pump::close_wanted(sh, conn, 2))
+}
+
+/// An event to the connection manager's waiter, counting TERMINATEs for MPA CRC errors.
+fn forward(events: &Option<Sender<ConnEvent>>, crc_errors: &mut u64, ev: ConnEvent) {
+    *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
+    if let Some(e) = events {
+        let _ = e.try_send(ev);
     }
-    let orphaned = Arc::strong_count(sh) <= 2; // ours (clone) + the Conn's
-    let close = conn.should_close() || sh.disconnect.load(Ordering::Acquire) || orphaned;
-    (work, close)
 }
 
 /// Room for the smallest FPDU `feed_direct` frames: a [`MIN_ULPDU_ROOM`] ULPDU plus the

@@ -20,11 +20,8 @@ use std::time::Duration;
 use super::endpoint::Endpoint;
 use super::program::{Body, Piece};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
-use crate::cm::{self, CmError, ConnParam};
-#[cfg(feature = "dpdk")]
-use crate::dataplane::Endpoint as DpEndpoint;
+use crate::cm::{self, CmError, ConnParam, Net};
 use crate::mpa::Negotiated;
-use crate::transport::kernel::KernelTcp;
 use crate::transport::Transport;
 use crate::verbs::{Device, Mr, Qp, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
@@ -251,31 +248,20 @@ pub struct RdmaClient {
 }
 
 impl RdmaClient {
-    /// Connect over kernel TCP.
-    pub fn connect_tcp(addr: SocketAddr, cfg: ClientConfig) -> Result<Self, RpcError> {
-        let t = KernelTcp::connect(addr, cfg.conn.nodelay)?;
-        Self::connect(Box::new(t), cfg)
+    /// Connect to the server at `addr` through `net` (kernel TCP or a DPDK dataplane
+    /// endpoint, [`crate::cm::Net`]), then run CONFIG_RDMA if configured. Everything after the
+    /// MPA exchange is the same on both.
+    pub fn connect(net: &Net, addr: SocketAddr, cfg: ClientConfig) -> Result<Self, RpcError> {
+        Self::connect_with(cfg, |qp, p| net.connect(addr, qp, p))
     }
 
-    /// Connect over an open byte stream, then run CONFIG_RDMA if configured.
-    pub fn connect(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
+    /// Connect over an already-open byte stream (e.g. the in-memory link), then run
+    /// CONFIG_RDMA if configured.
+    pub fn connect_transport(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
         Self::connect_with(cfg, |qp, p| cm::connect(t, qp, p))
     }
 
-    /// Connect through a DPDK dataplane endpoint to `remote` (the server's address on the
-    /// dataplane), then run CONFIG_RDMA if configured. Everything after the MPA exchange is
-    /// the same as over kernel TCP.
-    #[cfg(feature = "dpdk")]
-    pub fn connect_dp(
-        ep: &DpEndpoint,
-        remote: std::net::SocketAddrV4,
-        cfg: ClientConfig,
-    ) -> Result<Self, RpcError> {
-        Self::connect_with(cfg, |qp, p| ep.connect(remote, qp, p))
-    }
-
-    /// Post the reply buffers, connect with `connect` (kernel or dataplane CM), then run
-    /// CONFIG_RDMA if configured.
+    /// Post the reply buffers, connect with `connect`, then run CONFIG_RDMA if configured.
     fn connect_with(
         cfg: ClientConfig,
         connect: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,

@@ -1,8 +1,9 @@
 //! The RPC-over-RDMA server framework.
 //!
-//! Connections arrive over kernel TCP ([`RdmaServer::listen`], the driver thread of `cm` moves
-//! the bytes) or the DPDK dataplane (`RdmaServer::listen_dp`, feature `dpdk`: a poll-mode worker
-//! moves them); after the MPA exchange both are served alike. Every accepted connection gets a thread that
+//! Connections arrive through `cm`'s one connection API ([`RdmaServer::listen`] on a
+//! [`Net`]: kernel TCP, whose driver thread moves the bytes, or the DPDK dataplane with the
+//! `dpdk` feature, whose poll-mode worker moves them); after the MPA exchange both are served
+//! alike. Every accepted connection gets a thread that
 //! polls its receive and send CQs. A received message is copied out of its buffer, the buffer
 //! re-posted at once (its credit replenished), and the message handled to completion:
 //!
@@ -29,12 +30,9 @@ use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
 use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
-use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener};
-#[cfg(feature = "dpdk")]
-use crate::dataplane::{DpConnRequest, Endpoint as DpEndpoint};
-use crate::mpa::Negotiated;
+use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
-use crate::verbs::{Device, Mr, Qp, WcStatus};
+use crate::verbs::{Device, Mr, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -66,9 +64,10 @@ pub struct ServerConfig {
     pub conn: ConnParam,
     /// Busy-poll a connection's receive CQ this long before sleeping (0: never spin).
     pub poll_spin: Duration,
-    /// The kernel-TCP listener's MPA startups: deadline and cap ([`RdmaServer::listen`]; on the
-    /// DPDK dataplane the dataplane config's `[tcp]` keys apply).
-    pub listen: ListenConfig,
+    /// The listener's MPA startups: deadline and cap ([`RdmaServer::listen`]). `None` (the
+    /// default): the transport's own, [`ListenConfig::default`] on kernel TCP and the dataplane
+    /// config's `[tcp]` keys on DPDK. When set, its `nodelay` is `conn.nodelay`.
+    pub listen: Option<ListenConfig>,
 }
 
 impl Default for ServerConfig {
@@ -84,7 +83,7 @@ impl Default for ServerConfig {
             max_credits: 128,
             conn: ConnParam::default(),
             poll_spin: Duration::from_micros(POLL_SPIN_US),
-            listen: ListenConfig::default(),
+            listen: None,
         }
     }
 }
@@ -185,42 +184,53 @@ impl RdmaServer {
         &self.pool
     }
 
-    /// Listen on `addr` (port 0: any free port) over kernel TCP and serve until stopped.
+    /// Listen on `addr` (port 0: any free port) on `net` (kernel TCP or a dataplane endpoint)
+    /// and serve until stopped.
     ///
-    /// A [`Listener`] runs the MPA startups concurrently under `cfg.listen`'s deadline and cap
+    /// The listener runs the MPA startups concurrently under `cfg.listen`'s deadline and cap
     /// (a slow or silent peer holds up no one); each completed request is accepted on its own
     /// thread. The accept loop polls a stop flag every 200 ms.
-    pub fn listen(&self, addr: SocketAddr) -> std::io::Result<ServerHandle> {
-        let listener = Listener::bind_with(
-            addr,
-            ListenConfig {
-                nodelay: self.cfg.conn.nodelay,
-                ..self.cfg.listen.clone()
-            },
-        )?;
+    pub fn listen(&self, net: &Net, addr: SocketAddr) -> Result<ServerHandle, RpcError> {
+        let listener = match &self.cfg.listen {
+            Some(l) => net.listen_with(
+                addr,
+                &ListenConfig {
+                    nodelay: self.cfg.conn.nodelay,
+                    ..l.clone()
+                },
+            )?,
+            None => net.listen(addr)?,
+        };
+        Ok(self.serve(listener)?)
+    }
+
+    /// Serve the requests of `listener` until stopped ([`RdmaServer::listen`]).
+    pub fn serve(&self, listener: Listener) -> std::io::Result<ServerHandle> {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let me = self.clone();
-        let join = thread::spawn(move || {
-            while !st.load(Ordering::Acquire) {
-                let req = match listener.get_request(Duration::from_millis(200)) {
-                    Ok(r) => r,
-                    Err(CmError::Timeout) => continue,
-                    Err(e) => {
-                        log::warn!("rpc-server: listener: {e}");
-                        thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                };
-                let srv = me.clone();
-                thread::spawn(move || {
-                    if let Err(e) = srv.serve_request(req) {
-                        log::warn!("rpc-server: connection not served: {e}");
-                    }
-                });
-            }
-        });
+        let join = thread::Builder::new()
+            .name("rpc-accept".into())
+            .spawn(move || {
+                while !st.load(Ordering::Acquire) {
+                    let req = match listener.get_request(Duration::from_millis(200)) {
+                        Ok(r) => r,
+                        Err(CmError::Timeout) => continue,
+                        Err(e) => {
+                            log::warn!("rpc-server: listener: {e}");
+                            thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                    };
+                    let srv = me.clone();
+                    thread::spawn(move || {
+                        if let Err(e) = srv.serve_request(req) {
+                            log::warn!("rpc-server: connection not served: {e}");
+                        }
+                    });
+                }
+            })?;
         Ok(ServerHandle {
             addr,
             stop,
@@ -242,72 +252,19 @@ impl RdmaServer {
             let _ = req.reject(NO_CREDITS);
             return Err(RpcError::Usage("credit pool exhausted"));
         };
-        let pd = req.peer.private_data.clone();
-        self.serve_accepted(credits, &pd, |qp, p| req.accept(qp, p))
+        self.serve_accepted(credits, req)
     }
 
-    /// [`RdmaServer::serve_request`] for a connection request that arrived on the DPDK
-    /// dataplane ([`crate::dataplane::DpListener::get_request`]): the same credit admission,
-    /// buffers and request path; only the MPA accept/reject goes through the dataplane worker.
-    #[cfg(feature = "dpdk")]
-    pub fn serve_dp_request(&self, req: DpConnRequest) -> Result<JoinHandle<()>, RpcError> {
-        let Some(credits) = self.pool.join() else {
-            log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
-            let _ = req.reject(NO_CREDITS);
-            return Err(RpcError::Usage("credit pool exhausted"));
-        };
-        let pd = req.peer.private_data.clone();
-        self.serve_accepted(credits, &pd, |qp, p| req.accept(qp, p))
-    }
-
-    /// Listen on `port` of a DPDK dataplane endpoint and serve until stopped (the dataplane
-    /// counterpart of [`RdmaServer::listen`]). Each request is accepted on its own thread, so a
-    /// slow MPA exchange does not hold up the accept loop.
-    #[cfg(feature = "dpdk")]
-    pub fn listen_dp(&self, ep: &DpEndpoint, port: u16) -> Result<ServerHandle, RpcError> {
-        let listener = ep.listen(port)?;
-        let addr = listener.local_addr();
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        let me = self.clone();
-        let join = thread::spawn(move || {
-            while !st.load(Ordering::Acquire) {
-                let req = match listener.get_request(Duration::from_millis(200)) {
-                    Ok(r) => r,
-                    Err(CmError::Timeout) => continue,
-                    Err(e) => {
-                        log::warn!("rpc-server: dataplane listener: {e}");
-                        thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                };
-                let srv = me.clone();
-                thread::spawn(move || {
-                    if let Err(e) = srv.serve_dp_request(req) {
-                        log::warn!("rpc-server: connection not served: {e}");
-                    }
-                });
-            }
-        });
-        Ok(ServerHandle {
-            addr,
-            stop,
-            join: Some(join),
-        })
-    }
-
-    /// Post the connection's receive buffers, accept with `accept` (kernel or dataplane CM) and
-    /// start the connection's thread. `peer_pd` is the client's MPA private data: a client
-    /// that sends RFC 8797 connection private data (the Linux NFS/RDMA client does) is an
-    /// RFC 8166 requester and gets ours in the MPA Reply; its receive size is the inline reply
-    /// limit from the start (RFC 8797 §4.2).
+    /// Post the connection's receive buffers, accept `req` and start the connection's thread.
+    /// A client that sends RFC 8797 connection private data in its MPA Request (the Linux
+    /// NFS/RDMA client does) is an RFC 8166 requester and gets ours in the MPA Reply; its
+    /// receive size is the inline reply limit from the start (RFC 8797 §4.2).
     fn serve_accepted(
         &self,
         credits: ConnCredits,
-        peer_pd: &[u8],
-        accept: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,
+        req: ConnRequest,
     ) -> Result<JoinHandle<()>, RpcError> {
-        let cpd = CpdRepr::find(peer_pd);
+        let cpd = CpdRepr::find(req.private_data());
         let mut param = self.cfg.conn.clone();
         if let Some(c) = cpd {
             log::info!("rpc-server: client connection private data (RFC 8797): {c:?}");
@@ -330,7 +287,7 @@ impl RdmaServer {
         for _ in 0..credits.held() {
             ep.add_recv()?;
         }
-        let n = accept(&qp, &param)?;
+        let n = req.accept(&qp, &param)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
         bump(&self.stats.connections, 1);
         let conn = ConnServer {

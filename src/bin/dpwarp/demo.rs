@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::{self, ConnParam, ConnRequest, Listener};
+use dpwarp::cm::{self, ConnParam, ConnRequest, Net};
 
-use crate::dpperf::{self as perf, AnyRequest, Net};
+use crate::dpperf as perf;
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::Dataplane;
 #[cfg(feature = "dpdk")]
@@ -19,7 +19,7 @@ use dpwarp::verbs::{
 };
 
 /// Waits for the server side's connection request.
-type ServerSide = Box<dyn FnOnce() -> Result<AnyRequest, String> + Send>;
+type ServerSide = Box<dyn FnOnce() -> Result<ConnRequest, String> + Send>;
 /// Connects the client's QP.
 type ClientSide = Box<dyn FnOnce(&ConnParam, &Qp) -> Result<Negotiated, String>>;
 
@@ -125,17 +125,20 @@ pub fn run(a: Args) -> Result<(), String> {
     let (server_side, client_transport): (ServerSide, ClientSide) = match a.transport {
         DemoTransport::Kernel => {
             let addr: SocketAddr = ([127, 0, 0, 1], a.port).into();
-            let l = Listener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
+            let net = Net::kernel();
+            let l = net
+                .listen(addr)
+                .map_err(|e| format!("listen {addr}: {e}"))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
             println!("server listening on {addr} (kernel TCP)");
             (
                 Box::new(move || {
                     l.get_request(Duration::from_secs(10))
-                        .map(AnyRequest::Cm)
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
-                    cm::connect_tcp(addr, qp, p).map_err(|e| format!("connect: {e}"))
+                    net.connect(addr, qp, p)
+                        .map_err(|e| format!("connect: {e}"))
                 }),
             )
         }
@@ -145,7 +148,6 @@ pub fn run(a: Args) -> Result<(), String> {
             (
                 Box::new(move || {
                     ConnRequest::read(Box::new(s), Duration::from_secs(10))
-                        .map(AnyRequest::Cm)
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
@@ -161,26 +163,23 @@ pub fn run(a: Args) -> Result<(), String> {
                 _ => return Err(format!("{}: the demo needs two ports", a.config.display())),
             };
             let port = if a.port == 0 { 4791 } else { a.port };
-            let l = sep
-                .listen(port)
-                .map_err(|e| format!("listen :{port}: {e}"))?;
-            let addr = std::net::SocketAddrV4::new(sep.ip(), port);
+            let addr = SocketAddr::from((sep.ip(), port));
+            let (sn, cn) = (Net::from(sep), Net::from(cep.clone()));
+            let l = sn.listen(addr).map_err(|e| format!("listen {addr}: {e}"))?;
             println!(
                 "server listening on {addr} (DPDK {}, smoltcp; client {})",
                 cfg.ports[0].device,
                 cep.ip()
             );
             dp = Some(d);
-            perf_nets = Some((Net::Dpdk(sep), Net::Dpdk(cep.clone()), SocketAddr::V4(addr)));
+            perf_nets = Some((sn, cn.clone(), addr));
             (
                 Box::new(move || {
                     l.get_request(Duration::from_secs(10))
-                        .map(AnyRequest::Dp)
                         .map_err(|e| format!("server: {e}"))
                 }),
                 Box::new(move |p: &ConnParam, qp: &Qp| {
-                    cep.connect(addr, qp, p)
-                        .map_err(|e| format!("connect: {e}"))
+                    cn.connect(addr, qp, p).map_err(|e| format!("connect: {e}"))
                 }),
             )
         }
@@ -216,12 +215,12 @@ pub fn run(a: Args) -> Result<(), String> {
         let req = server_side()?;
         println!(
             "server: MPA request rev {} enhanced={} crc={} markers={} ird={:?} ord={:?}",
-            req.peer().revision,
-            req.peer().enhanced,
-            req.peer().crc,
-            req.peer().markers,
-            req.peer().ird,
-            req.peer().ord
+            req.peer.revision,
+            req.peer.enhanced,
+            req.peer.crc,
+            req.peer.markers,
+            req.peer.ird,
+            req.peer.ord
         );
         req.accept(
             &qp,
@@ -363,22 +362,22 @@ pub fn run(a: Args) -> Result<(), String> {
 
     if a.transport == DemoTransport::Kernel && perf_nets.is_none() {
         let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let l = Listener::bind(addr).map_err(|e| e.to_string())?;
+        let l = Net::kernel().listen(addr).map_err(|e| e.to_string())?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         drop(l);
-        perf_nets = Some((Net::Kernel, Net::Kernel, addr));
+        perf_nets = Some((Net::kernel(), Net::kernel(), addr));
     }
     if let (false, Some((ns, nc, addr))) = (a.no_perf, perf_nets) {
         // A short perftest-style run on the same transport (one connection per size).
-        let bw = perf::local_pair(ns, &nc, addr, perf::Test::WriteBw, &[4096, 65536], 2000)?;
+        let bw = perf::local_pair(
+            ns.clone(),
+            &nc,
+            addr,
+            perf::Test::WriteBw,
+            &[4096, 65536],
+            2000,
+        )?;
         perf::print_table(&format!("RDMA Write BW ({transport})"), &bw);
-        let ns = match &nc {
-            Net::Dpdk(_) => match dp.as_ref().and_then(|d| d.endpoint(0)) {
-                Some(e) => Net::Dpdk(e),
-                None => return Err("no server endpoint".into()),
-            },
-            Net::Kernel => Net::Kernel,
-        };
         let lat = perf::local_pair(ns, &nc, addr, perf::Test::SendLat, &[64, 4096], 2000)?;
         perf::print_table(
             &format!("Send latency ({transport}, one-way = RTT/2)"),

@@ -1,257 +1,29 @@
-//! perftest-style measurements over any dpwarp transport: `write_bw` (RDMA Write bandwidth) and
-//! `send_lat` (Send ping-pong, one-way latency = RTT/2 as perftest's t_typical), plus the
-//! plain kernel-TCP baselines `tcp_stream` and `tcp_pingpong` the bench compares against.
+//! `dpwarp dpperf`: dpwarp's own bench protocol, used by scripts/bench, the demo and the DPDK
+//! tests: `write_bw` (RDMA Write bandwidth) and `send_lat` (Send ping-pong, one-way latency =
+//! RTT/2 as perftest's t_typical) with the dataplane's copy and segment counts, plus the plain
+//! kernel-TCP baselines `tcp_stream` and `tcp_pingpong` the bench compares against.
 //!
-//! The client names the test in the MPA Request's private data, so one `--server` serves every
-//! test and size in turn (one connection each).
+//! It is not perftest's wire protocol (`dpwarp perf` is): one connection per test and size, no
+//! control connection; the client names the test in its MPA Request's private data
+//! (`'P'`, test, size, iterations), the server advertises its buffer (address, STag) in the
+//! MPA Reply's, and a write_bw run ends with a Send the server answers. So one `--server`
+//! serves every test and size in turn. The data loops are `perf`'s ([`crate::load`]).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cli::{NetArgs, TransportArg, Verbosity};
+use crate::cli::{NetArgs, Verbosity};
+use crate::load::{self, Wait};
+use crate::net::{backend, log_device_stats, start_dpdk_with, Backend, ModeArg};
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use crate::nodpdk::{CopyStats, Dataplane};
 use crate::table;
-use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, ListenConfig, Listener};
-use dpwarp::config::DataplaneConfig;
+use dpwarp::cm::{CmError, ConnParam, ConnRequest, Net};
 #[cfg(feature = "dpdk")]
-use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use dpwarp::dataplane::{CopyStats, Dataplane};
 use dpwarp::latency::Summary;
-use dpwarp::mpa::{Negotiated, PeerRequest};
-use dpwarp::verbs::{
-    sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
-    WorkCompletion,
-};
-
-/// A listener on either transport.
-pub enum AnyListener {
-    Cm(Listener),
-    Dp(DpListener),
-}
-
-/// A connection request on either transport.
-pub enum AnyRequest {
-    Cm(ConnRequest),
-    Dp(DpConnRequest),
-}
-
-impl AnyListener {
-    pub fn get_request(&self, timeout: Duration) -> Result<AnyRequest, CmError> {
-        match self {
-            AnyListener::Cm(l) => l.get_request(timeout).map(AnyRequest::Cm),
-            AnyListener::Dp(l) => l.get_request(timeout).map(AnyRequest::Dp),
-        }
-    }
-}
-
-impl AnyRequest {
-    pub fn peer(&self) -> &PeerRequest {
-        match self {
-            AnyRequest::Cm(r) => &r.peer,
-            AnyRequest::Dp(r) => &r.peer,
-        }
-    }
-    pub fn accept(self, qp: &Qp, p: &ConnParam) -> Result<Negotiated, CmError> {
-        match self {
-            AnyRequest::Cm(r) => r.accept(qp, p),
-            AnyRequest::Dp(r) => r.accept(qp, p),
-        }
-    }
-}
-
-/// A server's MPA startup options (`--mpa-timeout`, `--max-startups`).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct StartupOpts {
-    /// Server: how long an incoming connection may take to deliver its whole MPA Request
-    /// before it is closed (RFC 5044 §7.1.2 item 10), e.g. `300ms`, `5s`, `2.5` (seconds).
-    /// Default 5 s (on DPDK: the config's `[tcp] mpa_timeout_ms`).
-    #[arg(long, value_parser = parse_duration)]
-    pub mpa_timeout: Option<Duration>,
-    /// Server: MPA startups in progress at most; connections beyond are closed with a log
-    /// line. Default 256 (on DPDK: the config's `[tcp] max_startups`).
-    #[arg(long)]
-    pub max_startups: Option<usize>,
-}
-
-/// `300ms`, `5s` or a number of seconds (`2.5`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, scale) = if let Some(v) = t.strip_suffix("ms") {
-        (v, 1e-3)
-    } else if let Some(v) = t.strip_suffix('s') {
-        (v, 1.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: a duration like 300ms, 5s or 2.5"))?;
-    if !v.is_finite() || v < 0.0 || v * scale > 86_400.0 {
-        return Err(format!("{s:?}: between 0 and a day"));
-    }
-    Ok(Duration::from_secs_f64(v * scale))
-}
-
-/// Where to connect from / listen on.
-#[derive(Clone)]
-pub enum Net {
-    Kernel,
-    Dpdk(Endpoint),
-}
-
-impl Net {
-    /// Drive the dataplane workers this thread is responsible for once (driven mode); false
-    /// when nothing happened or nothing is driven here (kernel TCP, background workers).
-    pub fn pump(&self) -> bool {
-        match self {
-            Net::Kernel => false,
-            Net::Dpdk(ep) => ep.poll(),
-        }
-    }
-
-    /// Whether completions only come when this thread pumps (driven dataplane workers).
-    pub fn is_driven(&self) -> bool {
-        matches!(self, Net::Dpdk(ep) if ep.is_driven())
-    }
-
-    pub fn listen(&self, addr: SocketAddr) -> Result<AnyListener, String> {
-        self.listen_with(addr, &StartupOpts::default())
-    }
-
-    /// [`Net::listen`] with the server's `--mpa-timeout` / `--max-startups`: on kernel TCP
-    /// unset ones take [`ListenConfig`]'s defaults; on DPDK with neither set the config's
-    /// `[tcp]` values apply, else [`ListenConfig`]'s defaults for the unset one.
-    pub fn listen_with(&self, addr: SocketAddr, o: &StartupOpts) -> Result<AnyListener, String> {
-        let d = ListenConfig::default();
-        let cfg = ListenConfig {
-            mpa_timeout: o.mpa_timeout.unwrap_or(d.mpa_timeout),
-            max_startups: o.max_startups.unwrap_or(d.max_startups),
-            ..d
-        };
-        match self {
-            Net::Kernel => Listener::bind_with(addr, cfg)
-                .map(AnyListener::Cm)
-                .map_err(|e| format!("listen {addr}: {e}")),
-            Net::Dpdk(ep) => {
-                let r = if o.mpa_timeout.is_none() && o.max_startups.is_none() {
-                    ep.listen(addr.port())
-                } else {
-                    ep.listen_with(addr.port(), &cfg)
-                };
-                r.map(AnyListener::Dp)
-                    .map_err(|e| format!("listen :{}: {e}", addr.port()))
-            }
-        }
-    }
-    pub fn connect(&self, addr: SocketAddr, qp: &Qp, p: &ConnParam) -> Result<Negotiated, CmError> {
-        match self {
-            Net::Kernel => cm::connect_tcp(addr, qp, p),
-            Net::Dpdk(ep) => match addr {
-                SocketAddr::V4(a) => ep.connect(a, qp, p),
-                SocketAddr::V6(_) => Err(CmError::Closed),
-            },
-        }
-    }
-}
-
-/// The byte-stream backend a tool (`rping`, `perf`, `dpperf`) runs on, resolved from its
-/// `--transport` and `--config` options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
-    /// Kernel TCP sockets.
-    Kernel,
-    /// The DPDK dataplane described by this config file.
-    Dpdk(PathBuf),
-}
-
-/// Resolve `--transport`/`--config` the way every tool does (DPDK is the default).
-///
-/// - `--transport` falls back to `$DPWARP_TRANSPORT` (clap's `env`), then `dpdk`.
-/// - For dpdk, `--config` falls back to `$DPWARP_CONFIG`; with neither the tool stops with an
-///   error naming both ways out: it never silently runs over kernel TCP instead.
-/// - An explicit `--config` with kernel is refused (it would be ignored); `$DPWARP_CONFIG` is
-///   not, so one exported config does not break kernel runs.
-pub fn backend(n: &NetArgs) -> Result<Backend, String> {
-    match n.transport {
-        TransportArg::Kernel if n.config.is_some() && !n.config_from_env => {
-            Err("--config is for --transport dpdk".into())
-        }
-        TransportArg::Kernel => Ok(Backend::Kernel),
-        TransportArg::Dpdk => n.config.clone().map(Backend::Dpdk).ok_or_else(|| {
-            "--transport dpdk (the default) needs --config FILE or $DPWARP_CONFIG (a \
-             dataplane config, see configs/), or use --transport kernel"
-                .to_string()
-        }),
-    }
-}
-
-/// Log every dataplane worker's device counters (info level: on stderr with -v), the checksum
-/// offload ones included.
-pub fn log_device_stats(dp: &Dataplane) {
-    for (i, w) in dp.stats().iter().enumerate() {
-        let d = &w.device;
-        log::info!(
-            "dataplane: worker {i}: rx {} tx {} backpressure {}; checksum offload: tx {} \
-             rx good {} rx sw-verified {} rx bad {}",
-            d.rx_packets,
-            d.tx_packets,
-            d.tx_backpressure,
-            d.tx_cksum_offload,
-            d.rx_cksum_good,
-            d.rx_cksum_sw,
-            d.rx_cksum_bad
-        );
-    }
-}
-
-/// Start the dataplane from a config file and return the endpoint of port `port`
-/// (background worker threads).
-pub fn start_dpdk(config: &std::path::Path, port: usize) -> Result<(Dataplane, Endpoint), String> {
-    start_dpdk_with(config, port, WorkerMode::Background)
-}
-
-/// [`start_dpdk`] in `mode`; with [`WorkerMode::Driven`] the calling thread is pinned to the
-/// port's (first) worker core and drives its workers from then on.
-pub fn start_dpdk_with(
-    config: &std::path::Path,
-    port: usize,
-    mode: WorkerMode,
-) -> Result<(Dataplane, Endpoint), String> {
-    let cfg = DataplaneConfig::load(config)?;
-    let dp = Dataplane::start_with(&cfg, mode).map_err(|e| e.to_string())?;
-    let ep = dp
-        .endpoint(port)
-        .ok_or_else(|| format!("{}: no port {port}", config.display()))?;
-    if let Some(d) = dp.port_drivers(port).first() {
-        d.attach();
-        log::info!(
-            "dataplane: this thread drives port {port}'s workers on CPU {:?}",
-            d.cpu()
-        );
-    }
-    Ok((dp, ep))
-}
-
-/// How `dpperf` runs the workers (`--worker-mode`).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModeArg {
-    /// The tool's thread drives its dataplane worker (run to completion, no thread hand-off).
-    Driven,
-    /// Worker threads in the background; the tool's thread posts and reaps.
-    Background,
-}
-
-impl From<ModeArg> for WorkerMode {
-    fn from(m: ModeArg) -> WorkerMode {
-        match m {
-            ModeArg::Driven => WorkerMode::Driven,
-            ModeArg::Background => WorkerMode::Background,
-        }
-    }
-}
+use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr};
 
 /// `dpperf --test`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,6 +216,17 @@ fn decode_req(pd: &[u8]) -> Option<(Test, usize, usize)> {
 
 const DEPTH: usize = 128;
 
+/// A CQ for one test connection; with driven dataplane workers, polling or waiting on it runs
+/// them (`Cq::drive_with`).
+fn new_cq(net: &Net) -> Cq {
+    let cq = Cq::new(4 * DEPTH);
+    if net.is_driven() {
+        let n = net.clone();
+        cq.drive_with(std::sync::Arc::new(move || n.poll()));
+    }
+    cq
+}
+
 fn attr(cq: &Cq) -> QpInitAttr {
     let mut a = QpInitAttr::new(cq);
     a.cap = QpCap {
@@ -453,45 +236,6 @@ fn attr(cq: &Cq) -> QpInitAttr {
     a
 }
 
-fn wait_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
-    if net.is_driven() {
-        return spin_ok(cq, what, net);
-    }
-    let wc = cq
-        .wait(Duration::from_secs(20))
-        .ok_or_else(|| format!("timed out waiting for {what}"))?;
-    if wc.status != WcStatus::Success {
-        return Err(format!("{what}: {:?}", wc.status));
-    }
-    Ok(wc)
-}
-
-/// Busy-poll for one completion (latency runs: no sleeping on the critical path). With driven
-/// workers this thread runs the worker between polls of the CQ (run to completion); with
-/// background workers it yields, as a worker may share this core (2-vCPU machines).
-fn spin_ok(cq: &Cq, what: &str, net: &Net) -> Result<WorkCompletion, String> {
-    let end = Instant::now() + Duration::from_secs(20);
-    let driven = net.is_driven();
-    let mut n = 0u32;
-    loop {
-        if let Some(wc) = cq.poll_one() {
-            if wc.status != WcStatus::Success {
-                return Err(format!("{what}: {:?}", wc.status));
-            }
-            return Ok(wc);
-        }
-        n = n.wrapping_add(1);
-        if n % 1024 == 0 && Instant::now() > end {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        if driven {
-            net.pump();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-}
-
 /// `qp.wait_closed`, driving the worker meanwhile when it is driven.
 fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
     if !net.is_driven() {
@@ -499,7 +243,7 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
     }
     let end = Instant::now() + timeout;
     while !qp.is_closed() && Instant::now() < end {
-        if !net.pump() {
+        if !net.poll() {
             std::thread::yield_now();
         }
     }
@@ -507,10 +251,10 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
 }
 
 /// Serve one perf connection (the test is named by the client's private data).
-pub fn serve_one(req: AnyRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
+pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
     let (test, size, iters) =
-        decode_req(&req.peer().private_data).ok_or("not a dpwarp dpperf request")?;
-    let cq = Cq::new(4 * DEPTH);
+        decode_req(req.private_data()).ok_or("not a dpwarp dpperf request")?;
+    let cq = new_cq(net);
     let qp = Qp::new(pd, &attr(&cq));
     let mr = pd.reg_mr(
         size.max(64),
@@ -538,24 +282,21 @@ pub fn serve_one(req: AnyRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), S
     match test {
         Test::WriteBw => {
             // The client's final Send follows all its Writes on the stream: answer it.
-            let _ = wait_ok(&cq, "the client's done Send", net)?;
+            let _ = load::next_ok(&qp, &cq, Wait::Block, "the client's done Send")?;
             post(&qp, Opcode::Send, &rbuf, 4)?;
-            let _ = wait_ok(&cq, "our reply Send", net)?;
+            let _ = load::next_ok(&qp, &cq, Wait::Block, "our reply Send")?;
         }
         Test::SendLat => {
-            let mut got = 0;
-            while got < iters {
-                let wc = spin_ok(&cq, "a ping", net)?;
-                if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
-                    got += 1;
-                    post(&qp, Opcode::Send, &mr, size)?;
-                    qp.post_recv(RecvWr {
-                        wr_id: 0,
-                        sg_list: vec![sge(&rbuf, 0, size)],
-                    })
-                    .map_err(|e| e.to_string())?;
-                }
-            }
+            load::send_pingpong(
+                &qp,
+                &cq,
+                Wait::Spin,
+                false,
+                &rbuf,
+                size,
+                iters as u64,
+                false,
+            )?;
         }
     }
     wait_closed(&qp, net, Duration::from_secs(5));
@@ -581,7 +322,7 @@ pub fn run_client(
     size: usize,
     iters: usize,
 ) -> Result<PerfResult, String> {
-    let cq = Cq::new(4 * DEPTH);
+    let cq = new_cq(net);
     let qp = Qp::new(pd, &attr(&cq));
     let src = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
     let rbuf = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
@@ -614,69 +355,42 @@ pub fn run_client(
     match test {
         Test::WriteBw => {
             r.test = "write_bw".into();
-            let t0 = Instant::now();
-            let mut posted = 0;
-            let mut done = 0;
-            while done < iters {
-                while posted < iters && posted - done < DEPTH {
-                    post(
-                        &qp,
-                        Opcode::Write {
-                            remote_addr: raddr,
-                            rkey,
-                        },
-                        &src,
-                        size,
-                    )?;
-                    posted += 1;
-                }
-                let wc = wait_ok(&cq, "a Write completion", net)?;
-                if wc.opcode == dpwarp::verbs::WcOpcode::Write {
-                    done += 1;
-                    if done % 256 == 0 {
-                        crate::cli::progress_tick(done as u64, iters as u64);
-                    }
-                }
-            }
+            let run = load::bw_window(
+                &qp,
+                &cq,
+                Wait::Block,
+                &load::Window {
+                    opcode: Opcode::Write {
+                        remote_addr: raddr,
+                        rkey,
+                    },
+                    buf: &src,
+                    size,
+                    iters: iters as u64,
+                    deadline: None,
+                    depth: DEPTH,
+                    track: 0,
+                },
+            )?;
             // A Write completes locally once handed to the stream; the server's reply to our
             // final Send proves every byte arrived.
             post(&qp, Opcode::Send, &src, 4)?;
             loop {
-                let wc = wait_ok(&cq, "the server's reply", net)?;
+                let wc = load::next_ok(&qp, &cq, Wait::Block, "the server's reply")?;
                 if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
                     break;
                 }
             }
-            let secs = t0.elapsed().as_secs_f64();
+            let secs = run.t0.elapsed().as_secs_f64();
             r.gbps = (size * iters) as f64 * 8.0 / secs / 1e9;
             r.mpps = iters as f64 / secs / 1e6;
         }
         Test::SendLat => {
             r.test = "send_lat".into();
-            let mut lat = Vec::with_capacity(iters);
-            let mut recvs = 0usize;
-            for i in 0..iters {
-                if i % 1024 == 1023 {
-                    crate::cli::progress_tick(i as u64 + 1, iters as u64);
-                }
-                let t = Instant::now();
-                post(&qp, Opcode::Send, &src, size)?;
-                loop {
-                    let wc = spin_ok(&cq, "a pong", net)?;
-                    if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
-                        break;
-                    }
-                }
-                lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-                recvs += 1;
-                qp.post_recv(RecvWr {
-                    wr_id: 0,
-                    sg_list: vec![sge(&rbuf, 0, size)],
-                })
-                .map_err(|e| e.to_string())?;
-            }
-            let _ = recvs;
-            fill_lat(&mut r, &lat);
+            let lat =
+                load::send_pingpong(&qp, &cq, Wait::Spin, true, &rbuf, size, iters as u64, true)?;
+            let us: Vec<f64> = lat.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+            fill_lat(&mut r, &us);
         }
     }
     qp.disconnect();
@@ -902,9 +616,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let (_dp, net) = match &backend {
         Backend::Dpdk(config) => {
             let (dp, ep) = start_dpdk_with(config, a.net.port_index, a.worker_mode.into())?;
-            (Some(dp), Net::Dpdk(ep))
+            (Some(dp), Net::from(ep))
         }
-        Backend::Kernel => (None, Net::Kernel),
+        Backend::Kernel => (None, Net::kernel()),
     };
     if let (Some(dp), false) = (&_dp, a.server) {
         if !dp.wait_link_up(Duration::from_secs(20)) {
@@ -914,7 +628,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let dev = Device::open();
     let pd = dev.alloc_pd();
     if a.server {
-        let l = net.listen(a.addr)?;
+        let l = net
+            .listen(a.addr)
+            .map_err(|e| format!("listen {}: {e}", a.addr))?;
         println!("perf server: listening on port {}", a.addr.port());
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
@@ -987,7 +703,9 @@ pub fn local_pair(
     sizes: &[usize],
     iters: usize,
 ) -> Result<Vec<PerfResult>, String> {
-    let l = net_s.listen(addr)?;
+    let l = net_s
+        .listen(addr)
+        .map_err(|e| format!("listen {addr}: {e}"))?;
     let dev = Device::open();
     let spd = dev.alloc_pd();
     let n = sizes.len();

@@ -8,6 +8,8 @@
 mod cli;
 mod demo;
 mod dpperf;
+mod load;
+mod net;
 #[cfg(not(feature = "dpdk"))]
 mod nodpdk;
 mod perf;
@@ -37,9 +39,10 @@ struct Cli {
 enum Cmd {
     /// Connect two endpoints and run Send, RDMA Write and RDMA Read with the data verified.
     Demo(demo::Args),
-    /// dpwarp's own write_bw / send_lat client and server over DPDK or kernel TCP, with copy and
-    /// segment counts (used by scripts/bench and the demo; not perftest's protocol: see
-    /// `dpwarp perf` for that).
+    /// dpwarp's own bench protocol: write_bw / send_lat client and server over DPDK or kernel
+    /// TCP, with copy and segment counts (used by scripts/bench, the demo and the tests). Not
+    /// perftest's wire protocol (that is `dpwarp perf`): the test goes in the MPA private data,
+    /// one connection per test and size, no control connection; the data loops are perf's.
     Dpperf(dpperf::Args),
     /// Plain kernel-TCP loopback baselines (stream and ping-pong) for scripts/bench.
     TcpBaseline(dpperf::TcpArgs),

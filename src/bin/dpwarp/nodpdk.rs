@@ -10,16 +10,11 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use dpwarp::cm::{CmError, ConnParam};
+use dpwarp::cm::Net;
 use dpwarp::config::DataplaneConfig;
-use dpwarp::mpa::{Negotiated, PeerRequest};
-use dpwarp::rpc::client::{ClientConfig, RdmaClient};
-use dpwarp::rpc::server::{RdmaServer, ServerHandle};
-use dpwarp::rpc::RpcError;
-use dpwarp::verbs::Qp;
 
 /// The error of every dataplane start in a build without the `dpdk` feature.
 #[derive(Debug, Clone, Copy)]
@@ -146,73 +141,11 @@ impl Endpoint {
     pub fn is_driven(&self) -> bool {
         match self.0 {}
     }
-    pub fn connect(
-        &self,
-        _remote: SocketAddrV4,
-        _qp: &Qp,
-        _param: &ConnParam,
-    ) -> Result<Negotiated, CmError> {
-        match self.0 {}
-    }
-    pub fn listen(&self, _port: u16) -> Result<DpListener, CmError> {
-        match self.0 {}
-    }
-    pub fn listen_with(
-        &self,
-        _port: u16,
-        _cfg: &dpwarp::cm::ListenConfig,
-    ) -> Result<DpListener, CmError> {
-        match self.0 {}
-    }
 }
 
-/// A dataplane listener; never exists in this build.
-pub struct DpListener(Infallible);
-
-impl DpListener {
-    pub fn local_addr(&self) -> SocketAddr {
-        match self.0 {}
-    }
-    pub fn get_request(&self, _timeout: Duration) -> Result<DpConnRequest, CmError> {
-        match self.0 {}
-    }
-}
-
-/// A dataplane connection request; never exists in this build (`never` is uninhabited).
-pub struct DpConnRequest {
-    pub peer: PeerRequest,
-    never: Infallible,
-}
-
-impl DpConnRequest {
-    pub fn accept(self, _qp: &Qp, _param: &ConnParam) -> Result<Negotiated, CmError> {
-        match self.never {}
-    }
-}
-
-/// `RdmaClient::connect_dp` of a `dpdk` build.
-pub trait RdmaClientDp: Sized {
-    fn connect_dp(ep: &Endpoint, remote: SocketAddrV4, cfg: ClientConfig)
-        -> Result<Self, RpcError>;
-}
-
-impl RdmaClientDp for RdmaClient {
-    fn connect_dp(
-        ep: &Endpoint,
-        _remote: SocketAddrV4,
-        _cfg: ClientConfig,
-    ) -> Result<Self, RpcError> {
-        match ep.0 {}
-    }
-}
-
-/// `RdmaServer::listen_dp` of a `dpdk` build.
-pub trait RdmaServerDp {
-    fn listen_dp(&self, ep: &Endpoint, port: u16) -> Result<ServerHandle, RpcError>;
-}
-
-impl RdmaServerDp for RdmaServer {
-    fn listen_dp(&self, ep: &Endpoint, _port: u16) -> Result<ServerHandle, RpcError> {
+/// `Net::from(endpoint)` of a `dpdk` build.
+impl From<Endpoint> for Net {
+    fn from(ep: Endpoint) -> Net {
         match ep.0 {}
     }
 }

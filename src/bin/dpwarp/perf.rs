@@ -21,16 +21,15 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::{self, ConnParam};
+use dpwarp::cm::{self, ConnParam, Listener, Net};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode,
     WcStatus,
 };
 
 use crate::cli::{progress_clear, progress_tick, NetArgs, Verbosity};
-use crate::dpperf::{
-    backend, log_device_stats, start_dpdk_with, AnyListener, AnyRequest, Backend, Net,
-};
+use crate::load::{self, Wait};
+use crate::net::{backend, log_device_stats, start_dpdk_with, Backend};
 use crate::table::{self, LINE};
 
 /// perftest's protocol version we speak (sent in the version exchange).
@@ -143,11 +142,11 @@ pub struct Args {
     /// pinned to the worker's core: run to completion) or `background` (worker threads).
     /// Default: driven for the latency tests, background for the bandwidth tests.
     #[arg(long, value_enum)]
-    worker_mode: Option<crate::dpperf::ModeArg>,
+    worker_mode: Option<crate::net::ModeArg>,
     #[command(flatten)]
     pub verbosity: Verbosity,
     #[command(flatten)]
-    startup: crate::dpperf::StartupOpts,
+    startup: crate::net::StartupOpts,
 }
 
 /// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
@@ -202,9 +201,9 @@ pub fn run(a: Args) -> Result<(), String> {
             return Err("the DPDK dataplane is IPv4 only".into());
         }
         let mode = a.worker_mode.unwrap_or(if a.test.is_lat() {
-            crate::dpperf::ModeArg::Driven
+            crate::net::ModeArg::Driven
         } else {
-            crate::dpperf::ModeArg::Background
+            crate::net::ModeArg::Background
         });
         let (dp, ep) = start_dpdk_with(config, a.net.port_index, mode.into())?;
         if ep.is_driven() {
@@ -219,9 +218,9 @@ pub fn run(a: Args) -> Result<(), String> {
                 a.net.port_index
             ));
         }
-        (Some(dp), Net::Dpdk(ep))
+        (Some(dp), Net::from(ep))
     } else {
-        (None, Net::Kernel)
+        (None, Net::kernel())
     };
     let net = &net;
     let r = if a.test.is_lat() {
@@ -242,8 +241,10 @@ pub fn run(a: Args) -> Result<(), String> {
 
 /// The server's listener for both connections: all addresses on kernel TCP (as perftest's
 /// server without a bind address), the port's own address on DPDK.
-fn listen(a: &Args, net: &Net) -> Result<AnyListener, String> {
-    let l = net.listen_with(SocketAddr::from(([0, 0, 0, 0], a.port)), &a.startup)?;
+fn listen(a: &Args, net: &Net) -> Result<Listener, String> {
+    let l = a
+        .startup
+        .listen(net, SocketAddr::from(([0, 0, 0, 0], a.port)))?;
     // Always on stderr (not a log line): scripts wait for it, and a DPDK listener is invisible
     // to `ss`.
     eprintln!("perf: listening on port {}", a.port);
@@ -533,7 +534,8 @@ fn best_time_per_message(posted: &[Instant], completed: &[Instant]) -> Option<f6
 }
 
 /// Post `iters` (or `-D` seconds of) RDMA Writes (write_bw) or RDMA Reads (read_bw) with at
-/// most `depth` outstanding, and measure from the first post to the last completion.
+/// most `depth` outstanding ([`load::bw_window`]), and measure from the first post to the last
+/// completion.
 fn bw_loop(
     a: &Args,
     ep: &Ep,
@@ -543,85 +545,48 @@ fn bw_loop(
     raddr: u64,
     depth: usize,
 ) -> Result<Report, String> {
-    let read = a.test == PerfTest::ReadBw;
-    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
-    let want = if deadline.is_some() {
-        u64::MAX
+    let opcode = if a.test == PerfTest::ReadBw {
+        Opcode::Read {
+            remote_addr: raddr,
+            rkey,
+        }
     } else {
-        a.iters
+        Opcode::Write {
+            remote_addr: raddr,
+            rkey,
+        }
     };
-    let mut posted = 0u64;
-    let mut done = 0u64;
+    let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
     progress_phase(a, size);
-    let t0 = Instant::now();
     // For perftest's BW peak: when each WR was posted and when it completed (iterations mode
     // only, like perftest's -D runs that report no peak; bounded by PEAK_SAMPLES).
-    let track = deadline.is_none();
-    let cap = if track {
-        (a.iters as usize).min(PEAK_SAMPLES)
-    } else {
-        0
-    };
-    let mut t_posted: Vec<Instant> = Vec::with_capacity(cap);
-    let mut t_completed: Vec<Instant> = Vec::with_capacity(cap);
-    let stalled = Duration::from_secs(60);
-    let mut last = Instant::now();
-    loop {
-        let stop_posting = deadline.is_some_and(|d| Instant::now() >= d) || posted >= want;
-        while !stop_posting && posted - done < depth as u64 && posted < want {
-            let opcode = if read {
-                Opcode::Read {
-                    remote_addr: raddr,
-                    rkey,
-                }
+    let run = load::bw_window(
+        &ep.qp,
+        &ep.cq,
+        Wait::Block,
+        &load::Window {
+            opcode,
+            buf,
+            size,
+            iters: if deadline.is_some() {
+                u64::MAX
             } else {
-                Opcode::Write {
-                    remote_addr: raddr,
-                    rkey,
-                }
-            };
-            ep.qp
-                .post_send(SendWr {
-                    wr_id: posted,
-                    opcode,
-                    sg_list: vec![sge(buf, 0, size)],
-                    signaled: true,
-                })
-                .map_err(|e| format!("post send: {e}"))?;
-            posted += 1;
-            if t_posted.len() < cap {
-                t_posted.push(Instant::now());
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break;
-            }
-        }
-        if done == posted && (stop_posting || deadline.is_some_and(|d| Instant::now() >= d)) {
-            break;
-        }
-        match ep.cq.wait(Duration::from_millis(20)) {
-            Some(wc) if wc.status != WcStatus::Success => {
-                return Err(format!("completion failed: {:?} ({wc:?})", wc.status))
-            }
-            Some(_) => {
-                done += 1;
-                last = Instant::now();
-                if t_completed.len() < cap {
-                    t_completed.push(last);
-                }
-                if done % 256 == 0 {
-                    progress_tick(done, want);
-                }
-            }
-            None if ep.qp.is_closed() => return Err("data connection closed by the peer".into()),
-            None if last.elapsed() > stalled => return Err("no completion for 60 s".into()),
-            None => {}
-        }
-    }
-    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+                a.iters
+            },
+            deadline,
+            depth,
+            track: if deadline.is_none() {
+                (a.iters as usize).min(PEAK_SAMPLES)
+            } else {
+                0
+            },
+        },
+    )?;
+    let done = run.done;
+    let secs = run.t0.elapsed().as_secs_f64().max(1e-9);
     let bytes = (done * size as u64) as f64;
     let bw_avg = bytes / secs / (1024.0 * 1024.0);
-    let bw_peak = match best_time_per_message(&t_posted, &t_completed) {
+    let bw_peak = match best_time_per_message(&run.posted, &run.completed) {
         Some(t) => size as f64 / t.max(1e-12) / (1024.0 * 1024.0),
         None => bw_avg,
     };
@@ -685,8 +650,8 @@ fn server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Result<(),
     Ok(())
 }
 
-fn accept(l: &AnyListener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
-    let req: AnyRequest = loop {
+fn accept(l: &Listener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(), String> {
+    let req = loop {
         match l.get_request(Duration::from_secs(3600)) {
             Ok(r) => break r,
             Err(cm::CmError::Timeout) => continue,
@@ -1051,7 +1016,16 @@ fn lat(
     for &size in sizes {
         progress_phase(a, size);
         let samples = if send {
-            send_lat_loop(a, client, &data, &local, size)?
+            load::send_pingpong(
+                &data.qp,
+                &data.cq,
+                Wait::Block,
+                client,
+                &local,
+                size,
+                a.iters,
+                false,
+            )?
         } else if read {
             if client {
                 read_lat_loop(a, &data, &local, size, rkey, raddr)?
@@ -1090,71 +1064,6 @@ fn wait_one(ep: &Ep) -> Result<(), String> {
 
 /// Receives kept posted in send_lat.
 const LAT_RECVS: usize = 16;
-
-/// send_lat: ping-pong of Sends; the client sends first, each side answers the peer's message
-/// (as perftest's run_iter_lat_send). Latency = half the round trip.
-fn send_lat_loop(
-    a: &Args,
-    client: bool,
-    ep: &Ep,
-    buf: &Mr,
-    size: usize,
-) -> Result<Vec<Duration>, String> {
-    let iters = a.iters;
-    let mut posted_at = Vec::with_capacity(iters as usize);
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut sends_done = 0u64;
-    while scnt < iters || rcnt < iters {
-        // Everyone waits for the peer's message before sending, except the client's first.
-        if rcnt < iters && (!client || scnt >= 1) {
-            let end = Instant::now() + Duration::from_secs(60);
-            loop {
-                match ep.cq.wait(Duration::from_millis(20)) {
-                    Some(wc) if wc.status != WcStatus::Success => {
-                        return Err(format!("completion failed: {:?}", wc.status))
-                    }
-                    Some(wc) if wc.opcode == WcOpcode::Recv => {
-                        rcnt += 1;
-                        ep.qp
-                            .post_recv(RecvWr {
-                                wr_id: rcnt,
-                                sg_list: vec![sge(buf, 0, size)],
-                            })
-                            .map_err(|e| format!("post recv: {e}"))?;
-                        break;
-                    }
-                    Some(_) => sends_done += 1,
-                    None if ep.qp.is_closed() => return Err("data connection closed".into()),
-                    None if Instant::now() > end => {
-                        return Err(format!("send_lat: message {} never arrived", rcnt + 1))
-                    }
-                    None => {}
-                }
-            }
-        }
-        if scnt < iters {
-            posted_at.push(Instant::now());
-            scnt += 1;
-            if scnt % 1024 == 0 {
-                progress_tick(scnt, iters);
-            }
-            ep.qp
-                .post_send(SendWr {
-                    wr_id: scnt,
-                    opcode: Opcode::Send,
-                    sg_list: vec![sge(buf, 0, size)],
-                    signaled: true,
-                })
-                .map_err(|e| format!("post send: {e}"))?;
-        }
-    }
-    // Reap the remaining Send completions so none is left behind an error.
-    while sends_done < scnt {
-        wait_one(ep)?;
-        sends_done += 1;
-    }
-    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
-}
 
 fn read_lat_loop(
     a: &Args,

@@ -12,7 +12,7 @@
 //! on the kernel TCP stack (in-process on loopback unless `--tcp-server` names one).
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{Progress, TransportArg};
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::{Dataplane, Endpoint as DpEndpoint, RdmaClientDp, RdmaServerDp};
-use dpwarp::cm::{self, ConnParam, Listener};
+use crate::nodpdk::Dataplane;
+use dpwarp::cm::{self, ConnParam};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
-use dpwarp::dataplane::{Dataplane, Endpoint as DpEndpoint};
+use dpwarp::dataplane::Dataplane;
 use dpwarp::latency::Recorder;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
@@ -158,20 +158,18 @@ impl Stats {
     }
 }
 
-/// Where the RDMA side (RPC-over-RDMA and the verbs reference) runs.
-enum Net {
-    /// iWARP over kernel TCP.
-    Kernel,
-    /// The DPDK dataplane of `config`.
-    Dpdk {
-        /// Keeps the EAL, ports and workers running; dropped last.
-        dp: Dataplane,
-        config: PathBuf,
-        /// The client's port.
-        client: DpEndpoint,
-        /// The in-process server's port (two-port configs without --server).
-        server: Option<DpEndpoint>,
-    },
+/// Where the RDMA side (RPC-over-RDMA and the verbs reference) runs: both ends through `cm`'s
+/// one connection API.
+struct Net {
+    /// Where the client connects from.
+    client: cm::Net,
+    /// Where the in-process server listens, and its IP (None: a one-port DPDK config with
+    /// --server).
+    server: Option<(cm::Net, std::net::IpAddr)>,
+    /// The dataplane config (DPDK).
+    config: Option<PathBuf>,
+    /// Keeps the EAL, ports and workers running (DPDK); dropped last.
+    dp: Option<Dataplane>,
 }
 
 impl Net {
@@ -181,7 +179,12 @@ impl Net {
                 if a.config.is_some() {
                     return Err("--config is for --transport dpdk".into());
                 }
-                Ok(Net::Kernel)
+                Ok(Net {
+                    client: cm::Net::kernel(),
+                    server: Some((cm::Net::kernel(), [127, 0, 0, 1].into())),
+                    config: None,
+                    dp: None,
+                })
             }
             TransportArg::Dpdk => {
                 let config = match (&a.config, a.server) {
@@ -227,48 +230,47 @@ impl Net {
                         config.display()
                     ));
                 }
-                Ok(Net::Dpdk {
-                    dp,
-                    config,
-                    client,
-                    server,
+                Ok(Net {
+                    client: cm::Net::from(client),
+                    server: server.map(|e| {
+                        let ip = std::net::IpAddr::V4(e.ip());
+                        (cm::Net::from(e), ip)
+                    }),
+                    config: Some(config),
+                    dp: Some(dp),
                 })
             }
         }
     }
 
     fn connect(&self, addr: SocketAddr, cfg: ClientConfig) -> Result<RdmaClient, RpcError> {
-        match self {
-            Net::Kernel => RdmaClient::connect_tcp(addr, cfg),
-            Net::Dpdk { client, .. } => {
-                let SocketAddr::V4(v4) = addr else {
-                    return Err(RpcError::Usage("the DPDK dataplane is IPv4 only"));
-                };
-                RdmaClient::connect_dp(client, v4, cfg)
-            }
-        }
+        RdmaClient::connect(&self.client, addr, cfg)
+    }
+
+    /// Where an in-process server listens: any free port on kernel TCP, `dp_port` on DPDK.
+    fn server_addr(&self, dp_port: u16) -> Option<(&cm::Net, SocketAddr)> {
+        let (n, ip) = self.server.as_ref()?;
+        let port = if n.is_kernel() { 0 } else { dp_port };
+        Some((n, SocketAddr::new(*ip, port)))
     }
 
     /// How the RDMA side ran, for the output.
     fn describe(&self, remote: Option<SocketAddr>) -> String {
-        match (self, remote) {
-            (Net::Kernel, None) => "iWARP over kernel TCP, in-process server on loopback".into(),
-            (Net::Kernel, Some(s)) => format!("iWARP over kernel TCP to {s}"),
-            (Net::Dpdk { config, .. }, None) => format!(
+        match (&self.config, remote) {
+            (None, None) => "iWARP over kernel TCP, in-process server on loopback".into(),
+            (None, Some(s)) => format!("iWARP over kernel TCP to {s}"),
+            (Some(config), None) => format!(
                 "DPDK dataplane ({}): in-process server on port 0, client on port 1",
                 config.display()
             ),
-            (Net::Dpdk { config, .. }, Some(s)) => {
+            (Some(config), Some(s)) => {
                 format!("DPDK dataplane ({}) to {s}", config.display())
             }
         }
     }
 
     fn dataplane_stats(&self) -> Option<String> {
-        match self {
-            Net::Kernel => None,
-            Net::Dpdk { dp, .. } => Some(format!("{:?}", dp.stats())),
-        }
+        self.dp.as_ref().map(|dp| format!("{:?}", dp.stats()))
     }
 }
 
@@ -295,19 +297,11 @@ fn start_servers(a: &Args, net: Option<&Net>, size: usize) -> Result<Servers, St
     let rdma = match (a.server, net) {
         (Some(s), _) => s,
         (None, None) => SocketAddr::from(([127, 0, 0, 1], 0)),
-        (None, Some(Net::Kernel)) => {
+        (None, Some(net)) => {
+            let (snet, addr) = net.server_addr(DP_RPC_PORT).ok_or("no server port")?;
             let h = RdmaServer::new(reg.clone(), scfg)
-                .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
-                .map_err(|e| e.to_string())?;
-            let addr = h.addr;
-            keep.push(Box::new(h));
-            addr
-        }
-        (None, Some(Net::Dpdk { server, .. })) => {
-            let ep = server.as_ref().ok_or("no server port")?;
-            let h = RdmaServer::new(reg.clone(), scfg)
-                .listen_dp(ep, DP_RPC_PORT)
-                .map_err(|e| format!("listen on the dataplane: {e}"))?;
+                .listen(snet, addr)
+                .map_err(|e| format!("listen {addr}: {e}"))?;
             let addr = h.addr;
             keep.push(Box::new(h));
             addr
@@ -536,49 +530,23 @@ fn bench_verbs_write(
         ..QpInitAttr::new(&cq)
     };
     let qp = Qp::new(&pd, &attr);
-    let server = match net {
-        Net::Kernel => {
-            let l =
-                Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|e| e.to_string())?;
-            let addr = l.local_addr().map_err(|e| e.to_string())?;
-            let server = thread::spawn(move || -> Result<(), String> {
-                let req = l
-                    .get_request(Duration::from_secs(5))
-                    .map_err(|e| e.to_string())?;
-                req.accept(&sqp, &ConnParam::default())
-                    .map_err(|e| e.to_string())?;
-                sqp.wait_closed(wait);
-                Ok(())
-            });
-            cm::connect_tcp(addr, &qp, &ConnParam::default()).map_err(|e| e.to_string())?;
-            server
-        }
-        Net::Dpdk {
-            server: Some(sep),
-            client,
-            ..
-        } => {
-            let l = sep.listen(DP_VERBS_PORT).map_err(|e| e.to_string())?;
-            let server = thread::spawn(move || -> Result<(), String> {
-                let req = l
-                    .get_request(Duration::from_secs(5))
-                    .map_err(|e| e.to_string())?;
-                req.accept(&sqp, &ConnParam::default())
-                    .map_err(|e| e.to_string())?;
-                sqp.wait_closed(wait);
-                Ok(())
-            });
-            client
-                .connect(
-                    SocketAddrV4::new(sep.ip(), DP_VERBS_PORT),
-                    &qp,
-                    &ConnParam::default(),
-                )
-                .map_err(|e| e.to_string())?;
-            server
-        }
-        Net::Dpdk { server: None, .. } => return Ok(None),
+    let Some((snet, saddr)) = net.server_addr(DP_VERBS_PORT) else {
+        return Ok(None);
     };
+    let l = snet.listen(saddr).map_err(|e| e.to_string())?;
+    let saddr = l.local_addr().map_err(|e| e.to_string())?;
+    let server = thread::spawn(move || -> Result<(), String> {
+        let req = l
+            .get_request(Duration::from_secs(5))
+            .map_err(|e| e.to_string())?;
+        req.accept(&sqp, &ConnParam::default())
+            .map_err(|e| e.to_string())?;
+        sqp.wait_closed(wait);
+        Ok(())
+    });
+    net.client
+        .connect(saddr, &qp, &ConnParam::default())
+        .map_err(|e| e.to_string())?;
     let src = pd.reg_mr(size, Access::LOCAL_WRITE);
     let t0 = Instant::now();
     let dur = Duration::from_secs_f64(secs);

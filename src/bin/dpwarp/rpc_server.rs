@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::{Dataplane, RdmaServerDp};
-use dpwarp::cm::{ConnParam, ListenConfig};
+use crate::nodpdk::Dataplane;
+use dpwarp::cm::{ConnParam, ListenConfig, Net};
 use dpwarp::config::{parse_cidr, DataplaneConfig};
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::Dataplane;
@@ -120,8 +120,8 @@ impl Default for RdmaConfig {
             ord: 16,
             crc: true,
             poll_spin_us: s.poll_spin.as_micros() as u64,
-            mpa_timeout_ms: s.listen.mpa_timeout.as_millis() as u64,
-            max_startups: s.listen.max_startups,
+            mpa_timeout_ms: ListenConfig::default().mpa_timeout.as_millis() as u64,
+            max_startups: ListenConfig::default().max_startups,
         }
     }
 }
@@ -153,11 +153,12 @@ impl RdmaConfig {
                 ..ConnParam::default()
             },
             poll_spin: Duration::from_micros(self.poll_spin_us),
-            listen: ListenConfig {
+            // Kernel TCP's; the DPDK dataplane's come from its config's `[tcp]` (see `run`).
+            listen: Some(ListenConfig {
                 mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
                 max_startups: self.max_startups,
                 ..ListenConfig::default()
-            },
+            }),
         }
     }
 }
@@ -236,12 +237,17 @@ pub fn run(a: Args) -> Result<(), String> {
     let store = make_store(&cfg.store)?;
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
-    let server = RdmaServer::new(reg.clone(), cfg.rdma.server_config());
+    let mut scfg = cfg.rdma.server_config();
+    if dpcfg.is_some() {
+        // The dataplane config's `[tcp]` `mpa_timeout_ms` / `max_startups` apply.
+        scfg.listen = None;
+    }
+    let server = RdmaServer::new(reg.clone(), scfg);
     // `_dp` keeps the EAL, ports and workers running until the server ends.
     let (_dp, h, how) = match dpcfg {
         None => {
             let h = server
-                .listen(cfg.listen)
+                .listen(&Net::kernel(), cfg.listen)
                 .map_err(|e| format!("listen {}: {e}", cfg.listen))?;
             (None, h, "iWARP over kernel TCP".to_string())
         }
@@ -264,8 +270,9 @@ pub fn run(a: Args) -> Result<(), String> {
             }
             let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
             let ep = dp.endpoint(cfg.dataplane_port).expect("port checked above");
+            let addr = SocketAddr::from((ep.ip(), cfg.listen.port()));
             let h = server
-                .listen_dp(&ep, cfg.listen.port())
+                .listen(&Net::from(ep), addr)
                 .map_err(|e| format!("listen {} on the dataplane: {e}", cfg.listen))?;
             (
                 Some(dp),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use dpwarp::cm::{self, CmError, ConnParam};
+use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener, Net};
 use dpwarp::mpa::{Negotiated, RtrSet};
 use dpwarp::transport::kernel::KernelTcp;
 use dpwarp::transport::Transport;
@@ -35,7 +35,7 @@ use dpwarp::verbs::{
 };
 
 use crate::cli::NetArgs;
-use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
+use crate::net::{backend, log_device_stats, start_dpdk, Backend};
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
 const INFO_LEN: usize = 16;
@@ -110,7 +110,7 @@ pub struct Args {
     #[arg(long, default_value_t = 60)]
     timeout: u64,
     #[command(flatten)]
-    startup: crate::dpperf::StartupOpts,
+    startup: crate::net::StartupOpts,
 }
 
 /// An RFC 6581 §9.2 ready-to-receive (RTR) message kind.
@@ -240,9 +240,9 @@ pub fn run(a: Args) -> Result<(), String> {
                 a.net.port_index, ctx.timeout
             ));
         }
-        (Some(dp), Net::Dpdk(ep))
+        (Some(dp), Net::from(ep))
     } else {
-        (None, Net::Kernel)
+        (None, Net::kernel())
     };
     let r = if a.server {
         run_server(&ctx, &net, addr, &param, a.persistent, &a.startup)
@@ -464,14 +464,13 @@ fn run_client(
 ) -> Result<(), String> {
     let (cq, qp, b) = setup(ctx, false);
     post_info_recv(&qp, &b)?;
-    let n = match net {
-        Net::Kernel => {
-            let stream = open_stream(addr, source, ctx.timeout)?;
-            cm::connect(stream, &qp, param)
-        }
-        // The dataplane's TCP connect is part of Endpoint::connect (the source is the port's
+    let n = if net.is_kernel() {
+        let stream = open_stream(addr, source, ctx.timeout)?;
+        cm::connect(stream, &qp, param)
+    } else {
+        // The dataplane's TCP connect is part of its connect (the source is the port's
         // address, checked in `run`).
-        Net::Dpdk(_) => net.connect(addr, &qp, param),
+        net.connect(addr, &qp, param)
     }
     .map_err(|e| explain(&e, param))?;
     debug_log!(ctx, "rdma_connect successful: {}", describe(&n));
@@ -532,20 +531,17 @@ fn run_server(
     addr: SocketAddr,
     param: &ConnParam,
     persistent: bool,
-    startup: &crate::dpperf::StartupOpts,
+    startup: &crate::net::StartupOpts,
 ) -> Result<(), String> {
-    let l = net
-        .listen_with(addr, startup)
+    let l = startup
+        .listen(net, addr)
         .map_err(|e| format!("rdma_bind_addr: {e}"))?;
-    match &l {
-        AnyListener::Cm(k) => debug_log!(
-            ctx,
-            "rdma_listen on {}",
-            k.local_addr().map_err(|e| e.to_string())?
-        ),
-        AnyListener::Dp(d) => debug_log!(ctx, "rdma_listen on {} (DPDK)", d.local_addr()),
-    }
-    // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
+    debug_log!(
+        ctx,
+        "rdma_listen on {}{}",
+        l.local_addr().map_err(|e| e.to_string())?,
+        if net.is_kernel() { "" } else { " (DPDK)" }
+    );
     // Always on stderr (not a log line): scripts wait for it, and a DPDK listener is invisible
     // to `ss`.
     eprintln!("rping: listening on port {}", addr.port());
@@ -566,7 +562,7 @@ fn run_server(
 }
 
 /// rping's server waits for a connect request without a time limit.
-fn wait_request(l: &AnyListener) -> Result<AnyRequest, String> {
+fn wait_request(l: &Listener) -> Result<ConnRequest, String> {
     loop {
         match l.get_request(Duration::from_secs(3600)) {
             Ok(r) => return Ok(r),
@@ -578,8 +574,8 @@ fn wait_request(l: &AnyListener) -> Result<AnyRequest, String> {
     }
 }
 
-fn serve(ctx: &Ctx, req: AnyRequest, param: &ConnParam) -> Result<(), String> {
-    let peer = req.peer().clone();
+fn serve(ctx: &Ctx, req: ConnRequest, param: &ConnParam) -> Result<(), String> {
+    let peer = req.peer.clone();
     log::info!(
         "rping: MPA request rev {} enhanced {} crc {} markers {} IRD {:?} ORD {:?} p2p {:?}",
         peer.revision,

@@ -1,0 +1,210 @@
+//! The data-moving loops of the benchmarks, once: `perf` (perftest's wire protocol) and
+//! `dpperf` (dpwarp's own bench protocol) differ in how they set up a test (perftest's control
+//! connection vs. one MPA private-data exchange) but move the data the same way:
+//!
+//! - [`bw_window`]: RDMA Writes (or Reads) of one buffer with at most `depth` outstanding,
+//!   `iters` of them or until a deadline (perftest's `run_iter_bw`);
+//! - [`send_pingpong`]: a ping-pong of Sends where the client sends first and each side answers
+//!   the peer's message (perftest's `run_iter_lat_send`); latency = half the round trip.
+
+use std::time::{Duration, Instant};
+
+use dpwarp::verbs::{sge, Cq, Mr, Opcode, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
+
+use crate::cli::progress_tick;
+
+/// No completion for this long fails a loop (the peer is gone or stuck).
+const STALLED: Duration = Duration::from_secs(60);
+
+/// How a loop waits for its next completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// `Cq::wait` in slices of 20 ms (sleeps on the queue; a CQ with a driver
+    /// (`Cq::drive_with`) runs it meanwhile).
+    Block,
+    /// Busy-poll `Cq::poll_one` (which runs the CQ's driver, if any), yielding between polls
+    /// when there is none: no sleep on the latency-critical path.
+    Spin,
+}
+
+impl Wait {
+    /// The next completion within about `slice`, or None.
+    fn next(self, cq: &Cq, slice: Duration) -> Option<WorkCompletion> {
+        match self {
+            Wait::Block => cq.wait(slice),
+            Wait::Spin => {
+                let end = Instant::now() + slice;
+                let mut n = 0u32;
+                loop {
+                    if let Some(wc) = cq.poll_one() {
+                        return Some(wc);
+                    }
+                    n = n.wrapping_add(1);
+                    if n % 256 == 0 && Instant::now() >= end {
+                        return None;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
+
+/// The next completion of `qp`'s `cq`: an error for a failed one, a closed QP or
+/// [`STALLED`] without any.
+pub fn next_ok(qp: &Qp, cq: &Cq, wait: Wait, what: &str) -> Result<WorkCompletion, String> {
+    let end = Instant::now() + STALLED;
+    loop {
+        match wait.next(cq, Duration::from_millis(20)) {
+            Some(wc) if wc.status != WcStatus::Success => {
+                return Err(format!(
+                    "{what}: completion failed: {:?} ({wc:?})",
+                    wc.status
+                ))
+            }
+            Some(wc) => return Ok(wc),
+            None if qp.is_closed() => return Err(format!("{what}: connection closed")),
+            None if Instant::now() > end => {
+                return Err(format!("{what}: no completion for {STALLED:?}"))
+            }
+            None => {}
+        }
+    }
+}
+
+/// What [`bw_window`] moves.
+pub struct Window<'a> {
+    /// RDMA Write or Read (with the peer's buffer and STag).
+    pub opcode: Opcode,
+    /// The local buffer every WR uses (`size` octets from its start).
+    pub buf: &'a Mr,
+    pub size: usize,
+    /// WRs to complete (`u64::MAX` with a deadline).
+    pub iters: u64,
+    /// Stop posting at this time.
+    pub deadline: Option<Instant>,
+    /// Outstanding WRs at most.
+    pub depth: usize,
+    /// Record post and completion times of the first `track` WRs (perftest's BW peak).
+    pub track: usize,
+}
+
+/// What a [`bw_window`] run did.
+pub struct WindowRun {
+    /// When the first WR was posted.
+    pub t0: Instant,
+    /// WRs completed.
+    pub done: u64,
+    /// Post and completion times of the first `track` WRs.
+    pub posted: Vec<Instant>,
+    pub completed: Vec<Instant>,
+}
+
+/// Post `w.iters` (or until `w.deadline`) WRs of `w.opcode` with at most `w.depth`
+/// outstanding; every completion must succeed.
+pub fn bw_window(qp: &Qp, cq: &Cq, wait: Wait, w: &Window<'_>) -> Result<WindowRun, String> {
+    let want = w.iters;
+    let mut posted = 0u64;
+    let mut done = 0u64;
+    let mut t_posted: Vec<Instant> = Vec::with_capacity(w.track);
+    let mut t_completed: Vec<Instant> = Vec::with_capacity(w.track);
+    let t0 = Instant::now();
+    loop {
+        let stop_posting = w.deadline.is_some_and(|d| Instant::now() >= d) || posted >= want;
+        while !stop_posting && posted - done < w.depth as u64 && posted < want {
+            qp.post_send(SendWr {
+                wr_id: posted,
+                opcode: w.opcode,
+                sg_list: vec![sge(w.buf, 0, w.size)],
+                signaled: true,
+            })
+            .map_err(|e| format!("post send: {e}"))?;
+            posted += 1;
+            if t_posted.len() < w.track {
+                t_posted.push(Instant::now());
+            }
+            if w.deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+        }
+        if done == posted && (stop_posting || w.deadline.is_some_and(|d| Instant::now() >= d)) {
+            break;
+        }
+        next_ok(qp, cq, wait, "a data WR")?;
+        done += 1;
+        if t_completed.len() < w.track {
+            t_completed.push(Instant::now());
+        }
+        if done % 256 == 0 {
+            progress_tick(done, want);
+        }
+    }
+    Ok(WindowRun {
+        t0,
+        done,
+        posted: t_posted,
+        completed: t_completed,
+    })
+}
+
+/// A ping-pong of `iters` Sends of `size` octets each way: the client sends first, each side
+/// answers the peer's message and re-posts a receive into `buf` (which also holds what is
+/// sent). Returns the one-way latencies: half the time between consecutive sends, one round
+/// trip each (`iters - 1` samples, as perftest); with `last_round` the client's last round trip
+/// (its last send to the last reply) is one more (`iters` samples).
+#[allow(clippy::too_many_arguments)]
+pub fn send_pingpong(
+    qp: &Qp,
+    cq: &Cq,
+    wait: Wait,
+    client: bool,
+    buf: &Mr,
+    size: usize,
+    iters: u64,
+    last_round: bool,
+) -> Result<Vec<Duration>, String> {
+    let mut posted_at = Vec::with_capacity(iters as usize);
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut sends_done = 0u64;
+    while scnt < iters || rcnt < iters {
+        // Everyone waits for the peer's message before sending, except the client's first.
+        if rcnt < iters && (!client || scnt >= 1) {
+            loop {
+                let wc = next_ok(qp, cq, wait, "send_lat: the peer's message")?;
+                if wc.opcode == WcOpcode::Recv {
+                    rcnt += 1;
+                    if last_round && client && rcnt == iters {
+                        posted_at.push(Instant::now());
+                    }
+                    qp.post_recv(RecvWr {
+                        wr_id: rcnt,
+                        sg_list: vec![sge(buf, 0, size)],
+                    })
+                    .map_err(|e| format!("post recv: {e}"))?;
+                    break;
+                }
+                sends_done += 1;
+            }
+        }
+        if scnt < iters {
+            posted_at.push(Instant::now());
+            scnt += 1;
+            if scnt % 1024 == 0 {
+                progress_tick(scnt, iters);
+            }
+            qp.post_send(SendWr {
+                wr_id: scnt,
+                opcode: Opcode::Send,
+                sg_list: vec![sge(buf, 0, size)],
+                signaled: true,
+            })
+            .map_err(|e| format!("post send: {e}"))?;
+        }
+    }
+    // Reap the remaining Send completions so none is left behind an error.
+    while sends_done < scnt {
+        next_ok(qp, cq, wait, "a Send")?;
+        sends_done += 1;
+    }
+    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+}
