@@ -281,10 +281,17 @@ impl Export {
         } else {
             rel
         };
+        // openat2(2) refuses O_PATH with any flag but O_DIRECTORY/O_NOFOLLOW/O_CLOEXEC; every
+        // other open is non-blocking (a FIFO or device must never stall a handler).
+        let nb = if flags.contains(OFlags::PATH) {
+            OFlags::empty()
+        } else {
+            OFlags::NONBLOCK
+        };
         rfs::openat2(
             &self.root,
             p,
-            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | nb,
             mode,
             resolve_flags(),
         )
