@@ -554,6 +554,49 @@ fn every_procedure_over_kernel_tcp() {
     h.stop();
 }
 
+/// The Linux 6.1 NFS/RDMA client's connection as captured (docs/nfs.md): MPA rev 2 enhanced,
+/// CRC off, IRD 128 / ORD 0 and RFC 8797 §4 private data `f6ab0e18 01 01 03 03` after them, no
+/// CONFIG_RDMA, 128 credits asked. dpwarp accepts it, and WRITE by read chunk and READ by write
+/// chunk work (the server's RDMA Reads use the client's IRD).
+#[test]
+fn linux_client_connection_parameters() {
+    let dir = TempDir::new("linuxparams");
+    let (s, e) = server(&dir);
+    let h = s.listen(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let cfg = ClientConfig {
+        credits: 128,
+        configure: false,
+        inline_send: 1024,
+        inline_recv: 4096,
+        conn: dpwarp::cm::ConnParam {
+            private_data: vec![0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03],
+            responder_resources: 128,
+            initiator_depth: 0,
+            crc: false,
+            ..dpwarp::cm::ConnParam::default()
+        },
+        ..ClientConfig::default()
+    };
+    let mut c = RdmaClient::connect_tcp(h.addr, cfg).unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    let mut n = Nfs {
+        c,
+        e,
+        root: root.clone(),
+        _srv: s,
+    };
+    assert_eq!(n.getattr(&root).unwrap().ftype, ftype::DIR);
+    let f = n.create(&root, "linux", 0).unwrap();
+    let data = pattern(9, 128 * 1024);
+    let (cnt, _, _) = n.write(&f, 0, &data, 0).unwrap();
+    assert_eq!(cnt as usize, data.len());
+    let (d, eof, _) = n.read(&f, 0, data.len() as u32, data.len()).unwrap();
+    assert_eq!((d, eof), (data, true));
+    drop(n);
+    h.stop();
+}
+
 #[test]
 fn forged_and_stale_handles_are_refused() {
     let dir = TempDir::new("forge");
