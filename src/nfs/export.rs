@@ -141,8 +141,7 @@ fn resolve_flags() -> ResolveFlags {
 fn generation(fd: &OwnedFd) -> u64 {
     match rfs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BTIME) {
         Ok(x) if x.stx_mask & StatxFlags::BTIME.bits() != 0 => {
-            (x.stx_btime.tv_sec as u64).wrapping_mul(1_000_000_000)
-                ^ u64::from(x.stx_btime.tv_nsec)
+            (x.stx_btime.tv_sec as u64).wrapping_mul(1_000_000_000) ^ u64::from(x.stx_btime.tv_nsec)
         }
         _ => 0,
     }
@@ -391,9 +390,7 @@ impl Export {
     pub fn permits(c: &Cred, st: &rfs::Stat, want: u32) -> bool {
         if c.uid == 0 {
             // Root passes, except execute on a file with no execute bit at all.
-            return want & 1 == 0
-                || ftype_of(st.st_mode) == ftype::DIR
-                || st.st_mode & 0o111 != 0;
+            return want & 1 == 0 || ftype_of(st.st_mode) == ftype::DIR || st.st_mode & 0o111 != 0;
         }
         let bits = if c.uid == st.st_uid {
             (st.st_mode >> 6) & 7
@@ -452,7 +449,13 @@ impl Export {
     }
 
     /// READ (RFC 1813 §3.3.6): up to `count` bytes at `offset`, and whether that reached EOF.
-    pub fn read(&self, c: &Cred, o: &Obj, offset: u64, count: u32) -> Result<(Vec<u8>, bool), Stat> {
+    pub fn read(
+        &self,
+        c: &Cred,
+        o: &Obj,
+        offset: u64,
+        count: u32,
+    ) -> Result<(Vec<u8>, bool), Stat> {
         match o.ftype() {
             ftype::REG => {}
             ftype::DIR => return Err(Stat::IsDir),
@@ -500,7 +503,10 @@ impl Export {
         if c.uid != o.st.st_uid {
             Self::need(c, &o.st, 2)?;
         }
-        if offset.checked_add(data.len() as u64).is_none_or(|e| e > i64::MAX as u64) {
+        if offset
+            .checked_add(data.len() as u64)
+            .map_or(true, |e| e > i64::MAX as u64)
+        {
             return Err(Stat::FBig);
         }
         let f = File::from(self.open_rel(&o.path, OFlags::WRONLY, Mode::empty())?);
@@ -541,14 +547,16 @@ impl Export {
         }
         let owner = c.uid == 0 || c.uid == o.st.st_uid;
         // chmod / chown / explicit times: owner (or root) only; chgrp to a group of the owner.
-        if s.mode.is_some() || matches!(s.atime, SetTime::Client(_)) || matches!(s.mtime, SetTime::Client(_)) {
-            if !owner {
-                return Err(Stat::Perm);
-            }
+        let explicit_times =
+            matches!(s.atime, SetTime::Client(_)) || matches!(s.mtime, SetTime::Client(_));
+        if (s.mode.is_some() || explicit_times) && !owner {
+            return Err(Stat::Perm);
         }
-        if (s.uid.is_some_and(|u| u != o.st.st_uid) && c.uid != 0)
-            || (s.gid.is_some_and(|g| g != o.st.st_gid && !(owner && c.in_group(g))) && c.uid != 0)
-        {
+        let chown = s.uid.is_some_and(|u| u != o.st.st_uid);
+        let chgrp = s
+            .gid
+            .is_some_and(|g| g != o.st.st_gid && !(owner && c.in_group(g)));
+        if c.uid != 0 && (chown || chgrp) {
             return Err(Stat::Perm);
         }
         let is_lnk = o.ftype() == ftype::LNK;
@@ -648,14 +656,16 @@ impl Export {
         let rel = dir.path.join(n);
         let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
         let excl = how != 0;
-        let flags = OFlags::CREATE | OFlags::WRONLY | if excl { OFlags::EXCL } else { OFlags::empty() };
+        let flags =
+            OFlags::CREATE | OFlags::WRONLY | if excl { OFlags::EXCL } else { OFlags::empty() };
         let fd = match self.open_rel(&rel, flags, mode) {
             Ok(fd) => fd,
             Err(Stat::Exist) if how == 2 => {
                 // Retransmission of an EXCLUSIVE create: same verifier in the times.
                 let o = self.open_obj(&rel)?;
                 let v = self.fattr(&o.st);
-                let stored = [v.atime.seconds.to_be_bytes(), v.mtime.seconds.to_be_bytes()].concat();
+                let stored =
+                    [v.atime.seconds.to_be_bytes(), v.mtime.seconds.to_be_bytes()].concat();
                 if o.ftype() == ftype::REG && stored == verf {
                     self.remember(&o)?;
                     return Ok((Some(o), self.dir_wcc(dir)));
@@ -685,17 +695,33 @@ impl Export {
     }
 
     /// MKDIR (RFC 1813 §3.3.9).
-    pub fn mkdir(&self, c: &Cred, dir: &Obj, name: &[u8], attrs: &Sattr3) -> Result<DirOpResult, Stat> {
+    pub fn mkdir(
+        &self,
+        c: &Cred,
+        dir: &Obj,
+        name: &[u8],
+        attrs: &Sattr3,
+    ) -> Result<DirOpResult, Stat> {
         self.need_dir_change(c, dir)?;
         let n = check_new_name(name)?;
         let d = self.dirfd(dir)?;
-        rfs::mkdirat(&d, n, Mode::from_raw_mode(attrs.mode.unwrap_or(0o755) & 0o7777))?;
+        rfs::mkdirat(
+            &d,
+            n,
+            Mode::from_raw_mode(attrs.mode.unwrap_or(0o755) & 0o7777),
+        )?;
         let o = self.new_child(c, dir, n, false)?;
         Ok((Some(o), self.dir_wcc(dir)))
     }
 
     /// SYMLINK (RFC 1813 §3.3.10): the target is stored verbatim and never resolved here.
-    pub fn symlink(&self, c: &Cred, dir: &Obj, name: &[u8], target: &[u8]) -> Result<DirOpResult, Stat> {
+    pub fn symlink(
+        &self,
+        c: &Cred,
+        dir: &Obj,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<DirOpResult, Stat> {
         self.need_dir_change(c, dir)?;
         let n = check_new_name(name)?;
         if target.is_empty() || target.contains(&0) {
@@ -726,10 +752,22 @@ impl Export {
             return Err(Stat::NotDir);
         }
         // Sticky directory: only the owner of the entry or of the directory may remove it.
-        if dir.st.st_mode & 0o1000 != 0 && c.uid != 0 && c.uid != st.st_uid && c.uid != dir.st.st_uid {
+        if dir.st.st_mode & 0o1000 != 0
+            && c.uid != 0
+            && c.uid != st.st_uid
+            && c.uid != dir.st.st_uid
+        {
             return Err(Stat::Acces);
         }
-        rfs::unlinkat(&d, n, if rmdir { AtFlags::REMOVEDIR } else { AtFlags::empty() })?;
+        rfs::unlinkat(
+            &d,
+            n,
+            if rmdir {
+                AtFlags::REMOVEDIR
+            } else {
+                AtFlags::empty()
+            },
+        )?;
         self.forget_path(&dir.path.join(n));
         Ok(self.dir_wcc(dir))
     }

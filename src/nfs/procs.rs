@@ -28,12 +28,7 @@ fn status(b: &mut Body, s: Stat) {
     b.xdr().put_u32(s.code());
 }
 
-fn resolve_or<'a>(
-    e: &Export,
-    fh: &[u8],
-    b: &'a mut Body,
-    fail: impl FnOnce(&mut Body),
-) -> Option<Obj> {
+fn resolve_or(e: &Export, fh: &[u8], b: &mut Body, fail: impl FnOnce(&mut Body)) -> Option<Obj> {
     match e.resolve(fh) {
         Ok(o) => Some(o),
         Err(s) => {

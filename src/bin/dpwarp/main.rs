@@ -8,10 +8,10 @@
 mod cli;
 mod demo;
 mod dpperf;
+mod nfs_server;
 #[cfg(not(feature = "dpdk"))]
 mod nodpdk;
 mod perf;
-mod nfs_server;
 mod rpc_bench;
 mod rpc_server;
 mod rping;
