@@ -91,7 +91,7 @@ fn default_transport() -> String {
 }
 
 #[derive(Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct MountConfig {
     pub listen: SocketAddr,
 }
@@ -105,7 +105,7 @@ impl Default for MountConfig {
 }
 
 #[derive(Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RpcbindConfig {
     pub enabled: bool,
     pub listen: SocketAddr,
@@ -228,5 +228,10 @@ mod tests {
         assert!(toml::from_str::<FileConfig>("export = \"/x\"\nbogus = 1\n").is_err());
         let d = toml::from_str::<FileConfig>("export = \"/x\"\n").unwrap();
         assert_eq!((d.listen.port(), d.mount.listen.port()), (20049, 20048));
+        // A section with only some keys takes the defaults for the rest.
+        let p = toml::from_str::<FileConfig>("export = \"/x\"\n[rpcbind]\nlisten = \"127.0.0.1:1111\"\n")
+            .unwrap();
+        assert!(p.rpcbind.enabled);
+        assert_eq!(p.rpcbind.listen.port(), 1111);
     }
 }
