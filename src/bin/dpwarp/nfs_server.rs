@@ -229,8 +229,10 @@ mod tests {
         let d = toml::from_str::<FileConfig>("export = \"/x\"\n").unwrap();
         assert_eq!((d.listen.port(), d.mount.listen.port()), (20049, 20048));
         // A section with only some keys takes the defaults for the rest.
-        let p = toml::from_str::<FileConfig>("export = \"/x\"\n[rpcbind]\nlisten = \"127.0.0.1:1111\"\n")
-            .unwrap();
+        let p = toml::from_str::<FileConfig>(
+            "export = \"/x\"\n[rpcbind]\nlisten = \"127.0.0.1:1111\"\n",
+        )
+        .unwrap();
         assert!(p.rpcbind.enabled);
         assert_eq!(p.rpcbind.listen.port(), 1111);
     }
