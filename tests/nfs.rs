@@ -837,6 +837,16 @@ fn credentials_are_checked() {
     n.create(&pubd, "mine", 0).unwrap();
     let m = std::fs::metadata(dir.0.join("pub/mine")).unwrap();
     assert_eq!((m.uid(), m.gid()), (1234, 1234));
+    assert_eq!(
+        m.mode() & 0o777,
+        0o640,
+        "the mode asked for, not narrowed by a umask"
+    );
+    // An UNCHECKED CREATE of someone else's existing file takes nothing over.
+    std::fs::write(dir.0.join("pub/theirs"), b"data").unwrap();
+    n.create(&pubd, "theirs", 0).unwrap();
+    let m = std::fs::metadata(dir.0.join("pub/theirs")).unwrap();
+    assert_eq!((m.uid(), m.len()), (0, 4));
 }
 
 #[test]

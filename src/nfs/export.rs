@@ -655,11 +655,27 @@ impl Export {
         let n = check_new_name(name)?;
         let rel = dir.path.join(n);
         let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
-        let excl = how != 0;
-        let flags =
-            OFlags::CREATE | OFlags::WRONLY | if excl { OFlags::EXCL } else { OFlags::empty() };
+        let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::EXCL;
         let fd = match self.open_rel(&rel, flags, mode) {
             Ok(fd) => fd,
+            Err(Stat::Exist) if how == 0 => {
+                // UNCHECKED on an existing file (§3.3.8): no new file, so no new owner or mode;
+                // only a size in the attributes applies, with the caller's write permission.
+                let o = self.open_obj(&rel)?;
+                if o.ftype() != ftype::REG {
+                    return Err(Stat::Exist);
+                }
+                if let Some(sz) = attrs.size {
+                    if c.uid != o.st.st_uid {
+                        Self::need(c, &o.st, 2)?;
+                    }
+                    let f = self.open_rel(&rel, OFlags::WRONLY, Mode::empty())?;
+                    rfs::ftruncate(&f, sz)?;
+                }
+                let o = self.open_obj(&rel)?;
+                self.remember(&o)?;
+                return Ok((Some(o), self.dir_wcc(dir)));
+            }
             Err(Stat::Exist) if how == 2 => {
                 // Retransmission of an EXCLUSIVE create: same verifier in the times.
                 let o = self.open_obj(&rel)?;
@@ -674,6 +690,10 @@ impl Export {
             }
             Err(e) => return Err(e),
         };
+        // The mode asked for, not narrowed by the server's umask (the client applied its own).
+        if attrs.mode.is_some() {
+            rfs::fchmod(&fd, mode)?;
+        }
         if how == 2 {
             let t = |b: &[u8]| Timespec {
                 tv_sec: i64::from(u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))),
@@ -705,11 +725,12 @@ impl Export {
         self.need_dir_change(c, dir)?;
         let n = check_new_name(name)?;
         let d = self.dirfd(dir)?;
-        rfs::mkdirat(
-            &d,
-            n,
-            Mode::from_raw_mode(attrs.mode.unwrap_or(0o755) & 0o7777),
-        )?;
+        let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o755) & 0o7777);
+        rfs::mkdirat(&d, n, mode)?;
+        if attrs.mode.is_some() {
+            // Not narrowed by the server's umask.
+            rfs::chmodat(&d, n, mode, AtFlags::empty())?;
+        }
         let o = self.new_child(c, dir, n, false)?;
         Ok((Some(o), self.dir_wcc(dir)))
     }
