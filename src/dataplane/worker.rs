@@ -994,7 +994,8 @@ impl Worker {
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done += finish_engine(c, &mut self.stats.mpa_crc_errors);
+                        self.rx_copied_done +=
+                            finish_engine(c, &mut self.stats.mpa_crc_errors);
                         // Marked closed only after the egress below: what the connection
                         // queued last (a TERMINATE, RFC 5040 §7.1) is then on the wire
                         // before the application can see the QP closed and exit.
