@@ -160,6 +160,12 @@ impl Connection {
         matches!(&self.data, Some(d) if d.established.is_none() && d.qp.state() == QpState::Rts)
     }
 
+    /// Whether MPA startup is still running ([`Connection::on_bytes`] and the timeouts use
+    /// their `now` only then).
+    pub fn in_startup(&self) -> bool {
+        self.data.is_none()
+    }
+
     /// Feed bytes the stream delivered.
     pub fn on_bytes(&mut self, mut input: &[u8], now: Instant) {
         if self.close {

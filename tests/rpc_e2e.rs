@@ -257,3 +257,61 @@ fn config_rdma_maxreply_512_is_the_inline_limit() {
         );
     }
 }
+
+/// RFC 8797 (what the Linux NFS/RDMA client sends after IRD/ORD in its MPA Request): the server
+/// answers with its own connection private data, takes the client's receive size as the
+/// inline reply limit without CONFIG_RDMA, and never sends an RFC 8166 requester a reply by
+/// read chunk (it has no RDMA_DONE): without a reply chunk a long reply is ERR_CHUNK.
+#[test]
+fn rfc8797_connection_private_data_sets_the_inline_threshold() {
+    use dpwarp::cm::ConnParam;
+    use dpwarp::rpc::RpcError;
+    use dpwarp::wire::rpcrdma_cpd::CpdRepr;
+    let (s, store) = server(ServerConfig::default(), 1 << 16);
+    let data = pattern(7, 8192);
+    store.write(0, &data).unwrap();
+    let cpd = CpdRepr {
+        remote_invalidate: true,
+        send_size: 2048,
+        recv_size: 2048,
+    };
+    let ccfg = ClientConfig {
+        inline_recv: 2048,
+        inline_send: 2048,
+        configure: false, // an RFC 8166 client has no CONFIG_RDMA
+        bulk_threshold: 1 << 20,
+        conn: ConnParam {
+            private_data: cpd.emit().to_vec(),
+            ..ConnParam::default()
+        },
+        ..ClientConfig::default()
+    };
+    let mut c = mem_client(&s, FaultConfig::default(), ccfg);
+    let theirs = CpdRepr::find(&c.server_private_data).expect("the server answers in kind");
+    assert!(
+        !theirs.remote_invalidate,
+        "dpwarp never sends Send with Invalidate"
+    );
+    assert_eq!((theirs.send_size, theirs.recv_size), (4096, 4096));
+    // 1800 octets: above the RFC 8166 default of 1024, within the announced 2048: inline.
+    let (d, path) = read(&mut c, 0, 1800, &CallOpts::default());
+    assert_eq!((d, path), (data[..1800].to_vec(), ReplyPath::Inline));
+    let with_chunk = CallOpts {
+        reply_chunk: Some(8192),
+        ..CallOpts::default()
+    };
+    let (d, path) = read(&mut c, 0, 3000, &with_chunk);
+    assert_eq!((d, path), (data[..3000].to_vec(), ReplyPath::ReplyChunk));
+    assert!(c.stats.largest_received <= 2048);
+    let r = c.call(
+        BLOCK_PROG,
+        BLOCK_VERS,
+        block::PROC_READ,
+        block::read_args(0, 3000),
+        &CallOpts::default(),
+    );
+    assert!(matches!(r, Err(RpcError::ErrChunk)), "{r:?}");
+    // The connection still serves.
+    let (d, _) = read(&mut c, 0, 100, &CallOpts::default());
+    assert_eq!(d, data[..100]);
+}

@@ -505,7 +505,7 @@ fn rpc_bench_json_keeps_its_keys() {
     assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
 }
 
-/// `rpc-bench --compare` (five measurements): one progress line per phase on stderr when it
+/// `rpc-bench --compare` (seven measurements): one progress line per phase on stderr when it
 /// is not a terminal, nothing of it on stdout, which stays one JSON document.
 #[test]
 fn rpc_bench_compare_shows_its_phases_on_stderr() {
@@ -527,9 +527,9 @@ fn rpc_bench_compare_shows_its_phases_on_stderr() {
         .lines()
         .filter(|l| l.starts_with("rpc-bench: "))
         .collect();
-    assert_eq!(phases.len(), 5, "{err}");
+    assert_eq!(phases.len(), 7, "{err}");
     for (i, l) in phases.iter().enumerate() {
-        assert!(l.starts_with(&format!("rpc-bench: {}/5 ", i + 1)), "{l}");
+        assert!(l.starts_with(&format!("rpc-bench: {}/7 ", i + 1)), "{l}");
     }
     assert!(
         !err.contains('\r'),
@@ -537,4 +537,13 @@ fn rpc_bench_compare_shows_its_phases_on_stderr() {
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert!(v["null_calls_per_s_tcp"].as_f64().unwrap() > 0.0);
+    // Latency at 1 credit as well as at --credits (issue: fair figures).
+    for k in [
+        "null_p50_us_rdma_1credit",
+        "null_p99_us_rdma_1credit",
+        "null_p50_us_tcp_1credit",
+        "null_p99_us_tcp_1credit",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
 }

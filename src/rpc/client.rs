@@ -246,6 +246,8 @@ pub struct RdmaClient {
     pub stats: ClientStats,
     /// Credentials put in every call (RFC 5531 §8.2; AUTH_NONE unless changed).
     pub cred: Auth,
+    /// The ULP private data of the server's MPA Reply (e.g. RFC 8797 connection private data).
+    pub server_private_data: Vec<u8>,
 }
 
 impl RdmaClient {
@@ -289,6 +291,7 @@ impl RdmaClient {
         }
         let n = connect(&qp, &cfg.conn)?;
         let mut c = RdmaClient {
+            server_private_data: n.peer_private_data.clone(),
             ep,
             grant: 1,
             outstanding: HashMap::new(),

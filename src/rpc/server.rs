@@ -39,6 +39,7 @@ use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat,
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
 };
+use crate::wire::rpcrdma_cpd::CpdRepr;
 use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
 
 /// Server settings.
@@ -241,7 +242,8 @@ impl RdmaServer {
             let _ = req.reject(NO_CREDITS);
             return Err(RpcError::Usage("credit pool exhausted"));
         };
-        self.serve_accepted(credits, |qp, p| req.accept(qp, p))
+        let pd = req.peer.private_data.clone();
+        self.serve_accepted(credits, &pd, |qp, p| req.accept(qp, p))
     }
 
     /// [`RdmaServer::serve_request`] for a connection request that arrived on the DPDK
@@ -254,7 +256,8 @@ impl RdmaServer {
             let _ = req.reject(NO_CREDITS);
             return Err(RpcError::Usage("credit pool exhausted"));
         };
-        self.serve_accepted(credits, |qp, p| req.accept(qp, p))
+        let pd = req.peer.private_data.clone();
+        self.serve_accepted(credits, &pd, |qp, p| req.accept(qp, p))
     }
 
     /// Listen on `port` of a DPDK dataplane endpoint and serve until stopped (the dataplane
@@ -294,12 +297,28 @@ impl RdmaServer {
     }
 
     /// Post the connection's receive buffers, accept with `accept` (kernel or dataplane CM) and
-    /// start the connection's thread.
+    /// start the connection's thread. `peer_pd` is the client's MPA private data: a client
+    /// that sends RFC 8797 connection private data (the Linux NFS/RDMA client does) is an
+    /// RFC 8166 requester and gets ours in the MPA Reply; its receive size is the inline reply
+    /// limit from the start (RFC 8797 §4.2).
     fn serve_accepted(
         &self,
         credits: ConnCredits,
+        peer_pd: &[u8],
         accept: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,
     ) -> Result<JoinHandle<()>, RpcError> {
+        let cpd = CpdRepr::find(peer_pd);
+        let mut param = self.cfg.conn.clone();
+        if let Some(c) = cpd {
+            log::info!("rpc-server: client connection private data (RFC 8797): {c:?}");
+            param.private_data = CpdRepr {
+                remote_invalidate: false,
+                send_size: self.cfg.inline_send,
+                recv_size: self.cfg.inline_recv,
+            }
+            .emit()
+            .to_vec();
+        }
         let pd = self.dev.alloc_pd();
         let mut ep = Endpoint::create(
             pd,
@@ -311,7 +330,7 @@ impl RdmaServer {
         for _ in 0..credits.held() {
             ep.add_recv()?;
         }
-        let n = accept(&qp, &self.cfg.conn)?;
+        let n = accept(&qp, &param)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
         bump(&self.stats.connections, 1);
         let conn = ConnServer {
@@ -321,7 +340,8 @@ impl RdmaServer {
             cfg: self.cfg.clone(),
             credits,
             done_wait: HashMap::new(),
-            maxreply: DEFAULT_INLINE,
+            maxreply: cpd.map_or(DEFAULT_INLINE, |c| c.recv_size),
+            rfc8166_peer: cpd.is_some(),
             peer_maxrdmaread: peer_ird,
             ord: u32::from(n.ord.max(1)),
             rx_scratch: Vec::new(),
@@ -343,6 +363,9 @@ struct ConnServer {
     done_wait: HashMap<u32, (Mr, Instant)>,
     /// Client's maxreply_sendsize (RFC 8166 default 1024 until CONFIG_RDMA says otherwise).
     maxreply: u32,
+    /// The client announced RFC 8797 private data: an RFC 8166 requester, which has no
+    /// RDMA_DONE (RFC 8166 §4.6.2), so a long reply never goes by a read chunk.
+    rfc8166_peer: bool,
     /// Client's maxrdmaread (its IRD from MPA until CONFIG_RDMA says otherwise).
     peer_maxrdmaread: u32,
     ord: u32,
@@ -778,6 +801,19 @@ impl ConnServer {
                 });
                 return Ok(self.send_header(xid, body, &[], staged)?);
             }
+        }
+        // An RFC 8166 requester cannot release a reply read chunk (no RDMA_DONE): no RPC-level
+        // reply is possible (RFC 8166 §4.5.3: ERR_CHUNK).
+        if self.rfc8166_peer {
+            log::warn!(
+                "rpc-server: xid {xid:#x}: reply of {} octets exceeds the client's inline \
+                 threshold and no large enough reply chunk was offered; answering ERR_CHUNK",
+                msg.len()
+            );
+            bump(&self.stats.err_chunk, 1);
+            // The write-chunk RDMA Writes already posted keep their sources until this Send
+            // completes.
+            return Ok(self.send_header(xid, RdmaBody::ErrChunk, &[], staged)?);
         }
         // Long reply without (a large enough) reply chunk: the draft's read chunk in the reply,
         // released by the client's RDMA_DONE (§3.8).

@@ -10,6 +10,7 @@ pub mod mpa;
 pub mod oncrpc;
 pub mod rdmap;
 pub mod rpcrdma;
+pub mod rpcrdma_cpd;
 pub mod terminate;
 pub mod txbuf;
 pub mod xdr;

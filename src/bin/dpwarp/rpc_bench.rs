@@ -630,10 +630,10 @@ pub fn run(a: Args) -> Result<(), String> {
         let net = net.as_ref().expect("started for --compare");
         let s = &servers;
         let secs = a.seconds;
-        // Five measurements of --seconds each: one progress line per phase on stderr.
+        // Seven measurements of --seconds each: one progress line per phase on stderr.
         let mut progress = Progress::new(Duration::ZERO);
         let mut phase = |i: u32, what: &str| {
-            progress.phase(format!("rpc-bench: {i}/5 {what} ({secs} s)"));
+            progress.phase(format!("rpc-bench: {i}/7 {what} ({secs} s)"));
         };
         phase(1, "NULL over RPC-over-RDMA");
         let nr = bench_rdma(net, s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
@@ -645,6 +645,11 @@ pub fn run(a: Args) -> Result<(), String> {
         let rt = bench_tcp(s.tcp, "read", mib, a.credits, secs)?;
         phase(5, "verbs RDMA Write 1 MiB reference");
         let wv = bench_verbs_write(net, mib, a.credits as usize, secs)?;
+        // Latency without queueing: one call in flight.
+        phase(6, "NULL over RPC-over-RDMA, 1 credit");
+        let nr1 = bench_rdma(net, s.rdma, "null", 0, 1, secs, a.poll_spin_us)?;
+        phase(7, "NULL over ONC RPC/TCP, 1 call in flight");
+        let nt1 = bench_tcp(s.tcp, "null", 0, 1, secs)?;
         progress.clear();
         let rdma_setup = net.describe(a.server);
         if a.json {
@@ -666,6 +671,10 @@ pub fn run(a: Args) -> Result<(), String> {
                 "null_p99_us_rdma": nr.pct(0.99),
                 "null_p50_us_tcp": nt.pct(0.5),
                 "null_p99_us_tcp": nt.pct(0.99),
+                "null_p50_us_rdma_1credit": nr1.pct(0.5),
+                "null_p99_us_rdma_1credit": nr1.pct(0.99),
+                "null_p50_us_tcp_1credit": nt1.pct(0.5),
+                "null_p99_us_tcp_1credit": nt1.pct(0.99),
             });
             println!(
                 "{}",
@@ -675,6 +684,8 @@ pub fn run(a: Args) -> Result<(), String> {
             println!("RDMA side: {rdma_setup}");
             println!("{}", nr.line("rdma NULL"));
             println!("{}", nt.line("tcp  NULL"));
+            println!("{}", nr1.line("rdma NULL, 1 credit"));
+            println!("{}", nt1.line("tcp  NULL, 1 in flight"));
             println!("{}", rr.line("rdma READ 1 MiB (write chunks)"));
             println!("{}", rt.line("tcp  READ 1 MiB"));
             match wv {

@@ -508,7 +508,13 @@ pub struct Socket<'a> {
     rx_sink: Option<RxSink<'a>>,
     /// dpwarp: a segment's payload gathered from both ends of the transmit ring.
     tx_linear: alloc::vec::Vec<u8>,
+    /// dpwarp: sequence numbers just past each record (an MPA FPDU) queued for sending, in
+    /// order; `dispatch` cuts segments at the last record end that fits (None: off).
+    tx_records: Option<alloc::collections::VecDeque<TcpSeqNumber>>,
 }
+
+/// dpwarp: the most record ends a socket remembers (beyond, segments are cut as usual).
+const MAX_TX_RECORDS: usize = 1 << 16;
 
 const DEFAULT_MSS: usize = 536;
 
@@ -573,6 +579,7 @@ impl<'a> Socket<'a> {
             tx_waker: WakerRegistration::new(),
             rx_sink: None,
             tx_linear: alloc::vec::Vec::new(),
+            tx_records: None,
         }
     }
 
@@ -854,6 +861,9 @@ impl<'a> Socket<'a> {
         self.rtte = RttEstimator::default();
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
+        if let Some(r) = self.tx_records.as_mut() {
+            r.clear();
+        }
         self.rx_buffer.clear();
         self.rx_fin_received = false;
         self.listen_endpoint = IpListenEndpoint::default();
@@ -1348,6 +1358,56 @@ impl<'a> Socket<'a> {
     /// said otherwise). A segment carries at most the smaller of this and the local MSS.
     pub fn remote_mss(&self) -> usize {
         self.remote_mss
+    }
+
+    /// dpwarp: cut segments at record ends (RFC 5044 Appendix A: every segment begins with an
+    /// FPDU header). With records on, the sender marks the end of each record it queues with
+    /// [`Socket::push_tx_record_end`]; `dispatch` then ends each segment at the last record
+    /// end that fits the MSS and the window (a record larger than a segment is split as
+    /// usual), so a transmit buffer holding many records is sent as many aligned segments,
+    /// retransmissions included.
+    pub fn set_tx_records(&mut self, on: bool) {
+        self.tx_records = on.then(alloc::collections::VecDeque::new);
+    }
+
+    /// dpwarp: the octets queued so far end a record (see [`Socket::set_tx_records`]).
+    pub fn push_tx_record_end(&mut self) {
+        self.push_tx_record_end_before(0);
+    }
+
+    /// dpwarp: a record ends `back` octets before the end of what is queued (for a sender that
+    /// queued several records with one `send`).
+    pub fn push_tx_record_end_before(&mut self, back: usize) {
+        let Some(queued) = self.tx_buffer.len().checked_sub(back) else {
+            return;
+        };
+        let end = self.local_seq_no + queued;
+        if let Some(r) = self.tx_records.as_mut() {
+            if r.back().is_some_and(|&b| b >= end) || r.len() >= MAX_TX_RECORDS {
+                return;
+            }
+            r.push_back(end);
+        }
+    }
+
+    /// dpwarp: the largest segment size no larger than `size` that starts at SND.NXT and ends
+    /// on a record end, or `size` when no record end falls inside it.
+    fn cut_at_record(&mut self, size: usize) -> usize {
+        let una = self.local_seq_no;
+        let start = self.remote_last_seq;
+        let Some(r) = self.tx_records.as_mut() else {
+            return size;
+        };
+        while r.front().is_some_and(|&e| e <= una) {
+            r.pop_front();
+        }
+        // The ends are ascending: the last one at or before the limit, if after the start.
+        let limit = start + size;
+        let i = r.partition_point(|&e| e <= limit);
+        match i.checked_sub(1).map(|i| r[i]) {
+            Some(e) if e > start => e - start,
+            _ => size,
+        }
     }
 
     /// dpwarp: the octets the peer's receive window still admits beyond SND.NXT, i.e. the
@@ -2508,6 +2568,8 @@ impl<'a> Socket<'a> {
                 let size = win_limit
                     .min(self.remote_mss)
                     .min(cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN);
+                // dpwarp: end the segment on a record boundary when the sender marks them.
+                let size = self.cut_at_record(size);
 
                 let offset = self.remote_last_seq - self.local_seq_no;
                 // dpwarp: a segment whose octets wrap around the end of the transmit ring is

@@ -38,6 +38,10 @@ use super::fragmentation::{Fragmenter, FragmentsBuffer};
 #[cfg(any(feature = "medium-ethernet", feature = "medium-ieee802154"))]
 use super::neighbor::{Answer as NeighborAnswer, Cache as NeighborCache};
 use super::socket_set::SocketSet;
+
+/// dpwarp: TCP segments one socket may emit per egress pass (upstream: one). The device's
+/// transmit tokens still bound it: an exhausted device ends the burst.
+const TCP_EGRESS_BURST: usize = 64;
 use crate::config::{IFACE_MAX_ADDR_COUNT, IFACE_MAX_SIXLOWPAN_ADDRESS_CONTEXT_COUNT};
 use crate::iface::Routes;
 use crate::phy::PacketMeta;
@@ -713,14 +717,27 @@ impl Interface {
                         respond(inner, meta, Packet::new(ip, IpPayload::Udp(udp, payload)))
                     })
                 }
+                // dpwarp: a TCP socket emits up to TCP_EGRESS_BURST segments per egress pass
+                // (upstream: one), while it has data it may send.
                 #[cfg(feature = "socket-tcp")]
-                Socket::Tcp(socket) => socket.dispatch(&mut self.inner, |inner, (ip, tcp)| {
-                    respond(
-                        inner,
-                        PacketMeta::default(),
-                        Packet::new(ip, IpPayload::Tcp(tcp)),
-                    )
-                }),
+                Socket::Tcp(socket) => {
+                    let mut r = Ok(());
+                    for _ in 0..TCP_EGRESS_BURST {
+                        let mut emitted = false;
+                        r = socket.dispatch(&mut self.inner, |inner, (ip, tcp)| {
+                            emitted = true;
+                            respond(
+                                inner,
+                                PacketMeta::default(),
+                                Packet::new(ip, IpPayload::Tcp(tcp)),
+                            )
+                        });
+                        if r.is_err() || !emitted || socket.send_unsent() == 0 {
+                            break;
+                        }
+                    }
+                    r
+                }
                 #[cfg(feature = "socket-dhcpv4")]
                 Socket::Dhcpv4(socket) => {
                     socket.dispatch(&mut self.inner, |inner, (ip, udp, dhcp)| {
