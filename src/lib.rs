@@ -12,6 +12,8 @@
 //! - `dpdk`, `dataplane` (cargo feature `dpdk`, on by default) and [`config`]: the DPDK FFI,
 //!   the smoltcp-on-DPDK poll-mode workers that run connections to completion, and their TOML
 //!   configuration (`docs/dataplane.md`). Everything else builds without DPDK.
+//! - [`nfs`]: an NFSv3 target (RFC 1813) as a program of the RPC-over-RDMA server, with MOUNT v3
+//!   and the rpcbind v2 port mapper over ONC RPC/TCP.
 //! - [`rpc`]: RPC-over-RDMA (server framework, client, block-storage program) and the ONC RPC
 //!   over TCP baseline.
 //! - [`capture`]: offline pcap analysis (RFC 5044 App. A FPDU alignment).
@@ -38,6 +40,7 @@ pub mod dataplane;
 pub mod dpdk;
 pub mod latency;
 pub mod mpa;
+pub mod nfs;
 pub mod rdma;
 pub mod rpc;
 pub mod transport;

@@ -1,4 +1,4 @@
-//! `dpwarp`: the command-line tools (demo, rping, perf, dpperf, rpc-server, rpc-bench, ...).
+//! `dpwarp`: the command-line tools (demo, rping, perf, dpperf, rpc-server, nfs-server, rpc-bench, ...).
 //!
 //! Conventions: enumerated options are clap `ValueEnum`s (a bad value is a usage error, exit
 //! status 2, listing the valid ones); environment fallbacks are clap `env`s; logs go to stderr
@@ -10,6 +10,7 @@ mod demo;
 mod dpperf;
 mod load;
 mod net;
+mod nfs_server;
 #[cfg(not(feature = "dpdk"))]
 mod nodpdk;
 mod perf;
@@ -53,6 +54,8 @@ enum Cmd {
     },
     /// Serve the block-storage program over RPC-over-RDMA (and ONC RPC/TCP) from a TOML config.
     RpcServer(rpc_server::Args),
+    /// Serve a host directory as NFSv3 over RPC-over-RDMA, with MOUNT v3 and rpcbind over TCP.
+    NfsServer(nfs_server::Args),
     /// Benchmark NULL/READ/WRITE over RPC-over-RDMA and ONC RPC/TCP (--compare --json).
     RpcBench(rpc_bench::Args),
     /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
@@ -95,6 +98,7 @@ fn main() {
         Cmd::Demo(a) => a.verbosity.verbose,
         Cmd::TcpBaseline(a) => a.verbosity.verbose,
         Cmd::RpcServer(a) => a.verbosity.verbose,
+        Cmd::NfsServer(a) => a.verbosity.verbose,
         Cmd::RpcBench(a) => a.verbosity.verbose,
         Cmd::FpduAlign { .. } => 0,
     };
@@ -117,6 +121,7 @@ fn main() {
                 )
             }),
         Cmd::RpcServer(a) => rpc_server::run(a),
+        Cmd::NfsServer(a) => nfs_server::run(a),
         Cmd::RpcBench(a) => rpc_bench::run(a),
         Cmd::Rping(a) => rping::run(a),
         Cmd::Perf(a) => perf::run(a),

@@ -6,7 +6,7 @@
 //! address of its port `dataplane_port`) or over kernel TCP (`transport = "kernel"`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use dpwarp::config::{parse_cidr, DataplaneConfig};
 use dpwarp::dataplane::Dataplane;
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::{RdmaServer, ServerConfig};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle};
 use dpwarp::rpc::tcp;
 use dpwarp::wire::xdr::Padding;
 
@@ -191,15 +191,18 @@ pub fn check_transport(t: &str) -> Result<(), String> {
     }
 }
 
-/// The dataplane config of a `transport = "dpdk"` server: `--dataplane` as given, else the
-/// file's `dataplane` resolved against the directory of the rpc config.
-fn dataplane_path(a: &Args, cfg: &FileConfig) -> Result<PathBuf, String> {
-    if let Some(p) = &a.dataplane {
+/// The dataplane config of a `transport = "dpdk"` server: `over` (`--dataplane`) as given,
+/// else the file's `dataplane` resolved against the directory of the config file `config`.
+pub fn dataplane_path(
+    config: &Path,
+    over: Option<&PathBuf>,
+    file: Option<&PathBuf>,
+) -> Result<PathBuf, String> {
+    if let Some(p) = over {
         return Ok(p.clone());
     }
-    match &cfg.dataplane {
-        Some(p) if p.is_relative() => Ok(a
-            .config
+    match file {
+        Some(p) if p.is_relative() => Ok(config
             .parent()
             .map(|d| d.join(p))
             .unwrap_or_else(|| p.clone())),
@@ -209,8 +212,71 @@ fn dataplane_path(a: &Args, cfg: &FileConfig) -> Result<PathBuf, String> {
              \"FILE\"` (e.g. net_memif_server.toml, see configs/rpc-dpdk-memif-server.toml) or \
              pass --dataplane FILE; or use transport = \"kernel\" / --transport kernel for \
              iWARP over kernel TCP",
-            a.config.display()
+            config.display()
         )),
+    }
+}
+
+/// A running RPC-over-RDMA listener: `_dp` keeps the EAL, ports and workers (if any) running.
+pub struct RdmaListener {
+    pub _dp: Option<Dataplane>,
+    pub handle: ServerHandle,
+    /// How it listens, for the start-up line.
+    pub how: String,
+}
+
+/// Start `server` listening on `listen`: over kernel TCP when `dpcfg` is None, else on port
+/// `dataplane_port` of the DPDK dataplane `dpcfg` (whose address `listen` must be). The one
+/// place the RPC-over-RDMA servers of this binary (rpc-server, nfs-server) pick a transport.
+pub fn listen_rdma(
+    server: &RdmaServer,
+    listen: SocketAddr,
+    dpcfg: Option<(PathBuf, DataplaneConfig)>,
+    dataplane_port: usize,
+) -> Result<RdmaListener, String> {
+    match dpcfg {
+        None => {
+            let handle = server
+                .listen(&Net::kernel(), listen)
+                .map_err(|e| format!("listen {listen}: {e}"))?;
+            Ok(RdmaListener {
+                _dp: None,
+                handle,
+                how: "iWARP over kernel TCP".to_string(),
+            })
+        }
+        Some((path, dc)) => {
+            let pc = dc
+                .ports
+                .get(dataplane_port)
+                .ok_or_else(|| format!("{}: no port {}", path.display(), dataplane_port))?;
+            let device = pc.device.clone();
+            let (ip, _) = parse_cidr(&pc.ip).map_err(|e| format!("{}: {e}", path.display()))?;
+            match listen {
+                SocketAddr::V4(v4) if v4.ip().is_unspecified() || *v4.ip() == ip => {}
+                l => {
+                    return Err(format!(
+                        "listen {l}: not the address of dataplane port {} ({ip}) in {}",
+                        dataplane_port,
+                        path.display()
+                    ))
+                }
+            }
+            let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
+            let ep = dp.endpoint(dataplane_port).expect("port checked above");
+            let addr = SocketAddr::from((ep.ip(), listen.port()));
+            let handle = server
+                .listen(&Net::from(ep), addr)
+                .map_err(|e| format!("listen {listen} on the dataplane: {e}"))?;
+            Ok(RdmaListener {
+                _dp: Some(dp),
+                handle,
+                how: format!(
+                    "iWARP over the DPDK dataplane, {device} of {}",
+                    path.display()
+                ),
+            })
+        }
     }
 }
 
@@ -228,7 +294,7 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     // Resolve the dataplane config before anything starts (a typo should not cost an EAL start).
     let dpcfg = if cfg.transport == "dpdk" {
-        let path = dataplane_path(&a, &cfg)?;
+        let path = dataplane_path(&a.config, a.dataplane.as_ref(), cfg.dataplane.as_ref())?;
         let dc = DataplaneConfig::load(&path)?;
         Some((path, dc))
     } else {
@@ -243,47 +309,8 @@ pub fn run(a: Args) -> Result<(), String> {
         scfg.listen = None;
     }
     let server = RdmaServer::new(reg.clone(), scfg);
-    // `_dp` keeps the EAL, ports and workers running until the server ends.
-    let (_dp, h, how) = match dpcfg {
-        None => {
-            let h = server
-                .listen(&Net::kernel(), cfg.listen)
-                .map_err(|e| format!("listen {}: {e}", cfg.listen))?;
-            (None, h, "iWARP over kernel TCP".to_string())
-        }
-        Some((path, dc)) => {
-            let pc = dc
-                .ports
-                .get(cfg.dataplane_port)
-                .ok_or_else(|| format!("{}: no port {}", path.display(), cfg.dataplane_port))?;
-            let device = pc.device.clone();
-            let (ip, _) = parse_cidr(&pc.ip).map_err(|e| format!("{}: {e}", path.display()))?;
-            match cfg.listen {
-                SocketAddr::V4(v4) if v4.ip().is_unspecified() || *v4.ip() == ip => {}
-                l => {
-                    return Err(format!(
-                        "listen {l}: not the address of dataplane port {} ({ip}) in {}",
-                        cfg.dataplane_port,
-                        path.display()
-                    ))
-                }
-            }
-            let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
-            let ep = dp.endpoint(cfg.dataplane_port).expect("port checked above");
-            let addr = SocketAddr::from((ep.ip(), cfg.listen.port()));
-            let h = server
-                .listen(&Net::from(ep), addr)
-                .map_err(|e| format!("listen {} on the dataplane: {e}", cfg.listen))?;
-            (
-                Some(dp),
-                h,
-                format!(
-                    "iWARP over the DPDK dataplane, {device} of {}",
-                    path.display()
-                ),
-            )
-        }
-    };
+    let l = listen_rdma(&server, cfg.listen, dpcfg, cfg.dataplane_port)?;
+    let (h, how) = (&l.handle, &l.how);
     println!(
         "rpc-server: RPC-over-RDMA ({how}) on {}, block store {} bytes ({}), program {:#x} v{}",
         h.addr,
@@ -312,7 +339,7 @@ pub fn run(a: Args) -> Result<(), String> {
             break;
         }
     }
-    h.stop();
+    l.handle.stop();
     if let Some(t) = th {
         t.stop();
     }
@@ -349,7 +376,10 @@ mod tests {
             duration: None,
             verbosity: Default::default(),
         };
-        let dp = DataplaneConfig::load(&dataplane_path(&a, &d).unwrap()).unwrap();
+        let dp = DataplaneConfig::load(
+            &dataplane_path(&a.config, a.dataplane.as_ref(), d.dataplane.as_ref()).unwrap(),
+        )
+        .unwrap();
         let ip = dp.ports[d.dataplane_port]
             .ip
             .split('/')

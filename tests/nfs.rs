@@ -1,0 +1,967 @@
+//! NFSv3 over RPC-over-RDMA against a temporary export directory (one per test): every
+//! procedure through dpwarp's RPC-over-RDMA client over the in-memory link and kernel TCP
+//! loopback; file-handle forgery, `..` and symlink escapes refused; WRITE/COMMIT verifiers; READ
+//! at and beyond EOF; a malformed call gets GARBAGE_ARGS and the next call is served; MOUNT v3
+//! and the port mapper over ONC RPC/TCP.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread;
+
+use dpwarp::cm::Net;
+use dpwarp::nfs::export::Export;
+use dpwarp::nfs::mount::{self, mproc, pproc, IPPROTO_TCP};
+use dpwarp::nfs::xdr::{access, ftype, parse_post_op_attr, Fattr3, NfsTime, Sattr3, SetTime, Wcc};
+use dpwarp::nfs::{proc_, procs, Stat, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3, PMAP_PROG, PMAP_V2};
+use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, Reply, ReplyPath};
+use dpwarp::rpc::program::{Body, Registry};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
+use dpwarp::rpc::tcp::{self, TcpClient};
+use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::wire::oncrpc::{AcceptStat, Auth, AuthSys, ReplyStat};
+
+/// A unique, empty export directory removed at drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "dpwarp-nfs-{tag}-{}-{}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A directory entry: name and (READDIRPLUS) handle.
+type DirEntry = (String, Option<Vec<u8>>);
+
+struct Nfs {
+    c: RdmaClient,
+    e: Arc<Export>,
+    root: Vec<u8>,
+    _srv: RdmaServer,
+}
+
+fn root_cred() -> Auth {
+    Auth::Sys(AuthSys {
+        stamp: 1,
+        machinename: b"test".to_vec(),
+        uid: 0,
+        gid: 0,
+        gids: vec![],
+    })
+}
+
+fn user_cred(uid: u32) -> Auth {
+    Auth::Sys(AuthSys {
+        stamp: 1,
+        machinename: b"test".to_vec(),
+        uid,
+        gid: uid,
+        gids: vec![],
+    })
+}
+
+fn server(dir: &TempDir) -> (RdmaServer, Arc<Export>) {
+    let e = Arc::new(Export::new(&dir.0).unwrap());
+    let mut reg = Registry::new();
+    procs::register(&mut reg, e.clone());
+    (RdmaServer::new(reg, ServerConfig::default()), e)
+}
+
+fn over_memlink(dir: &TempDir) -> Nfs {
+    let (s, e) = server(dir);
+    let (ce, se) = memlink::pair(FaultConfig::default());
+    let srv = s.clone();
+    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
+    let mut c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();
+    h.join().unwrap().unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    Nfs {
+        c,
+        e,
+        root,
+        _srv: s,
+    }
+}
+
+fn diropargs(b: &mut Body, fh: &[u8], name: &str) {
+    b.xdr().put_opaque(fh);
+    b.xdr().put_opaque(name.as_bytes());
+}
+
+fn fh_body(fh: &[u8]) -> Body {
+    let mut b = Body::new();
+    b.xdr().put_opaque(fh);
+    b
+}
+
+fn success(r: &Reply) -> dpwarp::rpc::client::ReplyReader<'_> {
+    r.results().expect("accepted with SUCCESS")
+}
+
+impl Nfs {
+    fn call(&mut self, p: u32, b: Body) -> Reply {
+        self.call_opts(p, b, &CallOpts::default())
+    }
+    fn call_opts(&mut self, p: u32, b: Body, o: &CallOpts) -> Reply {
+        self.c
+            .call(NFS_PROG, NFS_V3, p, b, o)
+            .expect("call completes")
+    }
+
+    fn getattr(&mut self, fh: &[u8]) -> Result<Fattr3, u32> {
+        let r = self.call(proc_::GETATTR, fh_body(fh));
+        let mut rr = success(&r);
+        let st = rr.xdr.get_u32().unwrap();
+        if st != 0 {
+            return Err(st);
+        }
+        Ok(Fattr3::parse(&mut rr.xdr).unwrap())
+    }
+
+    fn lookup(&mut self, dir: &[u8], name: &str) -> Result<(Vec<u8>, Fattr3), u32> {
+        let mut b = Body::new();
+        diropargs(&mut b, dir, name);
+        let r = self.call(proc_::LOOKUP, b);
+        let mut rr = success(&r);
+        let st = rr.xdr.get_u32().unwrap();
+        if st != 0 {
+            parse_post_op_attr(&mut rr.xdr).unwrap();
+            return Err(st);
+        }
+        let fh = rr.xdr.get_opaque(64).unwrap().to_vec();
+        let a = parse_post_op_attr(&mut rr.xdr).unwrap().unwrap();
+        parse_post_op_attr(&mut rr.xdr).unwrap();
+        Ok((fh, a))
+    }
+
+    /// CREATE/MKDIR/SYMLINK reply: handle or status.
+    fn diropres(r: &Reply) -> Result<Vec<u8>, u32> {
+        let mut rr = success(r);
+        let st = rr.xdr.get_u32().unwrap();
+        if st != 0 {
+            Wcc::parse(&mut rr.xdr).unwrap();
+            return Err(st);
+        }
+        assert!(rr.xdr.get_bool().unwrap(), "post_op_fh3 present");
+        let fh = rr.xdr.get_opaque(64).unwrap().to_vec();
+        assert!(parse_post_op_attr(&mut rr.xdr).unwrap().is_some());
+        let w = Wcc::parse(&mut rr.xdr).unwrap();
+        assert!(w.before.is_some() && w.after.is_some());
+        Ok(fh)
+    }
+
+    fn create(&mut self, dir: &[u8], name: &str, how: u32) -> Result<Vec<u8>, u32> {
+        let mut b = Body::new();
+        diropargs(&mut b, dir, name);
+        b.xdr().put_u32(how);
+        if how == 2 {
+            b.xdr().put_fixed(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        } else {
+            Sattr3 {
+                mode: Some(0o640),
+                ..Default::default()
+            }
+            .emit(b.xdr());
+        }
+        let r = self.call(proc_::CREATE, b);
+        Self::diropres(&r)
+    }
+
+    fn mkdir(&mut self, dir: &[u8], name: &str) -> Result<Vec<u8>, u32> {
+        let mut b = Body::new();
+        diropargs(&mut b, dir, name);
+        Sattr3 {
+            mode: Some(0o755),
+            ..Default::default()
+        }
+        .emit(b.xdr());
+        let r = self.call(proc_::MKDIR, b);
+        Self::diropres(&r)
+    }
+
+    fn symlink(&mut self, dir: &[u8], name: &str, target: &str) -> Result<Vec<u8>, u32> {
+        let mut b = Body::new();
+        diropargs(&mut b, dir, name);
+        Sattr3::default().emit(b.xdr());
+        b.xdr().put_opaque(target.as_bytes());
+        let r = self.call(proc_::SYMLINK, b);
+        Self::diropres(&r)
+    }
+
+    /// WRITE: (count, committed, verifier) or status.
+    fn write(
+        &mut self,
+        fh: &[u8],
+        off: u64,
+        data: &[u8],
+        stable: u32,
+    ) -> Result<(u32, u32, [u8; 8]), u32> {
+        let mut b = Body::new();
+        b.xdr().put_opaque(fh);
+        b.xdr().put_u64(off);
+        b.xdr().put_u32(data.len() as u32);
+        b.xdr().put_u32(stable);
+        b.put_bulk(data.to_vec());
+        let r = self.call(proc_::WRITE, b);
+        let mut rr = success(&r);
+        let st = rr.xdr.get_u32().unwrap();
+        Wcc::parse(&mut rr.xdr).unwrap();
+        if st != 0 {
+            return Err(st);
+        }
+        let n = rr.xdr.get_u32().unwrap();
+        let committed = rr.xdr.get_u32().unwrap();
+        let v: [u8; 8] = rr.xdr.get_fixed(8).unwrap().try_into().unwrap();
+        Ok((n, committed, v))
+    }
+
+    /// READ: (data, eof, path) or status. Offers a write chunk of `chunk` bytes if non-zero.
+    fn read(
+        &mut self,
+        fh: &[u8],
+        off: u64,
+        count: u32,
+        chunk: usize,
+    ) -> Result<(Vec<u8>, bool, ReplyPath), u32> {
+        let mut b = Body::new();
+        b.xdr().put_opaque(fh);
+        b.xdr().put_u64(off);
+        b.xdr().put_u32(count);
+        let o = CallOpts {
+            write_chunks: if chunk > 0 { vec![chunk] } else { vec![] },
+            ..CallOpts::default()
+        };
+        let r = self.call_opts(proc_::READ, b, &o);
+        let mut rr = success(&r);
+        let st = rr.xdr.get_u32().unwrap();
+        parse_post_op_attr(&mut rr.xdr).unwrap();
+        if st != 0 {
+            return Err(st);
+        }
+        let n = rr.xdr.get_u32().unwrap();
+        let eof = rr.xdr.get_bool().unwrap();
+        let d = rr.get_bulk(1 << 20).unwrap().to_vec();
+        assert_eq!(n as usize, d.len());
+        Ok((d, eof, r.path))
+    }
+
+    fn commit(&mut self, fh: &[u8]) -> Result<[u8; 8], u32> {
+        let mut b = fh_body(fh);
+        b.xdr().put_u64(0);
+        b.xdr().put_u32(0);
+        let r = self.call(proc_::COMMIT, b);
+        let mut rr = success(&r);
+        let st = rr.xdr.get_u32().unwrap();
+        Wcc::parse(&mut rr.xdr).unwrap();
+        if st != 0 {
+            return Err(st);
+        }
+        Ok(rr.xdr.get_fixed(8).unwrap().try_into().unwrap())
+    }
+
+    /// REMOVE / RMDIR status.
+    fn remove(&mut self, dir: &[u8], name: &str, rmdir: bool) -> u32 {
+        let mut b = Body::new();
+        diropargs(&mut b, dir, name);
+        let r = self.call(if rmdir { proc_::RMDIR } else { proc_::REMOVE }, b);
+        let mut rr = success(&r);
+        let st = rr.xdr.get_u32().unwrap();
+        Wcc::parse(&mut rr.xdr).unwrap();
+        st
+    }
+
+    /// READDIR or READDIRPLUS from cookie 0 until EOF: names (and, for PLUS, handles).
+    fn readdir(&mut self, dir: &[u8], plus: bool, count: u32) -> Result<Vec<DirEntry>, u32> {
+        let mut out = vec![];
+        let mut cookie = 0u64;
+        loop {
+            let mut b = fh_body(dir);
+            b.xdr().put_u64(cookie);
+            b.xdr().put_fixed(&[0; 8]);
+            b.xdr().put_u32(count);
+            if plus {
+                b.xdr().put_u32(count * 4);
+            }
+            let o = CallOpts {
+                reply_chunk: Some(1 << 20),
+                ..CallOpts::default()
+            };
+            let r = self.call_opts(
+                if plus {
+                    proc_::READDIRPLUS
+                } else {
+                    proc_::READDIR
+                },
+                b,
+                &o,
+            );
+            let mut rr = success(&r);
+            let st = rr.xdr.get_u32().unwrap();
+            parse_post_op_attr(&mut rr.xdr).unwrap();
+            if st != 0 {
+                return Err(st);
+            }
+            rr.xdr.get_fixed(8).unwrap();
+            while rr.xdr.get_bool().unwrap() {
+                let _ino = rr.xdr.get_u64().unwrap();
+                let name = String::from_utf8(rr.xdr.get_opaque(255).unwrap().to_vec()).unwrap();
+                cookie = rr.xdr.get_u64().unwrap();
+                let fh = if plus {
+                    parse_post_op_attr(&mut rr.xdr).unwrap();
+                    if rr.xdr.get_bool().unwrap() {
+                        Some(rr.xdr.get_opaque(64).unwrap().to_vec())
+                    } else {
+                        None
+                    }
+                } else {
+                    None
+                };
+                out.push((name, fh));
+            }
+            if rr.xdr.get_bool().unwrap() {
+                return Ok(out);
+            }
+        }
+    }
+}
+
+fn pattern(seed: u8, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Every procedure once, with the host directory checked.
+fn exercise(n: &mut Nfs, dir: &TempDir) {
+    let root = n.root.clone();
+    // NULL
+    let r = n.call(proc_::NULL, Body::new());
+    assert!(r.results().is_ok());
+    // GETATTR of the root.
+    let a = n.getattr(&root).unwrap();
+    assert_eq!(a.ftype, ftype::DIR);
+    assert_eq!(a.fileid, std::fs::metadata(&dir.0).unwrap().ino());
+    // CREATE (UNCHECKED), then GUARDED on the same name fails with EXIST.
+    let f = n.create(&root, "a.bin", 0).unwrap();
+    assert_eq!(n.create(&root, "a.bin", 1), Err(Stat::Exist.code()));
+    assert_eq!(
+        std::fs::metadata(dir.0.join("a.bin")).unwrap().mode() & 0o777,
+        0o640
+    );
+    // EXCLUSIVE: a retransmission with the same verifier succeeds with the same file.
+    let x1 = n.create(&root, "x.bin", 2).unwrap();
+    let x2 = n.create(&root, "x.bin", 2).unwrap();
+    assert_eq!(x1, x2);
+    // WRITE 300 KiB by read chunk (FILE_SYNC), READ it back by write chunk.
+    let data = pattern(3, 300 * 1024);
+    let pulled0 = ServerStats::get(&n._srv.stats().reads_pulled);
+    let (cnt, committed, _) = n.write(&f, 0, &data, 2).unwrap();
+    assert_eq!(
+        ServerStats::get(&n._srv.stats().reads_pulled),
+        pulled0 + 1,
+        "the WRITE data came by read chunk"
+    );
+    assert_eq!((cnt as usize, committed), (data.len(), 2));
+    assert_eq!(std::fs::read(dir.0.join("a.bin")).unwrap(), data);
+    let written0 = ServerStats::get(&n._srv.stats().bytes_written);
+    let (d, eof, path) = n.read(&f, 0, data.len() as u32, 1 << 20).unwrap();
+    assert_eq!(d, data);
+    assert_eq!(
+        ServerStats::get(&n._srv.stats().bytes_written),
+        written0 + data.len() as u64,
+        "the READ data went by write chunk"
+    );
+    assert!(eof);
+    assert_eq!(
+        path,
+        ReplyPath::Inline,
+        "the data went by write chunk, the rest inline"
+    );
+    // A small READ inline (no chunk offered), not at EOF.
+    let (d, eof, _) = n.read(&f, 10, 100, 0).unwrap();
+    assert_eq!((d.as_slice(), eof), (&data[10..110], false));
+    // LOOKUP finds it with the same handle.
+    let (fh2, attrs) = n.lookup(&root, "a.bin").unwrap();
+    assert_eq!(fh2, f);
+    assert_eq!(attrs.size, data.len() as u64);
+    assert_eq!(n.lookup(&root, "nope"), Err(Stat::NoEnt.code()));
+    // SETATTR: truncate and chmod, visible on the host.
+    let mut b = fh_body(&f);
+    Sattr3 {
+        size: Some(1000),
+        mode: Some(0o600),
+        mtime: SetTime::Client(NfsTime {
+            seconds: 1_000_000,
+            nseconds: 0,
+        }),
+        ..Default::default()
+    }
+    .emit(b.xdr());
+    b.xdr().put_bool(false);
+    let r = n.call(proc_::SETATTR, b);
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    let w = Wcc::parse(&mut rr.xdr).unwrap();
+    assert_eq!(w.after.unwrap().size, 1000);
+    let m = std::fs::metadata(dir.0.join("a.bin")).unwrap();
+    assert_eq!(
+        (m.len(), m.mode() & 0o777, m.mtime()),
+        (1000, 0o600, 1_000_000)
+    );
+    // ACCESS: root gets what it asks on a file except EXECUTE (no x bit).
+    let mut b = fh_body(&f);
+    b.xdr().put_u32(0x3f);
+    let r = n.call(proc_::ACCESS, b);
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    parse_post_op_attr(&mut rr.xdr).unwrap();
+    let got = rr.xdr.get_u32().unwrap();
+    assert_eq!(got & access::READ, access::READ);
+    assert_eq!(got & access::MODIFY, access::MODIFY);
+    assert_eq!(got & access::EXECUTE, 0);
+    // MKDIR, SYMLINK, READLINK.
+    let d = n.mkdir(&root, "sub").unwrap();
+    assert!(dir.0.join("sub").is_dir());
+    let l = n.symlink(&d, "ln", "../a.bin").unwrap();
+    assert_eq!(
+        std::fs::read_link(dir.0.join("sub/ln")).unwrap(),
+        PathBuf::from("../a.bin")
+    );
+    let r = n.call(proc_::READLINK, fh_body(&l));
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    parse_post_op_attr(&mut rr.xdr).unwrap();
+    assert_eq!(rr.xdr.get_opaque(4096).unwrap(), b"../a.bin");
+    // LINK a.bin as sub/hard.
+    let mut b = fh_body(&f);
+    diropargs(&mut b, &d, "hard");
+    let r = n.call(proc_::LINK, b);
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    assert_eq!(
+        std::fs::metadata(dir.0.join("sub/hard")).unwrap().ino(),
+        std::fs::metadata(dir.0.join("a.bin")).unwrap().ino()
+    );
+    // RENAME sub/hard -> root/moved.
+    let mut b = Body::new();
+    diropargs(&mut b, &d, "hard");
+    diropargs(&mut b, &root, "moved");
+    let r = n.call(proc_::RENAME, b);
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    Wcc::parse(&mut rr.xdr).unwrap();
+    Wcc::parse(&mut rr.xdr).unwrap();
+    assert!(dir.0.join("moved").exists() && !dir.0.join("sub/hard").exists());
+    // A renamed directory: its handle still resolves, its children too.
+    let mut b = Body::new();
+    diropargs(&mut b, &root, "sub");
+    diropargs(&mut b, &root, "sub2");
+    let r = n.call(proc_::RENAME, b);
+    assert_eq!(success(&r).xdr.get_u32().unwrap(), 0);
+    assert_eq!(n.getattr(&d).unwrap().ftype, ftype::DIR);
+    assert_eq!(n.getattr(&l).unwrap().ftype, ftype::LNK);
+    // READDIR and READDIRPLUS (small count: several calls with cookies).
+    for _ in 0..40 {
+        n.create(&d, &format!("f{:02}", rand_suffix() % 100_000), 0)
+            .ok();
+    }
+    let want: std::collections::BTreeSet<String> = std::fs::read_dir(dir.0.join("sub2"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .chain([".".to_string(), "..".to_string()])
+        .collect();
+    let plain = n.readdir(&d, false, 512).unwrap();
+    let got: std::collections::BTreeSet<String> = plain.iter().map(|e| e.0.clone()).collect();
+    assert_eq!(got, want);
+    assert_eq!(plain.len(), want.len(), "no entry twice");
+    let plus = n.readdir(&d, true, 1024).unwrap();
+    let got: std::collections::BTreeSet<String> = plus.iter().map(|e| e.0.clone()).collect();
+    assert_eq!(got, want);
+    let lnfh = plus
+        .iter()
+        .find(|e| e.0 == "ln")
+        .unwrap()
+        .1
+        .clone()
+        .unwrap();
+    assert_eq!(lnfh, l);
+    // READDIR with a count too small for one entry: TOOSMALL.
+    let mut b = fh_body(&d);
+    b.xdr().put_u64(0);
+    b.xdr().put_fixed(&[0; 8]);
+    b.xdr().put_u32(50);
+    let r = n.call(proc_::READDIR, b);
+    assert_eq!(success(&r).xdr.get_u32().unwrap(), Stat::TooSmall.code());
+    // REMOVE, RMDIR (not empty, then empty).
+    assert_eq!(n.remove(&root, "moved", false), 0);
+    assert!(!dir.0.join("moved").exists());
+    assert_eq!(n.remove(&root, "sub2", true), Stat::NotEmpty.code());
+    assert_eq!(n.remove(&root, "sub2", false), Stat::IsDir.code());
+    let e = n.mkdir(&root, "empty").unwrap();
+    assert_eq!(n.remove(&root, "empty", true), 0);
+    assert_eq!(n.getattr(&e), Err(Stat::Stale.code()), "removed: stale");
+    // FSSTAT, FSINFO, PATHCONF.
+    let r = n.call(proc_::FSSTAT, fh_body(&root));
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    parse_post_op_attr(&mut rr.xdr).unwrap();
+    let tbytes = rr.xdr.get_u64().unwrap();
+    assert!(tbytes > 0);
+    let r = n.call(proc_::FSINFO, fh_body(&root));
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    parse_post_op_attr(&mut rr.xdr).unwrap();
+    let rtmax = rr.xdr.get_u32().unwrap();
+    rr.xdr.get_u32().unwrap();
+    rr.xdr.get_u32().unwrap();
+    let wtmax = rr.xdr.get_u32().unwrap();
+    assert_eq!((rtmax, wtmax), (1 << 20, 1 << 20));
+    let r = n.call(proc_::PATHCONF, fh_body(&root));
+    let mut rr = success(&r);
+    assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+    parse_post_op_attr(&mut rr.xdr).unwrap();
+    rr.xdr.get_u32().unwrap();
+    assert_eq!(rr.xdr.get_u32().unwrap(), 255);
+    // COMMIT returns the WRITE verifier.
+    let (_, _, wv) = n.write(&f, 0, b"hello", 0).unwrap();
+    assert_eq!(n.commit(&f).unwrap(), wv);
+    // MKNOD is not supported.
+    let mut b = Body::new();
+    diropargs(&mut b, &root, "fifo");
+    b.xdr().put_u32(ftype::FIFO);
+    Sattr3::default().emit(b.xdr());
+    let r = n.call(proc_::MKNOD, b);
+    assert_eq!(success(&r).xdr.get_u32().unwrap(), Stat::NotSupp.code());
+}
+
+#[test]
+fn every_procedure_over_memlink() {
+    let dir = TempDir::new("mem");
+    let mut n = over_memlink(&dir);
+    exercise(&mut n, &dir);
+}
+
+#[test]
+fn every_procedure_over_kernel_tcp() {
+    let dir = TempDir::new("tcp");
+    let (s, e) = server(&dir);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    let mut n = Nfs {
+        c,
+        e,
+        root,
+        _srv: s,
+    };
+    exercise(&mut n, &dir);
+    drop(n);
+    h.stop();
+}
+
+/// The Linux 6.1 NFS/RDMA client's connection as captured (docs/nfs.md): MPA rev 2 enhanced,
+/// CRC off, IRD 128 / ORD 0 and RFC 8797 §4 private data `f6ab0e18 01 01 03 03` after them, no
+/// CONFIG_RDMA, 128 credits asked. dpwarp accepts it, and WRITE by read chunk and READ by write
+/// chunk work (the server's RDMA Reads use the client's IRD).
+#[test]
+fn linux_client_connection_parameters() {
+    let dir = TempDir::new("linuxparams");
+    let (s, e) = server(&dir);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let cfg = ClientConfig {
+        credits: 128,
+        configure: false,
+        inline_send: 1024,
+        inline_recv: 4096,
+        conn: dpwarp::cm::ConnParam {
+            private_data: vec![0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03],
+            responder_resources: 128,
+            initiator_depth: 0,
+            crc: false,
+            ..dpwarp::cm::ConnParam::default()
+        },
+        ..ClientConfig::default()
+    };
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, cfg).unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    let mut n = Nfs {
+        c,
+        e,
+        root: root.clone(),
+        _srv: s,
+    };
+    assert_eq!(n.getattr(&root).unwrap().ftype, ftype::DIR);
+    let f = n.create(&root, "linux", 0).unwrap();
+    let data = pattern(9, 128 * 1024);
+    let (cnt, _, _) = n.write(&f, 0, &data, 0).unwrap();
+    assert_eq!(cnt as usize, data.len());
+    let (d, eof, _) = n.read(&f, 0, data.len() as u32, data.len()).unwrap();
+    assert_eq!((d, eof), (data, true));
+    drop(n);
+    h.stop();
+}
+
+#[test]
+fn forged_and_stale_handles_are_refused() {
+    let dir = TempDir::new("forge");
+    std::fs::write(dir.0.join("secret"), b"x").unwrap();
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let (fh, _) = n.lookup(&root, "secret").unwrap();
+    // Flip each byte in turn: never accepted.
+    for i in 0..fh.len() {
+        let mut f = fh.clone();
+        f[i] ^= 0x01;
+        assert_eq!(n.getattr(&f), Err(Stat::BadHandle.code()), "byte {i}");
+    }
+    // Wrong length, empty.
+    assert_eq!(n.getattr(&fh[..40]), Err(Stat::BadHandle.code()));
+    assert_eq!(n.getattr(&[]), Err(Stat::BadHandle.code()));
+    // A handle of another server instance (another secret) for the same file.
+    let other = Export::new(&dir.0).unwrap();
+    let theirs = other.root_handle().unwrap();
+    assert_eq!(n.getattr(&theirs), Err(Stat::BadHandle.code()));
+    // A handle for a file replaced behind the server's back: stale.
+    std::fs::remove_file(dir.0.join("secret")).unwrap();
+    assert_eq!(n.getattr(&fh), Err(Stat::Stale.code()));
+    std::fs::write(dir.0.join("secret"), b"new").unwrap();
+    let r = n.getattr(&fh);
+    assert!(
+        r == Err(Stat::Stale.code()),
+        "a new file at the old path is not the old handle's object: {r:?}"
+    );
+    // Sanity: the export root handle still works.
+    assert!(n.getattr(&root).is_ok());
+    let _ = n.e.root_path();
+}
+
+#[test]
+fn dotdot_and_symlink_escapes_are_refused() {
+    let outside = TempDir::new("outside");
+    std::fs::write(outside.0.join("passwd"), b"outside data").unwrap();
+    let dir = TempDir::new("escape");
+    std::fs::create_dir(dir.0.join("d")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, dir.0.join("out")).unwrap();
+    std::os::unix::fs::symlink(outside.0.join("passwd"), dir.0.join("d/pw")).unwrap();
+    std::os::unix::fs::symlink("../..", dir.0.join("d/up")).unwrap();
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    // `..` of the root is the root.
+    let (up, a) = n.lookup(&root, "..").unwrap();
+    assert_eq!(up, root);
+    assert_eq!(a.fileid, std::fs::metadata(&dir.0).unwrap().ino());
+    let (d, _) = n.lookup(&root, "d").unwrap();
+    let (dd, _) = n.lookup(&d, "..").unwrap();
+    assert_eq!(dd, root);
+    // Names with a slash are refused.
+    assert!(n.lookup(&root, "d/../..").is_err());
+    assert!(n.lookup(&root, "../x").is_err());
+    // A symlink to a directory outside: LOOKUP gives the symlink itself, which is not a
+    // directory, so nothing can be looked up through it.
+    let (out, a) = n.lookup(&root, "out").unwrap();
+    assert_eq!(a.ftype, ftype::LNK);
+    assert_eq!(n.lookup(&out, "passwd"), Err(Stat::NotDir.code()));
+    // A symlink to a file outside: READ refuses it (not a regular file), never follows it.
+    let (pw, _) = n.lookup(&d, "pw").unwrap();
+    assert_eq!(n.read(&pw, 0, 100, 0), Err(Stat::Inval.code()));
+    assert_eq!(n.write(&pw, 0, b"pwned", 2), Err(Stat::Inval.code()));
+    assert_eq!(
+        std::fs::read(outside.0.join("passwd")).unwrap(),
+        b"outside data"
+    );
+    let (up, _) = n.lookup(&d, "up").unwrap();
+    assert_eq!(n.lookup(&up, ".."), Err(Stat::NotDir.code()));
+    // CREATE through a symlink name: refused, nothing written outside.
+    assert!(n.create(&d, "pw", 0).is_err());
+    assert_eq!(
+        std::fs::read(outside.0.join("passwd")).unwrap(),
+        b"outside data"
+    );
+    // A directory swapped for a symlink behind the server's back: the old handle's path now
+    // meets a symlink, which resolution refuses (stale), never followed.
+    std::fs::create_dir(dir.0.join("e")).unwrap();
+    let (e, _) = n.lookup(&root, "e").unwrap();
+    std::fs::remove_dir(dir.0.join("e")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, dir.0.join("e")).unwrap();
+    assert_eq!(n.lookup(&e, "passwd"), Err(Stat::Stale.code()));
+}
+
+#[test]
+fn write_commit_verifier_and_read_at_eof() {
+    let dir = TempDir::new("verf");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let f = n.create(&root, "v", 0).unwrap();
+    let (c0, s0, v0) = n.write(&f, 0, &pattern(1, 4096), 0).unwrap();
+    assert_eq!((c0, s0), (4096, 0), "UNSTABLE answered UNSTABLE");
+    let (_, s1, v1) = n.write(&f, 4096, &pattern(2, 4096), 1).unwrap();
+    assert_eq!(s1, 1, "DATA_SYNC");
+    let (_, s2, v2) = n.write(&f, 8192, &pattern(3, 10), 2).unwrap();
+    assert_eq!(s2, 2, "FILE_SYNC");
+    assert_eq!((v0, v1), (v2, v2), "one verifier per server instance");
+    assert_eq!(n.commit(&f).unwrap(), v0);
+    // Another server instance (a restart) has another verifier.
+    let dir2 = TempDir::new("verf2");
+    let mut n2 = over_memlink(&dir2);
+    let r2 = n2.root.clone();
+    let g = n2.create(&r2, "v", 0).unwrap();
+    let (_, _, w) = n2.write(&g, 0, b"x", 0).unwrap();
+    assert_ne!(w, v0, "a restarted server's verifier differs");
+    // READ at and beyond EOF: empty data, eof true.
+    let size = 8192 + 10;
+    let (d, eof, _) = n.read(&f, size, 100, 0).unwrap();
+    assert!(d.is_empty() && eof);
+    let (d, eof, _) = n.read(&f, size + 1_000_000, 100, 4096).unwrap();
+    assert!(d.is_empty() && eof);
+    let (d, eof, _) = n.read(&f, size - 5, 100, 0).unwrap();
+    assert_eq!((d.len(), eof), (5, true));
+    // WRITE with count above the data: INVAL; on a directory: ISDIR.
+    let mut b = Body::new();
+    b.xdr().put_opaque(&f);
+    b.xdr().put_u64(0);
+    b.xdr().put_u32(100);
+    b.xdr().put_u32(0);
+    b.put_bulk(vec![1; 10]);
+    let r = n.call(proc_::WRITE, b);
+    assert_eq!(success(&r).xdr.get_u32().unwrap(), Stat::Inval.code());
+    assert_eq!(n.write(&root, 0, b"x", 0), Err(Stat::IsDir.code()));
+}
+
+#[test]
+fn malformed_call_gets_garbage_args_and_the_next_is_served() {
+    let dir = TempDir::new("garbage");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    // A truncated GETATTR (length word says 44, nothing follows).
+    let mut b = Body::new();
+    b.xdr().put_u32(44);
+    let r = n.call(proc_::GETATTR, b);
+    assert_eq!(
+        r.header.stat,
+        ReplyStat::Accepted {
+            verf: Auth::None,
+            stat: AcceptStat::GarbageArgs
+        }
+    );
+    // A handle longer than NFS3_FHSIZE.
+    let mut b = Body::new();
+    b.xdr().put_opaque(&[0u8; 65]);
+    let r = n.call(proc_::GETATTR, b);
+    assert!(matches!(
+        r.header.stat,
+        ReplyStat::Accepted {
+            stat: AcceptStat::GarbageArgs,
+            ..
+        }
+    ));
+    // A bad stable_how.
+    let mut b = fh_body(&root);
+    b.xdr().put_u64(0);
+    b.xdr().put_u32(1);
+    b.xdr().put_u32(7);
+    b.xdr().put_opaque(b"x");
+    let r = n.call(proc_::WRITE, b);
+    assert!(matches!(
+        r.header.stat,
+        ReplyStat::Accepted {
+            stat: AcceptStat::GarbageArgs,
+            ..
+        }
+    ));
+    // The connection goes on.
+    assert_eq!(n.getattr(&root).unwrap().ftype, ftype::DIR);
+    // NFSACL and NLM are not served: PROG_UNAVAIL.
+    for prog in [100227, 100021] {
+        let r =
+            n.c.call(prog, 3, 0, Body::new(), &CallOpts::default())
+                .unwrap();
+        assert!(matches!(
+            r.header.stat,
+            ReplyStat::Accepted {
+                stat: AcceptStat::ProgUnavail,
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
+fn credentials_are_checked() {
+    let dir = TempDir::new("cred");
+    std::fs::write(dir.0.join("private"), b"root only").unwrap();
+    std::fs::set_permissions(
+        dir.0.join("private"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let (p, _) = n.lookup(&root, "private").unwrap();
+    n.c.cred = user_cred(1234);
+    assert_eq!(n.read(&p, 0, 10, 0), Err(Stat::Acces.code()));
+    assert_eq!(n.write(&p, 0, b"x", 2), Err(Stat::Acces.code()));
+    // The root directory is 0755 root-owned (made by the test as root): no CREATE for uid 1234.
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    assert_eq!(n.create(&root, "mine", 0), Err(Stat::Acces.code()));
+    // A world-writable directory: the new file belongs to the caller.
+    std::fs::create_dir(dir.0.join("pub")).unwrap();
+    std::fs::set_permissions(
+        dir.0.join("pub"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let (pubd, _) = n.lookup(&root, "pub").unwrap();
+    n.create(&pubd, "mine", 0).unwrap();
+    let m = std::fs::metadata(dir.0.join("pub/mine")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 1234));
+    assert_eq!(
+        m.mode() & 0o777,
+        0o640,
+        "the mode asked for, not narrowed by a umask"
+    );
+    // An UNCHECKED CREATE of someone else's existing file takes nothing over.
+    std::fs::write(dir.0.join("pub/theirs"), b"data").unwrap();
+    n.create(&pubd, "theirs", 0).unwrap();
+    let m = std::fs::metadata(dir.0.join("pub/theirs")).unwrap();
+    assert_eq!((m.uid(), m.len()), (0, 4));
+}
+
+#[test]
+fn mount_and_portmapper_over_tcp() {
+    let dir = TempDir::new("mount");
+    let e = Arc::new(Export::new(&dir.0).unwrap());
+    let mut mreg = Registry::new();
+    mount::register_mount(&mut mreg, e.clone(), "/export");
+    let mh = tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), mreg).unwrap();
+    let mut preg = Registry::new();
+    mount::register_pmap(&mut preg, mount::pmap_table(mh.addr.port(), 0));
+    let ph = tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), preg).unwrap();
+
+    // rpcbind: GETPORT MOUNT v3/TCP.
+    let mut pc = TcpClient::connect(ph.addr, 1).unwrap();
+    let r = pc
+        .call(PMAP_PROG, PMAP_V2, pproc::NULL, &Body::new())
+        .unwrap();
+    assert!(r.results().is_ok());
+    let mut b = Body::new();
+    for v in [MOUNT_PROG, MOUNT_V3, IPPROTO_TCP, 0] {
+        b.xdr().put_u32(v);
+    }
+    let r = pc.call(PMAP_PROG, PMAP_V2, pproc::GETPORT, &b).unwrap();
+    assert_eq!(
+        r.results().unwrap().xdr.get_u32().unwrap(),
+        u32::from(mh.addr.port())
+    );
+    // Not registered: port 0.
+    let mut b = Body::new();
+    for v in [100021, 4, IPPROTO_TCP, 0] {
+        b.xdr().put_u32(v);
+    }
+    let r = pc.call(PMAP_PROG, PMAP_V2, pproc::GETPORT, &b).unwrap();
+    assert_eq!(r.results().unwrap().xdr.get_u32().unwrap(), 0);
+    // rpcbind v3/v4 is not served: PROG_MISMATCH 2..2 (the client falls back to v2).
+    let r = pc.call(PMAP_PROG, 4, 0, &Body::new()).unwrap();
+    assert!(matches!(
+        r.header.stat,
+        ReplyStat::Accepted {
+            stat: AcceptStat::ProgMismatch { low: 2, high: 2 },
+            ..
+        }
+    ));
+
+    // MOUNT: NULL, MNT (with and without a trailing slash), unknown path, EXPORT, UMNT.
+    let mut mc = TcpClient::connect(mh.addr, 1).unwrap();
+    assert!(mc
+        .call(MOUNT_PROG, MOUNT_V3, mproc::NULL, &Body::new())
+        .unwrap()
+        .results()
+        .is_ok());
+    for path in ["/export", "/export/"] {
+        let mut b = Body::new();
+        b.xdr().put_opaque(path.as_bytes());
+        let r = mc.call(MOUNT_PROG, MOUNT_V3, mproc::MNT, &b).unwrap();
+        let mut rr = r.results().unwrap();
+        assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+        let fh = rr.xdr.get_opaque(64).unwrap();
+        assert_eq!(fh, e.root_handle().unwrap().as_slice());
+        let n = rr.xdr.get_u32().unwrap();
+        let flavors: Vec<u32> = (0..n).map(|_| rr.xdr.get_u32().unwrap()).collect();
+        assert_eq!(flavors, vec![1, 0]);
+    }
+    let mut b = Body::new();
+    b.xdr().put_opaque(b"/etc");
+    let r = mc.call(MOUNT_PROG, MOUNT_V3, mproc::MNT, &b).unwrap();
+    assert_eq!(
+        r.results().unwrap().xdr.get_u32().unwrap(),
+        mount::MNT3ERR_NOENT
+    );
+    let r = mc
+        .call(MOUNT_PROG, MOUNT_V3, mproc::EXPORT, &Body::new())
+        .unwrap();
+    let mut rr = r.results().unwrap();
+    assert!(rr.xdr.get_bool().unwrap());
+    assert_eq!(rr.xdr.get_opaque(1024).unwrap(), b"/export");
+    let mut b = Body::new();
+    b.xdr().put_opaque(b"/export");
+    assert!(mc
+        .call(MOUNT_PROG, MOUNT_V3, mproc::UMNT, &b)
+        .unwrap()
+        .results()
+        .is_ok());
+    // A malformed MNT: GARBAGE_ARGS, and the connection goes on.
+    let mut b = Body::new();
+    b.xdr().put_u32(5000);
+    let r = mc.call(MOUNT_PROG, MOUNT_V3, mproc::MNT, &b).unwrap();
+    assert!(matches!(
+        r.header.stat,
+        ReplyStat::Accepted {
+            stat: AcceptStat::GarbageArgs,
+            ..
+        }
+    ));
+    assert!(mc
+        .call(MOUNT_PROG, MOUNT_V3, mproc::NULL, &Body::new())
+        .unwrap()
+        .results()
+        .is_ok());
+    // NFSACL over the MOUNT port: PROG_UNAVAIL.
+    let r = mc.call(100227, 3, 0, &Body::new()).unwrap();
+    assert!(matches!(
+        r.header.stat,
+        ReplyStat::Accepted {
+            stat: AcceptStat::ProgUnavail,
+            ..
+        }
+    ));
+    drop((pc, mc));
+    mh.stop();
+    ph.stop();
+}
