@@ -10,6 +10,7 @@ mod demo;
 mod dpperf;
 mod load;
 mod net;
+mod nfs_probe;
 mod nfs_server;
 #[cfg(not(feature = "dpdk"))]
 mod nodpdk;
@@ -56,6 +57,9 @@ enum Cmd {
     RpcServer(rpc_server::Args),
     /// Serve a host directory as NFSv3 over RPC-over-RDMA, with MOUNT v3 and rpcbind over TCP.
     NfsServer(nfs_server::Args),
+    /// dpwarp's RPC-over-RDMA client against an NFSv3/RDMA server (e.g. Linux knfsd): rpcbind,
+    /// MOUNT over TCP, then NFS NULL, FSINFO and GETATTR on the export's root over RDMA.
+    NfsProbe(nfs_probe::Args),
     /// Benchmark NULL/READ/WRITE over RPC-over-RDMA and ONC RPC/TCP (--compare --json).
     RpcBench(rpc_bench::Args),
     /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
@@ -99,6 +103,10 @@ fn main() {
         Cmd::TcpBaseline(a) => a.verbosity.verbose,
         Cmd::RpcServer(a) => a.verbosity.verbose,
         Cmd::NfsServer(a) => a.verbosity.verbose,
+        Cmd::NfsProbe(a) => {
+            a.net.config_from_env = config_from_env;
+            a.verbosity.verbose
+        }
         Cmd::RpcBench(a) => a.verbosity.verbose,
         Cmd::FpduAlign { .. } => 0,
     };
@@ -122,6 +130,7 @@ fn main() {
             }),
         Cmd::RpcServer(a) => rpc_server::run(a),
         Cmd::NfsServer(a) => nfs_server::run(a),
+        Cmd::NfsProbe(a) => nfs_probe::run(a),
         Cmd::RpcBench(a) => rpc_bench::run(a),
         Cmd::Rping(a) => rping::run(a),
         Cmd::Perf(a) => perf::run(a),
