@@ -17,7 +17,7 @@ use crate::mpa::{
 };
 use crate::rdma::{
     MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind, RtrRole,
-    SendWr, WorkCompletion,
+    SendWr, WcStatus, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
 
@@ -102,6 +102,9 @@ pub struct Connection {
     /// Work requests posted before the QP engine exists (ibverbs allows post_recv in INIT/RTR).
     early_recv: VecDeque<RecvWr>,
     early_send: VecDeque<SendWr>,
+    /// Completions of early send WRs the QP engine refused at establishment (e.g. a Read when
+    /// the negotiated ORD is 0): they complete in error rather than vanish.
+    refused: VecDeque<WorkCompletion>,
     events: VecDeque<ConnEvent>,
     /// Bytes to send that were produced outside `poll_transmit` (startup frames, TERMINATE).
     tx: Vec<u8>,
@@ -132,6 +135,7 @@ impl Connection {
             data: None,
             early_recv: VecDeque::new(),
             early_send: VecDeque::new(),
+            refused: VecDeque::new(),
             events: VecDeque::new(),
             tx: Vec::new(),
             ulpdu: Vec::with_capacity(MAX_RX_ULPDU),
@@ -279,6 +283,9 @@ impl Connection {
 
     /// Next work completion, if any.
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        if let Some(wc) = self.refused.pop_front() {
+            return Some(wc);
+        }
         self.data.as_mut()?.qp.poll_completion()
     }
 
@@ -473,8 +480,21 @@ impl Connection {
             }
         }
         for wr in self.early_send.drain(..) {
+            let (wr_id, opcode) = (wr.wr_id, wr.opcode.wc_opcode());
             if let Err(e) = qp.post_send(wr) {
-                log::warn!("conn: send posted before establishment refused: {e}");
+                log::warn!("conn: send WR {wr_id} posted before establishment refused: {e}");
+                self.refused.push_back(WorkCompletion {
+                    wr_id,
+                    status: match e {
+                        PostError::ZeroOrd => WcStatus::LocQpOpErr,
+                        PostError::Invalid(_) => WcStatus::LocProtErr,
+                        _ => WcStatus::WrFlushErr,
+                    },
+                    opcode,
+                    byte_len: 0,
+                    invalidated_rkey: None,
+                    solicited: false,
+                });
             }
         }
         let held = if rtr.is_some() { Some(n.clone()) } else { None };

@@ -5,7 +5,11 @@
 //!   buffers and Read sinks): a bad SGE is refused with `PostError::Invalid` and nothing is queued.
 //! - An RDMA Read takes one sink: several SGEs are accepted only when they are contiguous in the
 //!   same region (like siw's single sink SGE).
-//! - IRD/ORD of 0 (MPA rev 1 has no negotiation) are treated as 1 so Reads still work.
+//! - IRD and ORD are hard limits (RFC 5040 §6.1, §6.5; RFC 6581 §9.1): a Read Request beyond IRD
+//!   is answered by TERMINATE (DDP untagged "no buffer" on QN 1), so IRD 0 refuses every Read
+//!   (the zero-length RTR Read of RFC 6581 §9.2 is not counted); with ORD 0 a Read is refused at
+//!   post time (`PostError::ZeroOrd`); with ORD n > 0 further Reads wait on the send queue
+//!   (bounded by its depth) until a Read Response completes one.
 //! - Send/Write completions are queued when the last ULPDU is handed out (RFC 5041 §5.4), in
 //!   submission order behind earlier Reads (RFC 5040 §5.5 rule 15). A received TERMINATE that
 //!   names one of our messages (its DDP header) turns that message's not-yet-polled completion
@@ -288,10 +292,10 @@ impl QpEngine {
     }
 
     fn ord(&self) -> usize {
-        self.cfg.ord.max(1) as usize
+        self.cfg.ord as usize
     }
     fn ird(&self) -> usize {
-        self.cfg.ird.max(1) as usize
+        self.cfg.ird as usize
     }
 
     fn check_sges(&self, sges: &[Sge], need: Access) -> Result<u64, PostError> {
@@ -305,6 +309,10 @@ impl QpEngine {
         }
         if self.inflight.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
+        }
+        if self.cfg.ord == 0 && matches!(wr.opcode, Opcode::Read { .. }) {
+            log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
+            return Err(PostError::ZeroOrd);
         }
         let (total, opcode, ident) = validate_send(&self.mem, self.cfg.pd, &wr)?;
         let seq = self.next_seq;

@@ -595,7 +595,16 @@ fn serve(ctx: &Ctx, req: AnyRequest, param: &ConnParam) -> Result<(), String> {
         .accept(&qp, param)
         .map_err(|e| format!("connect error: {e}"))?;
     log::info!("rping: accepted: {}", describe(&n));
-    let res = serve_loop(ctx, &cq, &qp, &b);
+    let res = if n.ord == 0 {
+        // RFC 6581 §9.1 / RFC 5040 §6.1: no more outstanding Reads than the ORD, and the
+        // initiator's IRD 0 left us none; rping's server needs one RDMA Read per ping.
+        Err(format!(
+            "the peer's IRD is {} so the negotiated ORD is 0: rping's server needs RDMA Read; closing",
+            n.peer_ird.map_or("unknown".to_string(), |i| i.to_string())
+        ))
+    } else {
+        serve_loop(ctx, &cq, &qp, &b)
+    };
     qp.disconnect();
     qp.wait_closed(Duration::from_secs(2));
     res.map_err(|e| format!("rping server failed: {e}"))
