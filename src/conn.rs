@@ -466,6 +466,10 @@ impl Connection {
             rtr,
         };
         let mut qp = QpEngine::new(qp_cfg, self.mem.clone());
+        if n.revision == 0 {
+            // RFC 5044 App. C: an RDMAC peer (MPA Rev 0) speaks DDP/RDMAP version 0.
+            qp.use_rdmac_version();
+        }
         if n.role == Role::Responder && n.rtr.is_some() {
             // RFC 6581 §9.2: the initiator may send any of the RTR kinds we advertised.
             let kinds: Vec<RtrKind> = [RtrKind::Send, RtrKind::Write, RtrKind::Read]

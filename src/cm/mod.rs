@@ -48,6 +48,11 @@ pub struct ConnParam {
     pub timeout: Duration,
     /// Kernel TCP: disable Nagle (default true; RFC 5044 App. A.2).
     pub nodelay: bool,
+    /// RFC 5044 App. C permissive mode (default false): as initiator, accept an RDMA Consortium
+    /// peer's MPA Rev 0 Reply (then DDP/RDMAP version 0, markers and CRC both ways); see
+    /// [`MpaConfig::rev0_permissive`]. A listener takes Rev 0 Requests only when told so
+    /// ([`Listener::set_mpa_rev0_permissive`]); accepting such a request needs nothing here.
+    pub mpa_rev0_permissive: bool,
 }
 
 impl Default for ConnParam {
@@ -64,6 +69,7 @@ impl Default for ConnParam {
             fallback_rev1: false,
             timeout: Duration::from_secs(5),
             nodelay: true,
+            mpa_rev0_permissive: false,
         }
     }
 }
@@ -81,6 +87,7 @@ impl ConnParam {
             private_data: self.private_data.clone(),
             fallback_rev1: self.fallback_rev1,
             timeout: self.timeout,
+            rev0_permissive: self.mpa_rev0_permissive,
         }
     }
 
@@ -184,6 +191,7 @@ pub fn connect_tcp_with_fallback(
 pub struct Listener {
     inner: KernelListener,
     nodelay: bool,
+    rev0_permissive: bool,
 }
 
 impl Listener {
@@ -192,7 +200,16 @@ impl Listener {
         Ok(Listener {
             inner: KernelListener::bind(addr)?,
             nodelay: true,
+            rev0_permissive: false,
         })
+    }
+
+    /// RFC 5044 App. C permissive mode (default off): also report MPA Rev 0 Requests from RDMA
+    /// Consortium peers (M=1, C=1, S=0), which `accept` answers with a Rev 0 Reply and then
+    /// DDP/RDMAP version 0 with markers and CRC both ways. Off, a Rev 0 Request is closed
+    /// without a reply (RFC 5044 §7.1.1). See [`MpaConfig::rev0_permissive`].
+    pub fn set_mpa_rev0_permissive(&mut self, on: bool) {
+        self.rev0_permissive = on;
     }
 
     /// The bound address.
@@ -209,7 +226,11 @@ impl Listener {
             .ok_or(CmError::Timeout)?;
         let t = KernelTcp::from_stream(stream, self.nodelay)?;
         let left = deadline.saturating_duration_since(Instant::now());
-        ConnRequest::read(Box::new(t), left.max(Duration::from_millis(1)))
+        ConnRequest::read_with(
+            Box::new(t),
+            left.max(Duration::from_millis(1)),
+            self.rev0_permissive,
+        )
     }
 }
 
@@ -224,12 +245,26 @@ pub struct ConnRequest {
 
 impl ConnRequest {
     /// Read an MPA Request from `transport` (the passive side of a stream).
-    pub fn read(mut transport: Box<dyn Transport>, timeout: Duration) -> Result<Self, CmError> {
+    pub fn read(transport: Box<dyn Transport>, timeout: Duration) -> Result<Self, CmError> {
+        Self::read_with(transport, timeout, false)
+    }
+
+    /// [`ConnRequest::read`], also taking an RDMAC peer's MPA Rev 0 Request when
+    /// `rev0_permissive` is set (RFC 5044 App. C, [`MpaConfig::rev0_permissive`]).
+    pub fn read_with(
+        mut transport: Box<dyn Transport>,
+        timeout: Duration,
+        rev0_permissive: bool,
+    ) -> Result<Self, CmError> {
         let now = Instant::now();
         let deadline = now + timeout;
         // A probe responder parses the Request; the real one is built at accept time with the
         // application's parameters and fed the same bytes.
-        let mut probe = Startup::responder(MpaConfig::default(), now);
+        let probe_cfg = MpaConfig {
+            rev0_permissive,
+            ..MpaConfig::default()
+        };
+        let mut probe = Startup::responder(probe_cfg, now);
         let mut raw = Vec::new();
         let mut buf = [0u8; 1024];
         loop {
@@ -283,7 +318,9 @@ impl ConnRequest {
         if !qp.claim() {
             return Err(CmError::QpInUse);
         }
-        let cfg = param.conn_config(qp, self.transport.emss());
+        let mut cfg = param.conn_config(qp, self.transport.emss());
+        // A Rev 0 Request got here only through a permissive listener (RFC 5044 App. C).
+        cfg.mpa.rev0_permissive |= self.peer.revision == 0;
         let now = Instant::now();
         let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
         conn.on_bytes(&self.raw, now);
@@ -312,7 +349,11 @@ pub(crate) fn reject_frame(raw: &[u8], private_data: &[u8]) -> Vec<u8> {
     let now = Instant::now();
     let mut conn = Connection::responder(
         ConnConfig {
-            mpa: MpaConfig::default(),
+            // The Request was validated by the listener; a Rev 0 one only if it was permissive.
+            mpa: MpaConfig {
+                rev0_permissive: true,
+                ..MpaConfig::default()
+            },
             ..ConnConfig::default()
         },
         crate::rdma::MemoryTable::new(),

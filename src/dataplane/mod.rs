@@ -592,6 +592,12 @@ impl Endpoint {
 
     /// Listen on `port` on every worker (`rdma_listen`).
     pub fn listen(&self, port: u16) -> Result<DpListener, CmError> {
+        self.listen_with(port, false)
+    }
+
+    /// [`Endpoint::listen`]; with `mpa_rev0_permissive` the listener also takes MPA Rev 0
+    /// Requests from RDMA Consortium peers (RFC 5044 App. C; `cm::Listener::set_mpa_rev0_permissive`).
+    pub fn listen_with(&self, port: u16, mpa_rev0_permissive: bool) -> Result<DpListener, CmError> {
         let (rtx, rrx) = crossbeam_channel::bounded(64);
         for w in self.workers.iter() {
             let (ok_tx, ok_rx) = crossbeam_channel::bounded(1);
@@ -599,6 +605,7 @@ impl Endpoint {
                 port,
                 requests: rtx.clone(),
                 reply: ok_tx,
+                rev0_permissive: mpa_rev0_permissive,
             })
             .map_err(|_| CmError::Closed)?;
             match recv_pumping(&ok_rx, Duration::from_secs(5), &self.driven) {
@@ -675,7 +682,9 @@ impl DpConnRequest {
         if !qp.claim() {
             return Err(CmError::QpInUse);
         }
-        let cfg = param.conn_config(qp, self.emss);
+        let mut cfg = param.conn_config(qp, self.emss);
+        // A Rev 0 Request got here only through a permissive listener (RFC 5044 App. C).
+        cfg.mpa.rev0_permissive |= self.peer.revision == 0;
         let now = Instant::now();
         let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
         conn.on_bytes(&self.raw, now);

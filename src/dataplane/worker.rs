@@ -69,6 +69,8 @@ pub(crate) enum Cmd {
         port: u16,
         requests: Sender<Incoming>,
         reply: Sender<Result<(), String>>,
+        /// RFC 5044 App. C: also take MPA Rev 0 (RDMAC) Requests.
+        rev0_permissive: bool,
     },
     Unlisten {
         port: u16,
@@ -214,6 +216,8 @@ struct Probe {
 struct Listening {
     requests: Sender<Incoming>,
     handles: Vec<SocketHandle>,
+    /// The probes take MPA Rev 0 (RDMAC) Requests too (RFC 5044 App. C).
+    rev0_permissive: bool,
 }
 
 /// What a worker is made of (everything but its run-time state).
@@ -456,8 +460,9 @@ impl Worker {
                     port,
                     requests,
                     reply,
+                    rev0_permissive,
                 } => {
-                    let _ = reply.try_send(self.listen(port, requests));
+                    let _ = reply.try_send(self.listen(port, requests, rev0_permissive));
                 }
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
@@ -554,7 +559,12 @@ impl Worker {
         }
     }
 
-    fn listen(&mut self, port: u16, requests: Sender<Incoming>) -> Result<(), String> {
+    fn listen(
+        &mut self,
+        port: u16,
+        requests: Sender<Incoming>,
+        rev0_permissive: bool,
+    ) -> Result<(), String> {
         if self.listening.contains_key(&port) {
             return Err(format!("port {port} already listening"));
         }
@@ -569,7 +579,14 @@ impl Worker {
             }
             handles.push(self.sockets.add(s));
         }
-        self.listening.insert(port, Listening { requests, handles });
+        self.listening.insert(
+            port,
+            Listening {
+                requests,
+                handles,
+                rev0_permissive,
+            },
+        );
         Ok(())
     }
 
@@ -631,7 +648,13 @@ impl Worker {
                         let old = std::mem::replace(h, self.sockets.add(s));
                         self.probes.push(Probe {
                             h: old,
-                            startup: Startup::responder(MpaConfig::default(), now),
+                            startup: Startup::responder(
+                                MpaConfig {
+                                    rev0_permissive: l.rev0_permissive,
+                                    ..MpaConfig::default()
+                                },
+                                now,
+                            ),
                             raw: Vec::new(),
                             since: now,
                             requests: l.requests.clone(),

@@ -181,6 +181,9 @@ pub struct QpEngine {
     /// Payload octets placed into registered memory (tagged and untagged): the receive-side
     /// copies the engine makes, for the dataplane's copies-per-byte count.
     rx_placed: u64,
+    /// RFC 5044 App. C: the peer is an RDMAC RNIC (MPA Rev 0): DDP and RDMAP version 0 on the
+    /// wire in both directions ([`QpEngine::use_rdmac_version`]).
+    rdmac: bool,
 }
 
 fn rtr_index(k: RtrKind) -> usize {
@@ -188,6 +191,15 @@ fn rtr_index(k: RtrKind) -> usize {
         RtrKind::Send => 0,
         RtrKind::Write => 1,
         RtrKind::Read => 2,
+    }
+}
+
+/// RFC 5044 App. C: swap DDP version (DV, low bits of octet 0) and RDMAP version (RV, top bits
+/// of octet 1) between 0 (RDMAC) and 1 (IETF); 2 and 3 stay invalid. Its own inverse.
+fn swap_wire_version(ulpdu: &mut [u8]) {
+    if let [ddp_ctrl, rdmap_ctrl, ..] = ulpdu {
+        *ddp_ctrl ^= 0x01;
+        *rdmap_ctrl ^= 0x40;
     }
 }
 
@@ -259,7 +271,17 @@ impl QpEngine {
             prefer_resp: false,
             rq_err: None,
             rx_placed: 0,
+            rdmac: false,
         }
+    }
+
+    /// RFC 5044 App. C (permissive mode): speak the RDMA Consortium's DDP/RDMAP version 0 with an
+    /// RDMAC peer (MPA Rev 0). The headers are the IETF ones with DV = 0 and RV = 0: every
+    /// ULPDU we emit carries version 0, a received one must carry version 0 (a version 1
+    /// segment is refused as an invalid DDP/RDMAP version, App. C.1: no mixing), and the engine
+    /// otherwise runs unchanged. Call before the first ULPDU moves.
+    pub fn use_rdmac_version(&mut self) {
+        self.rdmac = true;
     }
 
     /// Responder: also accept these RTR kinds (RFC 6581 §9.2 when several were offered).
@@ -530,6 +552,15 @@ impl QpEngine {
 
     /// Append the next outgoing ULPDU (at most `mulpdu` bytes) to `out`; false if none is ready.
     pub fn poll_ulpdu(&mut self, out: &mut Vec<u8>) -> bool {
+        let start = out.len();
+        let ready = self.poll_ulpdu_ietf(out);
+        if ready && self.rdmac {
+            swap_wire_version(&mut out[start..]);
+        }
+        ready
+    }
+
+    fn poll_ulpdu_ietf(&mut self, out: &mut Vec<u8>) -> bool {
         if let Some(t) = self.term_out.take() {
             out.extend_from_slice(&t);
             return true;
@@ -870,6 +901,17 @@ impl QpEngine {
     /// Process one ULPDU (DDP header + payload, CRC already verified by MPA). Never panics; any
     /// error queues the TERMINATE the RFCs demand (nothing of the offending message is placed).
     pub fn on_ulpdu(&mut self, ulpdu: &[u8]) {
+        if self.rdmac {
+            // Version 0 is what this connection speaks: present it to the checks as 1 (and a
+            // version 1 segment as 0, which they refuse). The copy costs only RDMAC peers.
+            let mut v = ulpdu.to_vec();
+            swap_wire_version(&mut v);
+            return self.on_ulpdu_ietf(&v);
+        }
+        self.on_ulpdu_ietf(ulpdu)
+    }
+
+    fn on_ulpdu_ietf(&mut self, ulpdu: &[u8]) {
         let seg = match Segment::new_checked(ulpdu) {
             Ok(s) => s,
             Err(e) => {

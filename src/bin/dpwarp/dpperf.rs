@@ -81,12 +81,19 @@ impl Net {
     }
 
     pub fn listen(&self, addr: SocketAddr) -> Result<AnyListener, String> {
+        self.listen_with(addr, false)
+    }
+    /// `listen`, taking MPA Rev 0 (RDMAC) Requests too when `rev0_permissive` (RFC 5044 App. C).
+    pub fn listen_with(&self, addr: SocketAddr, rev0_permissive: bool) -> Result<AnyListener, String> {
         match self {
             Net::Kernel => Listener::bind(addr)
-                .map(AnyListener::Cm)
+                .map(|mut l| {
+                    l.set_mpa_rev0_permissive(rev0_permissive);
+                    AnyListener::Cm(l)
+                })
                 .map_err(|e| format!("listen {addr}: {e}")),
             Net::Dpdk(ep) => ep
-                .listen(addr.port())
+                .listen_with(addr.port(), rev0_permissive)
                 .map(AnyListener::Dp)
                 .map_err(|e| format!("listen :{}: {e}", addr.port())),
         }

@@ -157,6 +157,9 @@ impl Endpoint {
     pub fn listen(&self, _port: u16) -> Result<DpListener, CmError> {
         match self.0 {}
     }
+    pub fn listen_with(&self, _port: u16, _rev0_permissive: bool) -> Result<DpListener, CmError> {
+        match self.0 {}
+    }
 }
 
 /// A dataplane listener; never exists in this build.

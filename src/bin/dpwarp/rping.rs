@@ -110,6 +110,12 @@ pub struct Args {
     /// MPA revision the client sends: 2 (RFC 6581 enhanced, with IRD/ORD) or 1.
     #[arg(long, default_value_t = 2)]
     mpa_rev: u8,
+    /// RFC 5044 Appendix C permissive mode: interoperate with RDMA Consortium (MPA Rev 0)
+    /// peers, which then get a Rev 0 Reply and DDP/RDMAP version 0 with markers and CRC both
+    /// ways (server: take Rev 0 Requests; client with --mpa-rev 1: accept a Rev 0 Reply).
+    /// Default off: a Rev 0 Request is closed without a reply (RFC 5044 §7.1.1).
+    #[arg(long)]
+    mpa_rev0_permissive: bool,
     /// Peer-to-peer mode (RFC 6581 §9.2) with these RTR kinds: client offers them, server
     /// supports them. Comma separated: write,read,send.
     #[arg(long)]
@@ -207,6 +213,7 @@ pub fn run(a: Args) -> Result<(), String> {
         enhanced: a.mpa_rev >= 2,
         p2p,
         timeout: ctx.timeout.min(Duration::from_secs(30)),
+        mpa_rev0_permissive: a.mpa_rev0_permissive,
         ..ConnParam::default()
     };
     // Resolve the addresses before starting DPDK (a typo should not cost an EAL start).
@@ -536,7 +543,7 @@ fn run_server(
     persistent: bool,
 ) -> Result<(), String> {
     let l = net
-        .listen(addr)
+        .listen_with(addr, param.mpa_rev0_permissive)
         .map_err(|e| format!("rdma_bind_addr: {e}"))?;
     match &l {
         AnyListener::Cm(k) => debug_log!(
