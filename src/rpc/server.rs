@@ -229,7 +229,7 @@ impl RdmaServer {
 
     /// Serve a connection arriving on an already-open byte stream (e.g. the in-memory link).
     pub fn serve_transport(&self, t: Box<dyn Transport>) -> Result<JoinHandle<()>, RpcError> {
-        let req = ConnRequest::read(t, self.cfg.conn.timeout)?;
+        let req = ConnRequest::read_with(t, self.cfg.conn.timeout, self.cfg.conn.mpa_rev0_permissive)?;
         self.serve_request(req)
     }
 
@@ -262,7 +262,7 @@ impl RdmaServer {
     /// slow MPA exchange does not hold up the accept loop.
     #[cfg(feature = "dpdk")]
     pub fn listen_dp(&self, ep: &DpEndpoint, port: u16) -> Result<ServerHandle, RpcError> {
-        let listener = ep.listen(port)?;
+        let listener = ep.listen_with(port, self.cfg.conn.mpa_rev0_permissive)?;
         let addr = listener.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();

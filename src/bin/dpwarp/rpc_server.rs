@@ -95,6 +95,10 @@ pub struct RdmaConfig {
     pub ord: u16,
     pub crc: bool,
     pub poll_spin_us: u64,
+    /// RFC 5044 App. C: "refuse" (default: an MPA Rev 0 Request is closed without a reply,
+    /// RFC 5044 §7.1.1) or "permissive" (RDMA Consortium peers get a Rev 0 Reply and DDP/RDMAP
+    /// version 0 with markers and CRC both ways).
+    pub mpa_rev0: String,
 }
 
 impl Default for RdmaConfig {
@@ -113,6 +117,7 @@ impl Default for RdmaConfig {
             ord: 16,
             crc: true,
             poll_spin_us: s.poll_spin.as_micros() as u64,
+            mpa_rev0: "refuse".into(),
         }
     }
 }
@@ -141,6 +146,7 @@ impl RdmaConfig {
                 responder_resources: self.ird,
                 initiator_depth: self.ord,
                 crc: self.crc,
+                mpa_rev0_permissive: self.mpa_rev0 == "permissive",
                 ..ConnParam::default()
             },
             poll_spin: Duration::from_micros(self.poll_spin_us),
@@ -150,7 +156,15 @@ impl RdmaConfig {
 
 pub fn load(path: &PathBuf) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let c: FileConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !matches!(c.rdma.mpa_rev0.as_str(), "refuse" | "permissive") {
+        return Err(format!(
+            "{}: [rdma] mpa_rev0 = {:?}: \"refuse\" or \"permissive\"",
+            path.display(),
+            c.rdma.mpa_rev0
+        ));
+    }
+    Ok(c)
 }
 
 pub fn make_store(s: &StoreConfig) -> Result<Arc<BlockStore>, String> {
@@ -346,6 +360,33 @@ mod tests {
         assert!(c.eal.args.iter().any(|a| a.contains("role=client")));
         assert!(c.ports[0].ip.starts_with("10.91.0."));
         assert_eq!((dp.worker.spin_us, c.worker.spin_us), (0, 0));
+    }
+
+    #[test]
+    fn mpa_rev0_key() {
+        let dir = std::env::temp_dir();
+        let write = |name: &str, rdma: &str| {
+            let p = dir.join(format!("dpwarp-mpa-rev0-{}-{name}.toml", std::process::id()));
+            std::fs::write(
+                &p,
+                format!("listen = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\nsize = 1\n[rdma]\n{rdma}\n"),
+            )
+            .unwrap();
+            p
+        };
+        let p = write("default", "");
+        assert!(!load(&p).unwrap().rdma.server_config().conn.mpa_rev0_permissive);
+        let _ = std::fs::remove_file(&p);
+        let p = write("on", "mpa_rev0 = \"permissive\"");
+        assert!(load(&p).unwrap().rdma.server_config().conn.mpa_rev0_permissive);
+        let _ = std::fs::remove_file(&p);
+        let p = write("off", "mpa_rev0 = \"refuse\"");
+        assert!(!load(&p).unwrap().rdma.server_config().conn.mpa_rev0_permissive);
+        let _ = std::fs::remove_file(&p);
+        let p = write("bad", "mpa_rev0 = \"sometimes\"");
+        let e = load(&p).unwrap_err();
+        assert!(e.contains("mpa_rev0"), "{e}");
+        let _ = std::fs::remove_file(&p);
     }
 
     #[test]
