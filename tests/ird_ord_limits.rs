@@ -47,10 +47,8 @@ struct Server {
 
 impl Server {
     fn rping(port: u16, extra: &[&str]) -> Server {
-        let err = std::env::temp_dir().join(format!(
-            "dpwarp-ird-ord-{}-{port}.err",
-            std::process::id()
-        ));
+        let err =
+            std::env::temp_dir().join(format!("dpwarp-ird-ord-{}-{port}.err", std::process::id()));
         let child = Command::new(BIN)
             .args(["rping", "-s", "--transport", "kernel", "-a", "127.0.0.1"])
             .args(["-p", &port.to_string()])
@@ -116,7 +114,8 @@ fn read_reply(s: &mut TcpStream) -> FrameRepr {
     s.read_exact(&mut buf).expect("MPA Reply header");
     let pd = usize::from(Frame::new_unchecked(&buf[..]).pd_length());
     buf.resize(HEADER_LEN + pd, 0);
-    s.read_exact(&mut buf[HEADER_LEN..]).expect("MPA Reply private data");
+    s.read_exact(&mut buf[HEADER_LEN..])
+        .expect("MPA Reply private data");
     let f = FrameRepr::parse(&Frame::new_checked(&buf[..]).unwrap()).unwrap();
     assert_eq!(f.kind, FrameKind::Reply);
     f
@@ -142,7 +141,10 @@ fn read_until_eof(s: &mut TcpStream, crc: bool, limit: Duration) -> Vec<(u8, Opt
                     got.push((op, qn));
                 }));
                 r.expect("well-formed FPDUs from the server");
-                if got.iter().any(|(op, _)| *op == RdmapOpcode::ReadRequest as u8) {
+                if got
+                    .iter()
+                    .any(|(op, _)| *op == RdmapOpcode::ReadRequest as u8)
+                {
                     return got;
                 }
             }
@@ -203,21 +205,24 @@ fn rping_server_never_reads_when_initiator_ird_is_zero() {
     req.emit_to_vec(&mut out);
     s.write_all(&out).unwrap();
     let rep = read_reply(&mut s);
-    let e = rep.enhanced.expect("an enhanced Reply to an enhanced Request (RFC 6581 §10)");
+    let e = rep
+        .enhanced
+        .expect("an enhanced Reply to an enhanced Request (RFC 6581 §10)");
     let got = if rep.rejected {
         // §9.1: the Reject's responder ORD is the ORD the ULP requires.
         assert!(e.ord >= 1, "the Reject names the ORD rping needs: {e:?}");
         read_until_eof(&mut s, rep.crc, Duration::from_secs(10))
     } else {
-        assert_eq!(e.ord, 0, "responder ORD at most the initiator IRD 0 (RFC 6581 §9.1)");
+        assert_eq!(
+            e.ord, 0,
+            "responder ORD at most the initiator IRD 0 (RFC 6581 §9.1)"
+        );
         s.write_all(&rping_advertisement(rep.crc)).unwrap();
         read_until_eof(&mut s, rep.crc, Duration::from_secs(10))
     };
     let reads: Vec<_> = got
         .iter()
-        .filter(|(op, qn)| {
-            *op == RdmapOpcode::ReadRequest as u8 || *qn == Some(QN_READ_REQUEST)
-        })
+        .filter(|(op, qn)| *op == RdmapOpcode::ReadRequest as u8 || *qn == Some(QN_READ_REQUEST))
         .collect();
     assert!(
         reads.is_empty(),
@@ -341,7 +346,9 @@ fn read_posted_with_negotiated_ord_zero_fails_locally() {
         signaled: true,
     })
     .unwrap();
-    let wc = c.cq.wait(Duration::from_secs(10)).expect("the Send arrives");
+    let wc =
+        c.cq.wait(Duration::from_secs(10))
+            .expect("the Send arrives");
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
     assert_eq!(rb.to_vec(), b"still connected!");
     assert!(c.qp.terminate_cause().is_none());
@@ -365,7 +372,9 @@ fn read_posted_before_establishment_with_ord_zero_completes_in_error() {
     };
     c.qp.post_send(read_wr(5, &sink, &src, 64)).unwrap();
     connect_pair(&c, ci, &s, ConnParam::default());
-    let wc = c.cq.wait(Duration::from_secs(10)).expect("a completion for the Read");
+    let wc =
+        c.cq.wait(Duration::from_secs(10))
+            .expect("a completion for the Read");
     assert_eq!(wc.wr_id, 5);
     assert_eq!(wc.opcode, WcOpcode::Read);
     assert_eq!(wc.status, WcStatus::LocQpOpErr);
@@ -512,8 +521,7 @@ fn engine_ord_bounds_outstanding_reads() {
         }
         while b.poll_ulpdu(&mut u) {
             let seg = Segment::new_checked(&u[..]).unwrap();
-            if control_opcode(seg.rdmap_control()) == RdmapOpcode::ReadResponse as u8
-                && seg.last()
+            if control_opcode(seg.rdmap_control()) == RdmapOpcode::ReadResponse as u8 && seg.last()
             {
                 outstanding -= 1;
             }

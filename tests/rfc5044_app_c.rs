@@ -21,9 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, ConnParam, Listener};
-use dpwarp::mpa::{
-    Deframer, Framer, MpaConfig, Role, Startup, StartupError, StartupEvent,
-};
+use dpwarp::mpa::{Deframer, Framer, MpaConfig, Role, Startup, StartupError, StartupEvent};
 use dpwarp::rdma::{Access, Opcode, RecvWr, SendWr, Sge, WcOpcode, WcStatus};
 use dpwarp::verbs::{Cq, Device, Qp, QpInitAttr};
 use dpwarp::wire::ddp::{BufferRepr, HeaderRepr, Segment, QN_SEND};
@@ -102,7 +100,10 @@ fn app_c_2_4_permissive_responder_answers_rev0_with_m1_c1() {
         [StartupEvent::Request(p)] => p.clone(),
         e => panic!("{e:?}"),
     };
-    assert_eq!((peer.revision, peer.enhanced, peer.markers, peer.crc), (0, false, true, true));
+    assert_eq!(
+        (peer.revision, peer.enhanced, peer.markers, peer.crc),
+        (0, false, true, true)
+    );
     assert_eq!(peer.private_data, b"rdmac");
     s.accept(Some(b"ietf".to_vec()));
     let mut out = Vec::new();
@@ -121,7 +122,10 @@ fn app_c_2_4_permissive_responder_answers_rev0_with_m1_c1() {
     assert_eq!(n.revision, 0, "tells the ULP: version 0 DDP/RDMAP");
     assert!(!n.enhanced);
     assert!(n.crc_tx && n.crc_rx, "CRC both ways (App. C.1)");
-    assert!(n.markers_tx && n.markers_rx, "markers both ways (Figure 16: M=1/1)");
+    assert!(
+        n.markers_tx && n.markers_rx,
+        "markers both ways (Figure 16: M=1/1)"
+    );
     assert_eq!(n.rtr, None);
 }
 
@@ -133,7 +137,10 @@ fn app_c_2_4_permissive_responder_rejects_with_rev0() {
     let mut out = Vec::new();
     s.poll_transmit(&mut out);
     let rep = parse(&out);
-    assert_eq!((rep.rev, rep.rejected, rep.markers, rep.crc), (0, true, true, true));
+    assert_eq!(
+        (rep.rev, rep.rejected, rep.markers, rep.crc),
+        (0, true, true, true)
+    );
     assert_eq!(rep.enhanced, None);
     assert_eq!(rep.private_data, b"no");
 }
@@ -142,7 +149,14 @@ fn app_c_2_4_permissive_responder_rejects_with_rev0() {
 fn app_c_permissive_responder_refuses_what_no_rdmac_rnic_sends() {
     let cases = [
         // RFC 6581 §6: S=1 needs Rev >= 2.
-        frame(FrameKind::Request, 0, true, true, false, Some(EnhancedData::default())),
+        frame(
+            FrameKind::Request,
+            0,
+            true,
+            true,
+            false,
+            Some(EnhancedData::default()),
+        ),
         // App. C.2.4: an RDMAC RNIC sets M=1 and C=1.
         frame(FrameKind::Request, 0, false, true, false, None),
         frame(FrameKind::Request, 0, true, false, false, None),
@@ -151,21 +165,40 @@ fn app_c_permissive_responder_refuses_what_no_rdmac_rnic_sends() {
     ];
     for req in cases {
         let (_, ev, out) = respond_to(permissive(), &req);
-        assert!(closed_without_reply(&ev, &out), "{req:02x?}: {ev:?} {out:?}");
+        assert!(
+            closed_without_reply(&ev, &out),
+            "{req:02x?}: {ev:?} {out:?}"
+        );
     }
 }
 
 #[test]
 fn app_c_permissive_responder_still_speaks_rev1_and_rev2() {
-    for (rev, e) in [(1, None), (2, Some(EnhancedData { ird: 4, ord: 4, ..EnhancedData::default() }))] {
-        let (mut s, ev, _) = respond_to(permissive(), &frame(FrameKind::Request, rev, false, true, false, e));
+    for (rev, e) in [
+        (1, None),
+        (
+            2,
+            Some(EnhancedData {
+                ird: 4,
+                ord: 4,
+                ..EnhancedData::default()
+            }),
+        ),
+    ] {
+        let (mut s, ev, _) = respond_to(
+            permissive(),
+            &frame(FrameKind::Request, rev, false, true, false, e),
+        );
         assert!(matches!(&ev[..], [StartupEvent::Request(p)] if p.revision == rev));
         s.accept(None);
         let mut out = Vec::new();
         s.poll_transmit(&mut out);
         let rep = parse(&out);
         assert_eq!(rep.rev, rev);
-        assert!(!rep.markers, "no markers unless asked (only Rev 0 forces them)");
+        assert!(
+            !rep.markers,
+            "no markers unless asked (only Rev 0 forces them)"
+        );
     }
 }
 
@@ -207,7 +240,9 @@ fn app_c_2_5_permissive_initiator_accepts_rdmac_reply() {
         rev1_initiator(true),
         &frame(FrameKind::Reply, 0, true, true, true, None),
     );
-    assert!(matches!(&ev[..], [StartupEvent::Rejected { private_data, .. }] if private_data == b"rdmac"));
+    assert!(
+        matches!(&ev[..], [StartupEvent::Rejected { private_data, .. }] if private_data == b"rdmac")
+    );
 }
 
 #[test]
@@ -215,16 +250,25 @@ fn app_c_2_5_initiator_refusals() {
     let rdmac_reply = frame(FrameKind::Reply, 0, true, true, false, None);
     // Default (non-permissive): App. C.2.2, close on the incompatible Rev.
     let ev = initiate(rev1_initiator(false), &rdmac_reply);
-    assert!(matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]), "{ev:?}");
+    assert!(
+        matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]),
+        "{ev:?}"
+    );
     // A Rev 0 Reply with M=0 is no RDMAC RNIC's.
     let ev = initiate(
         rev1_initiator(true),
         &frame(FrameKind::Reply, 0, false, true, false, None),
     );
-    assert!(matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]), "{ev:?}");
+    assert!(
+        matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]),
+        "{ev:?}"
+    );
     // After an enhanced (Rev 2, S=1) Request the peer's view of our private data is unknown.
     let ev = initiate(permissive(), &rdmac_reply);
-    assert!(matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]), "{ev:?}");
+    assert!(
+        matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]),
+        "{ev:?}"
+    );
 }
 
 // ------------------------------------------------------------------ over kernel TCP
@@ -347,7 +391,10 @@ fn app_c_rdmac_initiator_against_permissive_listener_over_tcp() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&rdmac_request()).unwrap();
     let rep = read_frame(&mut s);
-    assert_eq!((rep.rev, rep.markers, rep.crc, rep.rejected), (0, true, true, false));
+    assert_eq!(
+        (rep.rev, rep.markers, rep.crc, rep.rejected),
+        (0, true, true, false)
+    );
     let n = t.join().unwrap();
     assert_eq!(n.revision, 0);
     assert!(n.markers_tx && n.markers_rx && n.crc_tx && n.crc_rx);
@@ -356,8 +403,14 @@ fn app_c_rdmac_initiator_against_permissive_listener_over_tcp() {
     let mut out = Vec::new();
     framer.emit_ulpdu(&send_ulpdu(0, 1, b"hello from RDMAC"), &mut out);
     s.write_all(&out).unwrap();
-    let wc = srv.cq.wait(Duration::from_secs(10)).expect("the v0 Send arrives");
-    assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len), (1, WcStatus::Success, WcOpcode::Recv, 16));
+    let wc = srv
+        .cq
+        .wait(Duration::from_secs(10))
+        .expect("the v0 Send arrives");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+        (1, WcStatus::Success, WcOpcode::Recv, 16)
+    );
     assert_eq!(&rb.to_vec()[..16], b"hello from RDMAC");
     // Our Send goes out as DDP/RDMAP version 0, with markers and CRC.
     let sb = srv.pd.reg_mr(16, Access::LOCAL_WRITE);
@@ -365,7 +418,11 @@ fn app_c_rdmac_initiator_against_permissive_listener_over_tcp() {
     post_send(&srv, &sb, 16);
     let mut d = Deframer::new(true, true, 1 << 16);
     let got = read_ulpdus(&mut s, &mut d, 1);
-    assert_eq!(versions(&got[0]), (0, 0), "DDP/RDMAP version 0 to an RDMAC peer");
+    assert_eq!(
+        versions(&got[0]),
+        (0, 0),
+        "DDP/RDMAP version 0 to an RDMAC peer"
+    );
     let seg = Segment::new_checked(&got[0][..]).unwrap();
     assert_eq!(control_opcode(seg.rdmap_control()), RdmapOpcode::Send as u8);
     assert_eq!(seg.payload(), b"hello from IETF!");
@@ -374,8 +431,15 @@ fn app_c_rdmac_initiator_against_permissive_listener_over_tcp() {
     s.write_all(&out).unwrap();
     let got = read_ulpdus(&mut s, &mut d, 1);
     let seg = Segment::new_checked(&got[0][..]).unwrap();
-    assert_eq!(control_opcode(seg.rdmap_control()), RdmapOpcode::Terminate as u8);
-    assert_eq!(versions(&got[0]), (0, 0), "the TERMINATE speaks version 0 too");
+    assert_eq!(
+        control_opcode(seg.rdmap_control()),
+        RdmapOpcode::Terminate as u8
+    );
+    assert_eq!(
+        versions(&got[0]),
+        (0, 0),
+        "the TERMINATE speaks version 0 too"
+    );
     assert!(srv.qp.wait_closed(Duration::from_secs(10)));
 }
 
@@ -416,8 +480,12 @@ fn app_c_2_5_permissive_initiator_against_rdmac_responder_over_tcp() {
         let (mut s, _) = ls.accept().unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let req = read_frame(&mut s);
-        assert_eq!((req.kind, req.rev, req.enhanced), (FrameKind::Request, 1, None));
-        s.write_all(&frame(FrameKind::Reply, 0, true, true, false, None)).unwrap();
+        assert_eq!(
+            (req.kind, req.rev, req.enhanced),
+            (FrameKind::Request, 1, None)
+        );
+        s.write_all(&frame(FrameKind::Reply, 0, true, true, false, None))
+            .unwrap();
         // Our initiator sends first (a Send), with markers: the RDMAC peer always expects them.
         let mut d = Deframer::new(true, true, 1 << 16);
         let got = read_ulpdus(&mut s, &mut d, 1);
@@ -453,7 +521,10 @@ fn app_c_2_5_permissive_initiator_against_rdmac_responder_over_tcp() {
     c.qp.disconnect();
     let got = peer.join().unwrap();
     assert_eq!(versions(&got[0]), (0, 0));
-    assert_eq!(Segment::new_checked(&got[0][..]).unwrap().payload(), b"ietf initiator..");
+    assert_eq!(
+        Segment::new_checked(&got[0][..]).unwrap().payload(),
+        b"ietf initiator.."
+    );
 }
 
 // ------------------------------------------------------------------ dpwarp rping -s
@@ -510,7 +581,10 @@ fn rping_mpa_rev0_permissive_option() {
     let mut s = connect(port);
     s.write_all(&rdmac_request()).unwrap();
     let rep = read_frame(&mut s);
-    assert_eq!((rep.rev, rep.markers, rep.crc, rep.rejected), (0, true, true, false));
+    assert_eq!(
+        (rep.rev, rep.markers, rep.crc, rep.rejected),
+        (0, true, true, false)
+    );
     drop(s);
     // ... without it, it closes without a reply (and keeps listening: rping -s is one-shot
     // per connection, so start a new one).

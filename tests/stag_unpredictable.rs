@@ -39,13 +39,26 @@ fn rfc5040_s8_1_1_consecutive_live_registrations_are_not_guessable() {
     let idx: Vec<u32> = stags.iter().map(|&s| index(s)).collect();
     let distinct: HashSet<u32> = idx.iter().copied().collect();
     assert_eq!(distinct.len(), N, "live regions have distinct indices");
-    assert!(idx.iter().all(|&i| i >= 1), "index 0 (STag 0, siw's RTR STag 1) never used");
+    assert!(
+        idx.iter().all(|&i| i >= 1),
+        "index 0 (STag 0, siw's RTR STag 1) never used"
+    );
     let seq = sequential_steps(&idx);
-    assert!(seq <= 5, "{seq} of {N} registrations got the previous index + 1");
+    assert!(
+        seq <= 5,
+        "{seq} of {N} registrations got the previous index + 1"
+    );
     // Sparse over the full range: 1000 uniform draws leave none of 16 slices empty (the chance
     // of a miss is 16 * (15/16)^1000 < 1e-26).
-    assert_eq!(slices_hit(&idx), 16, "indices confined to part of the range");
-    assert!(idx.iter().any(|&i| i >= 1 << 23), "no index in the upper half");
+    assert_eq!(
+        slices_hit(&idx),
+        16,
+        "indices confined to part of the range"
+    );
+    assert!(
+        idx.iter().any(|&i| i >= 1 << 23),
+        "no index in the upper half"
+    );
     // Every STag still names its own region.
     for r in &mrs {
         assert_eq!(m.get(r.stag()).map(|g| g.addr()), Some(r.addr()));
@@ -70,7 +83,10 @@ fn rfc5040_s8_1_1_freed_indices_are_not_reused_at_once() {
         "a freed index came back while a peer could still hold its STag"
     );
     let seq = sequential_steps(&idx);
-    assert!(seq <= 5, "{seq} of {N} registrations got the previous index + 1");
+    assert!(
+        seq <= 5,
+        "{seq} of {N} registrations got the previous index + 1"
+    );
     assert_eq!(slices_hit(&idx), 16);
 }
 

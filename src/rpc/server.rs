@@ -229,7 +229,8 @@ impl RdmaServer {
 
     /// Serve a connection arriving on an already-open byte stream (e.g. the in-memory link).
     pub fn serve_transport(&self, t: Box<dyn Transport>) -> Result<JoinHandle<()>, RpcError> {
-        let req = ConnRequest::read_with(t, self.cfg.conn.timeout, self.cfg.conn.mpa_rev0_permissive)?;
+        let req =
+            ConnRequest::read_with(t, self.cfg.conn.timeout, self.cfg.conn.mpa_rev0_permissive)?;
         self.serve_request(req)
     }
 

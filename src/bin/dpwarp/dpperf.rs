@@ -84,7 +84,11 @@ impl Net {
         self.listen_with(addr, false)
     }
     /// `listen`, taking MPA Rev 0 (RDMAC) Requests too when `rev0_permissive` (RFC 5044 App. C).
-    pub fn listen_with(&self, addr: SocketAddr, rev0_permissive: bool) -> Result<AnyListener, String> {
+    pub fn listen_with(
+        &self,
+        addr: SocketAddr,
+        rev0_permissive: bool,
+    ) -> Result<AnyListener, String> {
         match self {
             Net::Kernel => Listener::bind(addr)
                 .map(|mut l| {

@@ -451,9 +451,11 @@ fn client(
     if a.test == "read_bw" && ord == 0 {
         data.qp.disconnect();
         ctrl.ep.qp.disconnect();
-        return Err("the data connection negotiated ORD 0 (the server's IRD is 0): no RDMA Read \
+        return Err(
+            "the data connection negotiated ORD 0 (the server's IRD is 0): no RDMA Read \
                     may be outstanding (RFC 6581 §9.1), so read_bw cannot run"
-            .into());
+                .into(),
+        );
     }
     let depth = if a.test == "read_bw" {
         usize::from(ord).clamp(1, TX_DEPTH)

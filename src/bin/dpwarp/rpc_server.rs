@@ -366,7 +366,10 @@ mod tests {
     fn mpa_rev0_key() {
         let dir = std::env::temp_dir();
         let write = |name: &str, rdma: &str| {
-            let p = dir.join(format!("dpwarp-mpa-rev0-{}-{name}.toml", std::process::id()));
+            let p = dir.join(format!(
+                "dpwarp-mpa-rev0-{}-{name}.toml",
+                std::process::id()
+            ));
             std::fs::write(
                 &p,
                 format!("listen = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\nsize = 1\n[rdma]\n{rdma}\n"),
@@ -375,13 +378,34 @@ mod tests {
             p
         };
         let p = write("default", "");
-        assert!(!load(&p).unwrap().rdma.server_config().conn.mpa_rev0_permissive);
+        assert!(
+            !load(&p)
+                .unwrap()
+                .rdma
+                .server_config()
+                .conn
+                .mpa_rev0_permissive
+        );
         let _ = std::fs::remove_file(&p);
         let p = write("on", "mpa_rev0 = \"permissive\"");
-        assert!(load(&p).unwrap().rdma.server_config().conn.mpa_rev0_permissive);
+        assert!(
+            load(&p)
+                .unwrap()
+                .rdma
+                .server_config()
+                .conn
+                .mpa_rev0_permissive
+        );
         let _ = std::fs::remove_file(&p);
         let p = write("off", "mpa_rev0 = \"refuse\"");
-        assert!(!load(&p).unwrap().rdma.server_config().conn.mpa_rev0_permissive);
+        assert!(
+            !load(&p)
+                .unwrap()
+                .rdma
+                .server_config()
+                .conn
+                .mpa_rev0_permissive
+        );
         let _ = std::fs::remove_file(&p);
         let p = write("bad", "mpa_rev0 = \"sometimes\"");
         let e = load(&p).unwrap_err();
