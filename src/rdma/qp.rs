@@ -73,9 +73,11 @@ pub struct QpConfig {
     pub mulpdu: usize,
     /// Protection domain: every STag this QP places into or reads from must belong to it.
     pub pd: PdId,
-    /// Inbound Read Queue depth: Read Requests we serve at once (RFC 5040 §6.5).
+    /// Inbound Read Queue depth: Read Requests we serve at once (RFC 5040 §6.5); a hard limit,
+    /// 0 refuses every Read Request (TERMINATE).
     pub ird: u32,
-    /// Outbound Read depth: Read Requests we may have outstanding.
+    /// Outbound Read depth: Read Requests we may have outstanding (RFC 6581 §9.1); a hard limit,
+    /// 0 refuses RDMA Reads at post time (`PostError::ZeroOrd`).
     pub ord: u32,
     /// Send queue depth: send WRs in flight (posted, not yet completed) at once.
     pub sq_depth: usize,
