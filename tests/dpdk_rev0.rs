@@ -132,7 +132,10 @@ tx_buffer = 65536
     hdr.resize(HEADER_LEN + pd_len, 0);
     read_exact(&mut s, &mut hdr[HEADER_LEN..]);
     let rep = FrameRepr::parse(&Frame::new_checked(&hdr[..]).unwrap()).unwrap();
-    assert_eq!((rep.rev, rep.markers, rep.crc, rep.rejected), (0, true, true, false));
+    assert_eq!(
+        (rep.rev, rep.markers, rep.crc, rep.rejected),
+        (0, true, true, false)
+    );
     let n = srv.join().unwrap();
     assert_eq!(n.revision, 0);
     let mut ulpdu = Vec::new();
@@ -152,8 +155,13 @@ tx_buffer = 65536
     let mut out = Vec::new();
     Framer::new(true, true).emit_ulpdu(&ulpdu, &mut out);
     s.write_all(&out).unwrap();
-    let wc = cq.wait(Duration::from_secs(10)).expect("the v0 Send arrives");
-    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (1, WcStatus::Success, 16));
+    let wc = cq
+        .wait(Duration::from_secs(10))
+        .expect("the v0 Send arrives");
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (1, WcStatus::Success, 16)
+    );
     assert_eq!(&rb.to_vec()[..16], b"v0 over the tap!");
     let sb = pd.reg_mr(16, Access::LOCAL_WRITE);
     sb.write_at(0, b"v0 from DPDK....");
@@ -173,7 +181,10 @@ tx_buffer = 65536
     let t0 = Instant::now();
     let mut buf = [0u8; 2048];
     while got.is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "no FPDU from the dataplane");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no FPDU from the dataplane"
+        );
         match read_some(&mut s, &mut buf) {
             Ok(0) => panic!("EOF"),
             Ok(k) => d.push(&buf[..k], &mut |u| got.push(u.to_vec())).unwrap(),

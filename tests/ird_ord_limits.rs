@@ -238,6 +238,51 @@ fn rping_server_never_reads_when_initiator_ird_is_zero() {
     );
 }
 
+/// What the Reply says to an enhanced Request with IRD = ORD = 0 (RFC 6581 §9.1): responder
+/// ORD at most the initiator IRD, so 0; responder IRD at least the initiator ORD (its own, here
+/// 1, is fine: "MAY be increased"). The negotiation was right before; the engine treating ORD 0
+/// as 1 was not.
+#[test]
+fn rfc6581_s9_1_reply_to_ird_ord_zero() {
+    use dpwarp::mpa::{MpaConfig, Startup, StartupEvent};
+    let mut s = Startup::responder(
+        MpaConfig {
+            ird: 1,
+            ord: 1,
+            ..MpaConfig::default()
+        },
+        Instant::now(),
+    );
+    let mut req = Vec::new();
+    FrameRepr {
+        kind: FrameKind::Request,
+        markers: false,
+        crc: true,
+        rejected: false,
+        rev: 2,
+        enhanced: Some(EnhancedData::default()),
+        private_data: Vec::new(),
+    }
+    .emit_to_vec(&mut req);
+    s.on_bytes(&req, Instant::now());
+    assert!(
+        matches!(s.poll_event(), Some(StartupEvent::Request(p)) if p.ird == Some(0) && p.ord == Some(0))
+    );
+    s.accept(None);
+    let mut out = Vec::new();
+    s.poll_transmit(&mut out);
+    let rep = FrameRepr::parse(&Frame::new_checked(&out[..]).unwrap()).unwrap();
+    let e = rep.enhanced.unwrap();
+    assert_eq!((e.ird, e.ord), (1, 0));
+    match s.poll_event() {
+        Some(StartupEvent::Established(n)) => {
+            assert_eq!((n.ird, n.ord), (1, 0));
+            assert_eq!((n.peer_ird, n.peer_ord), (Some(0), Some(0)));
+        }
+        e => panic!("{e:?}"),
+    }
+}
+
 // ------------------------------------------------------------------ verbs / cm
 
 struct End {
