@@ -5,11 +5,11 @@
 //!
 //! - responder (App. C.2.4): a Rev 0 Request with M=1, C=1, S=0 gets a Rev 0 Reply (or Reject)
 //!   with M=1, C=1; markers and CRC both ways; DDP/RDMAP version 0 (Figure 16, V=0 M=1/1);
-//! - initiator (App. C.2.5): after an unenhanced Request, a Rev 0 Reply with M=1 is accepted the
+//! - initiator (App. C.2.5): after an unenhanced Request, a Rev 0 Reply with M=1, C=1 is accepted the
 //!   same way;
 //! - refused (closed without a reply, as by default): Rev 0 with S=1 (RFC 6581 §6: enhanced data
 //!   needs Rev >= 2), Rev 0 without M=1 and C=1 (not what an RDMAC RNIC sends), a Rev 0 Reply to
-//!   an enhanced Request or with M=0, and any Rev above 2.
+//!   an enhanced Request or with M=0 or C=0, and any Rev above 2.
 //!
 //! Sans-IO through `Startup`, then end to end over kernel TCP with a hand-written RDMAC peer
 //! (the crate's own wire types over a std `TcpStream`), and through `dpwarp rping -s`.
@@ -254,15 +254,17 @@ fn app_c_2_5_initiator_refusals() {
         matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]),
         "{ev:?}"
     );
-    // A Rev 0 Reply with M=0 is no RDMAC RNIC's.
-    let ev = initiate(
-        rev1_initiator(true),
-        &frame(FrameKind::Reply, 0, false, true, false, None),
-    );
-    assert!(
-        matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]),
-        "{ev:?}"
-    );
+    // A Rev 0 Reply with M=0 or C=0 is no RDMAC RNIC's.
+    for (m, c) in [(false, true), (true, false)] {
+        let ev = initiate(
+            rev1_initiator(true),
+            &frame(FrameKind::Reply, 0, m, c, false, None),
+        );
+        assert!(
+            matches!(&ev[..], [StartupEvent::Failed(StartupError::Malformed(_))]),
+            "{ev:?}"
+        );
+    }
     // After an enhanced (Rev 2, S=1) Request the peer's view of our private data is unknown.
     let ev = initiate(permissive(), &rdmac_reply);
     assert!(
@@ -470,7 +472,7 @@ fn rfc5044_s7_1_1_default_listener_closes_rev0_without_reply() {
 }
 
 /// Permissive initiator (`ConnParam::mpa_rev0_permissive`, MPA rev 1) against an RDMAC
-/// responder: Rev 0 Reply with M=1 although our Request said M=0; then version 0 FPDUs with
+/// responder: Rev 0 Reply with M=1, C=1 although our Request said M=0; then version 0 FPDUs with
 /// markers and CRC both ways.
 #[test]
 fn app_c_2_5_permissive_initiator_against_rdmac_responder_over_tcp() {

@@ -123,9 +123,9 @@ pub struct MpaConfig {
     ///   C.2.4) is answered with a Rev 0 Reply (or Reject) with M=1 and C=1 and no enhanced
     ///   data; markers and CRC are then on in both directions. A Rev 0 Request with S=1, M=0 or
     ///   C=0 is still closed without a reply.
-    /// - initiator that sent an unenhanced Request: a Rev 0 Reply with M=1 (App. C.2.5) is
-    ///   accepted with markers and CRC in both directions; a Rev 0 Reply to an enhanced Request,
-    ///   or with M=0, is closed as before.
+    /// - initiator that sent an unenhanced Request: a Rev 0 Reply with M=1 and C=1 (App. C.2.5,
+    ///   C.1) is accepted with markers and CRC in both directions; a Rev 0 Reply to an enhanced
+    ///   Request, or with M=0 or C=0, is closed as before.
     ///
     /// `Negotiated::revision == 0` then tells the ULP (and `Connection`) that the data phase
     /// speaks DDP/RDMAP version 0 (App. C.1: no mixing of versions; the same in both
@@ -717,8 +717,8 @@ impl Startup {
         if self.sent_enhanced || rep.enhanced.is_some() {
             return self.fail_peer("MPA Rev 0 Reply to an enhanced Request");
         }
-        if !rep.markers {
-            return self.fail_peer("MPA Rev 0 Reply with M=0 (not an RDMAC RNIC)");
+        if !(rep.markers && rep.crc) {
+            return self.fail_peer("MPA Rev 0 Reply without M=1 and C=1 (not an RDMAC RNIC)");
         }
         if rep.rejected {
             log::warn!(
