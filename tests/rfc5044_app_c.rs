@@ -5,8 +5,8 @@
 //!
 //! - responder (App. C.2.4): a Rev 0 Request with M=1, C=1, S=0 gets a Rev 0 Reply (or Reject)
 //!   with M=1, C=1; markers and CRC both ways; DDP/RDMAP version 0 (Figure 16, V=0 M=1/1);
-//! - initiator (App. C.2.5): after an unenhanced Request, a Rev 0 Reply with M=1, C=1 is accepted the
-//!   same way;
+//! - initiator (App. C.2.5): after an unenhanced Request, a Rev 0 Reply with M=1, C=1 is
+//!   accepted the same way;
 //! - refused (closed without a reply, as by default): Rev 0 with S=1 (RFC 6581 §6: enhanced data
 //!   needs Rev >= 2), Rev 0 without M=1 and C=1 (not what an RDMAC RNIC sends), a Rev 0 Reply to
 //!   an enhanced Request or with M=0 or C=0, and any Rev above 2.
