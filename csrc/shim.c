@@ -258,3 +258,5 @@ void dpw_tx_cksum_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, 
 		dpw_ipv4_tcp_phdr(ip, l3_len, m->ol_flags);
 	}
 }
+
+int dpw_pktmbuf_linearize(struct rte_mbuf *m) { return rte_pktmbuf_linearize(m); }

@@ -33,6 +33,7 @@ uint8_t *dpw_mtod(struct rte_mbuf *m);
 uint16_t dpw_data_len(const struct rte_mbuf *m);
 uint32_t dpw_pkt_len(const struct rte_mbuf *m);
 uint16_t dpw_nb_segs(const struct rte_mbuf *m);
+int dpw_pktmbuf_linearize(struct rte_mbuf *m);
 uint8_t *dpw_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 uint16_t dpw_tailroom(const struct rte_mbuf *m);
 uint64_t dpw_ol_flags(const struct rte_mbuf *m);

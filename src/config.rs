@@ -78,6 +78,101 @@ pub struct PortConfig {
     /// whose frames arrive with only partial (offloaded) checksums.
     #[serde(default = "d_checksum")]
     pub checksum: String,
+    /// Packet fault injection under smoltcp (`[port.faults]`, for soak tests; absent by
+    /// default, and then the data path does not look at it beyond one branch). A port with
+    /// faults always computes and verifies IPv4/TCP checksums in software, whatever
+    /// `checksum` says (docs/dataplane.md "Fault injection and the soak").
+    #[serde(default)]
+    pub faults: Option<FaultConfig>,
+}
+
+/// Which frames a [`FaultConfig`] applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultDirection {
+    /// Frames received from the port, before smoltcp sees them (default).
+    #[default]
+    Rx,
+    /// Frames smoltcp built, before the port sends them (the peer must verify checksums).
+    Tx,
+    /// Both.
+    Both,
+}
+
+/// Seeded packet faults on one port: each probability (0.0..=1.0) is drawn independently per
+/// frame from a generator seeded with `seed`, so a run can be repeated.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Seed of the fault generator (each worker queue adds its index).
+    #[serde(default)]
+    pub seed: u64,
+    /// Drop the frame.
+    #[serde(default)]
+    pub drop: f64,
+    /// Pass the frame twice.
+    #[serde(default)]
+    pub duplicate: f64,
+    /// Hold the frame back and pass it after the next one (or on the next poll if no other
+    /// comes).
+    #[serde(default)]
+    pub reorder: f64,
+    /// Flip `corrupt_bytes` octets at random positions anywhere in the Ethernet frame of an
+    /// IPv4 frame (ARP is left alone: it has no checksum and a real link's FCS protects it).
+    #[serde(default)]
+    pub corrupt: f64,
+    /// Octets flipped per corruption (1..=16, default 1). A single flipped octet is always
+    /// detected by the IPv4/TCP checksum when it lands in IP or TCP octets (RFC 1071); several
+    /// can cancel out.
+    #[serde(default = "d_corrupt_bytes")]
+    pub corrupt_bytes: u8,
+    /// Corrupt a TCP payload octet and fix up the TCP checksum: a corruption no checksum
+    /// catches, left to MPA's CRC32c (RFC 5044 §4.4; that terminates the connection, RFC 5044
+    /// §8). For tests of the CRC path.
+    #[serde(default)]
+    pub corrupt_neutral: f64,
+    /// Received frames, sent frames or both.
+    #[serde(default)]
+    pub direction: FaultDirection,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        FaultConfig {
+            seed: 0,
+            drop: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            corrupt_bytes: d_corrupt_bytes(),
+            corrupt_neutral: 0.0,
+            direction: FaultDirection::Rx,
+        }
+    }
+}
+
+impl FaultConfig {
+    /// Probabilities in 0..=1, `corrupt_bytes` in 1..=16.
+    pub fn validate(&self) -> Result<(), String> {
+        for (k, v) in [
+            ("drop", self.drop),
+            ("duplicate", self.duplicate),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+            ("corrupt_neutral", self.corrupt_neutral),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("faults.{k} = {v}: a probability in 0.0..=1.0"));
+            }
+        }
+        if !(1..=16).contains(&self.corrupt_bytes) {
+            return Err(format!(
+                "faults.corrupt_bytes = {}: 1..=16",
+                self.corrupt_bytes
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Poll-mode worker behaviour.
@@ -151,6 +246,9 @@ impl Default for TcpConfig {
     }
 }
 
+fn d_corrupt_bytes() -> u8 {
+    1
+}
 fn d_max_conns() -> usize {
     256
 }
@@ -216,6 +314,10 @@ impl DataplaneConfig {
                     p.device, p.checksum
                 ));
             }
+            if let Some(f) = &p.faults {
+                f.validate()
+                    .map_err(|e| format!("port {}: {e}", p.device))?;
+            }
             if p.mtu != 0 && !(576..=9000).contains(&p.mtu) {
                 return Err(format!(
                     "port {}: mtu {} not in 576..=9000",
@@ -279,7 +381,13 @@ mod tests {
                 .and_then(|f| f.to_str())
                 .is_some_and(|f| f.starts_with("net_"));
             if dataplane && p.extension().is_some_and(|x| x == "toml") {
-                DataplaneConfig::load(&p).unwrap();
+                let c = DataplaneConfig::load(&p).unwrap();
+                // Fault injection is for tests only: never on in a shipped config.
+                assert!(
+                    c.ports.iter().all(|p| p.faults.is_none()),
+                    "{}",
+                    p.display()
+                );
                 n += 1;
             }
         }
@@ -300,5 +408,39 @@ mod tests {
             DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='trusted-link'\n"));
         assert_eq!(c.unwrap().ports[0].checksum, "trusted-link");
         assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap()[5], 10);
+    }
+
+    #[test]
+    fn faults_are_off_by_default_and_checked() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        assert_eq!(DataplaneConfig::parse(base).unwrap().ports[0].faults, None);
+        let c = DataplaneConfig::parse(&format!(
+            "{base}[port.faults]\nseed=7\ndrop=0.01\nduplicate=0.005\nreorder=0.005\n\
+             corrupt=0.005\ndirection='both'\n"
+        ))
+        .unwrap();
+        let f = c.ports[0].faults.clone().unwrap();
+        assert_eq!((f.seed, f.drop, f.corrupt_bytes), (7, 0.01, 1));
+        assert_eq!(f.direction, FaultDirection::Both);
+        assert_eq!(f.corrupt_neutral, 0.0);
+        for bad in [
+            "drop=1.5",
+            "corrupt=-0.1",
+            "corrupt_bytes=0",
+            "corrupt_bytes=17",
+            "direction='sideways'",
+            "dorp=0.1",
+        ] {
+            assert!(
+                DataplaneConfig::parse(&format!("{base}[port.faults]\n{bad}\n")).is_err(),
+                "{bad}"
+            );
+        }
+        // NaN is not a probability.
+        let f = FaultConfig {
+            drop: f64::NAN,
+            ..FaultConfig::default()
+        };
+        assert!(f.validate().is_err());
     }
 }

@@ -15,11 +15,13 @@ use crate::mpa::{
     DeframeError, Deframer, Framer, MpaConfig, Negotiated, PeerRequest, Role, Startup,
     StartupError, StartupEvent,
 };
+use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
     MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind, RtrRole,
     SendWr, WcStatus, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
+use crate::wire::txbuf::TxBuf;
 
 /// The largest FPDU payload we accept from a peer. RFC 5044 §4.1: ULPDU_Length is 16 bits; siw
 /// sends FPDUs no larger than a segment but accepts larger ones, so accept up to the field limit.
@@ -266,6 +268,48 @@ impl Connection {
             }
         }
         self.drive_qp();
+    }
+
+    /// Whether [`Connection::transmit_into`] can produce the next octets: Full MPA operation
+    /// with markers off and no startup frame pending. Otherwise use `poll_transmit`.
+    pub fn can_transmit_direct(&self) -> bool {
+        self.tx.is_empty() && matches!(&self.data, Some(d) if !d.framer.markers_enabled())
+    }
+
+    /// Frame whole FPDUs into `out` until its room cannot hold one more of at least
+    /// [`MIN_ULPDU_ROOM`] octets of ULPDU: each ULPDU is gathered from registered memory
+    /// straight into place and the CRC computed there (RFC 5044 §4.1), so over a [`SliceBuf`]
+    /// on the TCP transmit ring every payload octet is copied once. FPDUs are cut smaller than
+    /// the MULPDU where the room left is smaller (any DDP segment size up to the MULPDU is
+    /// allowed, RFC 5041 §5). Returns the octets written; `ends` (if given) gets the offset past
+    /// each FPDU. Does nothing unless [`Connection::can_transmit_direct`].
+    ///
+    /// [`SliceBuf`]: crate::wire::txbuf::SliceBuf
+    pub fn transmit_into<B: TxBuf + ?Sized>(
+        &mut self,
+        out: &mut B,
+        mut ends: Option<&mut Vec<usize>>,
+    ) -> usize {
+        if !self.can_transmit_direct() {
+            return 0;
+        }
+        let start = out.len();
+        if let Some(d) = self.data.as_mut() {
+            while let Some(max) = Framer::max_ulpdu_for_room(out.room()) {
+                if max < MIN_ULPDU_ROOM {
+                    break;
+                }
+                let qp = &mut d.qp;
+                if !d.framer.frame_into(out, |o| qp.poll_ulpdu_max(o, max)) {
+                    break;
+                }
+                if let Some(e) = ends.as_deref_mut() {
+                    e.push(out.len());
+                }
+            }
+        }
+        self.drive_qp();
+        out.len() - start
     }
 
     /// Octets the receive path copied so far: FPDUs reassembled from split pieces plus

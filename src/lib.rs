@@ -15,6 +15,7 @@
 //! - [`rpc`]: RPC-over-RDMA (server framework, client, block-storage program) and the ONC RPC
 //!   over TCP baseline.
 //! - [`capture`]: offline pcap analysis (RFC 5044 App. A FPDU alignment).
+//! - [`latency`]: the latency summary (one percentile definition) of every tool.
 //! - [`wake`]: the eventfd with which the verbs layer wakes a connection driver.
 //!
 //! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence): the protocol core,
@@ -35,6 +36,7 @@ pub mod dataplane;
 // block with a `// SAFETY:` comment).
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod latency;
 pub mod mpa;
 pub mod rdma;
 pub mod rpc;

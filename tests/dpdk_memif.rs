@@ -24,6 +24,7 @@ fn memif_two_processes_write_bw_and_send_lat() {
             .args([
                 "dpperf",
                 "--server",
+                "--json",
                 "--count",
                 "2",
                 "--addr",
@@ -78,5 +79,19 @@ fn memif_two_processes_write_bw_and_send_lat() {
     assert!(lat.contains("\"test\":\"send_lat\""), "{lat}");
     let st = server.0.wait().unwrap();
     assert!(st.success(), "server exit {st}");
+    // The server's --json lines: this side's copy counts per connection, in the shape
+    // scripts/bench reads (`role`, `test`, `size`, `copies.rx_per_byte`).
+    let srv: Vec<serde_json::Value> = lines
+        .map(|l| l.unwrap())
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(srv.len(), 2, "{srv:?}");
+    assert_eq!(srv[0]["role"], "server");
+    assert_eq!(srv[0]["test"], "write_bw");
+    assert_eq!(srv[0]["size"], 65536);
+    assert!(srv[0]["copies"]["rx_payload"].as_u64().unwrap() >= 65536 * 300);
+    assert!(srv[0]["copies"]["rx_per_byte"].as_f64().is_some());
+    assert_eq!(srv[1]["test"], "send_lat");
     let _ = std::fs::remove_dir_all(&dir);
 }

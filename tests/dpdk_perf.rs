@@ -122,7 +122,11 @@ fn perf_write_bw_and_send_lat_over_dpdk_memif() {
             &["--transport", "kernel", "--config", "x.toml"][..],
             "--config is for --transport dpdk",
         ),
-        (&["--transport", "xdp"][..], "`kernel` or `dpdk`"),
+        // clap's usage error, listing the transports.
+        (
+            &["--transport", "xdp"][..],
+            "[possible values: dpdk, kernel]",
+        ),
     ] {
         let o = Command::new(BIN)
             .args(["perf", "write_bw", "-R", "10.95.1.1"])

@@ -37,10 +37,14 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
         m.append(60).unwrap().fill(i);
         tx.push(m);
     }
-    assert_eq!(a.tx_burst(0, &mut tx), 4);
+    // Bursts go through the queue's one handle (not Copy/Clone/Sync; a second claim fails).
+    let (mut qa, mut qb) = (a.claim_queue(0).unwrap(), b.claim_queue(0).unwrap());
+    assert!(a.claim_queue(0).is_err());
+    assert_eq!(qa.tx_burst(&mut tx), 4);
     assert!(tx.is_empty());
     let mut rx = Vec::with_capacity(8);
-    assert_eq!(b.rx_burst(0, &mut rx, 8), 4);
+    assert_eq!(qb.rx_burst(&mut rx, 8), 4);
+    drop((qa, qb));
     for (i, m) in rx.iter().enumerate() {
         assert_eq!(m.data().len(), 60);
         assert!(m.data().iter().all(|&x| x == i as u8));

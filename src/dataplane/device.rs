@@ -18,12 +18,18 @@
 //!   Offloaded on rx: smoltcp does not verify; `receive` takes the PMD's verdict from the
 //!   mbuf's flags (good: accept; bad: drop and count; unknown: verify in software). Ports
 //!   configured as a trusted shared-memory link skip checksums altogether.
+//! - Faults (config `[port.faults]`, [`super::fault`]): when set, received bursts and sent
+//!   frames go through a seeded injector (drop, duplicate, reorder, corrupt) and every received
+//!   frame is checked here (IPv4 and TCP checksums in software) before smoltcp sees it. Without
+//!   faults the data path pays one branch per burst and per frame.
 
 use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
-use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Port};
+use super::fault::{FaultStats, Faults, Frame};
+use crate::config::FaultConfig;
+use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Queue};
 
 /// IPv4/TCP checksum handling of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,12 +284,14 @@ pub struct DeviceStats {
     pub tx_tcp_payload: u64,
     /// TCP segments with payload built (retransmissions included).
     pub tx_tcp_segments: u64,
+    /// Fault injection counters (all zero on a port without `faults`).
+    pub faults: FaultStats,
 }
 
 /// One DPDK port queue as a smoltcp device.
 pub struct DpdkDevice {
-    port: Port,
-    queue: u16,
+    /// The port queue this device owns (no other thread can burst on it).
+    queue: Queue,
     pool: &'static Mempool,
     batch: usize,
     mtu: usize,
@@ -298,14 +306,36 @@ pub struct DpdkDevice {
     checksum: ChecksumMode,
     /// The checksums the PMD handles (config `checksum` = `auto`/`offload`).
     offload: CksumOffload,
+    /// The port's MAC address (what received frames must be sent to).
+    mac: [u8; 6],
+    /// Fault injection (config `faults`); None on every port unless configured.
+    faults: Option<Box<Faults<Mbuf>>>,
+    /// The rx burst as it comes out of the faults.
+    rx_faulted: Vec<Mbuf>,
     /// This device's counters.
     pub stats: DeviceStats,
 }
 
+impl Frame for Mbuf {
+    fn bytes(&self) -> &[u8] {
+        self.data()
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.data_mut()
+    }
+}
+
+/// A copy of `m` in a new mbuf from `pool` (None when the pool is empty).
+fn copy_mbuf(pool: &'static Mempool, m: &Mbuf) -> Option<Mbuf> {
+    let mut c = pool.alloc()?;
+    c.append(m.data().len() as u16)?.copy_from_slice(m.data());
+    Some(c)
+}
+
 /// A port (queue 0) that receives a copy of every frame.
 pub struct Mirror {
-    /// The capture port; copies are sent on its queue 0.
-    pub port: Port,
+    /// Queue 0 of the capture port, where the copies are sent.
+    pub port: Queue,
     /// Pool the copies are allocated from.
     pub pool: &'static Mempool,
     /// Copies not yet taken by the capture port's driver (at most 1024; beyond that copies
@@ -329,10 +359,9 @@ impl Mirror {
 }
 
 impl DpdkDevice {
-    /// A device on `queue` of `port`; `mtu` is the IP MTU.
-    pub fn new(port: Port, queue: u16, pool: &'static Mempool, batch: usize, mtu: usize) -> Self {
+    /// A device on `queue` (of a port, [`crate::dpdk::Port::claim_queue`]); `mtu` is the IP MTU.
+    pub fn new(queue: Queue, pool: &'static Mempool, batch: usize, mtu: usize) -> Self {
         DpdkDevice {
-            port,
             queue,
             pool,
             batch,
@@ -343,8 +372,62 @@ impl DpdkDevice {
             mirror: None,
             checksum: ChecksumMode::Software,
             offload: CksumOffload::default(),
+            mac: [0; 6],
+            faults: None,
+            rx_faulted: Vec::new(),
             stats: DeviceStats::default(),
         }
+    }
+
+    /// The port's own MAC address.
+    pub fn set_mac(&mut self, mac: [u8; 6]) {
+        self.mac = mac;
+    }
+
+    /// Turn fault injection on (`Some`) or off. Faults need IPv4/TCP checksums computed and
+    /// verified in software on this port (checksum mode `Software`, nothing offloaded: an
+    /// offloading PMD would checksum a frame corrupted on tx as if it were right); the port
+    /// is set up that way when its config has `faults`. Counters are kept across changes.
+    pub fn set_faults(&mut self, cfg: Option<FaultConfig>) -> Result<(), String> {
+        if let Some(c) = &cfg {
+            c.validate()?;
+            if self.checksum != ChecksumMode::Software || self.offload.any() {
+                return Err(format!(
+                    "faults need IPv4/TCP checksums computed and verified in software on this \
+                     port (it has: {}, offload {}); give the port a [port.faults] table in its \
+                     config",
+                    self.checksum.describe(),
+                    self.offload.describe()
+                ));
+            }
+        }
+        // The injector in force hands over its counters and the frames it holds back (they go
+        // out after what is queued: still reordered, not lost).
+        if let Some(mut old) = self.faults.take() {
+            self.stats.faults = old.stats;
+            for (m, rx) in old.take_held() {
+                if rx {
+                    self.rx.insert(0, m);
+                } else {
+                    self.tx.push(m);
+                }
+            }
+        }
+        if let Some(c) = cfg {
+            let mut f = Faults::new(c, self.mac, u64::from(self.queue.index()));
+            f.stats = self.stats.faults;
+            self.faults = Some(Box::new(f));
+        }
+        Ok(())
+    }
+
+    /// This device's counters, fault counters included.
+    pub fn stats(&self) -> DeviceStats {
+        let mut s = self.stats;
+        if let Some(f) = &self.faults {
+            s.faults = f.stats;
+        }
+        s
     }
 
     /// How IPv4/TCP checksums are handled (see `PortConfig::checksum`).
@@ -390,7 +473,7 @@ impl DpdkDevice {
     }
 
     /// Copy every frame to `mirror` as well.
-    pub fn set_mirror(&mut self, port: Port, pool: &'static Mempool) {
+    pub fn set_mirror(&mut self, port: Queue, pool: &'static Mempool) {
         self.mirror = Some(Mirror {
             port,
             pool,
@@ -403,9 +486,17 @@ impl DpdkDevice {
         if !self.rx.is_empty() {
             return 0;
         }
-        let n = self.port.rx_burst(self.queue, &mut self.rx, self.batch);
-        self.rx.reverse();
+        let n = self.queue.rx_burst(&mut self.rx, self.batch);
         self.stats.rx_packets += n as u64;
+        if let Some(f) = self.faults.as_deref_mut() {
+            let pool = self.pool;
+            for m in self.rx.drain(..) {
+                f.apply(true, m, &mut self.rx_faulted, |m| copy_mbuf(pool, m));
+            }
+            f.tick(true, &mut self.rx_faulted);
+            std::mem::swap(&mut self.rx, &mut self.rx_faulted);
+        }
+        self.rx.reverse();
         n
     }
 
@@ -416,9 +507,12 @@ impl DpdkDevice {
 
     /// Hand queued frames to the driver; returns how many it took.
     pub fn flush(&mut self) -> usize {
+        if let Some(f) = self.faults.as_deref_mut() {
+            f.tick(false, &mut self.tx);
+        }
         let mut sent = 0;
         while !self.tx.is_empty() {
-            let n = self.port.tx_burst(self.queue, &mut self.tx);
+            let n = self.queue.tx_burst(&mut self.tx);
             if n == 0 {
                 break;
             }
@@ -426,7 +520,7 @@ impl DpdkDevice {
         }
         self.stats.tx_packets += sent as u64;
         if let Some(m) = self.mirror.as_mut() {
-            m.port.tx_burst(0, &mut m.pending);
+            m.port.tx_burst(&mut m.pending);
         }
         sent
     }
@@ -479,18 +573,25 @@ impl Device for DpdkDevice {
                 self.stats.tx_backpressure += 1;
                 return None;
             }
-            let m = self.rx.pop()?;
-            if m.nb_segs() != 1 {
+            let mut m = self.rx.pop()?;
+            if m.nb_segs() != 1 && !m.linearize() {
                 log::warn!(
-                    "dpdk: dropping a {}-segment frame of {} bytes (pool buffers hold one frame)",
+                    "dpdk: dropping a {}-segment frame of {} bytes (first {} bytes {:02x?})",
                     m.nb_segs(),
-                    m.pkt_len()
+                    m.pkt_len(),
+                    m.data().len(),
+                    &m.data()[..m.data().len().min(40)]
                 );
                 self.stats.rx_dropped += 1;
                 continue;
             }
             if (self.offload.rx_ipv4 || self.offload.rx_tcp) && !self.rx_cksum_ok(&m) {
                 continue;
+            }
+            if let Some(f) = self.faults.as_deref_mut() {
+                if !f.admit(m.data()) {
+                    continue;
+                }
             }
             if let Some(mi) = self.mirror.as_mut() {
                 mi.copy(m.data());
@@ -586,7 +687,12 @@ impl phy::TxToken for DpdkTxToken<'_> {
         if let Some(mi) = self.dev.mirror.as_mut() {
             mi.copy(m.data());
         }
-        self.dev.tx.push(m);
+        if let Some(f) = self.dev.faults.as_deref_mut() {
+            let pool = self.dev.pool;
+            f.apply(false, m, &mut self.dev.tx, |m| copy_mbuf(pool, m));
+        } else {
+            self.dev.tx.push(m);
+        }
         if self.dev.tx.len() >= self.dev.batch {
             self.dev.flush();
         }

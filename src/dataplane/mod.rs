@@ -15,6 +15,7 @@
 //! port is the tested setup for those).
 
 pub mod device;
+pub mod fault;
 mod worker;
 
 use std::collections::HashMap;
@@ -226,6 +227,24 @@ impl Dataplane {
                 )
             }
             .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
+            // Faults: checksums computed and verified in software whatever `checksum` says
+            // (a corrupted frame must be refused, and an offloading PMD would checksum a frame
+            // corrupted on tx as if it were right).
+            let (ck_mode, ck_off) = match &pc.faults {
+                Some(f) => {
+                    log::warn!(
+                        "dataplane: port {} ({}): FAULT INJECTION on: {f:?}; IPv4/TCP checksums \
+                         computed and verified in software",
+                        port.id(),
+                        pc.device
+                    );
+                    (
+                        device::ChecksumMode::Software,
+                        device::CksumOffload::default(),
+                    )
+                }
+                None => (ck_mode, ck_off),
+            };
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
             let pool = Mempool::create(eal, &format!("dpw_pool{pi}"), pc.mbufs, 256, room)?;
             port.configure(
@@ -293,12 +312,20 @@ impl Dataplane {
             for q in 0..nq {
                 let (tx, rx) = crossbeam_channel::bounded(256);
                 let index = workers.len();
-                let mut dev =
-                    device::DpdkDevice::new(port, q, pool, cfg.worker.batch, usize::from(mtu));
+                // The worker owns its queue: the handle moves into its thread.
+                let mut dev = device::DpdkDevice::new(
+                    port.claim_queue(q)?,
+                    pool,
+                    cfg.worker.batch,
+                    usize::from(mtu),
+                );
                 dev.set_checksum_mode(ck_mode);
                 dev.set_checksum_offload(ck_off);
+                dev.set_mac(mac);
+                dev.set_faults(pc.faults.clone())
+                    .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
                 if let Some((cp, cpool)) = capture {
-                    dev.set_mirror(cp, cpool);
+                    dev.set_mirror(cp.claim_queue(0)?, cpool);
                 }
                 let parts = WorkerParts {
                     index,
@@ -542,6 +569,25 @@ impl Endpoint {
             }
         }
         work
+    }
+
+    /// Turn packet fault injection on (`Some`) or off on every queue of this port
+    /// ([`fault`], docs/dataplane.md "Fault injection and the soak"). The port must compute and verify
+    /// checksums in software: started with a `[port.faults]` table (all probabilities may be
+    /// zero), or with `checksum = "software"` on a PMD without checksum offload. Counters
+    /// ([`device::DeviceStats::faults`]) are kept across changes.
+    pub fn set_faults(&self, faults: Option<crate::config::FaultConfig>) -> Result<(), String> {
+        for w in self.workers.iter() {
+            let (rtx, rrx) = crossbeam_channel::bounded(1);
+            w.send(Cmd::SetFaults {
+                faults: faults.clone(),
+                reply: rtx,
+            })
+            .map_err(|_| "the worker has stopped".to_string())?;
+            recv_pumping(&rrx, Duration::from_secs(5), &self.driven)
+                .ok_or_else(|| "the worker did not answer".to_string())??;
+        }
+        Ok(())
     }
 
     /// Whether the workers of this endpoint are driven by the application.

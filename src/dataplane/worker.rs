@@ -36,7 +36,10 @@ use super::device::{DeviceStats, DpdkDevice};
 use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
+use crate::rdma::MIN_ULPDU_ROOM;
 use crate::verbs::{QpShared, QpSlot};
+use crate::wire::terminate::TermCause;
+use crate::wire::txbuf::{SliceBuf, TxBuf};
 
 /// How long an accepted TCP connection may take to deliver its MPA Request, and how long a
 /// reported request may wait for accept/reject.
@@ -88,6 +91,11 @@ pub(crate) enum Cmd {
     Stats {
         reply: Sender<WorkerStats>,
     },
+    /// Turn fault injection on or off (`Endpoint::set_faults`).
+    SetFaults {
+        faults: Option<crate::config::FaultConfig>,
+        reply: Sender<Result<(), String>>,
+    },
     Stop,
 }
 
@@ -113,6 +121,9 @@ pub struct WorkerStats {
     pub lcore: Option<u32>,
     /// Payload copies inside dpwarp (see [`CopyStats`]).
     pub copies: CopyStats,
+    /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
+    /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
+    pub mpa_crc_errors: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -383,7 +394,7 @@ impl Worker {
 
     /// Counters, with the placement of the calling thread.
     pub fn stats(&mut self) -> WorkerStats {
-        self.stats.device = self.dev.stats;
+        self.stats.device = self.dev.stats();
         self.stats.connections = self.conns.len();
         self.stats.cpu = self.cpu;
         self.stats.ran_on = rustix::thread::sched_getcpu();
@@ -454,6 +465,9 @@ impl Worker {
                 Cmd::Stats { reply } => {
                     let s = self.stats();
                     let _ = reply.try_send(s);
+                }
+                Cmd::SetFaults { faults, reply } => {
+                    let _ = reply.try_send(self.dev.set_faults(faults));
                 }
                 Cmd::Connect { remote, sh, events } => self.connect(remote, sh, events),
                 Cmd::Listen {
@@ -843,6 +857,10 @@ impl Worker {
             c.out.clear();
             c.out_pos = 0;
             c.ends.clear();
+            if conn.can_transmit_direct() {
+                // FPDUs are framed straight into the socket below (feed_direct).
+                continue;
+            }
             conn.poll_transmit_records(&mut c.out, &mut c.ends);
             self.tx_staged += c.out.len() as u64;
             work |= !c.out.is_empty();
@@ -850,6 +868,7 @@ impl Worker {
         // smoltcp emits at most one segment per socket per egress pass: repeat until nothing
         // is left to send (bounded; the device refuses when its tx queue is full).
         let ts = st_now(self.t0);
+        let align = self.tcp.fpdu_alignment;
         for _ in 0..EGRESS_PASSES {
             let mut fed = false;
             for c in self.conns.iter_mut() {
@@ -860,10 +879,16 @@ impl Worker {
                 let n = if c.sh.is_none() {
                     // A rejecting responder: the Reply, then close.
                     feed_all(c, s)
-                } else if self.tcp.fpdu_alignment {
-                    feed_segment(c, s, self.emss)
+                } else if c.out_pos < c.out.len() {
+                    if align {
+                        feed_segment(c, s, self.emss)
+                    } else {
+                        feed_all(c, s)
+                    }
                 } else {
-                    feed_all(c, s)
+                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align);
+                    self.tx_staged += staged as u64;
+                    direct + fed
                 };
                 if n > 0 {
                     fed = true;
@@ -899,7 +924,7 @@ impl Worker {
                     let sh = c.sh.as_ref().expect("connecting has a QP");
                     if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
                         log::warn!("dataplane: TCP connect failed");
-                        finish(c);
+                        finish(c, &mut self.stats.mpa_crc_errors);
                         true
                     } else {
                         false
@@ -910,14 +935,14 @@ impl Worker {
                     let close = match c.sh.clone() {
                         None => drained || !s.may_send(),
                         Some(sh) => {
-                            let (w, close) = reap(c, &sh);
+                            let (w, close) = reap(c, &sh, &mut self.stats.mpa_crc_errors);
                             work |= w;
                             c.eof || (close && drained)
                         }
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done += finish(c);
+                        self.rx_copied_done += finish(c, &mut self.stats.mpa_crc_errors);
                         c.state = CState::Closing(now);
                         work = true;
                         closed = true;
@@ -967,7 +992,7 @@ impl Worker {
 
 /// The connection ended: final completions and events, then mark the QP closed. Returns the
 /// octets its engine copied on receive (for the worker's copy count).
-fn finish(c: &mut Conn) -> u64 {
+fn finish(c: &mut Conn, crc_errors: &mut u64) -> u64 {
     let Some(sh) = c.sh.as_ref() else { return 0 };
     let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
@@ -975,6 +1000,7 @@ fn finish(c: &mut Conn) -> u64 {
         sh.reap(conn);
         while let Some(ev) = conn.poll_event() {
             sh.note_event(&ev);
+            *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
             if let Some(e) = &c.events {
                 let _ = e.try_send(ev);
             }
@@ -989,7 +1015,7 @@ fn finish(c: &mut Conn) -> u64 {
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
 /// connection should close once its bytes are out).
-fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
+fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
     let mut work = false;
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
@@ -998,6 +1024,7 @@ fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
     sh.reap(conn);
     while let Some(ev) = conn.poll_event() {
         sh.note_event(&ev);
+        *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
         if let Some(e) = &c.events {
             let _ = e.try_send(ev);
         }
@@ -1006,6 +1033,103 @@ fn reap(c: &mut Conn, sh: &Arc<QpShared>) -> (bool, bool) {
     let orphaned = Arc::strong_count(sh) <= 2; // ours (clone) + the Conn's
     let close = conn.should_close() || sh.disconnect.load(Ordering::Acquire) || orphaned;
     (work, close)
+}
+
+/// Room for the smallest FPDU `feed_direct` frames: a [`MIN_ULPDU_ROOM`] ULPDU plus the
+/// length field, pad and CRC (RFC 5044 §4.1).
+const MIN_DIRECT_FPDU: usize = MIN_ULPDU_ROOM + 8;
+
+/// Frame the connection's next FPDUs straight into the socket's transmit ring: each ULPDU is
+/// gathered from registered memory to the place TCP sends (and retransmits) it from, the CRC
+/// computed there: one copy per payload octet before the device (docs/dataplane.md "Copies").
+///
+/// With `align` (RFC 5044 Appendix A: segments begin with an FPDU header, as `feed_segment`):
+/// only when nothing is unsent, and no more than one segment of whole FPDUs (an FPDU is cut
+/// smaller where the window or the ring's contiguous room is smaller than a full one).
+/// Where the ring wraps with less than [`MIN_DIRECT_FPDU`] contiguous, one segment's FPDUs are
+/// framed into the connection's staging buffer instead and sent from there (smoltcp gathers a
+/// segment across the wrap). Returns (octets framed into the ring, octets framed into the
+/// staging buffer, octets of those written to the ring).
+fn feed_direct(
+    c: &mut Conn,
+    s: &mut tcp::Socket<'static>,
+    emss: usize,
+    align: bool,
+) -> (usize, usize, usize) {
+    let Some(sh) = c.sh.as_ref() else {
+        return (0, 0, 0);
+    };
+    if !s.may_send() {
+        return (0, 0, 0);
+    }
+    let limit = if align {
+        if s.send_unsent() > 0 {
+            return (0, 0, 0);
+        }
+        let segment = emss.min(s.remote_mss()).max(1);
+        let room = segment.min(s.send_window_left());
+        if room < MIN_DIRECT_FPDU {
+            if s.send_queue() > 0 {
+                // Wait for the ACK that opens the window.
+                return (0, 0, 0);
+            }
+            // A window this small with nothing in flight does not grow by waiting: one small
+            // FPDU goes in and TCP sends what the window allows.
+            MIN_DIRECT_FPDU.min(segment.max(MIN_DIRECT_FPDU))
+        } else {
+            room
+        }
+    } else {
+        usize::MAX
+    };
+    let free = s.send_capacity() - s.send_queue();
+    if free < MIN_DIRECT_FPDU {
+        return (0, 0, 0);
+    }
+    let mut guard = sh.lock();
+    let QpSlot::Live(conn) = &mut *guard else {
+        return (0, 0, 0);
+    };
+    if !conn.can_transmit_direct() {
+        return (0, 0, 0);
+    }
+    let direct = s
+        .send(|ring| {
+            let n = ring.len().min(limit);
+            if n < MIN_DIRECT_FPDU {
+                return (0, 0);
+            }
+            let mut out = SliceBuf::new(&mut ring[..n]);
+            let w = conn.transmit_into(&mut out, None);
+            (w, w)
+        })
+        .unwrap_or(0);
+    if direct > 0 || s.send_queue() + MIN_DIRECT_FPDU > s.send_capacity() {
+        return (direct, 0, 0);
+    }
+    // The contiguous room before the ring wraps is too small for an FPDU: stage one
+    // segment's worth and let the ring take it across the wrap.
+    let n = limit.min(free).min(64 * 1024);
+    c.out.clear();
+    c.out.resize(n, 0);
+    c.ends.clear();
+    let w = {
+        let mut out = SliceBuf::new(&mut c.out[..]);
+        conn.transmit_into(&mut out, Some(&mut c.ends));
+        out.len()
+    };
+    c.out.truncate(w);
+    c.out_pos = 0;
+    drop(guard);
+    if w == 0 {
+        return (0, 0, 0);
+    }
+    let fed = if align {
+        feed_segment(c, s, emss)
+    } else {
+        feed_all(c, s)
+    };
+    (0, w, fed)
 }
 
 /// Without alignment (`tcp.fpdu_alignment = false`) and for a rejecting responder's Reply:

@@ -10,7 +10,10 @@
 //! - [`Mempool`]: created once and kept for the life of the process (`&'static`): ports and
 //!   in-flight mbufs point into it, and the EAL itself cannot be torn down and re-created.
 //! - [`Mbuf`]: owned packet buffer; dropping it returns it to its pool (no leaks).
-//! - [`Port`]: an ethdev port (a vdev such as `net_ring`, `net_memif`, `net_tap`).
+//! - [`Port`]: an ethdev port (a vdev such as `net_ring`, `net_memif`, `net_tap`): setup and
+//!   counters. It is `Copy`; receiving and sending go through a [`Queue`], the one handle of a
+//!   queue pair ([`Port::claim_queue`]), which is not `Copy`/`Clone`/`Sync`, so one thread per
+//!   queue is the type's rule, not a convention.
 
 #![allow(unsafe_code)]
 
@@ -340,6 +343,14 @@ impl Mbuf {
         unsafe { sys::dpw_nb_segs(self.ptr.as_ptr()) }
     }
 
+    /// Coalesce a chained packet into its first segment (`rte_pktmbuf_linearize`): true when
+    /// the packet is (now) one segment, false when the first segment's buffer is too small.
+    pub fn linearize(&mut self) -> bool {
+        // SAFETY: we own the mbuf; rte_pktmbuf_linearize copies the later segments' data into
+        // the first one's tailroom (checking it) and frees them, or changes nothing.
+        unsafe { sys::dpw_pktmbuf_linearize(self.ptr.as_ptr()) == 0 }
+    }
+
     /// Total packet length over all segments.
     pub fn pkt_len(&self) -> u32 {
         // SAFETY: reads a field of the mbuf we own.
@@ -665,10 +676,83 @@ impl Port {
         Ok((speed, up != 0))
     }
 
-    /// Receive up to `out`'s spare capacity (at most 512) packets from `queue` into `out`.
-    /// Only one thread may use a given queue.
+    /// The handle of `queue` (its rx and tx queue pair) of this port: the only way to receive or
+    /// send on it. DPDK's burst functions are not thread-safe per queue, so at most one
+    /// [`Queue`] per (port, queue) exists at a time (a second claim fails with `EBUSY` until the
+    /// first handle is dropped), and a [`Queue`] is neither `Copy`, `Clone` nor `Sync`: it can
+    /// move to the one worker thread that polls it, never be shared.
+    pub fn claim_queue(&self, queue: u16) -> Result<Queue, DpdkError> {
+        let mut claimed = CLAIMED_QUEUES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !claimed.insert((self.id, queue)) {
+            return Err(DpdkError::new(
+                format!("port {} queue {queue} is already claimed", self.id),
+                libc::EBUSY,
+            ));
+        }
+        Ok(Queue {
+            port: self.id,
+            queue,
+            _not_sync: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The (port, queue) pairs with a live [`Queue`] handle.
+static CLAIMED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<(u16, u16)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// One rx/tx queue pair of a port, owned by the one thread that polls it ([`Port::claim_queue`]).
+///
+/// Not `Copy` or `Clone` and not `Sync` (the `Cell` marker), so safe code cannot call
+/// `rte_eth_rx_burst`/`rte_eth_tx_burst` on one queue from two threads; it is `Send`, so the
+/// handle can be created on one thread and moved to its worker.
+///
+/// Sharing one with another thread does not compile:
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<dpwarp::dpdk::Queue>();
+/// ```
+/// and neither does duplicating one:
+/// ```compile_fail
+/// fn dup(q: &dpwarp::dpdk::Queue) -> dpwarp::dpdk::Queue { q.clone() }
+/// ```
+/// It moves to the worker that owns it:
+/// ```
+/// fn owned<T: Send>() {}
+/// owned::<dpwarp::dpdk::Queue>();
+/// ```
+#[derive(Debug)]
+pub struct Queue {
+    port: u16,
+    queue: u16,
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        CLAIMED_QUEUES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(self.port, self.queue));
+    }
+}
+
+impl Queue {
+    /// The port id.
+    pub fn port_id(&self) -> u16 {
+        self.port
+    }
+
+    /// The queue index.
+    pub fn index(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receive up to `out`'s spare capacity (at most `max`, at most 512) packets into `out`.
     #[inline]
-    pub fn rx_burst(&self, queue: u16, out: &mut Vec<Mbuf>, max: usize) -> usize {
+    pub fn rx_burst(&mut self, out: &mut Vec<Mbuf>, max: usize) -> usize {
         let n = max.min(out.capacity() - out.len()).min(512) as u16;
         if n == 0 {
             return 0;
@@ -676,29 +760,31 @@ impl Port {
         let len = out.len();
         // SAFETY: Mbuf is repr(transparent) over a non-null rte_mbuf pointer; the spare capacity
         // holds at least n slots; rx_burst writes `got` valid, owned mbuf pointers to them, and
-        // only then do we extend the length over exactly those.
+        // only then do we extend the length over exactly those. `&mut self` on the queue's only
+        // handle: no other thread is in a burst call on this queue.
         unsafe {
             let dst = out.as_mut_ptr().add(len) as *mut *mut sys::rte_mbuf;
-            let got = sys::dpw_rx_burst(self.id, queue, dst, n);
+            let got = sys::dpw_rx_burst(self.port, self.queue, dst, n);
             out.set_len(len + usize::from(got));
             usize::from(got)
         }
     }
 
-    /// Hand the first packets of `pkts` to `queue`; returns how many the driver took (those are
-    /// removed from `pkts`, the rest stay for a later call: nothing is dropped here).
+    /// Hand the first packets of `pkts` to the queue; returns how many the driver took (those
+    /// are removed from `pkts`, the rest stay for a later call: nothing is dropped here).
     #[inline]
-    pub fn tx_burst(&self, queue: u16, pkts: &mut Vec<Mbuf>) -> usize {
+    pub fn tx_burst(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         if pkts.is_empty() {
             return 0;
         }
         let n = pkts.len().min(usize::from(u16::MAX)) as u16;
         // SAFETY: repr(transparent) slice of owned mbuf pointers; the driver takes ownership of
-        // the first `sent`, which we then remove without running Drop.
+        // the first `sent`, which we then remove without running Drop. `&mut self` on the
+        // queue's only handle: no other thread is in a burst call on this queue.
         let sent = unsafe {
             usize::from(sys::dpw_tx_burst(
-                self.id,
-                queue,
+                self.port,
+                self.queue,
                 pkts.as_mut_ptr() as *mut *mut sys::rte_mbuf,
                 n,
             ))
@@ -707,5 +793,29 @@ impl Port {
             std::mem::forget(m);
         }
         sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One live handle per (port, queue); dropping it frees the queue for the next owner.
+    /// (Port ids far beyond any real port: no DPDK call is made.)
+    #[test]
+    fn a_queue_has_one_handle_at_a_time() {
+        let p = Port { id: 60_001 };
+        let q0 = p.claim_queue(0).expect("first claim");
+        let e = p
+            .claim_queue(0)
+            .expect_err("second claim of the same queue");
+        assert_eq!(e.errno, libc::EBUSY);
+        let q1 = p.claim_queue(1).expect("another queue of the same port");
+        assert_eq!((q0.port_id(), q0.index(), q1.index()), (60_001, 0, 1));
+        // Another port's queue 0 is its own.
+        let other = Port { id: 60_002 }.claim_queue(0).expect("other port");
+        drop(q0);
+        let again = p.claim_queue(0).expect("claim after the owner dropped it");
+        drop((again, q1, other));
     }
 }

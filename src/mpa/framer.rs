@@ -3,6 +3,7 @@
 
 use crate::crc;
 use crate::wire::fpdu::{pad_len, CRC_LEN, MARKER_INTERVAL, MARKER_LEN, OVERHEAD};
+use crate::wire::txbuf::TxBuf;
 
 /// RFC 5044 §4.5: "the MPA on TCP sender MUST NOT shrink the MULPDU below 128 octets".
 pub const MIN_MULPDU: usize = 128;
@@ -170,6 +171,50 @@ impl Framer {
         self.pos = self.pos.wrapping_add((out.len() - start) as u64);
     }
 
+    /// The largest ULPDU whose FPDU (markers off: length field, pad, CRC) fits in `room`
+    /// octets, or `None` when not even an empty one does (RFC 5044 §4.1).
+    pub fn max_ulpdu_for_room(room: usize) -> Option<usize> {
+        // 2 + ULPDU + pad is a multiple of 4, then 4 octets of CRC.
+        let body = room.checked_sub(CRC_LEN)? & !3;
+        body.checked_sub(2).map(|u| u.min(usize::from(u16::MAX)))
+    }
+
+    /// Frame one FPDU (markers off) into any [`TxBuf`]: `ulpdu` appends the ULPDU (returning
+    /// false when there is none), then the length field, pad and CRC are completed in place
+    /// (RFC 5044 §4.1). The caller sizes the ULPDU by [`Framer::max_ulpdu_for_room`] so the
+    /// FPDU fits; one that does not (a bug) is removed and logged, never sent truncated.
+    /// Returns whether an FPDU was appended.
+    pub fn frame_into<B: TxBuf + ?Sized>(
+        &mut self,
+        out: &mut B,
+        ulpdu: impl FnOnce(&mut B) -> bool,
+    ) -> bool {
+        debug_assert!(!self.markers, "frame_into is for markers off");
+        let start = out.len();
+        if out.room() < OVERHEAD {
+            return false;
+        }
+        out.put(&[0, 0]);
+        if !ulpdu(out) {
+            out.truncate(start);
+            return false;
+        }
+        let len = out.len() - start - 2;
+        let pad = pad_len(len);
+        if len > usize::from(u16::MAX) || out.room() < pad + CRC_LEN {
+            log::error!("mpa: ULPDU of {len} octets does not fit its FPDU room; not framed");
+            out.truncate(start);
+            return false;
+        }
+        out.put(&[0u8; 3][..pad]);
+        let fpdu = out.written_mut(start);
+        fpdu[..2].copy_from_slice(&(len as u16).to_be_bytes());
+        let c = if self.crc { crc::crc32c(fpdu) } else { 0 };
+        out.put(&c.to_le_bytes());
+        self.pos = self.pos.wrapping_add((out.len() - start) as u64);
+        true
+    }
+
     fn put_marker(&mut self, fpdu_ptr: u16, out: &mut Vec<u8>) {
         out.extend_from_slice(&[0, 0]);
         out.extend_from_slice(&(fpdu_ptr & !3).to_be_bytes());
@@ -251,6 +296,51 @@ mod tests {
         out.resize(start + 2 + 65536, 0);
         f.finish_in_place(&mut out, start);
         assert_eq!(out, vec![1u8]);
+        assert_eq!(f.stream_position(), 0);
+    }
+
+    #[test]
+    fn frame_into_a_slice_equals_emit_and_fits_its_room() {
+        use crate::wire::txbuf::SliceBuf;
+        for crc in [false, true] {
+            for room in [6usize, 7, 8, 9, 10, 11, 12, 13, 100, 1448, 1449, 1450, 1451] {
+                let Some(max) = Framer::max_ulpdu_for_room(room) else {
+                    assert!(room < 8);
+                    continue;
+                };
+                let ulpdu: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
+                let mut a = Framer::new(crc, false);
+                let mut want = Vec::new();
+                a.emit(&ulpdu, &[], &mut want);
+                assert!(want.len() <= room, "room {room} max {max}");
+                // One more octet would not fit.
+                let mut big = Vec::new();
+                Framer::new(crc, false).emit(&[0u8; 1].repeat(max + 1), &[], &mut big);
+                assert!(
+                    big.len() > room,
+                    "room {room}: max {max} is not the largest"
+                );
+                let mut raw = vec![0u8; room];
+                let mut sb = SliceBuf::new(&mut raw);
+                let mut b = Framer::new(crc, false);
+                assert!(b.frame_into(&mut sb, |o| {
+                    o.put(&ulpdu);
+                    true
+                }));
+                let n = sb.len();
+                assert_eq!(&raw[..n], &want[..]);
+                assert_eq!(a.stream_position(), b.stream_position());
+            }
+        }
+        // A ULPDU larger than the room: nothing framed, nothing counted.
+        let mut raw = vec![0u8; 20];
+        let mut sb = SliceBuf::new(&mut raw);
+        let mut f = Framer::new(true, false);
+        assert!(!f.frame_into(&mut sb, |o| {
+            o.put(&[1u8; 30]);
+            true
+        }));
+        assert_eq!(sb.len(), 0);
         assert_eq!(f.stream_position(), 0);
     }
 

@@ -22,6 +22,8 @@ use std::sync::{Arc, RwLock};
 
 use rand::Rng;
 
+use crate::wire::txbuf::TxBuf;
+
 /// Access rights of a region (`IBV_ACCESS_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Access(pub u32);
@@ -364,17 +366,17 @@ impl MemoryTable {
     }
     /// `check` then append `len` bytes of the region at `addr` to `out` (the engine gathers an
     /// outgoing ULPDU this way without zero-filling first).
-    pub fn read_append(
+    pub fn read_append<B: TxBuf + ?Sized>(
         &self,
         stag: u32,
         pd: PdId,
         addr: u64,
         len: usize,
         need: Access,
-        out: &mut Vec<u8>,
+        out: &mut B,
     ) -> Result<(), MemoryError> {
         let (r, off) = self.checked(stag, pd, addr, len, need)?;
-        out.extend_from_slice(&r.bytes()[off..off + len]);
+        out.put(&r.bytes()[off..off + len]);
         Ok(())
     }
 }

@@ -11,5 +11,5 @@ pub mod wr;
 /// Re-exported: the QP engine sends and checks the RTR kind MPA negotiated.
 pub use crate::mpa::RtrKind;
 pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId};
-pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrRole};
+pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrRole, MIN_ULPDU_ROOM};
 pub use wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

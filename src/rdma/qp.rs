@@ -32,6 +32,12 @@ use crate::wire::rdmap::{
     RDMAP_VERSION,
 };
 use crate::wire::terminate::{BitOrder, TermCause};
+use crate::wire::txbuf::TxBuf;
+
+/// The smallest ULPDU limit [`QpEngine::poll_ulpdu_max`] honours: RFC 5044 §4.5's minimum
+/// MULPDU (128 octets), more than any fixed-size ULPDU (a TERMINATE with the offending DDP and
+/// RDMAP headers is 58 octets).
+pub const MIN_ULPDU_ROOM: usize = 128;
 
 /// The QP's role in peer-to-peer RTR exchange (RFC 6581 §9.2, §9.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +176,8 @@ pub struct QpEngine {
     msn_tx: [u32; 3],
     msn_rx: [u32; 3],
     term_out: Option<Vec<u8>>,
+    /// The ULPDU size limit of the current `poll_ulpdu_max` call.
+    limit: usize,
     term_received: bool,
     cq: VecDeque<(WorkCompletion, Option<TxIdent>)>,
     events: VecDeque<QpEvent>,
@@ -265,6 +273,7 @@ impl QpEngine {
             msn_tx: [1; 3],
             msn_rx: [1; 3],
             term_out: None,
+            limit: usize::MAX,
             term_received: false,
             cq: VecDeque::new(),
             events: VecDeque::new(),
@@ -553,18 +562,29 @@ impl QpEngine {
     // ------------------------------------------------------------------ transmit
 
     /// Append the next outgoing ULPDU (at most `mulpdu` bytes) to `out`; false if none is ready.
-    pub fn poll_ulpdu(&mut self, out: &mut Vec<u8>) -> bool {
+    pub fn poll_ulpdu<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
+        self.poll_ulpdu_max(out, usize::MAX)
+    }
+
+    /// [`QpEngine::poll_ulpdu`] with the ULPDU also no larger than `max` octets (at least
+    /// [`MIN_ULPDU_ROOM`], which every fixed-size ULPDU — TERMINATE, Read Request, RTR — fits):
+    /// the framer asks for a smaller FPDU where the room left in the TCP transmit ring or
+    /// segment is smaller than a full one. Data-carrying messages are cut into DDP segments of
+    /// that size (RFC 5041 §5: any segment size up to the MULPDU is allowed).
+    pub fn poll_ulpdu_max<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
         let start = out.len();
-        let ready = self.poll_ulpdu_ietf(out);
+        let ready = self.poll_ulpdu_max_ietf(out, max);
         if ready && self.rdmac {
-            swap_wire_version(&mut out[start..]);
+            // RFC 5044 App. C: DDP/RDMAP version 0 on the wire to an RDMAC peer.
+            swap_wire_version(out.written_mut(start));
         }
         ready
     }
 
-    fn poll_ulpdu_ietf(&mut self, out: &mut Vec<u8>) -> bool {
+    fn poll_ulpdu_max_ietf<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
+        self.limit = max.max(MIN_ULPDU_ROOM);
         if let Some(t) = self.term_out.take() {
-            out.extend_from_slice(&t);
+            out.put(&t);
             return true;
         }
         if self.state != QpState::Rts {
@@ -609,7 +629,7 @@ impl QpEngine {
         if !ok {
             out.truncate(start);
             if let Some(t) = self.term_out.take() {
-                out.extend_from_slice(&t);
+                out.put(&t);
                 return true;
             }
             return false;
@@ -618,10 +638,11 @@ impl QpEngine {
     }
 
     fn room(&self, hdr: usize) -> u32 {
-        u32::try_from(self.cfg.mulpdu.saturating_sub(hdr).max(1)).unwrap_or(u32::MAX)
+        let ulpdu = self.cfg.mulpdu.min(self.limit);
+        u32::try_from(ulpdu.saturating_sub(hdr).max(1)).unwrap_or(u32::MAX)
     }
 
-    fn emit_rtr(&mut self, k: RtrKind, out: &mut Vec<u8>) {
+    fn emit_rtr<B: TxBuf + ?Sized>(&mut self, k: RtrKind, out: &mut B) {
         // RFC 6581 §9.2 with siw's choices: zero-length Send (QN 0), zero-length Write to
         // STag 1 / TO 0, or zero-length Read Request on QN 1 answered by a zero-length Read
         // Response. The RTR consumes an MSN on its queue.
@@ -669,9 +690,9 @@ impl QpEngine {
             rdmap_control: ctrl,
             buffer,
         }
-        .emit_to_vec(out);
+        .emit_to(out);
         if k == RtrKind::Read {
-            ReadRequestRepr::default().emit_to_vec(out);
+            ReadRequestRepr::default().emit_to(out);
         }
     }
 
@@ -754,7 +775,7 @@ impl QpEngine {
         Some(m)
     }
 
-    fn emit_sq(&mut self, out: &mut Vec<u8>) -> bool {
+    fn emit_sq<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
         let mut m = match self.tx_cur.take() {
             Some(m) => m,
             None => match self.start_sq() {
@@ -793,9 +814,9 @@ impl QpEngine {
             rdmap_control: m.opcode.control(),
             buffer,
         }
-        .emit_to_vec(out);
+        .emit_to(out);
         if let Some(f) = &m.fixed {
-            out.extend_from_slice(f);
+            out.put(f);
         } else {
             // Gather `chunk` bytes from the SGE list.
             let mut left = chunk;
@@ -849,7 +870,7 @@ impl QpEngine {
         true
     }
 
-    fn emit_read_response(&mut self, out: &mut Vec<u8>) -> bool {
+    fn emit_read_response<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
         let room = self.room(TAGGED_HEADER_LEN);
         let pd = self.cfg.pd;
         let Some(r) = self.irrq.front_mut() else {
@@ -866,7 +887,7 @@ impl QpEngine {
                 to: r.sink_to.wrapping_add(u64::from(r.sent)),
             },
         }
-        .emit_to_vec(out);
+        .emit_to(out);
         if chunk > 0 {
             let res = self.mem.read_append(
                 r.src_stag,

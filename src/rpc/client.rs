@@ -221,6 +221,9 @@ pub struct ClientStats {
     /// Calls sent as RDMA_NOMSG with the whole message in a position-zero read chunk (draft
     /// §5.1, RFC 8166 §3.5.3).
     pub long_calls: u64,
+    /// Largest RPC-over-RDMA message received in a Send (header and inline reply), in octets:
+    /// never above the `maxreply_sendsize` announced by CONFIG_RDMA (draft §6.2).
+    pub largest_received: usize,
 }
 
 /// An RPC-over-RDMA client connection.
@@ -626,6 +629,7 @@ impl RdmaClient {
         }
         let mut msg = std::mem::take(&mut self.rx_scratch);
         self.ep.take_recv_into(&wc, &mut msg);
+        self.stats.largest_received = self.stats.largest_received.max(msg.len());
         self.ep.repost(&wc)?;
         let r = self.on_reply(&msg);
         self.rx_scratch = msg;

@@ -662,9 +662,11 @@ impl ConnServer {
                 );
             }
         };
-        // The client promises to accept inline replies this large; below the draft's 1 KB
-        // basic level we keep 1 KB (§6.1).
-        self.maxreply = req.maxreply_sendsize.max(DEFAULT_INLINE);
+        // Draft §6.2: maxreply_sendsize is the largest inline reply the client accepts, and
+        // that is the limit from here on, also below the 1 KB every peer handles before
+        // configuration (§6.1): a longer reply goes by the reply chunk, or by a position-zero
+        // read chunk and RDMA_DONE. (The reply header itself always travels in a Send.)
+        self.maxreply = req.maxreply_sendsize;
         self.peer_maxrdmaread = req.maxrdmaread;
         log::info!("rpc-server: CONFIG_RDMA from client: {req:?}");
         let mut body = Body::new();

@@ -6,6 +6,7 @@
 //! fails on truncation.
 
 use super::{be32, be64, Error, Result};
+use crate::wire::txbuf::TxBuf;
 
 /// Length of a tagged DDP header including the RDMAP control octet (RFC 5041 §4.2).
 pub const TAGGED_HEADER_LEN: usize = 14;
@@ -291,9 +292,15 @@ impl HeaderRepr {
 
     /// Append the emitted header to `out` (convenience for engines building ULPDUs).
     pub fn emit_to_vec(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.resize(start + self.buffer_len(), 0);
-        self.emit(&mut Segment::new_unchecked(&mut out[start..]));
+        self.emit_to(out);
+    }
+
+    /// Append the emitted header to any [`TxBuf`] (a `Vec` or the TCP transmit ring).
+    pub fn emit_to<B: TxBuf + ?Sized>(&self, out: &mut B) {
+        let h = out.put_zeroed(self.buffer_len());
+        if h.len() == self.buffer_len() {
+            self.emit(&mut Segment::new_unchecked(h));
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod oncrpc;
 pub mod rdmap;
 pub mod rpcrdma;
 pub mod terminate;
+pub mod txbuf;
 pub mod xdr;
 
 /// Why bytes could not be parsed.

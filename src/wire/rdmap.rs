@@ -4,6 +4,7 @@
 use super::ddp::{Segment, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use super::terminate::{BitOrder, TermCause, TermControl, CONTROL_LEN};
 use super::{be32, be64, Error, Result};
+use crate::wire::txbuf::TxBuf;
 
 /// RDMAP version this implementation speaks (RFC 5040 §4.1: RV = 01b).
 pub const RDMAP_VERSION: u8 = 1;
@@ -202,9 +203,15 @@ impl ReadRequestRepr {
     }
     /// Append the header to `out`.
     pub fn emit_to_vec(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.resize(start + READ_REQUEST_LEN, 0);
-        self.emit(&mut ReadRequest::new_unchecked(&mut out[start..]));
+        self.emit_to(out);
+    }
+
+    /// Append the header to any [`TxBuf`].
+    pub fn emit_to<B: TxBuf + ?Sized>(&self, out: &mut B) {
+        let h = out.put_zeroed(READ_REQUEST_LEN);
+        if h.len() == READ_REQUEST_LEN {
+            self.emit(&mut ReadRequest::new_unchecked(h));
+        }
     }
 }
 

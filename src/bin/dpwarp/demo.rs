@@ -23,13 +23,23 @@ type ServerSide = Box<dyn FnOnce() -> Result<AnyRequest, String> + Send>;
 /// Connects the client's QP.
 type ClientSide = Box<dyn FnOnce(&ConnParam, &Qp) -> Result<Negotiated, String>>;
 
+/// `demo --transport`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DemoTransport {
+    /// smoltcp on the two DPDK ports of --config.
+    Dpdk,
+    /// Kernel TCP over loopback.
+    Kernel,
+    /// The in-memory link (no TCP at all).
+    Mem,
+}
+
 /// Demo options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// dpdk (smoltcp on DPDK ports, --config), kernel (TCP loopback) or mem (in-memory link).
-    /// Default: $DPWARP_TRANSPORT or dpdk.
-    #[arg(long)]
-    transport: Option<String>,
+    /// Where the two endpoints connect.
+    #[arg(long, value_enum, env = "DPWARP_TRANSPORT", default_value_t = DemoTransport::Dpdk)]
+    transport: DemoTransport,
     /// Server port for the kernel transport (0 = any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -49,6 +59,8 @@ pub struct Args {
     /// Skip the short bandwidth/latency run after the functional demo.
     #[arg(long)]
     no_perf: bool,
+    #[command(flatten)]
+    pub verbosity: crate::cli::Verbosity,
 }
 
 /// The server's advertisement in the MPA Reply private data: addr (8), rkey (4), len (4), big endian,
@@ -91,11 +103,11 @@ fn wait_wc(cq: &Cq, what: &str) -> Result<dpwarp::verbs::WorkCompletion, String>
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    let transport = a
-        .transport
-        .clone()
-        .or_else(|| std::env::var("DPWARP_TRANSPORT").ok())
-        .unwrap_or_else(|| "dpdk".into());
+    let transport = match a.transport {
+        DemoTransport::Dpdk => "dpdk",
+        DemoTransport::Kernel => "kernel",
+        DemoTransport::Mem => "mem",
+    };
     let size = a.size.max(16);
     let param = ConnParam {
         crc: !a.no_crc,
@@ -110,8 +122,8 @@ pub fn run(a: Args) -> Result<(), String> {
     // The dataplane (kept running until the end) and, for the perf run, where to connect.
     let mut dp: Option<Dataplane> = None;
     let mut perf_nets: Option<(Net, Net, SocketAddr)> = None;
-    let (server_side, client_transport): (ServerSide, ClientSide) = match transport.as_str() {
-        "kernel" => {
+    let (server_side, client_transport): (ServerSide, ClientSide) = match a.transport {
+        DemoTransport::Kernel => {
             let addr: SocketAddr = ([127, 0, 0, 1], a.port).into();
             let l = Listener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
@@ -127,7 +139,7 @@ pub fn run(a: Args) -> Result<(), String> {
                 }),
             )
         }
-        "mem" => {
+        DemoTransport::Mem => {
             let (c, s) = memlink::pair(memlink::FaultConfig::default());
             println!("in-memory link");
             (
@@ -141,7 +153,7 @@ pub fn run(a: Args) -> Result<(), String> {
                 }),
             )
         }
-        "dpdk" => {
+        DemoTransport::Dpdk => {
             let cfg = dpwarp::config::DataplaneConfig::load(&a.config)?;
             let d = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
             let (sep, cep) = match (d.endpoint(0), d.endpoint(1)) {
@@ -172,7 +184,6 @@ pub fn run(a: Args) -> Result<(), String> {
                 }),
             )
         }
-        other => return Err(format!("unknown transport {other:?} (dpdk, kernel, mem)")),
     };
 
     let dev = Device::open();
@@ -350,7 +361,7 @@ pub fn run(a: Args) -> Result<(), String> {
     sres?;
     println!("demo OK: Send, RDMA Write and RDMA Read verified ({size} bytes each)");
 
-    if transport == "kernel" && perf_nets.is_none() {
+    if a.transport == DemoTransport::Kernel && perf_nets.is_none() {
         let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
         let l = Listener::bind(addr).map_err(|e| e.to_string())?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;

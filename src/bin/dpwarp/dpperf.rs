@@ -10,12 +10,15 @@ use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::cli::{NetArgs, TransportArg, Verbosity};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use crate::table;
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
+use dpwarp::latency::Summary;
 use dpwarp::mpa::{Negotiated, PeerRequest};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
@@ -125,38 +128,27 @@ pub enum Backend {
 
 /// Resolve `--transport`/`--config` the way every tool does (DPDK is the default).
 ///
-/// - `--transport` falls back to `$DPWARP_TRANSPORT` (as the demo's does), then `dpdk`.
+/// - `--transport` falls back to `$DPWARP_TRANSPORT` (clap's `env`), then `dpdk`.
 /// - For dpdk, `--config` falls back to `$DPWARP_CONFIG`; with neither the tool stops with an
 ///   error naming both ways out: it never silently runs over kernel TCP instead.
 /// - An explicit `--config` with kernel is refused (it would be ignored); `$DPWARP_CONFIG` is
 ///   not, so one exported config does not break kernel runs.
-pub fn backend(
-    transport: Option<&str>,
-    config: Option<&std::path::Path>,
-) -> Result<Backend, String> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let t = transport
-        .map(str::to_string)
-        .or_else(|| env("DPWARP_TRANSPORT"))
-        .unwrap_or_else(|| "dpdk".into());
-    match t.as_str() {
-        "kernel" if config.is_some() => Err("--config is for --transport dpdk".into()),
-        "kernel" => Ok(Backend::Kernel),
-        "dpdk" => config
-            .map(std::path::Path::to_path_buf)
-            .or_else(|| env("DPWARP_CONFIG").map(PathBuf::from))
-            .map(Backend::Dpdk)
-            .ok_or_else(|| {
-                "--transport dpdk (the default) needs --config FILE or $DPWARP_CONFIG (a \
-                 dataplane config, see configs/), or use --transport kernel"
-                    .to_string()
-            }),
-        other => Err(format!("--transport {other}: `kernel` or `dpdk`")),
+pub fn backend(n: &NetArgs) -> Result<Backend, String> {
+    match n.transport {
+        TransportArg::Kernel if n.config.is_some() && !n.config_from_env => {
+            Err("--config is for --transport dpdk".into())
+        }
+        TransportArg::Kernel => Ok(Backend::Kernel),
+        TransportArg::Dpdk => n.config.clone().map(Backend::Dpdk).ok_or_else(|| {
+            "--transport dpdk (the default) needs --config FILE or $DPWARP_CONFIG (a \
+             dataplane config, see configs/), or use --transport kernel"
+                .to_string()
+        }),
     }
 }
 
-/// Log every dataplane worker's device counters (info level: on stderr by default), the
-/// checksum offload ones included.
+/// Log every dataplane worker's device counters (info level: on stderr with -v), the checksum
+/// offload ones included.
 pub fn log_device_stats(dp: &Dataplane) {
     for (i, w) in dp.stats().iter().enumerate() {
         let d = &w.device;
@@ -220,20 +212,18 @@ impl From<ModeArg> for WorkerMode {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `dpperf --test`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Test {
+    /// RDMA Write bandwidth (a final Send/reply proves every byte arrived).
+    #[value(name = "write_bw")]
     WriteBw,
+    /// Send ping-pong latency (one-way = RTT/2).
+    #[value(name = "send_lat")]
     SendLat,
 }
 
 impl Test {
-    pub fn parse(s: &str) -> Result<Test, String> {
-        match s {
-            "write_bw" => Ok(Test::WriteBw),
-            "send_lat" => Ok(Test::SendLat),
-            o => Err(format!("unknown test {o:?} (write_bw, send_lat)")),
-        }
-    }
     pub fn name(self) -> &'static str {
         match self {
             Test::WriteBw => "write_bw",
@@ -256,13 +246,8 @@ pub struct PerfResult {
     pub iters: usize,
     pub gbps: f64,
     pub mpps: f64,
-    /// One-way latency percentiles in microseconds (send_lat, tcp_pingpong).
-    pub lat_min: f64,
-    pub lat_p50: f64,
-    pub lat_p99: f64,
-    pub lat_p999: f64,
-    pub lat_max: f64,
-    pub lat_avg: f64,
+    /// One-way latency in microseconds (send_lat, tcp_pingpong; all 0 for the others).
+    pub lat: Summary,
     /// DPDK only: octets copied inside dpwarp on this side during the test.
     pub copies: Option<CopyStats>,
     /// DPDK only: TCP segments with payload this side sent during the test.
@@ -270,37 +255,93 @@ pub struct PerfResult {
 }
 
 impl PerfResult {
+    /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
+    /// p50, p99, p999, max, avg}}` and, on DPDK, `copies`, `segments`, `segments_per_msg`.
     pub fn json(&self, transport: &str) -> String {
-        let mut v = serde_json::json!({
-            "transport": transport,
-            "test": self.test,
-            "size": self.size,
-            "iters": self.iters,
-            "gbps": self.gbps,
-            "mpps": self.mpps,
-            "lat_us": {
-                "min": self.lat_min, "p50": self.lat_p50, "p99": self.lat_p99,
-                "p999": self.lat_p999, "max": self.lat_max, "avg": self.lat_avg,
+        let v = ResultJson {
+            transport,
+            test: &self.test,
+            size: self.size,
+            iters: self.iters,
+            gbps: self.gbps,
+            mpps: self.mpps,
+            lat_us: LatUs {
+                min: self.lat.min_us,
+                p50: self.lat.p50_us,
+                p99: self.lat.p99_us,
+                p999: self.lat.p999_us,
+                max: self.lat.max_us,
+                avg: self.lat.mean_us,
             },
-        });
-        if let Some(c) = &self.copies {
-            v["copies"] = copies_json(c);
-        }
-        if let Some(n) = self.segments {
-            v["segments"] = n.into();
-            v["segments_per_msg"] = (n as f64 / self.iters.max(1) as f64).into();
-        }
-        v.to_string()
+            copies: self.copies.as_ref().map(CopiesJson::from),
+            segments: self.segments,
+            segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
+        };
+        serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
 }
 
+/// [`PerfResult::json`]'s shape (scripts/bench reads it; keep the keys).
+#[derive(serde::Serialize)]
+struct ResultJson<'a> {
+    transport: &'a str,
+    test: &'a str,
+    size: usize,
+    iters: usize,
+    gbps: f64,
+    mpps: f64,
+    lat_us: LatUs,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copies: Option<CopiesJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segments: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segments_per_msg: Option<f64>,
+}
+
+#[derive(serde::Serialize)]
+struct LatUs {
+    min: f64,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+    avg: f64,
+}
+
 /// Copy counts as JSON: the raw octets and copies per payload octet each way.
-pub fn copies_json(c: &CopyStats) -> serde_json::Value {
-    serde_json::json!({
-        "tx_payload": c.tx_payload, "tx_copied": c.tx_copied,
-        "rx_payload": c.rx_payload, "rx_copied": c.rx_copied,
-        "tx_per_byte": c.tx_per_byte(), "rx_per_byte": c.rx_per_byte(),
-    })
+#[derive(serde::Serialize)]
+pub struct CopiesJson {
+    tx_payload: u64,
+    tx_copied: u64,
+    rx_payload: u64,
+    rx_copied: u64,
+    /// null when nothing was sent / received.
+    tx_per_byte: Option<f64>,
+    rx_per_byte: Option<f64>,
+}
+
+impl From<&CopyStats> for CopiesJson {
+    fn from(c: &CopyStats) -> CopiesJson {
+        CopiesJson {
+            tx_payload: c.tx_payload,
+            tx_copied: c.tx_copied,
+            rx_payload: c.rx_payload,
+            rx_copied: c.rx_copied,
+            tx_per_byte: c.tx_per_byte(),
+            rx_per_byte: c.rx_per_byte(),
+        }
+    }
+}
+
+/// A `dpperf --server --json` line per connection served on DPDK: this side's copy counts.
+/// `copies` comes first (scripts/bench once picked these lines by their start).
+#[derive(serde::Serialize)]
+struct ServerJson {
+    copies: CopiesJson,
+    role: &'static str,
+    size: usize,
+    test: &'static str,
 }
 
 /// The copy counts and payload segments sent, summed over the workers of `dp`.
@@ -310,36 +351,30 @@ pub fn dp_counts(dp: &Dataplane) -> (CopyStats, u64) {
     (c, st.iter().map(|w| w.device.tx_tcp_segments).sum())
 }
 
-const BW_HEADER: &str = " #bytes     #iterations    BW average[Gb/sec]   MsgRate[Mpps]";
-const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    99% percentile[usec]   99.9% percentile[usec]";
-
-/// Print a perftest-style table for `results` of one kind.
+/// Print perftest's table ([`crate::table`], as `dpwarp perf` prints it) for `results` of one
+/// kind: bandwidth in Gb/sec (no peak is measured: 0.00, as perftest's send_bw) or latency.
 pub fn print_table(title: &str, results: &[PerfResult]) {
     if results.is_empty() {
         return;
     }
-    let line = "-".repeat(100);
-    println!("{line}");
+    println!("{}", table::LINE);
     println!("                    {title}");
-    println!("{line}");
+    println!("{}", table::LINE);
     if results[0].test.ends_with("lat") || results[0].test.ends_with("pingpong") {
-        println!("{LAT_HEADER}");
+        println!("{}", table::LAT_HEADER);
         for r in results {
-            println!(
-                " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<22.2} {:.2}",
-                r.size, r.iters, r.lat_min, r.lat_max, r.lat_p50, r.lat_avg, r.lat_p99, r.lat_p999
-            );
+            println!("{}", table::lat_row(r.size, &r.lat));
         }
     } else {
-        println!("{BW_HEADER}");
+        println!("{}", table::bw_header("Gb/sec"));
         for r in results {
             println!(
-                " {:<10} {:<14} {:<20.2} {:.6}",
-                r.size, r.iters, r.gbps, r.mpps
+                "{}",
+                table::bw_row(r.size as u64, r.iters as u64, 0.0, r.gbps, r.mpps)
             );
         }
     }
-    println!("{line}");
+    println!("{}", table::LINE);
 }
 
 fn encode_req(test: Test, size: usize, iters: usize) -> Vec<u8> {
@@ -557,6 +592,9 @@ pub fn run_client(
                 let wc = wait_ok(&cq, "a Write completion", net)?;
                 if wc.opcode == dpwarp::verbs::WcOpcode::Write {
                     done += 1;
+                    if done % 256 == 0 {
+                        crate::cli::progress_tick(done as u64, iters as u64);
+                    }
                 }
             }
             // A Write completes locally once handed to the stream; the server's reply to our
@@ -576,7 +614,10 @@ pub fn run_client(
             r.test = "send_lat".into();
             let mut lat = Vec::with_capacity(iters);
             let mut recvs = 0usize;
-            for _ in 0..iters {
+            for i in 0..iters {
+                if i % 1024 == 1023 {
+                    crate::cli::progress_tick(i as u64 + 1, iters as u64);
+                }
                 let t = Instant::now();
                 post(&qp, Opcode::Send, &src, size)?;
                 loop {
@@ -594,7 +635,7 @@ pub fn run_client(
                 .map_err(|e| e.to_string())?;
             }
             let _ = recvs;
-            fill_lat(&mut r, &mut lat);
+            fill_lat(&mut r, &lat);
         }
     }
     qp.disconnect();
@@ -602,19 +643,14 @@ pub fn run_client(
     Ok(r)
 }
 
-fn fill_lat(r: &mut PerfResult, lat: &mut [f64]) {
-    if lat.is_empty() {
-        return;
+/// The latency summary of `lat` (one-way microseconds) from [`dpwarp::latency`], the one
+/// percentile definition of every tool.
+fn fill_lat(r: &mut PerfResult, lat: &[f64]) {
+    let mut rec = dpwarp::latency::Recorder::new();
+    for &v in lat {
+        rec.record_us(v);
     }
-    // Every sample counts, the first iterations included: perftest drops no warm-up either.
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
-    r.lat_min = lat[0];
-    r.lat_max = lat[lat.len() - 1];
-    r.lat_p50 = pct(0.5);
-    r.lat_p99 = pct(0.99);
-    r.lat_p999 = pct(0.999);
-    r.lat_avg = lat.iter().sum::<f64>() / lat.len() as f64;
+    r.lat = rec.summary();
 }
 
 /// How the kernel baselines wait for their sockets.
@@ -766,7 +802,7 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
         Ok(lat)
     })();
     let _ = dpwarp::affinity::set_thread_cpus(&old);
-    let mut lat = res?;
+    let lat = res?;
     srv.join()
         .map_err(|_| "server panicked")?
         .map_err(|e| e.to_string())?;
@@ -776,23 +812,15 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
         iters,
         ..Default::default()
     };
-    fill_lat(&mut r, &mut lat);
+    fill_lat(&mut r, &lat);
     Ok(r)
 }
 
 /// `dpwarp dpperf` options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// `dpdk` (the DPDK dataplane of --config) or `kernel` (kernel TCP). Default:
-    /// $DPWARP_TRANSPORT, else dpdk.
-    #[arg(long)]
-    pub transport: Option<String>,
-    /// Dataplane config (TOML, see configs/) for --transport dpdk. Default: $DPWARP_CONFIG.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Which configured port to use.
-    #[arg(long, default_value_t = 0)]
-    pub port_index: usize,
+    #[command(flatten)]
+    pub net: NetArgs,
     /// Serve perf clients (forever, or --count connections).
     #[arg(long)]
     pub server: bool,
@@ -803,10 +831,9 @@ pub struct Args {
     /// dpdk, which listens on the port's address).
     #[arg(long, default_value = "127.0.0.1:18515")]
     pub addr: SocketAddr,
-    /// write_bw or send_lat (client), or rping-client: speak rping's client protocol to an
-    /// `rping -s` server (e.g. Linux siw), --iters pings of --size bytes, data verified.
-    #[arg(long, default_value = "write_bw")]
-    pub test: String,
+    /// The test (client).
+    #[arg(long, value_enum, default_value_t = Test::WriteBw)]
+    pub test: Test,
     /// Message sizes, comma separated (client).
     #[arg(long, default_value = "65536", value_delimiter = ',')]
     pub size: Vec<usize>,
@@ -821,17 +848,19 @@ pub struct Args {
     /// worker's core; run to completion) or `background` (worker threads).
     #[arg(long, value_enum, default_value_t = ModeArg::Driven)]
     pub worker_mode: ModeArg,
+    #[command(flatten)]
+    pub verbosity: Verbosity,
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    let backend = backend(a.transport.as_deref(), a.config.as_deref())?;
+    let backend = backend(&a.net)?;
     let transport = match backend {
         Backend::Kernel => "kernel",
         Backend::Dpdk(_) => "dpdk",
     };
     let (_dp, net) = match &backend {
         Backend::Dpdk(config) => {
-            let (dp, ep) = start_dpdk_with(config, a.port_index, a.worker_mode.into())?;
+            let (dp, ep) = start_dpdk_with(config, a.net.port_index, a.worker_mode.into())?;
             (Some(dp), Net::Dpdk(ep))
         }
         Backend::Kernel => (None, Net::Kernel),
@@ -858,11 +887,16 @@ pub fn run(a: Args) -> Result<(), String> {
                         Ok((test, size)) => {
                             if let (true, Some(dp), Some((b, _))) = (a.json, &_dp, before) {
                                 let (c, _) = dp_counts(dp);
-                                let v = serde_json::json!({
-                                    "role": "server", "test": test.name(), "size": size,
-                                    "copies": copies_json(&c.since(&b)),
-                                });
-                                println!("{v}");
+                                let v = ServerJson {
+                                    copies: CopiesJson::from(&c.since(&b)),
+                                    role: "server",
+                                    size,
+                                    test: test.name(),
+                                };
+                                println!(
+                                    "{}",
+                                    serde_json::to_string(&v).map_err(|e| e.to_string())?
+                                );
                                 let _ = std::io::stdout().flush();
                             }
                         }
@@ -877,15 +911,13 @@ pub fn run(a: Args) -> Result<(), String> {
             }
         }
     }
-    if a.test == "rping-client" {
-        let size = a.size.first().copied().unwrap_or(64);
-        return rping_client(&net, a.addr, &pd, size, a.iters);
-    }
-    let test = Test::parse(&a.test)?;
+    let test = a.test;
     let mut results = Vec::new();
     for &size in &a.size {
         let before = _dp.as_ref().map(dp_counts);
+        crate::cli::progress_phase(format!("dpperf: {} {size} B", test.name()));
         let mut r = run_client(&net, a.addr, &pd, test, size, a.iters)?;
+        crate::cli::progress_clear();
         if let (Some(dp), Some((bc, bs))) = (&_dp, before) {
             let (c, segs) = dp_counts(dp);
             r.copies = Some(c.since(&bc));
@@ -897,7 +929,7 @@ pub fn run(a: Args) -> Result<(), String> {
         results.push(r);
     }
     if !a.json {
-        print_table(&format!("{} over {transport}", a.test), &results);
+        print_table(&format!("{} over {transport}", a.test.name()), &results);
     }
     if let Some(dp) = &_dp {
         log_device_stats(dp);
@@ -956,6 +988,8 @@ pub struct TcpArgs {
     /// ones (`kernel_tcp_busy`, as sockperf --nonblocked); each side pinned to its own CPU.
     #[arg(long, value_enum, default_value_t = WaitArg::Blocking)]
     pub wait: WaitArg,
+    #[command(flatten)]
+    pub verbosity: Verbosity,
 }
 
 /// `tcp-baseline --wait`.
@@ -990,92 +1024,5 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
             &lat,
         );
     }
-    Ok(())
-}
-
-/// rping's client protocol (rdma-core `rping -c -v`): per ping, Send the start buffer's
-/// {addr, rkey, size} (`struct rping_rdma_info`, big endian), wait for the server's Send after it
-/// RDMA-Read the start buffer, Send the RDMA buffer's info, wait for the server's Send after it
-/// RDMA-Wrote its copy into our RDMA buffer; then the two buffers must be equal.
-pub fn rping_client(
-    net: &Net,
-    addr: SocketAddr,
-    pd: &Pd,
-    size: usize,
-    count: usize,
-) -> Result<(), String> {
-    let size = size.max(16);
-    let cq = Cq::new(64);
-    let qp = Qp::new(pd, &attr(&cq));
-    let start = pd.reg_mr(size, Access::LOCAL_WRITE | Access::REMOTE_READ);
-    let rdma = pd.reg_mr(size, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    let sendb = pd.reg_mr(16, Access::LOCAL_WRITE);
-    let recvb = pd.reg_mr(16, Access::LOCAL_WRITE);
-    let post_recv = |qp: &Qp| {
-        qp.post_recv(RecvWr {
-            wr_id: 0,
-            sg_list: vec![sge(&recvb, 0, 16)],
-        })
-        .map_err(|e| e.to_string())
-    };
-    post_recv(&qp)?;
-    let p = ConnParam {
-        responder_resources: 1,
-        initiator_depth: 1,
-        ..ConnParam::default()
-    };
-    net.connect(addr, &qp, &p)
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    // Linux siw 6.1 can leave an FPDU that arrives right after its MPA Reply unprocessed until
-    // more data comes (docs/interop.md, siw defect 2): give it a moment first.
-    std::thread::sleep(Duration::from_millis(300));
-    let info = |mr: &dpwarp::verbs::Mr| {
-        let mut v = mr.addr().to_be_bytes().to_vec();
-        v.extend_from_slice(&mr.stag().to_be_bytes());
-        v.extend_from_slice(&(size as u32).to_be_bytes());
-        v
-    };
-    let wait_recv = || -> Result<(), String> {
-        loop {
-            let wc = wait_ok(&cq, "the rping server's Send", net)?;
-            if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
-                if wc.byte_len != 16 {
-                    return Err(format!("rping server sent {} bytes, not 16", wc.byte_len));
-                }
-                return Ok(());
-            }
-        }
-    };
-    for ping in 0..count.max(1) {
-        // rping's text: "rdma-ping-%d: " followed by a rotating printable pattern.
-        let mut text = format!("rdma-ping-{ping}: ").into_bytes();
-        let mut c = b'A' + (ping % 62) as u8;
-        while text.len() < size - 1 {
-            text.push(c);
-            c = if c == b'z' { b'A' } else { c + 1 };
-        }
-        text.push(0);
-        text.truncate(size);
-        start.write_at(0, &text);
-        sendb.write_at(0, &info(&start));
-        post(&qp, Opcode::Send, &sendb, 16)?;
-        wait_recv()?;
-        post_recv(&qp)?;
-        sendb.write_at(0, &info(&rdma));
-        post(&qp, Opcode::Send, &sendb, 16)?;
-        wait_recv()?;
-        post_recv(&qp)?;
-        if rdma.to_vec() != start.to_vec() {
-            return Err(format!("ping {ping}: data mismatch"));
-        }
-        let shown = String::from_utf8_lossy(&text[..text.len().min(48)]).to_string();
-        println!("ping data: {}", shown.trim_end_matches('\0'));
-    }
-    println!(
-        "rping client: {} pings of {size} bytes verified",
-        count.max(1)
-    );
-    qp.disconnect();
-    qp.wait_closed(Duration::from_secs(5));
     Ok(())
 }

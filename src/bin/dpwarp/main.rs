@@ -1,5 +1,11 @@
-//! `dpwarp`: the command-line front end (demo now; rping, perf and rpc tools come with their issues).
+//! `dpwarp`: the command-line tools (demo, rping, perf, dpperf, rpc-server, rpc-bench, ...).
+//!
+//! Conventions: enumerated options are clap `ValueEnum`s (a bad value is a usage error, exit
+//! status 2, listing the valid ones); environment fallbacks are clap `env`s; logs go to stderr
+//! at warn unless `-v`/`-vv` (or `RUST_LOG`) ask for more, so stdout carries only results;
+//! `--json` output is serde_json.
 
+mod cli;
 mod demo;
 mod dpperf;
 #[cfg(not(feature = "dpdk"))]
@@ -8,8 +14,9 @@ mod perf;
 mod rpc_bench;
 mod rpc_server;
 mod rping;
+mod table;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -18,6 +25,10 @@ use clap::{Parser, Subcommand};
     about = "Kernel-bypass iWARP dataplane tools"
 )]
 struct Cli {
+    /// More log output on stderr for any tool: -v info, -vv debug (default: warnings only;
+    /// RUST_LOG, when set, overrides). `dpwarp -v rping ...`: rping's own -v shows ping data.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -26,8 +37,9 @@ struct Cli {
 enum Cmd {
     /// Connect two endpoints and run Send, RDMA Write and RDMA Read with the data verified.
     Demo(demo::Args),
-    /// dpwarp's own write_bw / send_lat client and server over DPDK or kernel TCP (used by
-    /// scripts/bench and the demo; not perftest's protocol: see `dpwarp perf` for that).
+    /// dpwarp's own write_bw / send_lat client and server over DPDK or kernel TCP, with copy and
+    /// segment counts (used by scripts/bench and the demo; not perftest's protocol: see
+    /// `dpwarp perf` for that).
     Dpperf(dpperf::Args),
     /// Plain kernel-TCP loopback baselines (stream and ping-pong) for scripts/bench.
     TcpBaseline(dpperf::TcpArgs),
@@ -43,15 +55,47 @@ enum Cmd {
     /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
     /// and RDMA Write (-s server / -c client, -a addr, -p port, -C count, -S size, -v, -V, -d).
     Rping(rping::Args),
-    /// perftest -R compatible benchmarks: `dpwarp perf write_bw|read_bw|send_bw|write_lat|read_lat|send_lat [server]`.
+    /// perftest -R compatible benchmarks: `dpwarp perf <TEST> [SERVER]`.
     Perf(perf::Args),
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_micros()
-        .init();
-    let cli = Cli::parse();
+    // An empty $DPWARP_TRANSPORT / $DPWARP_CONFIG means unset (`VAR= dpwarp ...`), as before
+    // clap read them; clap would take "" as a value. Single-threaded here: nothing else reads
+    // the environment concurrently.
+    for v in ["DPWARP_TRANSPORT", "DPWARP_CONFIG"] {
+        if std::env::var_os(v).is_some_and(|x| x.is_empty()) {
+            std::env::remove_var(v);
+        }
+    }
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Whether `config` came from $DPWARP_CONFIG (tolerated with --transport kernel) or from
+    // --config (refused there).
+    let config_from_env = matches.subcommand().is_some_and(|(_, m)| {
+        m.ids().any(|id| id.as_str() == "config")
+            && m.value_source("config") == Some(clap::parser::ValueSource::EnvVariable)
+    });
+    let sub_verbose = match &mut cli.cmd {
+        Cmd::Perf(a) => {
+            a.net.config_from_env = config_from_env;
+            a.verbosity.verbose
+        }
+        Cmd::Rping(a) => {
+            a.net.config_from_env = config_from_env;
+            0
+        }
+        Cmd::Dpperf(a) => {
+            a.net.config_from_env = config_from_env;
+            a.verbosity.verbose
+        }
+        Cmd::Demo(a) => a.verbosity.verbose,
+        Cmd::TcpBaseline(a) => a.verbosity.verbose,
+        Cmd::RpcServer(a) => a.verbosity.verbose,
+        Cmd::RpcBench(a) => a.verbosity.verbose,
+        Cmd::FpduAlign { .. } => 0,
+    };
+    cli::init_logging(cli.verbose.saturating_add(sub_verbose));
     let res = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Dpperf(a) => dpperf::run(a),
@@ -75,6 +119,7 @@ fn main() {
         Cmd::Perf(a) => perf::run(a),
     };
     if let Err(e) = res {
+        cli::progress_clear();
         eprintln!("dpwarp: {e}");
         std::process::exit(1);
     }

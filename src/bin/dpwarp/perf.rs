@@ -19,7 +19,6 @@
 //! Only connect/listen/accept differ ([`Net`]); the perftest exchanges below are the same code.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dpwarp::cm::{self, ConnParam};
@@ -28,9 +27,11 @@ use dpwarp::verbs::{
     WcStatus,
 };
 
+use crate::cli::{progress_clear, progress_tick, NetArgs, Verbosity};
 use crate::dpperf::{
     backend, log_device_stats, start_dpdk_with, AnyListener, AnyRequest, Backend, Net,
 };
+use crate::table::{self, LINE};
 
 /// perftest's protocol version we speak (sent in the version exchange).
 const PERFTEST_VERSION: &str = "6.06";
@@ -49,10 +50,63 @@ const CACHE_LINE: u32 = 64;
 /// IBV_MTU_1024, what siw reports, as `check_mtu` sends it.
 const MTU_STR: &[u8; 2] = b"3\0";
 
+/// perftest's tests (`ib_<test>`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerfTest {
+    /// RDMA Write bandwidth.
+    #[value(name = "write_bw")]
+    WriteBw,
+    /// RDMA Read bandwidth.
+    #[value(name = "read_bw")]
+    ReadBw,
+    /// Send bandwidth (credit-paced, as perftest on iWARP).
+    #[value(name = "send_bw")]
+    SendBw,
+    /// RDMA Write ping-pong latency.
+    #[value(name = "write_lat")]
+    WriteLat,
+    /// RDMA Read latency.
+    #[value(name = "read_lat")]
+    ReadLat,
+    /// Send ping-pong latency.
+    #[value(name = "send_lat")]
+    SendLat,
+}
+
+impl PerfTest {
+    /// The name on the command line and in JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            PerfTest::WriteBw => "write_bw",
+            PerfTest::ReadBw => "read_bw",
+            PerfTest::SendBw => "send_bw",
+            PerfTest::WriteLat => "write_lat",
+            PerfTest::ReadLat => "read_lat",
+            PerfTest::SendLat => "send_lat",
+        }
+    }
+    fn is_lat(self) -> bool {
+        matches!(
+            self,
+            PerfTest::WriteLat | PerfTest::ReadLat | PerfTest::SendLat
+        )
+    }
+}
+
+/// `--crc`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnOff {
+    /// Ask for CRC32c on FPDUs.
+    On,
+    /// Follow the peer.
+    Off,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// write_bw, read_bw, send_bw, write_lat, read_lat or send_lat.
-    test: String,
+    /// The test.
+    #[arg(value_enum)]
+    test: PerfTest,
     /// Server address: given = client, absent = server (as perftest).
     server: Option<String>,
     /// Port.
@@ -80,28 +134,27 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// CRC32c on FPDUs (on: ask for it; off: follow the peer).
-    #[arg(long, default_value = "off")]
-    crc: String,
-    /// Byte-stream backend for both rdma_cm connections: `kernel` (kernel TCP) or `dpdk` (the
-    /// DPDK dataplane of --config; the server listens on the port's own address).
-    /// Default: $DPWARP_TRANSPORT, else dpdk.
-    #[arg(long)]
-    transport: Option<String>,
-    /// Dataplane config (TOML, see configs/) for --transport dpdk. Default: $DPWARP_CONFIG.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Which configured DPDK port to use (--transport dpdk).
-    #[arg(long, default_value_t = 0)]
-    port_index: usize,
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    crc: OnOff,
+    /// Both rdma_cm connections' byte stream.
+    #[command(flatten)]
+    pub net: NetArgs,
     /// DPDK workers: `driven` (this tool's thread runs its worker whenever it polls a CQ,
     /// pinned to the worker's core: run to completion) or `background` (worker threads).
     /// Default: driven for the latency tests, background for the bandwidth tests.
     #[arg(long, value_enum)]
     worker_mode: Option<crate::dpperf::ModeArg>,
+    #[command(flatten)]
+    pub verbosity: Verbosity,
 }
 
 /// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
 static CQ_DRIVER: std::sync::OnceLock<dpwarp::verbs::CqDriver> = std::sync::OnceLock::new();
+
+/// A new progress phase: one size of the test.
+fn progress_phase(a: &Args, size: usize) {
+    crate::cli::progress_phase(format!("perf: {} {size} B", a.test.name()));
+}
 
 /// The client's report (`struct bw_report_data` fields exchanged by `xchg_bw_reports`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -113,25 +166,10 @@ struct Report {
     msg_rate: f64,
 }
 
-pub fn run(mut a: Args) -> Result<(), String> {
-    let backend = backend(a.transport.as_deref(), a.config.as_deref())?;
-    // The headers name the transport actually used (the default included).
-    a.transport = Some(match backend {
-        Backend::Kernel => "kernel".into(),
-        Backend::Dpdk(_) => "dpdk".into(),
-    });
-    let read = match a.test.as_str() {
-        "write_bw" | "send_bw" => false,
-        "read_bw" => true,
-        "write_lat" | "send_lat" => false,
-        "read_lat" => true,
-        t => return Err(format!("perf: unknown test {t:?}")),
-    };
-    let crc = match a.crc.as_str() {
-        "on" => true,
-        "off" => false,
-        c => return Err(format!("--crc {c}: on or off")),
-    };
+pub fn run(a: Args) -> Result<(), String> {
+    let backend = backend(&a.net)?;
+    let read = matches!(a.test, PerfTest::ReadBw | PerfTest::ReadLat);
+    let crc = a.crc == OnOff::On;
     let sizes: Vec<usize> = if a.all {
         (1..=23).map(|e| 1usize << e).collect()
     } else {
@@ -161,12 +199,12 @@ pub fn run(mut a: Args) -> Result<(), String> {
         if addr.is_some_and(|s| s.is_ipv6()) {
             return Err("the DPDK dataplane is IPv4 only".into());
         }
-        let mode = a.worker_mode.unwrap_or(if a.test.ends_with("_lat") {
+        let mode = a.worker_mode.unwrap_or(if a.test.is_lat() {
             crate::dpperf::ModeArg::Driven
         } else {
             crate::dpperf::ModeArg::Background
         });
-        let (dp, ep) = start_dpdk_with(config, a.port_index, mode.into())?;
+        let (dp, ep) = start_dpdk_with(config, a.net.port_index, mode.into())?;
         if ep.is_driven() {
             let e = ep.clone();
             let _ = CQ_DRIVER.set(std::sync::Arc::new(move || e.poll()));
@@ -176,7 +214,7 @@ pub fn run(mut a: Args) -> Result<(), String> {
         if addr.is_some() && !dp.wait_link_up(up) {
             return Err(format!(
                 "DPDK port {}: link did not come up within {up:?}",
-                a.port_index
+                a.net.port_index
             ));
         }
         (Some(dp), Net::Dpdk(ep))
@@ -184,10 +222,10 @@ pub fn run(mut a: Args) -> Result<(), String> {
         (None, Net::Kernel)
     };
     let net = &net;
-    let r = if a.test.ends_with("_lat") {
+    let r = if a.test.is_lat() {
         lat(&a, net, addr, &param, &sizes)
     } else {
-        match (addr, a.test == "send_bw") {
+        match (addr, a.test == PerfTest::SendBw) {
             (Some(addr), false) => client(&a, net, addr, &param, &sizes),
             (Some(addr), true) => send_client(&a, net, addr, &param, &sizes),
             (None, false) => server(&a, net, &param, &sizes),
@@ -204,8 +242,9 @@ pub fn run(mut a: Args) -> Result<(), String> {
 /// server without a bind address), the port's own address on DPDK.
 fn listen(a: &Args, net: &Net) -> Result<AnyListener, String> {
     let l = net.listen(SocketAddr::from(([0, 0, 0, 0], a.port)))?;
-    // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
-    log::info!("perf: listening on port {}", a.port);
+    // Always on stderr (not a log line): scripts wait for it, and a DPDK listener is invisible
+    // to `ss`.
+    eprintln!("perf: listening on port {}", a.port);
     Ok(l)
 }
 
@@ -448,7 +487,7 @@ fn client(
     let (rkey, raddr) = remote;
     print_header(a, title(a), max);
     // Reads in flight are bounded by the negotiated ORD (RFC 6581 §9.1), Writes by the SQ depth.
-    if a.test == "read_bw" && ord == 0 {
+    if a.test == PerfTest::ReadBw && ord == 0 {
         data.qp.disconnect();
         ctrl.ep.qp.disconnect();
         return Err(
@@ -457,7 +496,7 @@ fn client(
                 .into(),
         );
     }
-    let depth = if a.test == "read_bw" {
+    let depth = if a.test == PerfTest::ReadBw {
         usize::from(ord).clamp(1, TX_DEPTH)
     } else {
         TX_DEPTH
@@ -511,7 +550,7 @@ fn bw_loop(
     raddr: u64,
     depth: usize,
 ) -> Result<Report, String> {
-    let read = a.test == "read_bw";
+    let read = a.test == PerfTest::ReadBw;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
     let want = if deadline.is_some() {
         u64::MAX
@@ -520,6 +559,7 @@ fn bw_loop(
     };
     let mut posted = 0u64;
     let mut done = 0u64;
+    progress_phase(a, size);
     let t0 = Instant::now();
     // For perftest's BW peak: when each WR was posted and when it completed (iterations mode
     // only, like perftest's -D runs that report no peak; bounded by PEAK_SAMPLES).
@@ -575,6 +615,9 @@ fn bw_loop(
                 last = Instant::now();
                 if t_completed.len() < cap {
                     t_completed.push(last);
+                }
+                if done % 256 == 0 {
+                    progress_tick(done, want);
                 }
             }
             None if ep.qp.is_closed() => return Err("data connection closed by the peer".into()),
@@ -663,23 +706,20 @@ fn accept(l: &AnyListener, qp: &Qp, param: &ConnParam, what: &str) -> Result<(),
 }
 
 fn title(a: &Args) -> &'static str {
-    match a.test.as_str() {
-        "read_bw" => "RDMA_Read BW Test",
-        "send_bw" => "Send BW Test",
-        "write_lat" => "RDMA_Write Latency Test",
-        "read_lat" => "RDMA_Read Latency Test",
-        "send_lat" => "Send Latency Test",
-        _ => "RDMA_Write BW Test",
+    match a.test {
+        PerfTest::WriteBw => "RDMA_Write BW Test",
+        PerfTest::ReadBw => "RDMA_Read BW Test",
+        PerfTest::SendBw => "Send BW Test",
+        PerfTest::WriteLat => "RDMA_Write Latency Test",
+        PerfTest::ReadLat => "RDMA_Read Latency Test",
+        PerfTest::SendLat => "Send Latency Test",
     }
 }
-
-const LINE: &str =
-    "---------------------------------------------------------------------------------------";
 
 fn print_header(a: &Args, title: &str, size: usize) {
     print_header_lines(a, title, size);
     let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
-    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
+    println!("{}", table::bw_header(unit));
 }
 
 fn print_header_lines(a: &Args, title: &str, size: usize) {
@@ -690,16 +730,15 @@ fn print_header_lines(a: &Args, title: &str, size: usize) {
     println!(" Mtu             : 1024[B]");
     println!(
         " Link type       : Ethernet (iWARP, dpwarp over {})",
-        a.transport.as_deref().unwrap_or("dpdk")
+        a.net.transport.name()
     );
     println!(" Max msg size    : {size}");
     println!(" Data ex. method : rdma_cm");
     println!("{LINE}");
-    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
-    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
 }
 
 fn print_row(a: &Args, r: &Report) {
+    progress_clear();
     // MB/sec is MiB/s in perftest; Gb/sec is 10^9 bits.
     let conv = |mb: f64| {
         if a.report_gbits {
@@ -709,24 +748,21 @@ fn print_row(a: &Args, r: &Report) {
         }
     };
     println!(
-        " {:<10} {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-        r.size,
-        r.iters,
-        conv(r.bw_peak),
-        conv(r.bw_avg),
-        r.msg_rate
+        "{}",
+        table::bw_row(r.size, r.iters, conv(r.bw_peak), conv(r.bw_avg), r.msg_rate)
     );
     if a.json {
-        println!(
-            "{{\"test\":\"{}\",\"bytes\":{},\"iterations\":{},\"bw_peak\":{:.3},\"bw_average\":{:.3},\"unit\":\"{}\",\"msg_rate_mpps\":{:.6}}}",
-            a.test,
-            r.size,
-            r.iters,
-            conv(r.bw_peak),
-            conv(r.bw_avg),
-            if a.report_gbits { "Gb/sec" } else { "MB/sec" },
-            r.msg_rate
-        );
+        let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
+        // Printing to stdout cannot fail in a way worth stopping the test for.
+        let _ = print_json(&BwJson {
+            test: a.test.name(),
+            bytes: r.size,
+            iterations: r.iters,
+            bw_peak: conv(r.bw_peak),
+            bw_average: conv(r.bw_avg),
+            unit,
+            msg_rate_mpps: r.msg_rate,
+        });
     }
 }
 
@@ -813,6 +849,7 @@ fn send_client(
     let depth = rx_depth(a) as u64;
     for &size in sizes {
         credit.write_at(0, &[0; 4]);
+        progress_phase(a, size);
         let t0 = Instant::now();
         let (mut posted, mut done) = (0u64, 0u64);
         let mut last = Instant::now();
@@ -838,6 +875,9 @@ fn send_client(
                 Some(_) => {
                     done += 1;
                     last = Instant::now();
+                    if done % 256 == 0 {
+                        progress_tick(done, a.iters);
+                    }
                 }
                 None if data.qp.is_closed() => return Err("data connection closed".into()),
                 None if last.elapsed() > Duration::from_secs(60) => {
@@ -902,6 +942,7 @@ fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Resul
     let batch = (depth / 3).max(1) as u64;
     print_header(a, title(a), max);
     for &size in sizes {
+        progress_phase(a, size);
         let mut got = 0u64;
         let mut t0 = None;
         let mut last = Instant::now();
@@ -914,6 +955,9 @@ fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Resul
                     t0.get_or_insert_with(Instant::now);
                     got += 1;
                     last = Instant::now();
+                    if got % 256 == 0 {
+                        progress_tick(got, a.iters);
+                    }
                     post(got)?;
                     if got % batch == 0 || got == a.iters {
                         cnt.write_at(0, &(got as u32).to_le_bytes());
@@ -965,8 +1009,8 @@ fn lat(
     sizes: &[usize],
 ) -> Result<(), String> {
     let client = addr.is_some();
-    let read = a.test == "read_lat";
-    let send = a.test == "send_lat";
+    let read = a.test == PerfTest::ReadLat;
+    let send = a.test == PerfTest::SendLat;
     // send_lat: receives for the peer's Sends exist before the data connection does.
     let recvs = if send { LAT_RECVS } else { 0 };
     let dev = Device::open();
@@ -1012,6 +1056,7 @@ fn lat(
     let (rkey, raddr) = peer;
     print_lat_header(a, title(a), max);
     for &size in sizes {
+        progress_phase(a, size);
         let samples = if send {
             send_lat_loop(a, client, &data, &local, size)?
         } else if read {
@@ -1097,6 +1142,9 @@ fn send_lat_loop(
         if scnt < iters {
             posted_at.push(Instant::now());
             scnt += 1;
+            if scnt % 1024 == 0 {
+                progress_tick(scnt, iters);
+            }
             ep.qp
                 .post_send(SendWr {
                     wr_id: scnt,
@@ -1125,6 +1173,9 @@ fn read_lat_loop(
 ) -> Result<Vec<Duration>, String> {
     let mut v = Vec::with_capacity(a.iters as usize);
     for i in 0..a.iters {
+        if i % 1024 == 1023 {
+            progress_tick(i + 1, a.iters);
+        }
         let t = Instant::now();
         ep.qp
             .post_send(SendWr {
@@ -1188,6 +1239,9 @@ fn write_lat_loop(
         if scnt < iters {
             posted_at.push(Instant::now());
             scnt += 1;
+            if scnt % 1024 == 0 {
+                progress_tick(scnt, iters);
+            }
             local.write_at(size - 1, &[scnt as u8]);
             ep.qp
                 .post_send(SendWr {
@@ -1209,57 +1263,62 @@ fn write_lat_loop(
 
 fn print_lat_header(a: &Args, title: &str, size: usize) {
     print_header_lines(a, title, size);
-    println!(
-        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
-    );
+    println!("{}", table::LAT_HEADER);
 }
 
-/// One latency row. Percentiles (t_typical = p50, p99, p99.9) come from an HDR histogram of
-/// nanosecond samples (3 significant digits); min, max, mean and stdev are exact.
+/// One latency row: t_typical is the median. Every figure comes from [`dpwarp::latency`] (one
+/// percentile definition for every tool; see there).
 fn print_lat_row(a: &Args, size: usize, samples: &[Duration]) -> Result<(), String> {
-    let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-    let ns: Vec<u64> = samples.iter().map(|d| d.as_nanos() as u64).collect();
-    for &v in &ns {
-        h.record(v.max(1)).map_err(|e| e.to_string())?;
-    }
-    let us = |v: f64| v / 1000.0;
-    let n = ns.len() as f64;
-    let mean = ns.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = ns.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-    let (min, max) = (
-        *ns.iter().min().unwrap_or(&0) as f64,
-        *ns.iter().max().unwrap_or(&0) as f64,
-    );
-    let p50 = h.value_at_quantile(0.5) as f64;
-    let p99 = h.value_at_quantile(0.99) as f64;
-    let p999 = h.value_at_quantile(0.999) as f64;
-    println!(
-        " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
-        size,
-        ns.len(),
-        us(min),
-        us(max),
-        us(p50),
-        us(mean),
-        us(var.sqrt()),
-        us(p99),
-        us(p999)
-    );
+    progress_clear();
+    let s = dpwarp::latency::Summary::of(samples.iter().copied());
+    println!("{}", table::lat_row(size, &s));
     if a.json {
-        println!(
-            "{{\"test\":\"{}\",\"bytes\":{},\"iterations\":{},\"t_min_us\":{:.3},\"t_max_us\":{:.3},\"p50_us\":{:.3},\"t_avg_us\":{:.3},\"t_stdev_us\":{:.3},\"p99_us\":{:.3},\"p99_9_us\":{:.3}}}",
-            a.test,
-            size,
-            ns.len(),
-            us(min),
-            us(max),
-            us(p50),
-            us(mean),
-            us(var.sqrt()),
-            us(p99),
-            us(p999)
-        );
+        print_json(&LatJson {
+            test: a.test.name(),
+            bytes: size,
+            iterations: s.count,
+            t_min_us: s.min_us,
+            t_max_us: s.max_us,
+            p50_us: s.p50_us,
+            t_avg_us: s.mean_us,
+            t_stdev_us: s.stdev_us,
+            p99_us: s.p99_us,
+            p99_9_us: s.p999_us,
+        })?;
     }
+    Ok(())
+}
+
+/// `--json` line of a latency test (microseconds; p50 is perftest's t_typical).
+#[derive(serde::Serialize)]
+struct LatJson {
+    test: &'static str,
+    bytes: usize,
+    iterations: u64,
+    t_min_us: f64,
+    t_max_us: f64,
+    p50_us: f64,
+    t_avg_us: f64,
+    t_stdev_us: f64,
+    p99_us: f64,
+    p99_9_us: f64,
+}
+
+/// `--json` line of a bandwidth test (`unit`: MB/sec = MiB/s as perftest, or Gb/sec).
+#[derive(serde::Serialize)]
+struct BwJson {
+    test: &'static str,
+    bytes: u64,
+    iterations: u64,
+    bw_peak: f64,
+    bw_average: f64,
+    unit: &'static str,
+    msg_rate_mpps: f64,
+}
+
+/// One JSON object on one line of stdout.
+fn print_json<T: serde::Serialize>(v: &T) -> Result<(), String> {
+    println!("{}", serde_json::to_string(v).map_err(|e| e.to_string())?);
     Ok(())
 }
 

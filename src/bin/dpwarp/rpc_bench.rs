@@ -18,12 +18,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::cli::{Progress, TransportArg};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{Dataplane, Endpoint as DpEndpoint, RdmaClientDp, RdmaServerDp};
 use dpwarp::cm::{self, ConnParam, Listener};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{Dataplane, Endpoint as DpEndpoint};
+use dpwarp::latency::Recorder;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::{Body, Registry};
@@ -41,11 +43,42 @@ const DP_RPC_PORT: u16 = 20049;
 /// The port of the in-process verbs RDMA Write reference on the dataplane.
 const DP_VERBS_PORT: u16 = 20051;
 
+/// `--proto`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// RPC-over-RDMA (RFC 8166).
+    Rdma,
+    /// ONC RPC over kernel TCP (record marking).
+    Tcp,
+}
+
+/// `--op`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// The NULL procedure.
+    Null,
+    /// READ of --size bytes (the reply's data through a write chunk on RPC-over-RDMA).
+    Read,
+    /// WRITE of --size bytes.
+    Write,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Null => "null",
+            Op::Read => "read",
+            Op::Write => "write",
+        }
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// RDMA side: dpdk (the DPDK dataplane of --config) or kernel (iWARP over kernel TCP).
-    #[arg(long, default_value = "dpdk")]
-    transport: String,
+    /// The RDMA side's byte stream: dpdk (the DPDK dataplane of --config) or kernel (iWARP over
+    /// kernel TCP).
+    #[arg(long, value_enum, default_value_t = TransportArg::Dpdk)]
+    transport: TransportArg,
     /// Dataplane config for --transport dpdk. Without --server: two ports, the server on the
     /// first, the client on the second (default configs/net_ring.toml). With --server: the
     /// client's port is --port-index.
@@ -54,12 +87,12 @@ pub struct Args {
     /// The client's port in --config when --server names a remote server.
     #[arg(long, default_value_t = 0)]
     port_index: usize,
-    /// rdma (RPC-over-RDMA) or tcp (ONC RPC over kernel TCP).
-    #[arg(long, default_value = "rdma")]
-    proto: String,
-    /// null, read or write.
-    #[arg(long, default_value = "null")]
-    op: String,
+    /// The protocol measured (without --compare).
+    #[arg(long, value_enum, default_value_t = Proto::Rdma)]
+    proto: Proto,
+    /// The call measured (without --compare).
+    #[arg(long, value_enum, default_value_t = Op::Null)]
+    op: Op,
     /// Bytes per READ/WRITE.
     #[arg(long, default_value_t = 1 << 20)]
     size: usize,
@@ -85,6 +118,8 @@ pub struct Args {
     /// Busy-poll receive CQs this many microseconds before sleeping (client and in-process server).
     #[arg(long, default_value_t = dpwarp::rpc::server::POLL_SPIN_US)]
     poll_spin_us: u64,
+    #[command(flatten)]
+    pub verbosity: crate::cli::Verbosity,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -92,7 +127,8 @@ struct Stats {
     calls: u64,
     secs: f64,
     bytes: u64,
-    lat_us: Vec<f64>,
+    /// Call latencies (submit to reply), summarised by [`dpwarp::latency`].
+    lat: Recorder,
 }
 
 impl Stats {
@@ -102,15 +138,11 @@ impl Stats {
     fn gbps(&self) -> f64 {
         self.bytes as f64 * 8.0 / self.secs / 1e9
     }
-    fn pct(&mut self, p: f64) -> f64 {
-        if self.lat_us.is_empty() {
-            return 0.0;
-        }
-        self.lat_us.sort_by(|a, b| a.total_cmp(b));
-        let i = ((self.lat_us.len() as f64 - 1.0) * p).round() as usize;
-        self.lat_us[i]
+    /// The p-quantile of the call latency in microseconds ([`dpwarp::latency`]'s definition).
+    fn pct(&self, p: f64) -> f64 {
+        self.lat.quantile_us(p)
     }
-    fn line(&mut self, what: &str) -> String {
+    fn line(&self, what: &str) -> String {
         let (p50, p99, p999) = (self.pct(0.5), self.pct(0.99), self.pct(0.999));
         format!(
             "{what}: {} calls in {:.2} s = {:.0} calls/s, latency p50 {:.1} us p99 {:.1} us \
@@ -144,14 +176,14 @@ enum Net {
 
 impl Net {
     fn start(a: &Args) -> Result<Net, String> {
-        match a.transport.as_str() {
-            "kernel" => {
+        match a.transport {
+            TransportArg::Kernel => {
                 if a.config.is_some() {
                     return Err("--config is for --transport dpdk".into());
                 }
                 Ok(Net::Kernel)
             }
-            "dpdk" => {
+            TransportArg::Dpdk => {
                 let config = match (&a.config, a.server) {
                     (Some(c), _) => c.clone(),
                     (None, None) => {
@@ -202,7 +234,6 @@ impl Net {
                     server,
                 })
             }
-            t => Err(format!("--transport {t:?}: expected dpdk or kernel")),
         }
     }
 
@@ -412,7 +443,7 @@ fn bench_rdma(
         let mut rr = rep.results().map_err(|s| format!("call failed: {s:?}"))?;
         check_reply(op, size, &mut rr)?;
         if let Some(t) = started.remove(&x) {
-            st.lat_us.push(t.elapsed().as_secs_f64() * 1e6);
+            st.lat.record(t.elapsed());
         }
         st.calls += 1;
         if op != "null" {
@@ -451,7 +482,7 @@ fn bench_tcp(
     let account = |st: &mut Stats, t: Instant, rep: tcp::TcpReply| -> Result<(), String> {
         let mut rr = rep.results().map_err(|s| format!("call failed: {s:?}"))?;
         check_reply(op, size, &mut rr)?;
-        st.lat_us.push(t.elapsed().as_secs_f64() * 1e6);
+        st.lat.record(t.elapsed());
         st.calls += 1;
         if op != "null" {
             st.bytes += size as u64;
@@ -585,12 +616,9 @@ fn bench_verbs_write(
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    if a.proto != "rdma" && a.proto != "tcp" {
-        return Err(format!("--proto {:?}: expected rdma or tcp", a.proto));
-    }
     // The RDMA side's transport (the EAL starts here with --transport dpdk); not needed for a
     // TCP-only run.
-    let net = if a.compare || a.proto == "rdma" {
+    let net = if a.compare || a.proto == Proto::Rdma {
         Some(Net::start(&a)?)
     } else {
         None
@@ -602,16 +630,27 @@ pub fn run(a: Args) -> Result<(), String> {
         let net = net.as_ref().expect("started for --compare");
         let s = &servers;
         let secs = a.seconds;
-        let mut nr = bench_rdma(net, s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
-        let mut nt = bench_tcp(s.tcp, "null", 0, a.credits, secs)?;
-        let mut rr = bench_rdma(net, s.rdma, "read", mib, a.credits, secs, a.poll_spin_us)?;
-        let mut rt = bench_tcp(s.tcp, "read", mib, a.credits, secs)?;
+        // Five measurements of --seconds each: one progress line per phase on stderr.
+        let mut progress = Progress::new(Duration::ZERO);
+        let mut phase = |i: u32, what: &str| {
+            progress.phase(format!("rpc-bench: {i}/5 {what} ({secs} s)"));
+        };
+        phase(1, "NULL over RPC-over-RDMA");
+        let nr = bench_rdma(net, s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
+        phase(2, "NULL over ONC RPC/TCP");
+        let nt = bench_tcp(s.tcp, "null", 0, a.credits, secs)?;
+        phase(3, "READ 1 MiB over RPC-over-RDMA");
+        let rr = bench_rdma(net, s.rdma, "read", mib, a.credits, secs, a.poll_spin_us)?;
+        phase(4, "READ 1 MiB over ONC RPC/TCP");
+        let rt = bench_tcp(s.tcp, "read", mib, a.credits, secs)?;
+        phase(5, "verbs RDMA Write 1 MiB reference");
         let wv = bench_verbs_write(net, mib, a.credits as usize, secs)?;
+        progress.clear();
         let rdma_setup = net.describe(a.server);
         if a.json {
             let j = serde_json::json!({
-                "transport": a.transport,
-                "rdma_transport": a.transport,
+                "transport": a.transport.name(),
+                "rdma_transport": a.transport.name(),
                 "rdma_setup": rdma_setup,
                 "tcp_transport": "ONC RPC over kernel TCP (record marking)",
                 "credits": a.credits,
@@ -658,26 +697,26 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         return Ok(());
     }
-    let mut st = match (a.proto.as_str(), net.as_ref()) {
-        ("rdma", Some(net)) => bench_rdma(
+    let op = a.op.name();
+    let st = match (a.proto, net.as_ref()) {
+        (Proto::Rdma, Some(net)) => bench_rdma(
             net,
             servers.rdma,
-            &a.op,
+            op,
             a.size,
             a.credits,
             a.seconds,
             a.poll_spin_us,
         )?,
-        _ => bench_tcp(servers.tcp, &a.op, a.size, a.credits, a.seconds)?,
+        _ => bench_tcp(servers.tcp, op, a.size, a.credits, a.seconds)?,
     };
     if a.json {
-        let transport = if a.proto == "rdma" {
-            a.transport.as_str()
-        } else {
-            "kernel"
+        let (proto, transport) = match a.proto {
+            Proto::Rdma => ("rdma", a.transport.name()),
+            Proto::Tcp => ("tcp", "kernel"),
         };
         let j = serde_json::json!({
-            "proto": a.proto, "transport": transport, "op": a.op, "size": a.size,
+            "proto": proto, "transport": transport, "op": op, "size": a.size,
             "credits": a.credits, "calls": st.calls, "seconds": st.secs,
             "calls_per_s": st.rate(), "p50_us": st.pct(0.5), "p99_us": st.pct(0.99),
             "p999_us": st.pct(0.999), "gbps": st.gbps(),
@@ -686,13 +725,13 @@ pub fn run(a: Args) -> Result<(), String> {
     } else {
         let what = format!(
             "{} {} {}",
-            if a.proto == "rdma" {
-                format!("rdma ({})", a.transport)
+            if a.proto == Proto::Rdma {
+                format!("rdma ({})", a.transport.name())
             } else {
                 "tcp".into()
             },
-            a.op,
-            if a.op == "null" {
+            op,
+            if a.op == Op::Null {
                 String::new()
             } else {
                 format!("{} B", a.size)

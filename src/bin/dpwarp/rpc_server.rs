@@ -33,14 +33,16 @@ pub struct Args {
     #[arg(long)]
     listen: Option<SocketAddr>,
     /// Override the transport: dpdk (the DPDK dataplane) or kernel (iWARP over kernel TCP).
-    #[arg(long)]
-    transport: Option<String>,
+    #[arg(long, value_enum)]
+    transport: Option<crate::cli::TransportArg>,
     /// Override the dataplane config (a configs/net_*.toml file) for transport dpdk.
     #[arg(long)]
     dataplane: Option<PathBuf>,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     duration: Option<u64>,
+    #[command(flatten)]
+    pub verbosity: crate::cli::Verbosity,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -218,8 +220,8 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(l) = a.listen {
         cfg.listen = l;
     }
-    if let Some(t) = &a.transport {
-        cfg.transport = t.clone();
+    if let Some(t) = a.transport {
+        cfg.transport = t.name().into();
     }
     check_transport(&cfg.transport)?;
     if cfg.transport == "kernel" && a.dataplane.is_some() {
@@ -340,6 +342,7 @@ mod tests {
             transport: None,
             dataplane: None,
             duration: None,
+            verbosity: Default::default(),
         };
         let dp = DataplaneConfig::load(&dataplane_path(&a, &d).unwrap()).unwrap();
         let ip = dp.ports[d.dataplane_port]

@@ -21,7 +21,6 @@
 //! over kernel TCP: only the connect/listen step differs, the ping-pong below is the same code.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -35,6 +34,7 @@ use dpwarp::verbs::{
     WorkCompletion,
 };
 
+use crate::cli::NetArgs;
 use crate::dpperf::{backend, log_device_stats, start_dpdk, AnyListener, AnyRequest, Backend, Net};
 
 /// `sizeof(struct rping_rdma_info)`: every rping Send carries exactly this many bytes.
@@ -88,17 +88,9 @@ pub struct Args {
     /// Accepted for rping compatibility (self-created QP); dpwarp QPs are always created here.
     #[arg(short = 'q')]
     self_create_qp: bool,
-    /// Byte-stream backend: `kernel` (kernel TCP) or `dpdk` (the DPDK dataplane of --config;
-    /// the server listens on the port's own address, the client connects from it).
-    /// Default: $DPWARP_TRANSPORT, else dpdk.
-    #[arg(long)]
-    transport: Option<String>,
-    /// Dataplane config (TOML, see configs/) for --transport dpdk. Default: $DPWARP_CONFIG.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Which configured DPDK port to use (--transport dpdk).
-    #[arg(long, default_value_t = 0)]
-    port_index: usize,
+    /// The byte stream (with dpdk the client connects from the port's own address).
+    #[command(flatten)]
+    pub net: NetArgs,
     /// CRC32c on FPDUs: `on` asks for it (C=1), `off` prefers none (RFC 5044 §7.1: either end
     /// asking for CRC turns it on for both). Default: on for the client, off (follow the
     /// initiator) for the server.
@@ -108,7 +100,7 @@ pub struct Args {
     #[arg(long)]
     markers: bool,
     /// MPA revision the client sends: 2 (RFC 6581 enhanced, with IRD/ORD) or 1.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     mpa_rev: u8,
     /// RFC 5044 Appendix C permissive mode: interoperate with RDMA Consortium (MPA Rev 0)
     /// peers, which then get a Rev 0 Reply and DDP/RDMAP version 0 with markers and CRC both
@@ -117,12 +109,23 @@ pub struct Args {
     #[arg(long)]
     mpa_rev0_permissive: bool,
     /// Peer-to-peer mode (RFC 6581 §9.2) with these RTR kinds: client offers them, server
-    /// supports them. Comma separated: write,read,send.
-    #[arg(long)]
-    p2p: Option<String>,
+    /// supports them. Comma separated, e.g. write,read.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    p2p: Option<Vec<Rtr>>,
     /// Seconds to wait for any single step (connection, completion) before giving up.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+}
+
+/// An RFC 6581 §9.2 ready-to-receive (RTR) message kind.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Rtr {
+    /// A zero-length RDMA Write.
+    Write,
+    /// A zero-length RDMA Read.
+    Read,
+    /// A zero-length Send.
+    Send,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,20 +152,16 @@ macro_rules! debug_log {
     };
 }
 
-fn parse_rtr(s: &str) -> Result<RtrSet, String> {
+fn rtr_set(kinds: &[Rtr]) -> RtrSet {
     let mut set = RtrSet::default();
-    for k in s.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+    for k in kinds {
         match k {
-            "write" => set.write = true,
-            "read" => set.read = true,
-            "send" => set.send = true,
-            _ => return Err(format!("unknown RTR kind {k:?} (write, read, send)")),
+            Rtr::Write => set.write = true,
+            Rtr::Read => set.read = true,
+            Rtr::Send => set.send = true,
         }
     }
-    if set.is_empty() {
-        return Err("--p2p needs at least one RTR kind".into());
-    }
-    Ok(set)
+    set
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -180,17 +179,14 @@ pub fn run(a: Args) -> Result<(), String> {
     if !a.server && !a.client {
         return Err("one of -s (server) or -c (client) is required".into());
     }
-    let backend = backend(a.transport.as_deref(), a.config.as_deref())?;
+    let backend = backend(&a.net)?;
     if !(MIN_SIZE..=MAX_SIZE).contains(&a.size) {
         return Err(format!(
             "Invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",
             a.size
         ));
     }
-    if a.mpa_rev != 1 && a.mpa_rev != 2 {
-        return Err(format!("--mpa-rev {}: MPA revision 1 or 2", a.mpa_rev));
-    }
-    let p2p = a.p2p.as_deref().map(parse_rtr).transpose()?;
+    let p2p = a.p2p.as_deref().map(rtr_set);
     let ctx = Ctx {
         verbose: a.verbose > 0,
         validate: a.validate > 0,
@@ -227,7 +223,7 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     // `_dp` keeps the dataplane (EAL, ports, workers) running until rping ends.
     let (_dp, net) = if let Backend::Dpdk(config) = &backend {
-        let (dp, ep) = start_dpdk(config, a.port_index)?;
+        let (dp, ep) = start_dpdk(config, a.net.port_index)?;
         // The dataplane has one address per port: -a (server) and -I (client) may only name it.
         let own = if a.server { Some(addr) } else { source };
         if let Some(o) = own.filter(|o| !o.ip().is_unspecified()) {
@@ -235,7 +231,7 @@ pub fn run(a: Args) -> Result<(), String> {
                 return Err(format!(
                     "{}: not the address of DPDK port {} ({})",
                     o.ip(),
-                    a.port_index,
+                    a.net.port_index,
                     ep.ip()
                 ));
             }
@@ -246,7 +242,7 @@ pub fn run(a: Args) -> Result<(), String> {
         if !a.server && !dp.wait_link_up(ctx.timeout) {
             return Err(format!(
                 "DPDK port {}: link did not come up within {:?}",
-                a.port_index, ctx.timeout
+                a.net.port_index, ctx.timeout
             ));
         }
         (Some(dp), Net::Dpdk(ep))
@@ -554,7 +550,9 @@ fn run_server(
         AnyListener::Dp(d) => debug_log!(ctx, "rdma_listen on {} (DPDK)", d.local_addr()),
     }
     // A log line scripts can wait for (a DPDK listener is invisible to `ss`).
-    log::info!("rping: listening on port {}", addr.port());
+    // Always on stderr (not a log line): scripts wait for it, and a DPDK listener is invisible
+    // to `ss`.
+    eprintln!("rping: listening on port {}", addr.port());
     loop {
         let req = wait_request(&l)?;
         if persistent {

@@ -1,0 +1,307 @@
+//! RDMA Write bandwidth on the DPDK dataplane with no PMD copy: a net_ring pair in one process
+//! (the rings pass mbuf pointers), each side one thread driving its own worker on its own core
+//! (`WorkerMode::Driven`; server CPU 0, client CPU 1), against a kernel TCP loopback stream
+//! between two threads pinned the same way (blocking, and busy-polled with MSG_DONTWAIT), in
+//! interleaved rounds, medians reported. Bytes are counted where they arrive: a round ends
+//! when the receiver has them (the RDMA side: the Send posted after the last Write has arrived,
+//! RDMA Writes being placed in order before it, RFC 5040 §5.5).
+//!
+//! ```text
+//! cargo bench --bench dp_ring -- [--mtu 1500|9000] [--rounds 3] [--size 65536] [--mib 1024] [--json FILE]
+//! ```
+//!
+//! net_memif (scripts/bench) adds the PMD's two copies per byte (mbuf -> shared memory ->
+//! mbuf); this is what the same code does without them (docs/dataplane.md "Measurements").
+
+use std::io::{Read, Write};
+use std::net::{SocketAddrV4, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dpwarp::cm::ConnParam;
+use dpwarp::config::DataplaneConfig;
+use dpwarp::dataplane::{CopyStats, Dataplane, Driver, WorkerMode};
+use dpwarp::verbs::{
+    sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+};
+
+struct Args {
+    mtu: u16,
+    rounds: usize,
+    size: usize,
+    mib: usize,
+    json: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        mtu: 1500,
+        rounds: 3,
+        size: 65536,
+        mib: 1024,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().expect("a value after the option");
+        match k.as_str() {
+            "--mtu" => a.mtu = v().parse().expect("--mtu N"),
+            "--rounds" => a.rounds = v().parse().expect("--rounds N"),
+            "--size" => a.size = v().parse().expect("--size N"),
+            "--mib" => a.mib = v().parse().expect("--mib N"),
+            "--json" => a.json = Some(v()),
+            "--bench" => {}
+            other => panic!("unknown option {other}"),
+        }
+    }
+    a
+}
+
+fn config(mtu: u16) -> DataplaneConfig {
+    let ring = format!("dpwbench{}", std::process::id() % 100000);
+    let path = format!("{}/configs/net_ring.toml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("configs/net_ring.toml");
+    let mut cfg = DataplaneConfig::parse(&text.replace("dpwring", &ring)).expect("net_ring config");
+    for (i, p) in cfg.ports.iter_mut().enumerate() {
+        p.cores = vec![i];
+        p.mtu = mtu;
+    }
+    cfg.tcp.rx_buffer = 2 << 20;
+    cfg.tcp.tx_buffer = 2 << 20;
+    cfg
+}
+
+fn pin(cpu: usize) {
+    dpwarp::affinity::set_thread_cpus(&[cpu]).expect("pin thread");
+}
+
+/// One RDMA Write stream of `total` bytes in `size`-byte Writes (32 in flight), then a Send.
+/// Returns (Gbit/s at the receiver, client copy stats, server copy stats, segments sent).
+fn rdma_round(
+    dp: &Dataplane,
+    port: u16,
+    size: usize,
+    total: usize,
+) -> (f64, CopyStats, CopyStats, u64) {
+    let sd: Driver = dp.port_drivers(0)[0].clone();
+    let cd: Driver = dp.port_drivers(1)[0].clone();
+    let server_ep = dp.endpoint(0).unwrap();
+    let client_ep = dp.endpoint(1).unwrap();
+    let server_ip = server_ep.ip();
+    let dev = Device::open();
+    let spd = dev.alloc_pd();
+    let (adv_tx, adv_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        sd.attach();
+        let before = sd.stats().copies;
+        let cq = Cq::new(64);
+        let qp = Qp::new(&spd, &QpInitAttr::new(&cq));
+        let target = spd.reg_mr(size, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let rbuf = spd.reg_mr(64, Access::LOCAL_WRITE);
+        qp.post_recv(RecvWr {
+            wr_id: 0,
+            sg_list: vec![sge(&rbuf, 0, 64)],
+        })
+        .unwrap();
+        let listener = server_ep.listen(port).unwrap();
+        adv_tx.send((target.addr(), target.stag())).unwrap();
+        let req = listener.get_request(Duration::from_secs(10)).unwrap();
+        req.accept(&qp, &ConnParam::default()).unwrap();
+        loop {
+            match cq.poll_one() {
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    assert_eq!(wc.status, WcStatus::Success);
+                    break;
+                }
+                Some(_) => {}
+                None => {
+                    sd.poll();
+                }
+            }
+        }
+        let t_end = Instant::now();
+        done_tx.send(t_end).unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while !qp.is_closed() && Instant::now() < end {
+            sd.poll();
+        }
+        sd.stats().copies.since(&before)
+    });
+
+    cd.attach();
+    let before = cd.stats();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(256);
+    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+    let src = pd.reg_mr(size, Access::LOCAL_WRITE);
+    src.write_at(0, &vec![0x5a; size]);
+    let (raddr, rkey) = adv_rx.recv().unwrap();
+    client_ep
+        .connect(
+            SocketAddrV4::new(server_ip, port),
+            &qp,
+            &ConnParam::default(),
+        )
+        .expect("connect");
+    let n = total / size;
+    let window = 32;
+    let t0 = Instant::now();
+    let (mut posted, mut done) = (0usize, 0usize);
+    while done < n {
+        while posted < n && posted - done < window {
+            qp.post_send(SendWr {
+                wr_id: posted as u64,
+                opcode: Opcode::Write {
+                    remote_addr: raddr,
+                    rkey,
+                },
+                sg_list: vec![sge(&src, 0, size)],
+                signaled: true,
+            })
+            .unwrap();
+            posted += 1;
+        }
+        match cq.poll_one() {
+            Some(wc) => {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                done += 1;
+            }
+            None => {
+                cd.poll();
+            }
+        }
+    }
+    qp.post_send(SendWr {
+        wr_id: u64::MAX,
+        opcode: Opcode::Send,
+        sg_list: vec![sge(&src, 0, 8)],
+        signaled: true,
+    })
+    .unwrap();
+    let t_end = loop {
+        if let Ok(t) = done_rx.try_recv() {
+            break t;
+        }
+        cd.poll();
+        while cq.poll_one().is_some() {}
+    };
+    qp.disconnect();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !qp.is_closed() && Instant::now() < end {
+        cd.poll();
+    }
+    let after = cd.stats();
+    let server_copies = server.join().unwrap();
+    let secs = t_end.duration_since(t0).as_secs_f64();
+    (
+        (n * size) as f64 * 8.0 / secs / 1e9,
+        after.copies.since(&before.copies),
+        server_copies,
+        after.device.tx_tcp_segments - before.device.tx_tcp_segments,
+    )
+}
+
+/// Kernel TCP loopback: `total` bytes in `size`-byte writes, receiver on CPU 0, sender on CPU 1.
+/// `busy`: the receiver spins on MSG_DONTWAIT reads instead of blocking.
+fn kernel_round(size: usize, total: usize, busy: bool) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let rx = thread::spawn(move || {
+        pin(0);
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nonblocking(busy).unwrap();
+        let mut buf = vec![0u8; size.max(1 << 16)];
+        let mut got = 0usize;
+        let t0 = Instant::now();
+        while got < total {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        (t0, Instant::now(), got)
+    });
+    pin(1);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let data = vec![0x5au8; size];
+    let t_start = Instant::now();
+    for _ in 0..total / size {
+        s.write_all(&data).unwrap();
+    }
+    let (_, t_end, got) = rx.join().unwrap();
+    assert_eq!(got, total / size * size);
+    got as f64 * 8.0 / t_end.duration_since(t_start).as_secs_f64() / 1e9
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let a = args();
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(ncpu >= 2, "needs two CPUs (server CPU 0, client CPU 1)");
+    let cfg = config(a.mtu);
+    let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
+    let total = a.mib << 20;
+    let (mut d, mut kb, mut kp) = (vec![], vec![], vec![]);
+    let (mut ctx, mut srx, mut segs) = (CopyStats::default(), CopyStats::default(), 0u64);
+    for r in 0..a.rounds {
+        // Rotate the order so no side always runs first (caches, frequency).
+        for k in 0..3 {
+            match (r + k) % 3 {
+                0 => {
+                    let (g, c, s, n) = rdma_round(&dp, 4900 + r as u16, a.size, total);
+                    eprintln!(
+                        "dp_ring: round {r}: dpwarp net_ring mtu {} {g:.2} Gbit/s",
+                        a.mtu
+                    );
+                    d.push(g);
+                    ctx = CopyStats::sum([&ctx, &c]);
+                    srx = CopyStats::sum([&srx, &s]);
+                    segs += n;
+                }
+                1 => {
+                    let g = kernel_round(a.size, total, false);
+                    eprintln!("dp_ring: round {r}: kernel TCP blocking {g:.2} Gbit/s");
+                    kb.push(g);
+                }
+                _ => {
+                    let g = kernel_round(a.size, total, true);
+                    eprintln!("dp_ring: round {r}: kernel TCP busy-polled {g:.2} Gbit/s");
+                    kp.push(g);
+                }
+            }
+        }
+    }
+    let (dm, kbm, kpm) = (median(&mut d), median(&mut kb), median(&mut kp));
+    let best = kbm.max(kpm);
+    let msgs = (a.rounds * (total / a.size)) as f64;
+    let out = serde_json::json!({
+        "bench": "dp_ring",
+        "mtu": a.mtu,
+        "size": a.size,
+        "bytes_per_round": total,
+        "rounds": a.rounds,
+        "write_bw_gbps_dpdk_ring": dm,
+        "stream_gbps_kernel_blocking": kbm,
+        "stream_gbps_kernel_busy": kpm,
+        "ratio_vs_better_kernel": dm / best,
+        "copies_per_byte": {
+            "tx": ctx.tx_per_byte(),
+            "rx": srx.rx_per_byte(),
+        },
+        "segments_per_msg": segs as f64 / msgs,
+        "cpus": {"server": 0, "client": 1},
+    });
+    println!("{out}");
+    if let Some(f) = a.json {
+        std::fs::write(&f, format!("{out}\n")).expect("write --json file");
+    }
+}

@@ -1,0 +1,540 @@
+//! The tools' command-line conventions: an unknown value of an enumerated option is clap's usage
+//! error (exit status 2, the valid values listed) and `--help` lists them; `$DPWARP_TRANSPORT`
+//! and `$DPWARP_CONFIG` go through clap; every `--json` line parses as JSON with the keys the
+//! scripts read; logs stay at warn unless `-v` asks for info, so stdout and stderr carry no INFO
+//! lines by default. Everything here runs over kernel TCP on loopback.
+
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `dpwarp args` with no `DPWARP_*` and no `RUST_LOG` from the test's environment.
+fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env_remove("DPWARP_TRANSPORT")
+        .env_remove("DPWARP_CONFIG")
+        .env_remove("RUST_LOG");
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    c.stdin(Stdio::null()).output().expect("run dpwarp")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit status 2 (clap's usage error) with every one of `values` in its list.
+fn assert_usage_error(args: &[&str], env: &[(&str, &str)], values: &[&str]) {
+    let mut c = cmd(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run(&mut c);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?} {env:?}: {err}");
+    let list = err
+        .lines()
+        .find(|l| l.contains("[possible values:"))
+        .unwrap_or_else(|| panic!("{args:?}: no list of values in: {err}"));
+    for v in values {
+        assert!(list.contains(v), "{args:?}: {v} not in {list}");
+    }
+}
+
+#[test]
+fn an_unknown_enumerated_value_is_a_usage_error_listing_the_valid_ones() {
+    let tests = [
+        "write_bw",
+        "read_bw",
+        "send_bw",
+        "write_lat",
+        "read_lat",
+        "send_lat",
+    ];
+    assert_usage_error(&["perf", "write_bwx"], &[], &tests);
+    assert_usage_error(&["perf", "write_bw", "--crc", "maybe"], &[], &["on", "off"]);
+    assert_usage_error(
+        &["perf", "write_bw", "--transport", "xdp"],
+        &[],
+        &["dpdk", "kernel"],
+    );
+    assert_usage_error(
+        &["dpperf", "--test", "rping-client"],
+        &[],
+        &["write_bw", "send_lat"],
+    );
+    assert_usage_error(
+        &["dpperf", "--worker-mode", "x"],
+        &[],
+        &["driven", "background"],
+    );
+    assert_usage_error(&["tcp-baseline", "--wait", "x"], &[], &["blocking", "busy"]);
+    assert_usage_error(
+        &["rping", "-c", "-a", "127.0.0.1", "--p2p", "write,rdma"],
+        &[],
+        &["write", "read", "send"],
+    );
+    assert_usage_error(
+        &["demo", "--transport", "tcp"],
+        &[],
+        &["dpdk", "kernel", "mem"],
+    );
+    assert_usage_error(
+        &["rpc-bench", "--op", "stat"],
+        &[],
+        &["null", "read", "write"],
+    );
+    assert_usage_error(&["rpc-bench", "--proto", "udp"], &[], &["rdma", "tcp"]);
+    assert_usage_error(
+        &["rpc-server", "--config", "x.toml", "--transport", "xdp"],
+        &[],
+        &["dpdk", "kernel"],
+    );
+    // The environment fallback is checked the same way.
+    assert_usage_error(
+        &["rping", "-c", "-a", "127.0.0.1"],
+        &[("DPWARP_TRANSPORT", "xdp")],
+        &["dpdk", "kernel"],
+    );
+    assert_usage_error(&["demo"], &[("DPWARP_TRANSPORT", "tcp")], &["mem"]);
+    // An out-of-range MPA revision too (not a list, but the same exit status).
+    let o = run(&mut cmd(&["rping", "-s", "--mpa-rev", "3"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}
+
+#[test]
+fn help_lists_the_values_and_the_environment_fallbacks() {
+    let o = run(&mut cmd(&["perf", "--help"]));
+    assert!(o.status.success());
+    let h = text(&o.stdout);
+    for v in [
+        "write_bw",
+        "read_bw",
+        "send_bw",
+        "write_lat",
+        "read_lat",
+        "send_lat",
+        "[env: DPWARP_TRANSPORT=]",
+        "[env: DPWARP_CONFIG=]",
+    ] {
+        assert!(h.contains(v), "{v} missing from perf --help:\n{h}");
+    }
+    let o = run(&mut cmd(&["dpperf", "--help"]));
+    let h = text(&o.stdout);
+    assert!(
+        h.contains("write_bw") && h.contains("send_lat") && h.contains("driven"),
+        "{h}"
+    );
+    let o = run(&mut cmd(&["rpc-bench", "--help"]));
+    let h = text(&o.stdout);
+    assert!(
+        h.contains("null") && h.contains("rdma") && h.contains("kernel"),
+        "{h}"
+    );
+}
+
+/// `$DPWARP_TRANSPORT` selects the transport; `$DPWARP_CONFIG` is tolerated with kernel (one
+/// exported config does not break kernel runs), an explicit `--config` is not; an empty
+/// variable counts as unset.
+#[test]
+fn environment_fallbacks_go_through_clap() {
+    let port = free_port().to_string();
+    // Kernel from the environment, nothing listening: the connection is refused (so the
+    // transport was accepted and used).
+    let client = [
+        "rping",
+        "-c",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--timeout",
+        "2",
+    ];
+    let o = run(cmd(&client).env("DPWARP_TRANSPORT", "kernel"));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("RDMA_CM_EVENT_UNREACHABLE"), "{err}");
+    let o = run(cmd(&client)
+        .env("DPWARP_TRANSPORT", "kernel")
+        .env("DPWARP_CONFIG", "/nonexistent/dpw.toml"));
+    let err = text(&o.stderr);
+    assert!(err.contains("RDMA_CM_EVENT_UNREACHABLE"), "{err}");
+    let mut args = client.to_vec();
+    args.extend(["--config", "/nonexistent/dpw.toml"]);
+    let o = run(cmd(&args).env("DPWARP_TRANSPORT", "kernel"));
+    assert!(
+        text(&o.stderr).contains("--config is for --transport dpdk"),
+        "{}",
+        text(&o.stderr)
+    );
+    // Empty = unset: the dpdk default, which needs a config.
+    let o = run(cmd(&client).env("DPWARP_TRANSPORT", ""));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("needs --config FILE or $DPWARP_CONFIG"),
+        "{err}"
+    );
+}
+
+/// Wait for `child` with a generous limit; its output.
+fn finish(child: std::process::Child, limit: Duration, what: &str) -> Output {
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.expect("wait"),
+        Err(_) => {
+            // Only the process this test started, by its id.
+            let _ = Command::new("kill").arg(id.to_string()).status();
+            panic!("{what} did not finish in {limit:?}");
+        }
+    }
+}
+
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn assert_keys(v: &serde_json::Value, keys: &[&str]) {
+    for k in keys {
+        let mut x = v;
+        for part in k.split('.') {
+            x = &x[part];
+        }
+        assert!(!x.is_null(), "{k} missing in {v}");
+    }
+}
+
+/// A perf server and client (`size` bytes, `extra` arguments, `env` on top of [`cmd`]'s) over
+/// kernel loopback; (client, server) outputs.
+fn perf_pair(test: &str, size: &str, extra: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
+    use std::io::{BufRead, BufReader, Read};
+    let port = free_port().to_string();
+    // perftest's rule: both sides get the same size and iterations.
+    let mut server = cmd(&[
+        "perf",
+        test,
+        "--transport",
+        "kernel",
+        "-p",
+        &port,
+        "-s",
+        size,
+        "-n",
+        "200",
+    ])
+    .args(extra)
+    .envs(env.iter().copied())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The server says so on stderr once it listens (whatever the log level); keep draining
+    // its stderr afterwards.
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let drain = std::thread::spawn(move || {
+        let mut all = String::new();
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap_or(0) > 0 {
+            if line.contains("perf: listening on port") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            line.clear();
+        }
+        let _ = err.read_to_string(&mut all);
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the perf server did not start listening");
+    let client = run(cmd(&[
+        "perf",
+        test,
+        "127.0.0.1",
+        "--transport",
+        "kernel",
+        "-p",
+        &port,
+        "-s",
+        size,
+        "-n",
+        "200",
+        "--json",
+    ])
+    .args(extra)
+    .envs(env.iter().copied()));
+    let mut server = finish(server, Duration::from_secs(30), "perf server");
+    server.stderr = drain.join().unwrap().into_bytes();
+    (client, server)
+}
+
+#[test]
+fn perf_json_parses_with_the_expected_keys_and_no_info_logs_by_default() {
+    let (c, s) = perf_pair("write_bw", "4096", &[], &[]);
+    let (out, err) = (text(&c.stdout), text(&c.stderr));
+    assert!(c.status.success(), "{err}");
+    assert!(s.status.success(), "{}", text(&s.stderr));
+    let v = json_lines(&out);
+    assert_eq!(v.len(), 1, "{out}");
+    assert_keys(
+        &v[0],
+        &[
+            "test",
+            "bytes",
+            "iterations",
+            "bw_peak",
+            "bw_average",
+            "unit",
+            "msg_rate_mpps",
+        ],
+    );
+    assert_eq!(v[0]["test"], "write_bw");
+    assert_eq!(v[0]["bytes"], 4096);
+    assert_eq!(v[0]["iterations"], 200);
+    assert_eq!(v[0]["unit"], "MB/sec");
+    // Warn by default: no INFO line anywhere; the server's readiness line is not a log line.
+    for o in [&c, &s] {
+        for t in [text(&o.stdout), text(&o.stderr)] {
+            assert!(!t.contains(" INFO "), "{t}");
+        }
+    }
+    assert!(text(&s.stderr).contains("perf: listening on port"));
+
+    let (c, _) = perf_pair("send_lat", "64", &[], &[]);
+    assert!(c.status.success(), "{}", text(&c.stderr));
+    let v = json_lines(&text(&c.stdout));
+    assert_eq!(v.len(), 1);
+    assert_keys(
+        &v[0],
+        &[
+            "test",
+            "bytes",
+            "iterations",
+            "t_min_us",
+            "t_max_us",
+            "p50_us",
+            "t_avg_us",
+            "t_stdev_us",
+            "p99_us",
+            "p99_9_us",
+        ],
+    );
+    let f = |k: &str| v[0][k].as_f64().unwrap();
+    assert!(f("t_min_us") <= f("p50_us") && f("p50_us") <= f("p99_us"));
+    assert!(f("p99_us") <= f("p99_9_us") && f("p99_9_us") <= f("t_max_us"));
+}
+
+#[test]
+fn verbose_turns_on_info_logs_on_stderr_only() {
+    let (c, s) = perf_pair("write_bw", "4096", &["-v"], &[]);
+    assert!(c.status.success() && s.status.success());
+    // perf logs the peer's perftest version at info.
+    assert!(
+        text(&c.stderr).contains(" INFO ") && text(&c.stderr).contains("perftest version"),
+        "{}",
+        text(&c.stderr)
+    );
+    assert!(!text(&c.stdout).contains(" INFO "));
+    // RUST_LOG, when set, overrides -v.
+    let (c, _) = perf_pair("write_bw", "4096", &["-v"], &[("RUST_LOG", "warn")]);
+    assert!(c.status.success());
+    assert!(!text(&c.stderr).contains(" INFO "), "{}", text(&c.stderr));
+}
+
+#[test]
+fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = cmd(&[
+        "dpperf",
+        "--transport",
+        "kernel",
+        "--server",
+        "--count",
+        "2",
+        "--addr",
+        &addr,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = Vec::new();
+    for test in ["write_bw", "send_lat"] {
+        let t = Instant::now();
+        let o = loop {
+            let o = run(&mut cmd(&[
+                "dpperf",
+                "--transport",
+                "kernel",
+                "--addr",
+                &addr,
+                "--json",
+                "--test",
+                test,
+                "--size",
+                "64",
+                "--iters",
+                "200",
+            ]));
+            if o.status.success() || t.elapsed() > Duration::from_secs(20) {
+                break o;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
+        // scripts/bench rewrites `"transport":"kernel"` and the leading `{` with sed.
+        let out = text(&o.stdout);
+        assert!(
+            out.starts_with("{\"") && out.contains("\"transport\":\"kernel\""),
+            "{out}"
+        );
+        lines.extend(json_lines(&out));
+    }
+    let s = finish(server, Duration::from_secs(30), "dpperf server");
+    assert!(s.status.success(), "{}", text(&s.stderr));
+    assert_eq!(lines.len(), 2);
+    for v in &lines {
+        assert_keys(
+            v,
+            &[
+                "transport",
+                "test",
+                "size",
+                "iters",
+                "gbps",
+                "mpps",
+                "lat_us.min",
+                "lat_us.p50",
+                "lat_us.p99",
+                "lat_us.p999",
+                "lat_us.max",
+                "lat_us.avg",
+            ],
+        );
+    }
+    assert_eq!(lines[0]["test"], "write_bw");
+    assert!(lines[0]["gbps"].as_f64().unwrap() > 0.0);
+    assert_eq!(lines[1]["test"], "send_lat");
+    let l = &lines[1]["lat_us"];
+    assert!(l["min"].as_f64().unwrap() <= l["p50"].as_f64().unwrap());
+    assert!(l["p999"].as_f64().unwrap() <= l["max"].as_f64().unwrap());
+
+    let o = run(&mut cmd(&[
+        "tcp-baseline",
+        "--json",
+        "--size",
+        "4096",
+        "--total",
+        "4194304",
+        "--iters",
+        "200",
+    ]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v = json_lines(&text(&o.stdout));
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[0]["transport"], "kernel_tcp");
+    assert_eq!(v[0]["test"], "tcp_stream");
+    assert_eq!(v[1]["test"], "tcp_pingpong");
+    assert_keys(
+        &v[1],
+        &["size", "iters", "gbps", "lat_us.p50", "lat_us.p99"],
+    );
+}
+
+#[test]
+fn rpc_bench_json_keeps_its_keys() {
+    let o = run(&mut cmd(&[
+        "rpc-bench",
+        "--proto",
+        "tcp",
+        "--op",
+        "read",
+        "--size",
+        "4096",
+        "--seconds",
+        "0.2",
+        "--json",
+    ]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_keys(
+        &v,
+        &[
+            "proto",
+            "transport",
+            "op",
+            "size",
+            "credits",
+            "calls",
+            "seconds",
+            "calls_per_s",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "gbps",
+        ],
+    );
+    assert_eq!(
+        (v["proto"].as_str(), v["op"].as_str()),
+        (Some("tcp"), Some("read"))
+    );
+    assert!(v["p50_us"].as_f64().unwrap() <= v["p999_us"].as_f64().unwrap());
+    assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
+}
+
+/// `rpc-bench --compare` (five measurements): one progress line per phase on stderr when it
+/// is not a terminal, nothing of it on stdout, which stays one JSON document.
+#[test]
+fn rpc_bench_compare_shows_its_phases_on_stderr() {
+    let o = run(cmd(&[
+        "rpc-bench",
+        "--compare",
+        "--json",
+        "--transport",
+        "kernel",
+        "--seconds",
+        "0.2",
+        "--credits",
+        "4",
+    ])
+    .current_dir(env!("CARGO_MANIFEST_DIR")));
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let phases: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rpc-bench: "))
+        .collect();
+    assert_eq!(phases.len(), 5, "{err}");
+    for (i, l) in phases.iter().enumerate() {
+        assert!(l.starts_with(&format!("rpc-bench: {}/5 ", i + 1)), "{l}");
+    }
+    assert!(
+        !err.contains('\r'),
+        "no terminal, no carriage returns: {err:?}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    assert!(v["null_calls_per_s_tcp"].as_f64().unwrap() > 0.0);
+}
