@@ -232,6 +232,14 @@ pub struct TcpConfig {
     /// with a TCP RST (default 256).
     #[serde(default = "d_max_conns")]
     pub max_connections: usize,
+    /// How long (ms) an incoming connection may take to deliver its whole MPA Request before
+    /// it is closed with a RST (RFC 5044 §7.1.2 item 10; default 5000, as Linux siw).
+    #[serde(default = "d_mpa_timeout_ms")]
+    pub mpa_timeout_ms: u64,
+    /// MPA startups in progress per listener at most; a connection beyond it is refused with a
+    /// RST and a log line (default 256).
+    #[serde(default = "d_max_startups")]
+    pub max_startups: usize,
 }
 
 impl Default for TcpConfig {
@@ -242,12 +250,20 @@ impl Default for TcpConfig {
             backlog: d_backlog(),
             fpdu_alignment: true,
             max_connections: d_max_conns(),
+            mpa_timeout_ms: d_mpa_timeout_ms(),
+            max_startups: d_max_startups(),
         }
     }
 }
 
 fn d_corrupt_bytes() -> u8 {
     1
+}
+fn d_mpa_timeout_ms() -> u64 {
+    5000
+}
+fn d_max_startups() -> usize {
+    256
 }
 fn d_max_conns() -> usize {
     256

@@ -1,4 +1,5 @@
-//! RFC 5044 App. C permissive mode on the DPDK listener (`Endpoint::listen_with`): a kernel-TCP
+//! RFC 5044 App. C permissive mode on the DPDK listener (`Endpoint::listen_with`,
+//! `ListenConfig::mpa_rev0_permissive`): a kernel-TCP
 //! RDMAC peer (MPA Rev 0, M=1, C=1; hand-written with the crate's wire types) gets a Rev 0
 //! Reply and then speaks DDP/RDMAP version 0 with markers and CRC both ways; the default
 //! listener closes the same Request without a reply (RFC 5044 §7.1.1). DPDK net_tap inside a
@@ -8,7 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::ConnParam;
+use dpwarp::cm::{ConnParam, ListenConfig};
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
 use dpwarp::mpa::{Deframer, Framer};
@@ -103,7 +104,15 @@ tx_buffer = 65536
     let ep = dp.endpoint(0).unwrap();
 
     // Permissive: Rev 0 Reply, then version 0 FPDUs with markers and CRC.
-    let listener = ep.listen_with(7110, true).unwrap();
+    let listener = ep
+        .listen_with(
+            7110,
+            &ListenConfig {
+                mpa_rev0_permissive: true,
+                ..ListenConfig::default()
+            },
+        )
+        .unwrap();
     let dev = Device::open();
     let pd = dev.alloc_pd();
     let cq = Cq::new(16);

@@ -20,7 +20,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::{self, ConnParam, Listener};
+use dpwarp::cm::{self, ConnParam, ListenConfig, Listener};
 use dpwarp::mpa::{Deframer, Framer, MpaConfig, Role, Startup, StartupError, StartupEvent};
 use dpwarp::rdma::{Access, Opcode, RecvWr, SendWr, Sge, WcOpcode, WcStatus};
 use dpwarp::verbs::{Cq, Device, Qp, QpInitAttr};
@@ -376,8 +376,14 @@ fn post_send(e: &End, mr: &dpwarp::verbs::Mr, len: usize) {
 /// FPDUs with markers and CRC in both directions, data verified.
 #[test]
 fn app_c_rdmac_initiator_against_permissive_listener_over_tcp() {
-    let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    l.set_mpa_rev0_permissive(true);
+    let l = Listener::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        ListenConfig {
+            mpa_rev0_permissive: true,
+            ..ListenConfig::default()
+        },
+    )
+    .unwrap();
     let addr = l.local_addr().unwrap();
     let srv = end();
     let rb = srv.pd.reg_mr(64, Access::LOCAL_WRITE);

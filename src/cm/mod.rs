@@ -9,8 +9,8 @@
 //! dataplane replaces these threads with poll-mode workers running the same engine.)
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,9 +19,12 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::conn::{ConnConfig, ConnEvent, Connection};
 use crate::mpa::{MpaConfig, Negotiated, PeerRequest, RtrSet, Startup, StartupError, StartupEvent};
-use crate::transport::kernel::{KernelListener, KernelTcp};
+use crate::transport::kernel::KernelTcp;
 use crate::transport::Transport;
 use crate::verbs::{Pd, Qp, QpInitAttr, QpShared, QpSlot};
+
+mod listen;
+pub use listen::ListenConfig;
 
 /// Connection parameters (`rdma_conn_param` plus the iWARP-specific MPA knobs).
 #[derive(Debug, Clone)]
@@ -51,7 +54,7 @@ pub struct ConnParam {
     /// RFC 5044 App. C permissive mode (default false): as initiator, accept an RDMA Consortium
     /// peer's MPA Rev 0 Reply (then DDP/RDMAP version 0, markers and CRC both ways); see
     /// [`MpaConfig::rev0_permissive`]. A listener takes Rev 0 Requests only when told so
-    /// ([`Listener::set_mpa_rev0_permissive`]); accepting such a request needs nothing here.
+    /// (`ListenConfig::mpa_rev0_permissive`); accepting such a request needs nothing here.
     pub mpa_rev0_permissive: bool,
 }
 
@@ -188,49 +191,70 @@ pub fn connect_tcp_with_fallback(
 }
 
 /// A kernel-TCP listener for incoming iWARP connections (`rdma_listen`).
+///
+/// An acceptor thread (see [`ListenConfig`]) runs every MPA startup concurrently, each with a
+/// deadline (RFC 5044 §7.1.2 item 10) and under a cap on startups in progress, so a peer that
+/// is slow or silent during setup never delays another; [`Listener::get_request`] hands out
+/// the next completed MPA Request. Dropping the listener stops the thread and closes the
+/// connections still in startup or not yet taken.
 pub struct Listener {
-    inner: KernelListener,
-    nodelay: bool,
-    rev0_permissive: bool,
+    addr: SocketAddr,
+    shared: Arc<listen::Shared>,
+    ready: Receiver<ConnRequest>,
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Listener {
-    /// Listen on `addr` (port 0 picks a free port).
+    /// Listen on `addr` (port 0 picks a free port) with the default [`ListenConfig`].
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
-        Ok(Listener {
-            inner: KernelListener::bind(addr)?,
-            nodelay: true,
-            rev0_permissive: false,
-        })
+        Self::bind_with(addr, ListenConfig::default())
     }
 
-    /// RFC 5044 App. C permissive mode (default off): also report MPA Rev 0 Requests from RDMA
-    /// Consortium peers (M=1, C=1, S=0), which `accept` answers with a Rev 0 Reply and then
-    /// DDP/RDMAP version 0 with markers and CRC both ways. Off, a Rev 0 Request is closed
-    /// without a reply (RFC 5044 §7.1.1). See [`MpaConfig::rev0_permissive`].
-    pub fn set_mpa_rev0_permissive(&mut self, on: bool) {
-        self.rev0_permissive = on;
+    /// Listen on `addr` with `cfg` (MPA startup deadline, cap on startups in progress).
+    pub fn bind_with(addr: SocketAddr, cfg: ListenConfig) -> io::Result<Self> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(listen::Shared {
+            stop: AtomicBool::new(false),
+            wake: crate::wake::Wakeup::new()?,
+        });
+        let (tx, rx) = crossbeam_channel::bounded(cfg.max_startups.max(1));
+        let sh = shared.clone();
+        let thread = thread::Builder::new()
+            .name("dpwarp-listen".into())
+            .spawn(move || listen::run(listener, cfg, sh, tx))?;
+        Ok(Listener {
+            addr,
+            shared,
+            ready: rx,
+            thread: Some(thread),
+        })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.local_addr()
+        Ok(self.addr)
     }
 
-    /// Wait up to `timeout` for a TCP connection and its MPA Request (`rdma_get_request`).
+    /// The next connection whose MPA Request has fully arrived (`rdma_get_request`), waiting up
+    /// to `timeout` for one; connections still in their startup never hold this up.
     pub fn get_request(&self, timeout: Duration) -> Result<ConnRequest, CmError> {
-        let deadline = Instant::now() + timeout;
-        let stream: TcpStream = self
-            .inner
-            .accept_timeout(timeout)?
-            .ok_or(CmError::Timeout)?;
-        let t = KernelTcp::from_stream(stream, self.nodelay)?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        ConnRequest::read_with(
-            Box::new(t),
-            left.max(Duration::from_millis(1)),
-            self.rev0_permissive,
-        )
+        match self.ready.recv_timeout(timeout) {
+            Ok(r) => Ok(r),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(CmError::Timeout),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(CmError::Closed),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -473,6 +497,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
     let mut eof = false;
     let mut broken = false;
     let mut last_progress = Instant::now();
+    let mut closing_since: Option<Instant> = None;
     loop {
         let mut progressed = false;
         // Posts after this point keep the driver from sleeping at the end of the iteration.
@@ -507,6 +532,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
         }
         let disconnect = sh.disconnect.load(Ordering::Acquire);
         let close;
+        let conn_closing;
         {
             // Every application handle is gone: nobody can post or reap any more.
             let orphaned = Arc::strong_count(&sh) == 1;
@@ -527,6 +553,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 c.should_close()
             })
             .unwrap_or(true);
+            conn_closing = should_close;
             close = should_close || disconnect || orphaned;
         }
         if !broken {
@@ -546,10 +573,38 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 }
             }
         }
-        let drained = out_pos == out.len();
+        let mut drained = out_pos == out.len();
+        if close && drained && !broken && !eof {
+            // What the connection queued while earlier bytes waited for the socket (a
+            // TERMINATE, RFC 5040 §7.1; FPDUs posted before the disconnect) goes out before
+            // the FIN, for at most CLOSE_FLUSH once closing began.
+            out.clear();
+            out_pos = 0;
+            with_conn(&sh, |c| c.poll_transmit(&mut out));
+            if !out.is_empty() {
+                let since = *closing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < CLOSE_FLUSH {
+                    drained = false;
+                } else {
+                    log::warn!(
+                        "transport: closing with {} octets not sent (the peer did not take them within {CLOSE_FLUSH:?})",
+                        out.len()
+                    );
+                }
+            }
+        }
         if broken || eof || (close && drained) {
             if !broken {
                 let _ = t.shutdown();
+                if !eof && conn_closing {
+                    // A TERMINATE went out (or came in, or startup failed): everything we
+                    // wrote is in the kernel's send queue, followed by our FIN. Closing the
+                    // socket while the peer's bytes sit unread would make the kernel answer
+                    // with a RST and drop that queue, TERMINATE included (RFC 5040 §7.1: it
+                    // MUST reach the peer); so read and discard until the peer's FIN, for at
+                    // most CLOSE_DRAIN.
+                    drain_until_eof(&mut *t, &mut rbuf, CLOSE_DRAIN);
+                }
             }
             with_conn(&sh, |c| {
                 c.on_eof();
@@ -593,6 +648,36 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
             if let Some(w) = &sh.wake {
                 w.drain();
             }
+        }
+    }
+}
+
+/// How long a closing driver keeps sending what its connection still queues (see `drive`).
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
+
+/// How long a driver closing after a TERMINATE waits for the peer's FIN (see [`drain_until_eof`]).
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
+
+/// After our FIN: read and discard until the peer's FIN, an error or `limit`.
+fn drain_until_eof(t: &mut dyn Transport, buf: &mut [u8], limit: Duration) {
+    let end = Instant::now() + limit;
+    loop {
+        match t.recv(buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = end.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                if t.wait_readable(left.min(Duration::from_millis(50)))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(_) => return,
         }
     }
 }

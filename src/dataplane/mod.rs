@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::cm::{self, CmError, ConnParam};
+use crate::cm::{self, CmError, ConnParam, ListenConfig};
 use crate::config::{parse_cidr, parse_mac, DataplaneConfig};
 use crate::conn::{ConnEvent, Connection};
 use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
@@ -636,20 +636,39 @@ impl Endpoint {
         )
     }
 
-    /// Listen on `port` on every worker (`rdma_listen`).
+    /// Listen on `port` on every worker (`rdma_listen`). Every incoming connection's MPA
+    /// startup progresses on its own, under the deadline and cap of the config's `[tcp]`
+    /// (`mpa_timeout_ms`, `max_startups`); [`DpListener::get_request`] returns the next
+    /// completed request.
     pub fn listen(&self, port: u16) -> Result<DpListener, CmError> {
-        self.listen_with(port, false)
+        self.listen_inner(port, None, false)
     }
 
-    /// [`Endpoint::listen`]; with `mpa_rev0_permissive` the listener also takes MPA Rev 0
-    /// Requests from RDMA Consortium peers (RFC 5044 App. C; `cm::Listener::set_mpa_rev0_permissive`).
-    pub fn listen_with(&self, port: u16, mpa_rev0_permissive: bool) -> Result<DpListener, CmError> {
+    /// [`Endpoint::listen`] with this listener's own MPA startup deadline and cap
+    /// (`cfg.mpa_timeout`, `cfg.max_startups`; `cfg.nodelay` does not apply: smoltcp sockets
+    /// never use Nagle here) and, with `cfg.mpa_rev0_permissive`, MPA Rev 0 Requests from RDMA
+    /// Consortium peers taken too (RFC 5044 App. C).
+    pub fn listen_with(&self, port: u16, cfg: &ListenConfig) -> Result<DpListener, CmError> {
+        self.listen_inner(
+            port,
+            Some((cfg.mpa_timeout, cfg.max_startups)),
+            cfg.mpa_rev0_permissive,
+        )
+    }
+
+    fn listen_inner(
+        &self,
+        port: u16,
+        startup: Option<(Duration, usize)>,
+        mpa_rev0_permissive: bool,
+    ) -> Result<DpListener, CmError> {
         let (rtx, rrx) = crossbeam_channel::bounded(64);
         for w in self.workers.iter() {
             let (ok_tx, ok_rx) = crossbeam_channel::bounded(1);
             w.send(Cmd::Listen {
                 port,
                 requests: rtx.clone(),
+                startup,
                 reply: ok_tx,
                 rev0_permissive: mpa_rev0_permissive,
             })

@@ -41,10 +41,11 @@ use crate::verbs::{QpShared, QpSlot};
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::{SliceBuf, TxBuf};
 
-/// How long an accepted TCP connection may take to deliver its MPA Request, and how long a
-/// reported request may wait for accept/reject.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a reported request may wait for accept/reject. (How long an incoming connection
+/// may take to deliver its MPA Request is its listener's `mpa_timeout`, `[tcp] mpa_timeout_ms`.)
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a closing connection keeps sending what its engine still queues.
+const CLOSE_FLUSH: Duration = Duration::from_secs(1);
 /// How long a closing socket may linger before it is aborted.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
@@ -71,6 +72,8 @@ pub(crate) enum Cmd {
     Listen {
         port: u16,
         requests: Sender<Incoming>,
+        /// MPA startup deadline and cap for this listener (None: the worker's `[tcp]` ones).
+        startup: Option<(Duration, usize)>,
         reply: Sender<Result<(), String>>,
         /// RFC 5044 App. C: also take MPA Rev 0 (RDMAC) Requests.
         rev0_permissive: bool,
@@ -192,6 +195,8 @@ struct Conn {
     state: CState,
     /// The peer closed its direction (FIN seen and reported to the connection).
     eof: bool,
+    /// When the connection first wanted to close with output still to stage.
+    closing_since: Option<Instant>,
 }
 
 impl Conn {
@@ -205,6 +210,7 @@ impl Conn {
             ends: Vec::new(),
             state: CState::Live,
             eof: false,
+            closing_since: None,
         }
     }
 
@@ -216,11 +222,15 @@ impl Conn {
     }
 }
 
+/// An incoming connection in its MPA startup (reading its Request).
 struct Probe {
     h: SocketHandle,
     startup: Startup,
     raw: Vec<u8>,
-    since: Instant,
+    /// Closed (RST) if its whole Request has not arrived by then (RFC 5044 §7.1.2 item 10).
+    deadline: Instant,
+    port: u16,
+    remote: SocketAddr,
     requests: Sender<Incoming>,
 }
 
@@ -229,6 +239,19 @@ struct Listening {
     handles: Vec<SocketHandle>,
     /// The probes take MPA Rev 0 (RDMAC) Requests too (RFC 5044 App. C).
     rev0_permissive: bool,
+    /// How long an incoming connection may take to deliver its MPA Request.
+    mpa_timeout: Duration,
+    /// Probes of this listener at most; connections beyond are refused with a RST.
+    max_startups: usize,
+}
+
+/// The peer of a socket, for log lines.
+fn remote_of(s: &tcp::Socket<'static>) -> SocketAddr {
+    s.remote_endpoint()
+        .map(|e| match e.addr {
+            IpAddress::Ipv4(a) => SocketAddr::from((a.octets(), e.port)),
+        })
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// What a worker is made of (everything but its run-time state).
@@ -473,10 +496,15 @@ impl Worker {
                 Cmd::Listen {
                     port,
                     requests,
+                    startup,
                     reply,
                     rev0_permissive,
                 } => {
-                    let _ = reply.try_send(self.listen(port, requests, rev0_permissive));
+                    let startup = startup.unwrap_or((
+                        Duration::from_millis(self.tcp.mpa_timeout_ms),
+                        self.tcp.max_startups,
+                    ));
+                    let _ = reply.try_send(self.listen(port, requests, startup, rev0_permissive));
                 }
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
@@ -577,6 +605,7 @@ impl Worker {
         &mut self,
         port: u16,
         requests: Sender<Incoming>,
+        (mpa_timeout, max_startups): (Duration, usize),
         rev0_permissive: bool,
     ) -> Result<(), String> {
         if self.listening.contains_key(&port) {
@@ -598,6 +627,8 @@ impl Worker {
             Listening {
                 requests,
                 handles,
+                mpa_timeout,
+                max_startups,
                 rev0_permissive,
             },
         );
@@ -655,6 +686,17 @@ impl Worker {
                     continue;
                 }
                 if st != tcp::State::Listen {
+                    let remote = remote_of(s);
+                    let starting = self.probes.iter().filter(|p| p.port == *port).count();
+                    if starting >= l.max_startups {
+                        log::warn!(
+                            "dataplane: worker {}: refusing {remote} on port {port} (RST): {starting} MPA startups in progress (max_startups)",
+                            self.index
+                        );
+                        self.stats.refused += 1;
+                        s.abort();
+                        continue;
+                    }
                     held += 1;
                     work = true;
                     let mut s = new_socket(&self.tcp);
@@ -670,7 +712,9 @@ impl Worker {
                                 now,
                             ),
                             raw: Vec::new(),
-                            since: now,
+                            deadline: now + l.mpa_timeout,
+                            port: *port,
+                            remote,
                             requests: l.requests.clone(),
                         });
                     }
@@ -678,7 +722,8 @@ impl Worker {
             }
         }
 
-        // Probes: read the MPA Request.
+        // Probes: read the MPA Request. Each progresses on its own: a stalled or slow peer
+        // holds up nobody else, and is closed at its deadline.
         let mut i = 0;
         while i < self.probes.len() {
             let p = &mut self.probes[i];
@@ -698,7 +743,8 @@ impl Worker {
                     // An MPA Request is at most 20 + 512 bytes (RFC 5044 §7.1): this peer
                     // is not speaking MPA; never buffer without bound.
                     log::warn!(
-                        "dataplane: {} bytes and no MPA Request; closing",
+                        "dataplane: closing {} during MPA startup: {} bytes and no MPA Request",
+                        p.remote,
                         p.raw.len()
                     );
                     done = Some(false);
@@ -707,12 +753,7 @@ impl Worker {
                 if let Some(ev) = p.startup.poll_event() {
                     done = Some(matches!(ev, StartupEvent::Request(_)));
                     if let StartupEvent::Request(peer) = ev {
-                        let remote = s
-                            .remote_endpoint()
-                            .map(|e| match e.addr {
-                                IpAddress::Ipv4(a) => SocketAddr::from((a.octets(), e.port)),
-                            })
-                            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+                        let remote = p.remote;
                         self.next_id += 1;
                         let inc = Incoming {
                             id: self.next_id,
@@ -727,8 +768,11 @@ impl Worker {
                             log::warn!("dataplane: listener backlog full; closing {remote}");
                             done = Some(false);
                         }
-                    } else {
-                        log::warn!("dataplane: MPA startup failed on an incoming connection");
+                    } else if let StartupEvent::Failed(e) = ev {
+                        log::warn!(
+                            "dataplane: closing {} during MPA startup: malformed MPA Request: {e}",
+                            p.remote
+                        );
                     }
                 }
             }
@@ -739,7 +783,19 @@ impl Worker {
                     s.state(),
                     tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
                 ) && !s.can_recv());
-            if done.is_none() && (gone || now.duration_since(p.since) > PROBE_TIMEOUT) {
+            if done.is_none() && gone {
+                log::warn!(
+                    "dataplane: closing {} during MPA startup: peer closed before its MPA Request was complete ({} octets received)",
+                    p.remote,
+                    p.raw.len()
+                );
+                done = Some(false);
+            } else if done.is_none() && now >= p.deadline {
+                log::warn!(
+                    "dataplane: closing {} during MPA startup: no complete MPA Request within the deadline ({} octets received)",
+                    p.remote,
+                    p.raw.len()
+                );
                 done = Some(false);
             }
             match done {
@@ -912,6 +968,7 @@ impl Worker {
     fn completions(&mut self, now: Instant) -> bool {
         let mut work = false;
         let mut closed = false;
+        let mut newly_closed = Vec::new();
         let mut i = 0;
         while i < self.conns.len() {
             let c = &mut self.conns[i];
@@ -937,12 +994,26 @@ impl Worker {
                         Some(sh) => {
                             let (w, close) = reap(c, &sh, &mut self.stats.mpa_crc_errors);
                             work |= w;
-                            c.eof || (close && drained)
+                            // What the engine queued while the staged bytes waited for the
+                            // socket (a TERMINATE, RFC 5040 §7.1) goes out before the FIN.
+                            let more = close && drained && !c.eof && {
+                                let n = stage_rest(c, &sh, now);
+                                self.tx_staged += n as u64;
+                                n > 0
+                            };
+                            work |= more;
+                            c.eof || (close && drained && !more)
                         }
                     };
                     if close {
                         s.close();
-                        self.rx_copied_done += finish(c, &mut self.stats.mpa_crc_errors);
+                        self.rx_copied_done += finish_engine(c, &mut self.stats.mpa_crc_errors);
+                        // Marked closed only after the egress below: what the connection
+                        // queued last (a TERMINATE, RFC 5040 §7.1) is then on the wire
+                        // before the application can see the QP closed and exit.
+                        if let Some(sh) = &c.sh {
+                            newly_closed.push(sh.clone());
+                        }
                         c.state = CState::Closing(now);
                         work = true;
                         closed = true;
@@ -964,6 +1035,9 @@ impl Worker {
             let ts = st_now(self.t0);
             self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets);
             self.dev.flush();
+        }
+        for sh in newly_closed {
+            sh.set_closed();
         }
         work
     }
@@ -993,6 +1067,15 @@ impl Worker {
 /// The connection ended: final completions and events, then mark the QP closed. Returns the
 /// octets its engine copied on receive (for the worker's copy count).
 fn finish(c: &mut Conn, crc_errors: &mut u64) -> u64 {
+    let copied = finish_engine(c, crc_errors);
+    if let Some(sh) = c.sh.as_ref() {
+        sh.set_closed();
+    }
+    copied
+}
+
+/// [`finish`] without marking the QP closed (the caller does, once the FIN went out).
+fn finish_engine(c: &mut Conn, crc_errors: &mut u64) -> u64 {
     let Some(sh) = c.sh.as_ref() else { return 0 };
     let mut copied = 0;
     if let QpSlot::Live(conn) = &mut *sh.lock() {
@@ -1009,8 +1092,24 @@ fn finish(c: &mut Conn, crc_errors: &mut u64) -> u64 {
     } else if let Some(e) = &c.events {
         let _ = e.try_send(ConnEvent::Closed);
     }
-    sh.set_closed();
     copied
+}
+
+/// A closing connection's engine may still hold output (queued after the bytes staged last):
+/// stage it, unless closing began [`CLOSE_FLUSH`] ago. Returns the octets staged.
+fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
+    let since = *c.closing_since.get_or_insert(now);
+    if now.duration_since(since) > CLOSE_FLUSH {
+        return 0;
+    }
+    let QpSlot::Live(conn) = &mut *sh.lock() else {
+        return 0;
+    };
+    c.out.clear();
+    c.out_pos = 0;
+    c.ends.clear();
+    conn.poll_transmit_records(&mut c.out, &mut c.ends);
+    c.out.len()
 }
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the

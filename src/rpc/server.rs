@@ -29,11 +29,10 @@ use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
 use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
-use crate::cm::{CmError, ConnParam, ConnRequest};
+use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener};
 #[cfg(feature = "dpdk")]
 use crate::dataplane::{DpConnRequest, Endpoint as DpEndpoint};
 use crate::mpa::Negotiated;
-use crate::transport::kernel::{KernelListener, KernelTcp};
 use crate::transport::Transport;
 use crate::verbs::{Device, Mr, Qp, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
@@ -66,6 +65,9 @@ pub struct ServerConfig {
     pub conn: ConnParam,
     /// Busy-poll a connection's receive CQ this long before sleeping (0: never spin).
     pub poll_spin: Duration,
+    /// The kernel-TCP listener's MPA startups: deadline and cap ([`RdmaServer::listen`]; on the
+    /// DPDK dataplane the dataplane config's `[tcp]` keys apply).
+    pub listen: ListenConfig,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +83,7 @@ impl Default for ServerConfig {
             max_credits: 128,
             conn: ConnParam::default(),
             poll_spin: Duration::from_micros(POLL_SPIN_US),
+            listen: ListenConfig::default(),
         }
     }
 }
@@ -183,38 +186,35 @@ impl RdmaServer {
 
     /// Listen on `addr` (port 0: any free port) over kernel TCP and serve until stopped.
     ///
-    /// The accept loop polls a stop flag every 200 ms, so it accepts the TCP connection and
-    /// reads the MPA Request with separate timeouts: `cm::Listener::get_request` spends one
-    /// timeout on both, and a connection accepted late in a short window would be dropped.
+    /// A [`Listener`] runs the MPA startups concurrently under `cfg.listen`'s deadline and cap
+    /// (a slow or silent peer holds up no one); each completed request is accepted on its own
+    /// thread. The accept loop polls a stop flag every 200 ms.
     pub fn listen(&self, addr: SocketAddr) -> std::io::Result<ServerHandle> {
-        let listener = KernelListener::bind(addr)?;
+        let listener = Listener::bind_with(
+            addr,
+            ListenConfig {
+                nodelay: self.cfg.conn.nodelay,
+                ..self.cfg.listen.clone()
+            },
+        )?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let me = self.clone();
         let join = thread::spawn(move || {
             while !st.load(Ordering::Acquire) {
-                let stream = match listener.accept_timeout(Duration::from_millis(200)) {
-                    Ok(Some(s)) => s,
-                    Ok(None) => continue,
+                let req = match listener.get_request(Duration::from_millis(200)) {
+                    Ok(r) => r,
+                    Err(CmError::Timeout) => continue,
                     Err(e) => {
-                        log::warn!("rpc-server: accept: {e}");
+                        log::warn!("rpc-server: listener: {e}");
                         thread::sleep(Duration::from_millis(50));
                         continue;
                     }
                 };
-                let t = match KernelTcp::from_stream(stream, me.cfg.conn.nodelay) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        log::warn!("rpc-server: {e}");
-                        continue;
-                    }
-                };
-                // The MPA exchange runs on its own thread: a slow or silent peer must not hold
-                // up the accept loop for its startup timeout.
                 let srv = me.clone();
                 thread::spawn(move || {
-                    if let Err(e) = srv.serve_transport(Box::new(t)) {
+                    if let Err(e) = srv.serve_request(req) {
                         log::warn!("rpc-server: connection not served: {e}");
                     }
                 });
@@ -229,8 +229,11 @@ impl RdmaServer {
 
     /// Serve a connection arriving on an already-open byte stream (e.g. the in-memory link).
     pub fn serve_transport(&self, t: Box<dyn Transport>) -> Result<JoinHandle<()>, RpcError> {
-        let req =
-            ConnRequest::read_with(t, self.cfg.conn.timeout, self.cfg.conn.mpa_rev0_permissive)?;
+        let req = ConnRequest::read_with(
+            t,
+            self.cfg.conn.timeout,
+            self.cfg.listen.mpa_rev0_permissive,
+        )?;
         self.serve_request(req)
     }
 
@@ -263,7 +266,13 @@ impl RdmaServer {
     /// slow MPA exchange does not hold up the accept loop.
     #[cfg(feature = "dpdk")]
     pub fn listen_dp(&self, ep: &DpEndpoint, port: u16) -> Result<ServerHandle, RpcError> {
-        let listener = ep.listen_with(port, self.cfg.conn.mpa_rev0_permissive)?;
+        // The dataplane config's `[tcp]` startup deadline and cap apply, unless RFC 5044 App. C
+        // permissive mode asks for a listener of its own.
+        let listener = if self.cfg.listen.mpa_rev0_permissive {
+            ep.listen_with(port, &self.cfg.listen)?
+        } else {
+            ep.listen(port)?
+        };
         let addr = listener.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();

@@ -360,34 +360,93 @@ impl QpShared {
 
 /// A queue pair (`ibv_qp`). Create it, post receives, then hand it to [`crate::cm::connect`]
 /// or [`crate::cm::ConnRequest::accept`]. Clones share the QP.
+///
+/// Dropping the last handle of a connected QP closes its connection the way
+/// [`Qp::disconnect`] does and waits (at most [`CLOSE_FLUSH_TIMEOUT`]) until the driver has
+/// written out what the connection still had to send — above all a TERMINATE, which RFC 5040
+/// §7.1 says the Local Peer MUST send — and closed the stream; so a program that exits right
+/// after an error still gets its TERMINATE on the wire ahead of the FIN.
 #[derive(Clone)]
 pub struct Qp {
     pub(crate) shared: Arc<QpShared>,
+    /// Dropped with the last application handle (see [`QpHandle`]).
+    _handle: Arc<QpHandle>,
+}
+
+/// How long dropping the last handle of a connected QP waits for its driver to flush what is
+/// queued (TERMINATE, FPDUs) and close the stream.
+pub const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Held only by application [`Qp`] handles (drivers and workers hold the [`QpShared`]): its
+/// drop is the last application handle going away.
+struct QpHandle {
+    shared: Arc<QpShared>,
+}
+
+impl Drop for QpHandle {
+    fn drop(&mut self) {
+        let sh = &self.shared;
+        if sh.closed.load(Ordering::Acquire) || !matches!(*sh.lock(), QpSlot::Live(_)) {
+            return;
+        }
+        sh.disconnect.store(true, Ordering::Release);
+        sh.kick();
+        if !wait_closed(sh, CLOSE_FLUSH_TIMEOUT) {
+            log::warn!(
+                "verbs: QP dropped; its connection did not close within {CLOSE_FLUSH_TIMEOUT:?}"
+            );
+        }
+    }
+}
+
+/// Wait until `sh`'s stream has closed or `timeout` passed; true if closed. With a driven send
+/// CQ the wait runs the driver.
+fn wait_closed(sh: &QpShared, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if sh.closed.load(Ordering::Acquire) {
+            return true;
+        }
+        if !sh.send_cq.drive() {
+            std::thread::sleep(Duration::from_micros(
+                if sh.send_cq.driver.get().is_some() {
+                    0
+                } else {
+                    1000
+                },
+            ));
+        }
+    }
+    sh.closed.load(Ordering::Acquire)
 }
 
 impl Qp {
     /// Create a QP in `pd` with the given CQs and capacities (`ibv_create_qp`).
     pub fn new(pd: &Pd, attr: &QpInitAttr) -> Qp {
+        let shared = Arc::new(QpShared {
+            pd: pd.clone(),
+            cap: attr.cap,
+            slot: Mutex::new(QpSlot::Init),
+            sq_ring: ArrayQueue::new(attr.cap.max_send_wr.max(1)),
+            rq_ring: ArrayQueue::new(attr.cap.max_recv_wr.max(1)),
+            send_cq: attr.send_cq.clone(),
+            recv_cq: attr.recv_cq.clone(),
+            connecting: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            disconnect: AtomicBool::new(false),
+            terminate: Mutex::new(None),
+            wake: Wakeup::new()
+                .map_err(|e| log::warn!("verbs: no eventfd for the QP driver: {e}"))
+                .ok(),
+            post_seq: AtomicU64::new(0),
+            sleeping: AtomicBool::new(false),
+            ord: AtomicU32::new(u32::MAX),
+        });
         Qp {
-            shared: Arc::new(QpShared {
-                pd: pd.clone(),
-                cap: attr.cap,
-                slot: Mutex::new(QpSlot::Init),
-                sq_ring: ArrayQueue::new(attr.cap.max_send_wr.max(1)),
-                rq_ring: ArrayQueue::new(attr.cap.max_recv_wr.max(1)),
-                send_cq: attr.send_cq.clone(),
-                recv_cq: attr.recv_cq.clone(),
-                connecting: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
-                disconnect: AtomicBool::new(false),
-                terminate: Mutex::new(None),
-                wake: Wakeup::new()
-                    .map_err(|e| log::warn!("verbs: no eventfd for the QP driver: {e}"))
-                    .ok(),
-                post_seq: AtomicU64::new(0),
-                sleeping: AtomicBool::new(false),
-                ord: AtomicU32::new(u32::MAX),
+            _handle: Arc::new(QpHandle {
+                shared: shared.clone(),
             }),
+            shared,
         }
     }
 
@@ -470,22 +529,7 @@ impl Qp {
     /// Wait until the stream has closed or `timeout` passed; true if closed. With a driven
     /// send CQ ([`Cq::drive_with`]) the wait runs the driver.
     pub fn wait_closed(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while Instant::now() < end {
-            if self.is_closed() {
-                return true;
-            }
-            if !self.shared.send_cq.drive() {
-                std::thread::sleep(Duration::from_micros(
-                    if self.shared.send_cq.driver.get().is_some() {
-                        0
-                    } else {
-                        1000
-                    },
-                ));
-            }
-        }
-        self.is_closed()
+        wait_closed(&self.shared, timeout)
     }
 
     /// Hand the QP to the connection manager exactly once.

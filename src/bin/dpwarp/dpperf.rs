@@ -14,7 +14,7 @@ use crate::cli::{NetArgs, TransportArg, Verbosity};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
 use crate::table;
-use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
+use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, ListenConfig, Listener};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{CopyStats, Dataplane, DpConnRequest, DpListener, Endpoint, WorkerMode};
@@ -61,6 +61,40 @@ impl AnyRequest {
     }
 }
 
+/// A server's MPA startup options (`--mpa-timeout`, `--max-startups`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct StartupOpts {
+    /// Server: how long an incoming connection may take to deliver its whole MPA Request
+    /// before it is closed (RFC 5044 §7.1.2 item 10), e.g. `300ms`, `5s`, `2.5` (seconds).
+    /// Default 5 s (on DPDK: the config's `[tcp] mpa_timeout_ms`).
+    #[arg(long, value_parser = parse_duration)]
+    pub mpa_timeout: Option<Duration>,
+    /// Server: MPA startups in progress at most; connections beyond are closed with a log
+    /// line. Default 256 (on DPDK: the config's `[tcp] max_startups`).
+    #[arg(long)]
+    pub max_startups: Option<usize>,
+}
+
+/// `300ms`, `5s` or a number of seconds (`2.5`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(v) = t.strip_suffix("ms") {
+        (v, 1e-3)
+    } else if let Some(v) = t.strip_suffix('s') {
+        (v, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: a duration like 300ms, 5s or 2.5"))?;
+    if !v.is_finite() || v < 0.0 || v * scale > 86_400.0 {
+        return Err(format!("{s:?}: between 0 and a day"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
 /// Where to connect from / listen on.
 #[derive(Clone)]
 pub enum Net {
@@ -84,25 +118,45 @@ impl Net {
     }
 
     pub fn listen(&self, addr: SocketAddr) -> Result<AnyListener, String> {
-        self.listen_with(addr, false)
+        self.listen_with(addr, &StartupOpts::default())
     }
-    /// `listen`, taking MPA Rev 0 (RDMAC) Requests too when `rev0_permissive` (RFC 5044 App. C).
-    pub fn listen_with(
+
+    /// [`Net::listen`] with the server's `--mpa-timeout` / `--max-startups`: on kernel TCP
+    /// unset ones take [`ListenConfig`]'s defaults; on DPDK with neither set the config's
+    /// `[tcp]` values apply, else [`ListenConfig`]'s defaults for the unset one.
+    pub fn listen_with(&self, addr: SocketAddr, o: &StartupOpts) -> Result<AnyListener, String> {
+        self.listen_opts(addr, o, false)
+    }
+
+    /// [`Net::listen_with`], also taking MPA Rev 0 Requests from RDMA Consortium peers when
+    /// `rev0_permissive` (RFC 5044 App. C; on DPDK the startup deadline and cap are then
+    /// [`ListenConfig`]'s unless given).
+    pub fn listen_opts(
         &self,
         addr: SocketAddr,
+        o: &StartupOpts,
         rev0_permissive: bool,
     ) -> Result<AnyListener, String> {
+        let d = ListenConfig::default();
+        let cfg = ListenConfig {
+            mpa_timeout: o.mpa_timeout.unwrap_or(d.mpa_timeout),
+            max_startups: o.max_startups.unwrap_or(d.max_startups),
+            mpa_rev0_permissive: rev0_permissive,
+            ..d
+        };
         match self {
-            Net::Kernel => Listener::bind(addr)
-                .map(|mut l| {
-                    l.set_mpa_rev0_permissive(rev0_permissive);
-                    AnyListener::Cm(l)
-                })
+            Net::Kernel => Listener::bind_with(addr, cfg)
+                .map(AnyListener::Cm)
                 .map_err(|e| format!("listen {addr}: {e}")),
-            Net::Dpdk(ep) => ep
-                .listen_with(addr.port(), rev0_permissive)
-                .map(AnyListener::Dp)
-                .map_err(|e| format!("listen :{}: {e}", addr.port())),
+            Net::Dpdk(ep) => {
+                let r = if o.mpa_timeout.is_none() && o.max_startups.is_none() && !rev0_permissive {
+                    ep.listen(addr.port())
+                } else {
+                    ep.listen_with(addr.port(), &cfg)
+                };
+                r.map(AnyListener::Dp)
+                    .map_err(|e| format!("listen :{}: {e}", addr.port()))
+            }
         }
     }
     pub fn connect(&self, addr: SocketAddr, qp: &Qp, p: &ConnParam) -> Result<Negotiated, CmError> {

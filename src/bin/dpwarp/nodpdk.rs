@@ -157,7 +157,11 @@ impl Endpoint {
     pub fn listen(&self, _port: u16) -> Result<DpListener, CmError> {
         match self.0 {}
     }
-    pub fn listen_with(&self, _port: u16, _rev0_permissive: bool) -> Result<DpListener, CmError> {
+    pub fn listen_with(
+        &self,
+        _port: u16,
+        _cfg: &dpwarp::cm::ListenConfig,
+    ) -> Result<DpListener, CmError> {
         match self.0 {}
     }
 }

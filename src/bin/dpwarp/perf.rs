@@ -146,6 +146,8 @@ pub struct Args {
     worker_mode: Option<crate::dpperf::ModeArg>,
     #[command(flatten)]
     pub verbosity: Verbosity,
+    #[command(flatten)]
+    startup: crate::dpperf::StartupOpts,
 }
 
 /// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
@@ -241,7 +243,7 @@ pub fn run(a: Args) -> Result<(), String> {
 /// The server's listener for both connections: all addresses on kernel TCP (as perftest's
 /// server without a bind address), the port's own address on DPDK.
 fn listen(a: &Args, net: &Net) -> Result<AnyListener, String> {
-    let l = net.listen(SocketAddr::from(([0, 0, 0, 0], a.port)))?;
+    let l = net.listen_with(SocketAddr::from(([0, 0, 0, 0], a.port)), &a.startup)?;
     // Always on stderr (not a log line): scripts wait for it, and a DPDK listener is invisible
     // to `ss`.
     eprintln!("perf: listening on port {}", a.port);

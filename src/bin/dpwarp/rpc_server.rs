@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{Dataplane, RdmaServerDp};
-use dpwarp::cm::ConnParam;
+use dpwarp::cm::{ConnParam, ListenConfig};
 use dpwarp::config::{parse_cidr, DataplaneConfig};
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::Dataplane;
@@ -97,6 +97,11 @@ pub struct RdmaConfig {
     pub ord: u16,
     pub crc: bool,
     pub poll_spin_us: u64,
+    /// Kernel TCP: an incoming connection's whole MPA Request within this many ms, else it is
+    /// closed (RFC 5044 §7.1.2 item 10; default 5000).
+    pub mpa_timeout_ms: u64,
+    /// Kernel TCP: MPA startups in progress at most (default 256).
+    pub max_startups: usize,
     /// RFC 5044 App. C: "refuse" (default: an MPA Rev 0 Request is closed without a reply,
     /// RFC 5044 §7.1.1) or "permissive" (RDMA Consortium peers get a Rev 0 Reply and DDP/RDMAP
     /// version 0 with markers and CRC both ways).
@@ -119,6 +124,8 @@ impl Default for RdmaConfig {
             ord: 16,
             crc: true,
             poll_spin_us: s.poll_spin.as_micros() as u64,
+            mpa_timeout_ms: s.listen.mpa_timeout.as_millis() as u64,
+            max_startups: s.listen.max_startups,
             mpa_rev0: "refuse".into(),
         }
     }
@@ -148,10 +155,15 @@ impl RdmaConfig {
                 responder_resources: self.ird,
                 initiator_depth: self.ord,
                 crc: self.crc,
-                mpa_rev0_permissive: self.mpa_rev0 == "permissive",
                 ..ConnParam::default()
             },
             poll_spin: Duration::from_micros(self.poll_spin_us),
+            listen: ListenConfig {
+                mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
+                max_startups: self.max_startups,
+                mpa_rev0_permissive: self.mpa_rev0 == "permissive",
+                ..ListenConfig::default()
+            },
         }
     }
 }

@@ -115,6 +115,8 @@ pub struct Args {
     /// Seconds to wait for any single step (connection, completion) before giving up.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    #[command(flatten)]
+    startup: crate::dpperf::StartupOpts,
 }
 
 /// An RFC 6581 §9.2 ready-to-receive (RTR) message kind.
@@ -250,7 +252,7 @@ pub fn run(a: Args) -> Result<(), String> {
         (None, Net::Kernel)
     };
     let r = if a.server {
-        run_server(&ctx, &net, addr, &param, a.persistent)
+        run_server(&ctx, &net, addr, &param, a.persistent, &a.startup)
     } else {
         run_client(&ctx, &net, addr, source, &param)
     };
@@ -537,9 +539,10 @@ fn run_server(
     addr: SocketAddr,
     param: &ConnParam,
     persistent: bool,
+    startup: &crate::dpperf::StartupOpts,
 ) -> Result<(), String> {
     let l = net
-        .listen_with(addr, param.mpa_rev0_permissive)
+        .listen_opts(addr, startup, param.mpa_rev0_permissive)
         .map_err(|e| format!("rdma_bind_addr: {e}"))?;
     match &l {
         AnyListener::Cm(k) => debug_log!(
