@@ -451,13 +451,12 @@ fn app_c_rdmac_initiator_against_permissive_listener_over_tcp() {
     assert!(srv.qp.wait_closed(Duration::from_secs(10)));
 }
 
-/// Default listener: the Rev 0 Request is closed without any reply (RFC 5044 §7.1.1) and
-/// `get_request` reports why.
+/// Default listener: the Rev 0 Request is closed without any reply (RFC 5044 §7.1.1; the
+/// listener logs why) and never reaches `get_request`; `ConnRequest::read` reports why.
 #[test]
 fn rfc5044_s7_1_1_default_listener_closes_rev0_without_reply() {
     let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || l.get_request(Duration::from_secs(10)));
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&rdmac_request()).unwrap();
@@ -468,7 +467,21 @@ fn rfc5044_s7_1_1_default_listener_closes_rev0_without_reply() {
         Err(e) => panic!("read: {e}"),
     };
     assert_eq!(n, 0, "no reply, just the close: {:02x?}", &buf[..n]);
-    match t.join().unwrap() {
+    assert!(
+        matches!(
+            l.get_request(Duration::from_millis(300)),
+            Err(cm::CmError::Timeout)
+        ),
+        "a Rev 0 request was reported"
+    );
+    // The same through ConnRequest::read on a stream of our own, which returns the error.
+    let ls = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a2 = ls.local_addr().unwrap();
+    let mut c = TcpStream::connect(a2).unwrap();
+    let (srv, _) = ls.accept().unwrap();
+    c.write_all(&rdmac_request()).unwrap();
+    let t = dpwarp::transport::kernel::KernelTcp::from_stream(srv, true).unwrap();
+    match cm::ConnRequest::read(Box::new(t), Duration::from_secs(10)) {
         Err(cm::CmError::Startup(StartupError::Malformed(why))) => {
             assert!(why.contains("revision"), "{why}")
         }

@@ -398,7 +398,7 @@ mod tests {
                 .unwrap()
                 .rdma
                 .server_config()
-                .conn
+                .listen
                 .mpa_rev0_permissive
         );
         let _ = std::fs::remove_file(&p);
@@ -408,7 +408,7 @@ mod tests {
                 .unwrap()
                 .rdma
                 .server_config()
-                .conn
+                .listen
                 .mpa_rev0_permissive
         );
         let _ = std::fs::remove_file(&p);
@@ -418,7 +418,7 @@ mod tests {
                 .unwrap()
                 .rdma
                 .server_config()
-                .conn
+                .listen
                 .mpa_rev0_permissive
         );
         let _ = std::fs::remove_file(&p);
