@@ -18,7 +18,7 @@ use crate::mpa::{
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
     MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind, RtrRole,
-    SendWr, WorkCompletion,
+    SendWr, WcStatus, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::TxBuf;
@@ -104,6 +104,9 @@ pub struct Connection {
     /// Work requests posted before the QP engine exists (ibverbs allows post_recv in INIT/RTR).
     early_recv: VecDeque<RecvWr>,
     early_send: VecDeque<SendWr>,
+    /// Completions of early send WRs the QP engine refused at establishment (e.g. a Read when
+    /// the negotiated ORD is 0): they complete in error rather than vanish.
+    refused: VecDeque<WorkCompletion>,
     events: VecDeque<ConnEvent>,
     /// Bytes to send that were produced outside `poll_transmit` (startup frames, TERMINATE).
     tx: Vec<u8>,
@@ -134,6 +137,7 @@ impl Connection {
             data: None,
             early_recv: VecDeque::new(),
             early_send: VecDeque::new(),
+            refused: VecDeque::new(),
             events: VecDeque::new(),
             tx: Vec::new(),
             ulpdu: Vec::with_capacity(MAX_RX_ULPDU),
@@ -329,6 +333,9 @@ impl Connection {
 
     /// Next work completion, if any.
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        if let Some(wc) = self.refused.pop_front() {
+            return Some(wc);
+        }
         self.data.as_mut()?.qp.poll_completion()
     }
 
@@ -509,6 +516,10 @@ impl Connection {
             rtr,
         };
         let mut qp = QpEngine::new(qp_cfg, self.mem.clone());
+        if n.revision == 0 {
+            // RFC 5044 App. C: an RDMAC peer (MPA Rev 0) speaks DDP/RDMAP version 0.
+            qp.use_rdmac_version();
+        }
         if n.role == Role::Responder && n.rtr.is_some() {
             // RFC 6581 §9.2: the initiator may send any of the RTR kinds we advertised.
             let kinds: Vec<RtrKind> = [RtrKind::Send, RtrKind::Write, RtrKind::Read]
@@ -523,8 +534,21 @@ impl Connection {
             }
         }
         for wr in self.early_send.drain(..) {
+            let (wr_id, opcode) = (wr.wr_id, wr.opcode.wc_opcode());
             if let Err(e) = qp.post_send(wr) {
-                log::warn!("conn: send posted before establishment refused: {e}");
+                log::warn!("conn: send WR {wr_id} posted before establishment refused: {e}");
+                self.refused.push_back(WorkCompletion {
+                    wr_id,
+                    status: match e {
+                        PostError::ZeroOrd => WcStatus::LocQpOpErr,
+                        PostError::Invalid(_) => WcStatus::LocProtErr,
+                        _ => WcStatus::WrFlushErr,
+                    },
+                    opcode,
+                    byte_len: 0,
+                    invalidated_rkey: None,
+                    solicited: false,
+                });
             }
         }
         let held = if rtr.is_some() { Some(n.clone()) } else { None };

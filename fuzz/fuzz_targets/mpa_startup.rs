@@ -1,4 +1,5 @@
-//! MPA startup (RFC 5044 §7, RFC 6581) as responder and as initiator on arbitrary bytes.
+//! MPA startup (RFC 5044 §7, RFC 6581) as responder and as initiator on arbitrary bytes, each
+//! also in RFC 5044 App. C permissive mode (Rev 0 peers; the initiator then sends rev 1).
 #![no_main]
 use std::time::Instant;
 
@@ -7,11 +8,21 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let now = Instant::now();
-    for initiator in [false, true] {
-        let mut s = if initiator {
-            Startup::initiator(MpaConfig::default(), now)
+    for (initiator, permissive) in [(false, false), (true, false), (false, true), (true, true)] {
+        let cfg = if permissive {
+            MpaConfig {
+                revision: 1,
+                enhanced: false,
+                rev0_permissive: true,
+                ..MpaConfig::default()
+            }
         } else {
-            Startup::responder(MpaConfig::default(), now)
+            MpaConfig::default()
+        };
+        let mut s = if initiator {
+            Startup::initiator(cfg, now)
+        } else {
+            Startup::responder(cfg, now)
         };
         let mut out = Vec::new();
         s.poll_transmit(&mut out);

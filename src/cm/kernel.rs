@@ -182,12 +182,17 @@ impl Pending for KernelPending {
 pub(super) fn read_request(
     mut transport: Box<dyn Transport>,
     timeout: Duration,
+    rev0_permissive: bool,
 ) -> Result<ConnRequest, CmError> {
     let now = Instant::now();
     let deadline = now + timeout;
     // A probe responder parses the Request; the real one is built at accept time with the
     // application's parameters and fed the same bytes.
-    let mut probe = Startup::responder(MpaConfig::default(), now);
+    let probe_cfg = MpaConfig {
+        rev0_permissive,
+        ..MpaConfig::default()
+    };
+    let mut probe = Startup::responder(probe_cfg, now);
     let mut raw = Vec::new();
     let mut buf = [0u8; 1024];
     loop {

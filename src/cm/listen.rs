@@ -51,6 +51,11 @@ pub struct ListenConfig {
     pub max_startups: usize,
     /// TCP_NODELAY on accepted connections (default true; RFC 5044 App. A.2).
     pub nodelay: bool,
+    /// RFC 5044 App. C permissive mode (default false): also take MPA Rev 0 Requests from RDMA
+    /// Consortium peers (M=1, C=1, S=0), which `ConnRequest::accept` answers with a Rev 0 Reply,
+    /// then DDP/RDMAP version 0 with markers and CRC both ways. Off, a Rev 0 Request is closed
+    /// without a reply (RFC 5044 §7.1.1). See [`MpaConfig::rev0_permissive`].
+    pub mpa_rev0_permissive: bool,
 }
 
 impl Default for ListenConfig {
@@ -59,6 +64,7 @@ impl Default for ListenConfig {
             mpa_timeout: Duration::from_secs(5),
             max_startups: 256,
             nodelay: true,
+            mpa_rev0_permissive: false,
         }
     }
 }
@@ -128,6 +134,7 @@ pub(super) fn run(
                         log::debug!("cm: listener {local}: accepted {peer}");
                         let mpa = MpaConfig {
                             timeout: cfg.mpa_timeout,
+                            rev0_permissive: cfg.mpa_rev0_permissive,
                             ..MpaConfig::default()
                         };
                         probes.push(Probe {

@@ -58,6 +58,11 @@ pub struct ConnParam {
     pub timeout: Duration,
     /// Kernel TCP: disable Nagle (default true; RFC 5044 App. A.2).
     pub nodelay: bool,
+    /// RFC 5044 App. C permissive mode (default false): as initiator, accept an RDMA Consortium
+    /// peer's MPA Rev 0 Reply (then DDP/RDMAP version 0, markers and CRC both ways); see
+    /// [`MpaConfig::rev0_permissive`]. A listener takes Rev 0 Requests only when told so
+    /// (`ListenConfig::mpa_rev0_permissive`); accepting such a request needs nothing here.
+    pub mpa_rev0_permissive: bool,
 }
 
 impl Default for ConnParam {
@@ -74,6 +79,7 @@ impl Default for ConnParam {
             fallback_rev1: false,
             timeout: Duration::from_secs(5),
             nodelay: true,
+            mpa_rev0_permissive: false,
         }
     }
 }
@@ -91,6 +97,7 @@ impl ConnParam {
             private_data: self.private_data.clone(),
             fallback_rev1: self.fallback_rev1,
             timeout: self.timeout,
+            rev0_permissive: self.mpa_rev0_permissive,
         }
     }
 
@@ -330,7 +337,17 @@ impl ConnRequest {
         transport: Box<dyn crate::transport::Transport>,
         timeout: Duration,
     ) -> Result<Self, CmError> {
-        kernel::read_request(transport, timeout)
+        kernel::read_request(transport, timeout, false)
+    }
+
+    /// [`ConnRequest::read`], also taking an RDMAC peer's MPA Rev 0 Request when
+    /// `rev0_permissive` is set (RFC 5044 App. C, [`crate::mpa::MpaConfig::rev0_permissive`]).
+    pub fn read_with(
+        transport: Box<dyn crate::transport::Transport>,
+        timeout: Duration,
+        rev0_permissive: bool,
+    ) -> Result<Self, CmError> {
+        kernel::read_request(transport, timeout, rev0_permissive)
     }
 
     /// The initiator's address, when the transport knows it.
@@ -349,7 +366,9 @@ impl ConnRequest {
         if !qp.claim() {
             return Err(CmError::QpInUse);
         }
-        let cfg = param.conn_config(qp, self.pending.emss());
+        let mut cfg = param.conn_config(qp, self.pending.emss());
+        // A Rev 0 Request got here only through a permissive listener (RFC 5044 App. C).
+        cfg.mpa.rev0_permissive |= self.peer.revision == 0;
         let now = Instant::now();
         let mut conn = Connection::responder(cfg, qp.shared.pd.memory().clone(), now);
         conn.on_bytes(&self.raw, now);
@@ -396,7 +415,11 @@ fn reject_frame(raw: &[u8], private_data: &[u8]) -> Vec<u8> {
     let now = Instant::now();
     let mut conn = Connection::responder(
         ConnConfig {
-            mpa: MpaConfig::default(),
+            // The Request was validated by the listener; a Rev 0 one only if it was permissive.
+            mpa: MpaConfig {
+                rev0_permissive: true,
+                ..MpaConfig::default()
+            },
             ..ConnConfig::default()
         },
         crate::rdma::MemoryTable::new(),

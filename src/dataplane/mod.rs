@@ -635,20 +635,26 @@ impl Endpoint {
     /// (`mpa_timeout_ms`, `max_startups`); [`cm::Listener::get_request`] returns the next
     /// completed request.
     pub fn listen(&self, port: u16) -> Result<cm::Listener, CmError> {
-        self.listen_inner(port, None)
+        self.listen_inner(port, None, false)
     }
 
     /// [`Endpoint::listen`] with this listener's own MPA startup deadline and cap
     /// (`cfg.mpa_timeout`, `cfg.max_startups`; `cfg.nodelay` does not apply: smoltcp sockets
-    /// never use Nagle here).
+    /// never use Nagle here) and, with `cfg.mpa_rev0_permissive`, MPA Rev 0 Requests from RDMA
+    /// Consortium peers taken too (RFC 5044 App. C).
     pub fn listen_with(&self, port: u16, cfg: &ListenConfig) -> Result<cm::Listener, CmError> {
-        self.listen_inner(port, Some((cfg.mpa_timeout, cfg.max_startups)))
+        self.listen_inner(
+            port,
+            Some((cfg.mpa_timeout, cfg.max_startups)),
+            cfg.mpa_rev0_permissive,
+        )
     }
 
     fn listen_inner(
         &self,
         port: u16,
         startup: Option<(Duration, usize)>,
+        mpa_rev0_permissive: bool,
     ) -> Result<cm::Listener, CmError> {
         let (rtx, rrx) = crossbeam_channel::bounded(64);
         for w in self.workers.iter() {
@@ -658,6 +664,7 @@ impl Endpoint {
                 requests: rtx.clone(),
                 startup,
                 reply: ok_tx,
+                rev0_permissive: mpa_rev0_permissive,
             })
             .map_err(|_| CmError::Closed)?;
             match recv_pumping(&ok_rx, Duration::from_secs(5), &self.driven) {

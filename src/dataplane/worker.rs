@@ -76,6 +76,8 @@ pub(crate) enum Cmd {
         /// MPA startup deadline and cap for this listener (None: the worker's `[tcp]` ones).
         startup: Option<(Duration, usize)>,
         reply: Sender<Result<(), String>>,
+        /// RFC 5044 App. C: also take MPA Rev 0 (RDMAC) Requests.
+        rev0_permissive: bool,
     },
     Unlisten {
         port: u16,
@@ -236,6 +238,8 @@ struct Probe {
 struct Listening {
     requests: Sender<Incoming>,
     handles: Vec<SocketHandle>,
+    /// The probes take MPA Rev 0 (RDMAC) Requests too (RFC 5044 App. C).
+    rev0_permissive: bool,
     /// How long an incoming connection may take to deliver its MPA Request.
     mpa_timeout: Duration,
     /// Probes of this listener at most; connections beyond are refused with a RST.
@@ -503,12 +507,13 @@ impl Worker {
                     requests,
                     startup,
                     reply,
+                    rev0_permissive,
                 } => {
                     let startup = startup.unwrap_or((
                         Duration::from_millis(self.tcp.mpa_timeout_ms),
                         self.tcp.max_startups,
                     ));
-                    let _ = reply.try_send(self.listen(port, requests, startup));
+                    let _ = reply.try_send(self.listen(port, requests, startup, rev0_permissive));
                 }
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
@@ -617,6 +622,7 @@ impl Worker {
         port: u16,
         requests: Sender<Incoming>,
         (mpa_timeout, max_startups): (Duration, usize),
+        rev0_permissive: bool,
     ) -> Result<(), String> {
         if self.listening.contains_key(&port) {
             return Err(format!("port {port} already listening"));
@@ -639,6 +645,7 @@ impl Worker {
                 handles,
                 mpa_timeout,
                 max_startups,
+                rev0_permissive,
             },
         );
         Ok(())
@@ -713,7 +720,13 @@ impl Worker {
                         let old = std::mem::replace(h, self.sockets.add(s));
                         self.probes.push(Probe {
                             h: old,
-                            startup: Startup::responder(MpaConfig::default(), now),
+                            startup: Startup::responder(
+                                MpaConfig {
+                                    rev0_permissive: l.rev0_permissive,
+                                    ..MpaConfig::default()
+                                },
+                                now,
+                            ),
                             raw: Vec::new(),
                             deadline: now + l.mpa_timeout,
                             port: *port,

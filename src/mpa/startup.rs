@@ -115,6 +115,22 @@ pub struct MpaConfig {
     pub fallback_rev1: bool,
     /// Give up if startup has not completed within this time.
     pub timeout: Duration,
+    /// RFC 5044 Appendix C "Permissive IETF RNIC": also interoperate with RDMA Consortium
+    /// (RDMAC) peers, which send MPA Rev 0 and use DDP/RDMAP version 0 with markers and CRC.
+    /// Default false: a Rev 0 Request is closed without a reply, as RFC 5044 §7.1.1 says for a
+    /// revision we cannot interoperate with. When true:
+    /// - responder: a Rev 0 Request with M=1, C=1 and S=0 (what an RDMAC RNIC sends, App.
+    ///   C.2.4) is answered with a Rev 0 Reply (or Reject) with M=1 and C=1 and no enhanced
+    ///   data; markers and CRC are then on in both directions. A Rev 0 Request with S=1, M=0 or
+    ///   C=0 is still closed without a reply.
+    /// - initiator that sent an unenhanced Request: a Rev 0 Reply with M=1 and C=1 (App. C.2.5,
+    ///   C.1) is accepted with markers and CRC in both directions; a Rev 0 Reply to an enhanced
+    ///   Request, or with M=0 or C=0, is closed as before.
+    ///
+    /// `Negotiated::revision == 0` then tells the ULP (and `Connection`) that the data phase
+    /// speaks DDP/RDMAP version 0 (App. C.1: no mixing of versions; the same in both
+    /// directions).
+    pub rev0_permissive: bool,
 }
 
 impl Default for MpaConfig {
@@ -130,6 +146,7 @@ impl Default for MpaConfig {
             private_data: Vec::new(),
             fallback_rev1: false,
             timeout: Duration::from_secs(5),
+            rev0_permissive: false,
         }
     }
 }
@@ -137,7 +154,8 @@ impl Default for MpaConfig {
 /// A responder's view of a received MPA Request (handed to the application before accept/reject).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerRequest {
-    /// The Request's Rev field (1 or 2; RFC 5044 §7.1.1, RFC 6581 §6).
+    /// The Request's Rev field (1 or 2; RFC 5044 §7.1.1, RFC 6581 §6; 0 from an RDMAC peer when
+    /// `MpaConfig::rev0_permissive` is on, RFC 5044 App. C).
     pub revision: u8,
     /// S bit: the Request carries RFC 6581 enhanced data (§6).
     pub enhanced: bool,
@@ -160,7 +178,9 @@ pub struct PeerRequest {
 pub struct Negotiated {
     /// Which end of the exchange we were.
     pub role: Role,
-    /// MPA revision in effect (the Reply echoes the Request's Rev; RFC 5044 §7.1.1).
+    /// MPA revision in effect (the Reply echoes the Request's Rev; RFC 5044 §7.1.1). 0: an RDMAC
+    /// peer (RFC 5044 App. C, `MpaConfig::rev0_permissive`): DDP/RDMAP version 0 on the wire,
+    /// markers and CRC in both directions.
     pub revision: u8,
     /// Both frames carried RFC 6581 enhanced data (S=1, §6): IRD/ORD and RTR were negotiated.
     pub enhanced: bool,
@@ -482,6 +502,9 @@ impl Startup {
         let cfg = &self.cfg;
         // RFC 5044 §7.1.1 "C": CRCs are used by both ends if either frame has C=1.
         let crc = req.crc || cfg.crc;
+        // RFC 5044 App. C.2.4: an RDMAC (Rev 0) initiator gets a Rev 0 Reply with M=1 and C=1;
+        // on_request only let one through with M=1, C=1, S=0. Markers both ways (Figure 16).
+        let rdmac = req.rev == 0;
         let mut n = Negotiated {
             role: Role::Responder,
             revision: req.rev,
@@ -490,7 +513,7 @@ impl Startup {
             crc_rx: crc,
             // RFC 5044 §7.1.1 "M": M=1 in the Request requires markers on our FPDUs.
             markers_tx: req.markers,
-            markers_rx: cfg.markers,
+            markers_rx: cfg.markers || rdmac,
             ird: cfg.ird,
             ord: cfg.ord,
             peer_ird: None,
@@ -546,7 +569,7 @@ impl Startup {
         });
         let reply = FrameRepr {
             kind: FrameKind::Reply,
-            markers: cfg.markers,
+            markers: cfg.markers || rdmac,
             crc,
             rejected: false,
             rev: req.rev,
@@ -585,7 +608,8 @@ impl Startup {
         });
         let mut reply = FrameRepr {
             kind: FrameKind::Reply,
-            markers: cfg.markers,
+            // An RDMAC peer's Reject also says Rev 0, M=1, C=1 (RFC 5044 App. C.2.4).
+            markers: cfg.markers || req.rev == 0,
             crc: req.crc || cfg.crc,
             rejected: true,
             rev: req.rev,
@@ -641,8 +665,19 @@ impl Startup {
     }
 
     fn on_request(&mut self, req: FrameRepr) {
-        // RFC 5044 §7.1.1 "Rev" / RFC 6581 §6: we interoperate with revisions 1 and 2.
-        if !(1..=2).contains(&req.rev) {
+        if req.rev == 0 && self.cfg.rev0_permissive {
+            // RFC 5044 App. C.2.4: an RDMAC RNIC's Request is Rev 0 with M=1 and C=1; it has
+            // no RFC 6581 enhanced data (§6: S=1 needs Rev >= 2).
+            if req.enhanced.is_some() {
+                return self.fail_peer("MPA Rev 0 Request with S=1");
+            }
+            if !(req.markers && req.crc) {
+                return self.fail_peer("MPA Rev 0 Request without M=1 and C=1 (not an RDMAC RNIC)");
+            }
+        } else if !(1..=2).contains(&req.rev) {
+            // RFC 5044 §7.1.1 "Rev": a revision we cannot interoperate with closes the
+            // connection and is reported locally (no Reply). RFC 6581 §6: we speak 1 and 2 (and
+            // 0 only with `rev0_permissive`, App. C).
             return self.fail_peer("unsupported MPA revision");
         }
         if req.enhanced.is_some() {
@@ -675,7 +710,52 @@ impl Startup {
         self.events.push_back(StartupEvent::Request(peer));
     }
 
+    /// RFC 5044 App. C.2.5: a permissive initiator whose (unenhanced) Request met an RDMAC
+    /// responder, which answers Rev 0 with M=1 whatever our M bit said: version 0 DDP/RDMAP,
+    /// markers and CRC in both directions.
+    fn on_rdmac_reply(&mut self, rep: FrameRepr) {
+        if self.sent_enhanced || rep.enhanced.is_some() {
+            return self.fail_peer("MPA Rev 0 Reply to an enhanced Request");
+        }
+        if !(rep.markers && rep.crc) {
+            return self.fail_peer("MPA Rev 0 Reply without M=1 and C=1 (not an RDMAC RNIC)");
+        }
+        if rep.rejected {
+            log::warn!(
+                "mpa: RDMAC (Rev 0) peer rejected the connection ({} octets of private data)",
+                rep.private_data.len()
+            );
+            return self.finish(StartupEvent::Rejected {
+                private_data: rep.private_data,
+                peer_ird: None,
+                peer_ord: None,
+            });
+        }
+        log::info!("mpa: RDMAC (Rev 0) responder: DDP/RDMAP version 0, markers and CRC on");
+        let cfg = &self.cfg;
+        let n = Negotiated {
+            role: Role::Initiator,
+            revision: 0,
+            enhanced: false,
+            crc_tx: true,
+            crc_rx: true,
+            markers_tx: true,
+            markers_rx: true,
+            ird: cfg.ird,
+            ord: cfg.ord,
+            peer_ird: None,
+            peer_ord: None,
+            rtr: None,
+            rtr_accept: RtrSet::default(),
+            peer_private_data: rep.private_data,
+        };
+        self.finish(StartupEvent::Established(n))
+    }
+
     fn on_reply(&mut self, rep: FrameRepr) {
+        if rep.rev == 0 && rep.rev != self.cfg.revision && self.cfg.rev0_permissive {
+            return self.on_rdmac_reply(rep);
+        }
         if rep.rev != self.cfg.revision {
             return self.fail_peer("MPA Reply revision differs from the Request's");
         }

@@ -2,14 +2,25 @@
 //!
 //! `MemoryTable` is a cheap `Clone` handle (Arc inside), `Send + Sync`: the application registers
 //! regions while the QP engines (possibly on other threads) place data into them.
-//! STag = (index << 8) | key, with the key byte random (RFC 5040 §8.1, RFC 5042 §5.1.2: STags must not be guessable).
+//! STag = (index << 8) | key (RFC 5040 §4.4: a 24-bit index and an 8-bit key). Both are
+//! unpredictable (RFC 5040 §8.1.1 item 8: an RNIC MUST choose STags difficult to predict, and it
+//! is RECOMMENDED to spread them sparsely over the whole range; RFC 5042 §5.1.2): the key byte is
+//! random and the index is drawn at random over the full 24-bit range, so one STag the peer
+//! learns says nothing about the next. A freed index is kept in a quarantine of the last
+//! [`STAG_QUARANTINE`] freed indices and never drawn while there, so a peer still holding an old
+//! STag cannot reach the region that replaced it (bounded memory: a few bytes per live region plus
+//! the quarantine).
 //! Region addresses are verbs-like absolute addresses: `[mr.addr(), mr.addr() + mr.len())`; the
 //! address is the heap address of the region's buffer (unique while the region lives, like a VA).
 //! Each region's bytes sit behind an `RwLock`, so placement from an engine thread and local CPU
 //! access never race. Every address computation a peer influences (TO, lengths) is overflow-checked.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
+
+use rand::Rng;
 
 use crate::wire::txbuf::TxBuf;
 
@@ -99,11 +110,76 @@ impl Region {
     }
 }
 
+/// Hashes a 24-bit STag index (already random: a multiply spreads it over the 64 bits a
+/// `HashMap` uses, with no per-lookup cost of SipHash on the placement path).
+#[derive(Default)]
+struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IndexMap<V> = HashMap<u32, V, BuildHasherDefault<IndexHasher>>;
+type IndexSet = HashSet<u32, BuildHasherDefault<IndexHasher>>;
+
 struct Table {
-    /// Slot `i` holds the region with STag index `i` (index 0 is never used: STag 0 and siw's
+    /// Live regions by STag index (1..=[`MAX_INDEX`]; index 0 is never used: STag 0 and siw's
     /// Write RTR STag 1 must not name a region).
-    slots: Vec<Option<Arc<Region>>>,
-    free: Vec<usize>,
+    regions: IndexMap<Arc<Region>>,
+    /// Recently freed indices, oldest first (at most [`STAG_QUARANTINE`]); not drawn again
+    /// while listed here (`quarantined` holds the same indices for lookup).
+    quarantine: VecDeque<u32>,
+    quarantined: IndexSet,
+}
+
+impl Table {
+    fn free(&self, i: u32) -> bool {
+        i != 0 && !self.regions.contains_key(&i) && !self.quarantined.contains(&i)
+    }
+
+    /// A fresh STag index, drawn at random over 1..=2^24-1 (RFC 5040 §8.1.1 item 8): neither
+    /// live nor quarantined. Once the table is so full that random draws keep missing, a scan
+    /// from a random start; if only quarantined indices are left, the oldest one is released.
+    fn draw_index(&mut self) -> u32 {
+        let mut rng = rand::rng();
+        for _ in 0..64 {
+            let i = rng.random_range(1..=MAX_INDEX);
+            if self.free(i) {
+                return i;
+            }
+        }
+        let start = rng.random_range(1..=MAX_INDEX);
+        if let Some(i) = (start..=MAX_INDEX).chain(1..start).find(|&i| self.free(i)) {
+            return i;
+        }
+        while let Some(i) = self.quarantine.pop_front() {
+            self.quarantined.remove(&i);
+            if !self.regions.contains_key(&i) {
+                return i;
+            }
+        }
+        panic!("STag index space exhausted: 2^24 - 1 regions registered");
+    }
+
+    fn release(&mut self, i: u32) {
+        if self.quarantine.len() >= STAG_QUARANTINE {
+            if let Some(old) = self.quarantine.pop_front() {
+                self.quarantined.remove(&old);
+            }
+        }
+        self.quarantine.push_back(i);
+        self.quarantined.insert(i);
+    }
 }
 
 struct Inner {
@@ -112,7 +188,14 @@ struct Inner {
 }
 
 /// Largest STag index (24 bits).
-const MAX_INDEX: usize = (1 << 24) - 1;
+const MAX_INDEX: u32 = (1 << 24) - 1;
+
+/// How many of the most recently freed STag indices are never drawn again while they are
+/// among the last this many freed (RFC 5040 §8.1.1: a peer may still hold an STag after the
+/// region is gone; reusing its index at once would let it reach the next region). 64 Ki
+/// indices: at most ~1 MiB of bookkeeping, and a random draw hits a given older index with
+/// probability 2^-24 (times 2^-8 for the key byte).
+pub const STAG_QUARANTINE: usize = 1 << 16;
 
 /// The table of registered regions shared by a device's QPs.
 #[derive(Clone)]
@@ -133,8 +216,9 @@ impl MemoryTable {
             inner: Arc::new(Inner {
                 next_pd: AtomicU32::new(1),
                 table: RwLock::new(Table {
-                    slots: vec![None],
-                    free: Vec::new(),
+                    regions: IndexMap::default(),
+                    quarantine: VecDeque::new(),
+                    quarantined: IndexSet::default(),
                 }),
             }),
         }
@@ -147,7 +231,7 @@ impl MemoryTable {
     }
     fn region(&self, stag: u32) -> Option<Arc<Region>> {
         let t = self.table();
-        let r = t.slots.get((stag >> 8) as usize)?.as_ref()?;
+        let r = t.regions.get(&(stag >> 8))?;
         // The key byte must match too: a stale or guessed key is an invalid STag.
         (r.stag == stag).then(|| r.clone())
     }
@@ -156,7 +240,7 @@ impl MemoryTable {
         PdId(self.inner.next_pd.fetch_add(1, Ordering::Relaxed))
     }
     /// Register `len` zeroed bytes owned by the table under `pd` with `access`; returns the region
-    /// with a fresh STag (random key byte).
+    /// with a fresh STag (random index and key byte; see the module docs).
     ///
     /// Panics if 2^24 - 1 regions are registered at once (local resource exhaustion).
     pub fn register(&self, pd: PdId, len: usize, access: Access) -> Mr {
@@ -173,17 +257,10 @@ impl MemoryTable {
         let len = data.len();
         let base = data.as_ptr() as usize as u64;
         let mut t = self.table_mut();
-        let index = match t.free.pop() {
-            Some(i) => i,
-            None => {
-                assert!(t.slots.len() <= MAX_INDEX, "STag index space exhausted");
-                t.slots.push(None);
-                t.slots.len() - 1
-            }
-        };
-        // RFC 5040 §8.1.1 / RFC 5042 §5: STags must not be predictable.
+        // RFC 5040 §8.1.1 item 8 / RFC 5042 §5.1.2: STags must not be predictable.
+        let index = t.draw_index();
         let key: u8 = rand::random();
-        let stag = ((index as u32) << 8) | u32::from(key);
+        let stag = (index << 8) | u32::from(key);
         let region = Arc::new(Region {
             stag,
             pd,
@@ -193,17 +270,17 @@ impl MemoryTable {
             invalidated: AtomicBool::new(false),
             data: RwLock::new(data),
         });
-        t.slots[index] = Some(region.clone());
+        t.regions.insert(index, region.clone());
         Mr { region }
     }
     /// Remove a region; later accesses through its STag fail with `InvalidStag`.
     pub fn deregister(&self, stag: u32) -> bool {
         let mut t = self.table_mut();
-        let i = (stag >> 8) as usize;
-        match t.slots.get(i) {
-            Some(Some(r)) if r.stag == stag => {
-                t.slots[i] = None;
-                t.free.push(i);
+        let i = stag >> 8;
+        match t.regions.get(&i) {
+            Some(r) if r.stag == stag => {
+                t.regions.remove(&i);
+                t.release(i);
                 true
             }
             _ => false,
@@ -534,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn table_is_send_sync_and_reuses_indices() {
+    fn table_is_send_sync_and_quarantines_freed_indices() {
         fn ss<T: Send + Sync>() {}
         ss::<MemoryTable>();
         ss::<Mr>();
@@ -542,9 +619,37 @@ mod tests {
         let pd = m.alloc_pd();
         let a = m.register(pd, 1, RW);
         assert!(a.stag() >> 8 >= 1);
-        m.deregister(a.stag());
-        let b = m.register(pd, 1, RW);
-        assert_eq!(a.stag() >> 8, b.stag() >> 8);
-        assert!(m.get(b.stag()).is_some());
+        let first = a.stag() >> 8;
+        assert!(m.deregister(a.stag()));
+        assert!(m.get(a.stag()).is_none());
+        // RFC 5040 §8.1.1: a peer may still hold the old STag; its index is not drawn again
+        // while it is among the last STAG_QUARANTINE freed.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            let b = m.register(pd, 1, RW);
+            assert_ne!(b.stag() >> 8, first);
+            assert!(seen.insert(b.stag() >> 8), "index reused while quarantined");
+            assert!(m.get(b.stag()).is_some());
+            assert!(m.deregister(b.stag()));
+        }
+        assert!(m.table().quarantine.len() <= STAG_QUARANTINE);
+    }
+
+    #[test]
+    fn quarantine_is_bounded_and_a_full_table_still_draws() {
+        let mut t = Table {
+            regions: IndexMap::default(),
+            quarantine: VecDeque::new(),
+            quarantined: IndexSet::default(),
+        };
+        for i in 1..=(STAG_QUARANTINE as u32 + 10) {
+            t.release(i);
+        }
+        assert_eq!(t.quarantine.len(), STAG_QUARANTINE);
+        assert_eq!(t.quarantined.len(), STAG_QUARANTINE);
+        // The oldest ten left the quarantine.
+        assert!(t.free(1) && t.free(10) && !t.free(11));
+        let i = t.draw_index();
+        assert!(t.free(i) && (1..=MAX_INDEX).contains(&i));
     }
 }

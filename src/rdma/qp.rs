@@ -5,7 +5,11 @@
 //!   buffers and Read sinks): a bad SGE is refused with `PostError::Invalid` and nothing is queued.
 //! - An RDMA Read takes one sink: several SGEs are accepted only when they are contiguous in the
 //!   same region (like siw's single sink SGE).
-//! - IRD/ORD of 0 (MPA rev 1 has no negotiation) are treated as 1 so Reads still work.
+//! - IRD and ORD are hard limits (RFC 5040 §6.1, §6.5; RFC 6581 §9.1): a Read Request beyond IRD
+//!   is answered by TERMINATE (DDP untagged "no buffer" on QN 1), so IRD 0 refuses every Read
+//!   (the zero-length RTR Read of RFC 6581 §9.2 is not counted); with ORD 0 a Read is refused at
+//!   post time (`PostError::ZeroOrd`); with ORD n > 0 further Reads wait on the send queue
+//!   (bounded by its depth) until a Read Response completes one.
 //! - Send/Write completions are queued when the last ULPDU is handed out (RFC 5041 §5.4), in
 //!   submission order behind earlier Reads (RFC 5040 §5.5 rule 15). A received TERMINATE that
 //!   names one of our messages (its DDP header) turns that message's not-yet-polled completion
@@ -75,9 +79,11 @@ pub struct QpConfig {
     pub mulpdu: usize,
     /// Protection domain: every STag this QP places into or reads from must belong to it.
     pub pd: PdId,
-    /// Inbound Read Queue depth: Read Requests we serve at once (RFC 5040 §6.5).
+    /// Inbound Read Queue depth: Read Requests we serve at once (RFC 5040 §6.5); a hard limit,
+    /// 0 refuses every Read Request (TERMINATE).
     pub ird: u32,
-    /// Outbound Read depth: Read Requests we may have outstanding.
+    /// Outbound Read depth: Read Requests we may have outstanding (RFC 6581 §9.1); a hard limit,
+    /// 0 refuses RDMA Reads at post time (`PostError::ZeroOrd`).
     pub ord: u32,
     /// Send queue depth: send WRs in flight (posted, not yet completed) at once.
     pub sq_depth: usize,
@@ -185,6 +191,9 @@ pub struct QpEngine {
     /// Payload octets placed into registered memory (tagged and untagged): the receive-side
     /// copies the engine makes, for the dataplane's copies-per-byte count.
     rx_placed: u64,
+    /// RFC 5044 App. C: the peer is an RDMAC RNIC (MPA Rev 0): DDP and RDMAP version 0 on the
+    /// wire in both directions ([`QpEngine::use_rdmac_version`]).
+    rdmac: bool,
 }
 
 fn rtr_index(k: RtrKind) -> usize {
@@ -192,6 +201,15 @@ fn rtr_index(k: RtrKind) -> usize {
         RtrKind::Send => 0,
         RtrKind::Write => 1,
         RtrKind::Read => 2,
+    }
+}
+
+/// RFC 5044 App. C: swap DDP version (DV, low bits of octet 0) and RDMAP version (RV, top bits
+/// of octet 1) between 0 (RDMAC) and 1 (IETF); 2 and 3 stay invalid. Its own inverse.
+fn swap_wire_version(ulpdu: &mut [u8]) {
+    if let [ddp_ctrl, rdmap_ctrl, ..] = ulpdu {
+        *ddp_ctrl ^= 0x01;
+        *rdmap_ctrl ^= 0x40;
     }
 }
 
@@ -264,7 +282,17 @@ impl QpEngine {
             prefer_resp: false,
             rq_err: None,
             rx_placed: 0,
+            rdmac: false,
         }
+    }
+
+    /// RFC 5044 App. C (permissive mode): speak the RDMA Consortium's DDP/RDMAP version 0 with an
+    /// RDMAC peer (MPA Rev 0). The headers are the IETF ones with DV = 0 and RV = 0: every
+    /// ULPDU we emit carries version 0, a received one must carry version 0 (a version 1
+    /// segment is refused as an invalid DDP/RDMAP version, App. C.1: no mixing), and the engine
+    /// otherwise runs unchanged. Call before the first ULPDU moves.
+    pub fn use_rdmac_version(&mut self) {
+        self.rdmac = true;
     }
 
     /// Responder: also accept these RTR kinds (RFC 6581 §9.2 when several were offered).
@@ -297,10 +325,10 @@ impl QpEngine {
     }
 
     fn ord(&self) -> usize {
-        self.cfg.ord.max(1) as usize
+        self.cfg.ord as usize
     }
     fn ird(&self) -> usize {
-        self.cfg.ird.max(1) as usize
+        self.cfg.ird as usize
     }
 
     fn check_sges(&self, sges: &[Sge], need: Access) -> Result<u64, PostError> {
@@ -314,6 +342,10 @@ impl QpEngine {
         }
         if self.inflight.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
+        }
+        if self.cfg.ord == 0 && matches!(wr.opcode, Opcode::Read { .. }) {
+            log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
+            return Err(PostError::ZeroOrd);
         }
         let (total, opcode, ident) = validate_send(&self.mem, self.cfg.pd, &wr)?;
         let seq = self.next_seq;
@@ -540,6 +572,16 @@ impl QpEngine {
     /// segment is smaller than a full one. Data-carrying messages are cut into DDP segments of
     /// that size (RFC 5041 §5: any segment size up to the MULPDU is allowed).
     pub fn poll_ulpdu_max<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
+        let start = out.len();
+        let ready = self.poll_ulpdu_max_ietf(out, max);
+        if ready && self.rdmac {
+            // RFC 5044 App. C: DDP/RDMAP version 0 on the wire to an RDMAC peer.
+            swap_wire_version(out.written_mut(start));
+        }
+        ready
+    }
+
+    fn poll_ulpdu_max_ietf<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
         self.limit = max.max(MIN_ULPDU_ROOM);
         if let Some(t) = self.term_out.take() {
             out.put(&t);
@@ -882,6 +924,17 @@ impl QpEngine {
     /// Process one ULPDU (DDP header + payload, CRC already verified by MPA). Never panics; any
     /// error queues the TERMINATE the RFCs demand (nothing of the offending message is placed).
     pub fn on_ulpdu(&mut self, ulpdu: &[u8]) {
+        if self.rdmac {
+            // Version 0 is what this connection speaks: present it to the checks as 1 (and a
+            // version 1 segment as 0, which they refuse). The copy costs only RDMAC peers.
+            let mut v = ulpdu.to_vec();
+            swap_wire_version(&mut v);
+            return self.on_ulpdu_ietf(&v);
+        }
+        self.on_ulpdu_ietf(ulpdu)
+    }
+
+    fn on_ulpdu_ietf(&mut self, ulpdu: &[u8]) {
         let seg = match Segment::new_checked(ulpdu) {
             Ok(s) => s,
             Err(e) => {

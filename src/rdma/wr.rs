@@ -47,6 +47,17 @@ pub enum Opcode {
     },
 }
 
+impl Opcode {
+    /// The opcode of this request's work completion.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            Opcode::Write { .. } => WcOpcode::Write,
+            Opcode::Read { .. } => WcOpcode::Read,
+            _ => WcOpcode::Send,
+        }
+    }
+}
+
 /// A send-queue work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
@@ -84,6 +95,9 @@ pub enum WcStatus {
     RemAccessErr,
     /// The peer answered with a TERMINATE for an operation error.
     RemOpErr,
+    /// The QP could not perform the request (`IBV_WC_LOC_QP_OP_ERR`): an RDMA Read posted
+    /// before establishment on a connection that then negotiated ORD 0 ([`PostError::ZeroOrd`]).
+    LocQpOpErr,
     /// Any other fatal error.
     GeneralErr,
 }
@@ -131,4 +145,9 @@ pub enum PostError {
     /// 2^32-1 bytes, the remote TO range wraps, ...); the string says why.
     #[error("invalid work request: {0}")]
     Invalid(&'static str),
+    /// An RDMA Read on a connection whose negotiated ORD is 0: the peer's IRD allows no inbound
+    /// Read Request, and RFC 5040 §6.1 / RFC 6581 §9.1 forbid more outstanding Reads than the
+    /// ORD. (With an ORD above 0, Reads beyond it wait on the send queue, as on siw.)
+    #[error("RDMA Read not allowed: the negotiated ORD is 0 (the peer's IRD allows no Read; RFC 6581 §9.1)")]
+    ZeroOrd,
 }

@@ -240,7 +240,14 @@ impl RdmaServer {
 
     /// Serve a connection arriving on an already-open byte stream (e.g. the in-memory link).
     pub fn serve_transport(&self, t: Box<dyn Transport>) -> Result<JoinHandle<()>, RpcError> {
-        let req = ConnRequest::read(t, self.cfg.conn.timeout)?;
+        let req = ConnRequest::read_with(
+            t,
+            self.cfg.conn.timeout,
+            self.cfg
+                .listen
+                .as_ref()
+                .is_some_and(|l| l.mpa_rev0_permissive),
+        )?;
         self.serve_request(req)
     }
 

@@ -13,7 +13,7 @@
 //! assert_eq!(&mr.to_vec()[..5], b"hello");
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -259,6 +259,9 @@ pub(crate) struct QpShared {
     pub(crate) post_seq: AtomicU64,
     /// Set by the driver just before it sleeps in its transport's wait.
     pub(crate) sleeping: AtomicBool,
+    /// The ORD negotiated at establishment (RFC 6581 §9.1); `u32::MAX` until then. With ORD 0
+    /// `post_send` refuses an RDMA Read at once (`PostError::ZeroOrd`).
+    pub(crate) ord: AtomicU32,
 }
 
 impl QpShared {
@@ -282,6 +285,9 @@ impl QpShared {
 
     /// Remember the first TERMINATE among connection events.
     pub(crate) fn note_event(&self, ev: &ConnEvent) {
+        if let ConnEvent::Established(n) = ev {
+            self.ord.store(u32::from(n.ord), Ordering::Release);
+        }
         let t = match ev {
             ConnEvent::TerminateSent(c) => QpTerminate::Sent(*c),
             ConnEvent::TerminateReceived(c) => QpTerminate::Received(*c),
@@ -434,6 +440,7 @@ impl Qp {
                 .ok(),
             post_seq: AtomicU64::new(0),
             sleeping: AtomicBool::new(false),
+            ord: AtomicU32::new(u32::MAX),
         });
         Qp {
             _handle: Arc::new(QpHandle {
@@ -453,10 +460,16 @@ impl Qp {
     /// the QP's send ring, which the driver (kernel-TCP thread or DPDK worker) drains into the
     /// connection without the application ever waiting for its lock. Errors mean nothing was
     /// queued: `QueueFull` when `max_send_wr` WRs wait in the ring. Requests posted before the
-    /// connection is established go out once it is.
+    /// connection is established go out once it is. An RDMA Read on a connection that
+    /// negotiated ORD 0 is refused with `ZeroOrd` (posted before establishment, it completes
+    /// with `LocQpOpErr`); Reads beyond a non-zero ORD wait on the send queue.
     pub fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
         if self.is_closed() {
             return Err(PostError::BadState);
+        }
+        if matches!(wr.opcode, Opcode::Read { .. }) && self.shared.ord.load(Ordering::Acquire) == 0
+        {
+            return Err(PostError::ZeroOrd);
         }
         validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
         self.shared
@@ -558,6 +571,7 @@ fn error_wc(wr_id: u64, opcode: WcOpcode, e: &PostError) -> WorkCompletion {
         wr_id,
         status: match e {
             PostError::Invalid(_) => WcStatus::LocProtErr,
+            PostError::ZeroOrd => WcStatus::LocQpOpErr,
             _ => WcStatus::WrFlushErr,
         },
         opcode,

@@ -54,7 +54,19 @@ impl StartupOpts {
     /// defaults; DPDK: the config's `[tcp]` values), else [`ListenConfig`]'s defaults for the
     /// unset one.
     pub fn listen(&self, net: &Net, addr: SocketAddr) -> Result<Listener, String> {
-        let r = if self.mpa_timeout.is_none() && self.max_startups.is_none() {
+        self.listen_opts(net, addr, false)
+    }
+
+    /// [`StartupOpts::listen`], also taking MPA Rev 0 Requests from RDMA Consortium peers when
+    /// `rev0_permissive` (RFC 5044 App. C; on DPDK the startup deadline and cap are then
+    /// [`ListenConfig`]'s unless given).
+    pub fn listen_opts(
+        &self,
+        net: &Net,
+        addr: SocketAddr,
+        rev0_permissive: bool,
+    ) -> Result<Listener, String> {
+        let r = if self.mpa_timeout.is_none() && self.max_startups.is_none() && !rev0_permissive {
             net.listen(addr)
         } else {
             let d = ListenConfig::default();
@@ -63,6 +75,7 @@ impl StartupOpts {
                 &ListenConfig {
                     mpa_timeout: self.mpa_timeout.unwrap_or(d.mpa_timeout),
                     max_startups: self.max_startups.unwrap_or(d.max_startups),
+                    mpa_rev0_permissive: rev0_permissive,
                     ..d
                 },
             )

@@ -490,6 +490,15 @@ fn client(
     let (rkey, raddr) = remote;
     print_header(a, title(a), max);
     // Reads in flight are bounded by the negotiated ORD (RFC 6581 §9.1), Writes by the SQ depth.
+    if a.test == PerfTest::ReadBw && ord == 0 {
+        data.qp.disconnect();
+        ctrl.ep.qp.disconnect();
+        return Err(
+            "the data connection negotiated ORD 0 (the server's IRD is 0): no RDMA Read \
+                    may be outstanding (RFC 6581 §9.1), so read_bw cannot run"
+                .into(),
+        );
+    }
     let depth = if a.test == PerfTest::ReadBw {
         usize::from(ord).clamp(1, TX_DEPTH)
     } else {

@@ -102,6 +102,10 @@ pub struct RdmaConfig {
     pub mpa_timeout_ms: u64,
     /// Kernel TCP: MPA startups in progress at most (default 256).
     pub max_startups: usize,
+    /// RFC 5044 App. C: "refuse" (default: an MPA Rev 0 Request is closed without a reply,
+    /// RFC 5044 §7.1.1) or "permissive" (RDMA Consortium peers get a Rev 0 Reply and DDP/RDMAP
+    /// version 0 with markers and CRC both ways).
+    pub mpa_rev0: String,
 }
 
 impl Default for RdmaConfig {
@@ -122,6 +126,7 @@ impl Default for RdmaConfig {
             poll_spin_us: s.poll_spin.as_micros() as u64,
             mpa_timeout_ms: ListenConfig::default().mpa_timeout.as_millis() as u64,
             max_startups: ListenConfig::default().max_startups,
+            mpa_rev0: "refuse".into(),
         }
     }
 }
@@ -157,6 +162,7 @@ impl RdmaConfig {
             listen: Some(ListenConfig {
                 mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
                 max_startups: self.max_startups,
+                mpa_rev0_permissive: self.mpa_rev0 == "permissive",
                 ..ListenConfig::default()
             }),
         }
@@ -165,7 +171,15 @@ impl RdmaConfig {
 
 pub fn load(path: &PathBuf) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let c: FileConfig = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !matches!(c.rdma.mpa_rev0.as_str(), "refuse" | "permissive") {
+        return Err(format!(
+            "{}: [rdma] mpa_rev0 = {:?}: \"refuse\" or \"permissive\"",
+            path.display(),
+            c.rdma.mpa_rev0
+        ));
+    }
+    Ok(c)
 }
 
 pub fn make_store(s: &StoreConfig) -> Result<Arc<BlockStore>, String> {
@@ -304,8 +318,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
     let mut scfg = cfg.rdma.server_config();
-    if dpcfg.is_some() {
-        // The dataplane config's `[tcp]` `mpa_timeout_ms` / `max_startups` apply.
+    if dpcfg.is_some() && cfg.rdma.mpa_rev0 != "permissive" {
+        // The dataplane config's `[tcp]` `mpa_timeout_ms` / `max_startups` apply (a permissive
+        // listener, RFC 5044 App. C, takes this file's `[rdma]` values instead).
         scfg.listen = None;
     }
     let server = RdmaServer::new(reg.clone(), scfg);
@@ -398,6 +413,51 @@ mod tests {
         assert!(c.eal.args.iter().any(|a| a.contains("role=client")));
         assert!(c.ports[0].ip.starts_with("10.91.0."));
         assert_eq!((dp.worker.spin_us, c.worker.spin_us), (0, 0));
+    }
+
+    #[test]
+    fn mpa_rev0_key() {
+        let dir = std::env::temp_dir();
+        let write = |name: &str, rdma: &str| {
+            let p = dir.join(format!(
+                "dpwarp-mpa-rev0-{}-{name}.toml",
+                std::process::id()
+            ));
+            std::fs::write(
+                &p,
+                format!("listen = \"127.0.0.1:1\"\n[store]\nkind = \"memory\"\nsize = 1\n[rdma]\n{rdma}\n"),
+            )
+            .unwrap();
+            p
+        };
+        let p = write("default", "");
+        assert!(!load(&p)
+            .unwrap()
+            .rdma
+            .server_config()
+            .listen
+            .is_some_and(|l| l.mpa_rev0_permissive));
+        let _ = std::fs::remove_file(&p);
+        let p = write("on", "mpa_rev0 = \"permissive\"");
+        assert!(load(&p)
+            .unwrap()
+            .rdma
+            .server_config()
+            .listen
+            .is_some_and(|l| l.mpa_rev0_permissive));
+        let _ = std::fs::remove_file(&p);
+        let p = write("off", "mpa_rev0 = \"refuse\"");
+        assert!(!load(&p)
+            .unwrap()
+            .rdma
+            .server_config()
+            .listen
+            .is_some_and(|l| l.mpa_rev0_permissive));
+        let _ = std::fs::remove_file(&p);
+        let p = write("bad", "mpa_rev0 = \"sometimes\"");
+        let e = load(&p).unwrap_err();
+        assert!(e.contains("mpa_rev0"), "{e}");
+        let _ = std::fs::remove_file(&p);
     }
 
     #[test]

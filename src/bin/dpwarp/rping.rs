@@ -102,6 +102,12 @@ pub struct Args {
     /// MPA revision the client sends: 2 (RFC 6581 enhanced, with IRD/ORD) or 1.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     mpa_rev: u8,
+    /// RFC 5044 Appendix C permissive mode: interoperate with RDMA Consortium (MPA Rev 0)
+    /// peers, which then get a Rev 0 Reply and DDP/RDMAP version 0 with markers and CRC both
+    /// ways (server: take Rev 0 Requests; client with --mpa-rev 1: accept a Rev 0 Reply).
+    /// Default off: a Rev 0 Request is closed without a reply (RFC 5044 §7.1.1).
+    #[arg(long)]
+    mpa_rev0_permissive: bool,
     /// Peer-to-peer mode (RFC 6581 §9.2) with these RTR kinds: client offers them, server
     /// supports them. Comma separated, e.g. write,read.
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -205,6 +211,7 @@ pub fn run(a: Args) -> Result<(), String> {
         enhanced: a.mpa_rev >= 2,
         p2p,
         timeout: ctx.timeout.min(Duration::from_secs(30)),
+        mpa_rev0_permissive: a.mpa_rev0_permissive,
         ..ConnParam::default()
     };
     // Resolve the addresses before starting DPDK (a typo should not cost an EAL start).
@@ -534,7 +541,7 @@ fn run_server(
     startup: &crate::net::StartupOpts,
 ) -> Result<(), String> {
     let l = startup
-        .listen(net, addr)
+        .listen_opts(net, addr, param.mpa_rev0_permissive)
         .map_err(|e| format!("rdma_bind_addr: {e}"))?;
     debug_log!(
         ctx,
@@ -592,7 +599,16 @@ fn serve(ctx: &Ctx, req: ConnRequest, param: &ConnParam) -> Result<(), String> {
         .accept(&qp, param)
         .map_err(|e| format!("connect error: {e}"))?;
     log::info!("rping: accepted: {}", describe(&n));
-    let res = serve_loop(ctx, &cq, &qp, &b);
+    let res = if n.ord == 0 {
+        // RFC 6581 §9.1 / RFC 5040 §6.1: no more outstanding Reads than the ORD, and the
+        // initiator's IRD 0 left us none; rping's server needs one RDMA Read per ping.
+        Err(format!(
+            "the peer's IRD is {} so the negotiated ORD is 0: rping's server needs RDMA Read; closing",
+            n.peer_ird.map_or("unknown".to_string(), |i| i.to_string())
+        ))
+    } else {
+        serve_loop(ctx, &cq, &qp, &b)
+    };
     qp.disconnect();
     qp.wait_closed(Duration::from_secs(2));
     res.map_err(|e| format!("rping server failed: {e}"))
