@@ -51,8 +51,18 @@ fn args() -> Args {
             "--size" => a.size = v().parse().expect("--size N"),
             "--mib" => a.mib = v().parse().expect("--mib N"),
             "--json" => a.json = Some(v()),
-            "--bench" => {}
-            other => panic!("unknown option {other}"),
+            // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
+            // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
+            // this binary has none.
+            "--bench" | "--exact" | "--ignored" | "--nocapture" => {}
+            "--format" => {
+                v();
+            }
+            "--list" => std::process::exit(0),
+            other => {
+                eprintln!("dp_ring: unknown option {other} (see the module doc)");
+                std::process::exit(2)
+            }
         }
     }
     a
@@ -244,6 +254,12 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs bench binaries without
+    // it: nothing to test here, and a benchmark must not run as a test.
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("dp_ring: a benchmark: cargo bench --bench dp_ring -- [options]");
+        return;
+    }
     let a = args();
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(ncpu >= 2, "needs two CPUs (server CPU 0, client CPU 1)");
