@@ -32,7 +32,7 @@ use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
-use crate::verbs::{Device, Mr, WcStatus};
+use crate::verbs::{Access, Device, Mr, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -509,21 +509,31 @@ impl ConnServer {
         }
     }
 
+    /// RDMA-Read a read chunk (RFC 8166 §3.5.3) into a region registered for this call, then
+    /// hand its bytes on as they are: the data lands once, in the buffer the handler consumes
+    /// (an NFS WRITE's data goes from there to the file), with no staging copy in between.
     fn pull(&mut self, segs: &[Segment], len: usize) -> Result<Vec<u8>, Fail> {
         let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
-        let mr = self.ep.stage(len);
+        let mr = self.ep.pd.reg_mr(len.max(1), Access::LOCAL_WRITE);
         let r = self.ep.rdma_read(segs, &mr, window);
         bump(&self.stats.reads_pulled, 1);
-        let out = match r {
+        self.ep.pd.dereg_mr(&mr);
+        match r {
             Ok(n) => {
-                let mut v = vec![0u8; n];
-                mr.read_at(0, &mut v);
+                let mut v = match mr.into_bytes() {
+                    Ok(v) => v,
+                    // Still referenced somewhere (not expected once the Read completed): copy.
+                    Err(mr) => {
+                        let mut v = vec![0u8; n];
+                        mr.read_at(0, &mut v);
+                        v
+                    }
+                };
+                v.truncate(n);
                 Ok(v)
             }
             Err(e) => Err(Fail::Fatal(e)),
-        };
-        self.ep.unstage(mr);
-        out
+        }
     }
 
     fn call(
