@@ -263,12 +263,10 @@ impl Connection {
             } else {
                 // The QP engine gathers each ULPDU straight into its FPDU: one copy fewer.
                 while out.len() < budget_end {
-                    let start = d.framer.begin_in_place(out);
-                    if !d.qp.poll_ulpdu(out) {
-                        out.truncate(start);
+                    let qp = &mut d.qp;
+                    if !d.framer.frame_into(out, |o| qp.poll_ulpdu(o)) {
                         break;
                     }
-                    d.framer.finish_in_place(out, start);
                     mark(out, &mut ends);
                 }
             }

@@ -132,45 +132,6 @@ impl Framer {
         }
     }
 
-    /// Zero-copy framing (markers off): reserve the ULPDU_Length field at the end of `out` and
-    /// return where the FPDU starts. The caller appends the ULPDU right after it and calls
-    /// [`Framer::finish_in_place`], so the ULPDU is written once, where it goes on the wire,
-    /// instead of being built elsewhere and copied by [`Framer::emit`].
-    pub fn begin_in_place(&self, out: &mut Vec<u8>) -> usize {
-        debug_assert!(!self.markers, "in-place framing is for markers off");
-        let start = out.len();
-        out.extend_from_slice(&[0, 0]);
-        start
-    }
-
-    /// Complete the FPDU begun by [`Framer::begin_in_place`] at `start`, whose ULPDU is
-    /// `out[start + 2..]`: ULPDU_Length, pad, CRC (RFC 5044 §4.1). The result is byte for byte
-    /// what [`Framer::emit`] appends. An oversized ULPDU is logged and removed, as in `emit`.
-    pub fn finish_in_place(&mut self, out: &mut Vec<u8>, start: usize) {
-        if self.markers || out.len() < start + 2 {
-            // Not begun by begin_in_place: reframe through the marker-aware path.
-            let ulpdu = out.split_off(start.min(out.len()));
-            let body = ulpdu.get(2..).unwrap_or(&[]);
-            self.emit(body, &[], out);
-            return;
-        }
-        let len = out.len() - start - 2;
-        if len > usize::from(u16::MAX) {
-            log::error!("mpa: ULPDU of {len} octets exceeds the FPDU limit 65535; not framed");
-            out.truncate(start);
-            return;
-        }
-        out[start..start + 2].copy_from_slice(&(len as u16).to_be_bytes());
-        out.extend_from_slice(&[0u8; 3][..pad_len(len)]);
-        let c = if self.crc {
-            crc::crc32c(&out[start..])
-        } else {
-            0
-        };
-        out.extend_from_slice(&c.to_le_bytes());
-        self.pos = self.pos.wrapping_add((out.len() - start) as u64);
-    }
-
     /// The largest ULPDU whose FPDU (markers off: length field, pad, CRC) fits in `room`
     /// octets, or `None` when not even an empty one does (RFC 5044 §4.1).
     pub fn max_ulpdu_for_room(room: usize) -> Option<usize> {
@@ -282,9 +243,10 @@ mod tests {
                 let mut ea = vec![9u8; 5];
                 a.emit(&ulpdu, &[], &mut ea);
                 let mut eb = vec![9u8; 5];
-                let start = b.begin_in_place(&mut eb);
-                eb.extend_from_slice(&ulpdu);
-                b.finish_in_place(&mut eb, start);
+                assert!(b.frame_into(&mut eb, |o| {
+                    o.put(&ulpdu);
+                    true
+                }));
                 assert_eq!(ea, eb, "crc {crc} len {len}");
                 assert_eq!(a.stream_position(), b.stream_position());
             }
@@ -292,9 +254,10 @@ mod tests {
         // Too long for ULPDU_Length: nothing framed, like emit.
         let mut f = Framer::new(true, false);
         let mut out = vec![1u8];
-        let start = f.begin_in_place(&mut out);
-        out.resize(start + 2 + 65536, 0);
-        f.finish_in_place(&mut out, start);
+        assert!(!f.frame_into(&mut out, |o| {
+            o.put_zeroed(65536);
+            true
+        }));
         assert_eq!(out, vec![1u8]);
         assert_eq!(f.stream_position(), 0);
     }
