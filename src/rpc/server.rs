@@ -65,6 +65,11 @@ pub struct ServerConfig {
     pub conn: ConnParam,
     /// Busy-poll a connection's receive CQ this long before sleeping (0: never spin).
     pub poll_spin: Duration,
+    /// Threads of the handler pool that runs procedures registered as blocking
+    /// ([`Registry::register_blocking`]: file I/O) for connections served to completion on a
+    /// driven dataplane worker, so the worker never waits on a disk. Elsewhere such handlers
+    /// run on the connection's own thread.
+    pub handler_threads: usize,
     /// The listener's MPA startups: deadline and cap ([`RdmaServer::listen`]). `None` (the
     /// default): the transport's own, [`ListenConfig::default`] on kernel TCP and the dataplane
     /// config's `[tcp]` keys on DPDK. When set, its `nodelay` is `conn.nodelay`.
@@ -84,6 +89,7 @@ impl Default for ServerConfig {
             max_credits: 128,
             conn: ConnParam::default(),
             poll_spin: Duration::from_micros(POLL_SPIN_US),
+            handler_threads: 2,
             listen: None,
         }
     }
@@ -296,7 +302,14 @@ impl RdmaServer {
     /// Accept `req` and hand the connection to the reactor of its worker.
     fn serve_on_reactor(&self, req: ConnRequest, rs: &Reactors) -> Result<(), RpcError> {
         let k = req.worker() % rs.senders.len();
-        let conn = self.accept_with(&rs.pools[k], req)?;
+        let mut conn = self.accept_with(&rs.pools[k], req)?;
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        conn.offload = Some(Offload {
+            jobs: rs.handlers.clone(),
+            done_tx,
+            done,
+            waiting: VecDeque::new(),
+        });
         rs.senders[k]
             .send(conn)
             .map_err(|_| RpcError::Usage("the worker's reactor has stopped"))
@@ -352,14 +365,76 @@ impl RdmaServer {
     }
 }
 
-/// The reactors of a server on a driven dataplane: one per worker.
+/// The reactors of a server on a driven dataplane: one per worker, and the handler pool they
+/// share for blocking procedures.
 struct Reactors {
     senders: Vec<crossbeam_channel::Sender<ConnServer>>,
     pools: Vec<CreditPool>,
+    handlers: crossbeam_channel::Sender<PoolJob>,
+}
+
+/// Calls queued to the handler pool at most (beyond that a connection keeps them itself; they
+/// are bounded by its receive credits).
+const HANDLER_QUEUE: usize = 256;
+
+/// A blocking call handed from a reactor to the handler pool: everything needed to decode and
+/// run it, and where the results go.
+struct PoolJob {
+    xid: u32,
+    chunks: Chunks,
+    msg: Vec<u8>,
+    hlen: usize,
+    padding: Option<Padding>,
+    pulled: Vec<PulledChunk>,
+    reg: Arc<Registry>,
+    reply_to: crossbeam_channel::Sender<PoolDone>,
+}
+
+/// A blocking call's outcome, back to its connection.
+struct PoolDone {
+    xid: u32,
+    chunks: Chunks,
+    rep: ReplyRepr,
+    body: Body,
+}
+
+/// The handler pool's side of a connection served by a reactor.
+struct Offload {
+    jobs: crossbeam_channel::Sender<PoolJob>,
+    done_tx: crossbeam_channel::Sender<PoolDone>,
+    done: crossbeam_channel::Receiver<PoolDone>,
+    /// Calls the full pool queue did not take yet.
+    waiting: VecDeque<PoolJob>,
+}
+
+fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
+    while let Ok(j) = jobs.recv() {
+        let mut r = XdrReader::new(&j.msg);
+        r.set_padding(j.padding, j.hlen);
+        // The reactor decoded this header already; it decodes the same here.
+        let Ok(call) = CallRepr::parse(&mut r) else {
+            continue;
+        };
+        let mut args = ArgReader::new(r, &j.pulled);
+        let (rep, body) = j.reg.dispatch(&call, &mut args);
+        let _ = j.reply_to.send(PoolDone {
+            xid: j.xid,
+            chunks: j.chunks,
+            rep: ReplyRepr { xid: j.xid, ..rep },
+            body,
+        });
+    }
 }
 
 impl Reactors {
     fn start(net: &Net, cfg: &ServerConfig, stop: &Arc<AtomicBool>) -> Result<Reactors, RpcError> {
+        let (handlers, jobs) = crossbeam_channel::bounded(HANDLER_QUEUE);
+        for i in 0..cfg.handler_threads.max(1) {
+            let jobs = jobs.clone();
+            thread::Builder::new()
+                .name(format!("rpc-handler{i}"))
+                .spawn(move || handler_thread(jobs))?;
+        }
         let mut senders = Vec::new();
         let mut pools = Vec::new();
         for k in 0..net.workers() {
@@ -377,7 +452,11 @@ impl Reactors {
             senders.push(tx);
             pools.push(CreditPool::new(cfg.credit_pool, cfg.max_credits));
         }
-        Ok(Reactors { senders, pools })
+        Ok(Reactors {
+            senders,
+            pools,
+            handlers,
+        })
     }
 }
 
@@ -478,6 +557,8 @@ struct ConnServer {
     /// times `max_chunk`, so a client cannot make the server register unbounded memory).
     pull_bytes: usize,
     last_sweep: Instant,
+    /// Served by a reactor: blocking procedures go to the handler pool.
+    offload: Option<Offload>,
 }
 
 /// Read-chunk bytes a connection holds for parked calls, in units of `max_chunk`: one call
@@ -563,6 +644,7 @@ impl ConnServer {
             next_job: 1,
             pull_bytes: 0,
             last_sweep: Instant::now(),
+            offload: None,
         }
     }
 
@@ -613,9 +695,39 @@ impl ConnServer {
             work = true;
             self.on_wc(wc)?;
         }
+        if self.offload.is_some() {
+            work |= self.poll_offload()?;
+        }
         if !self.done_wait.is_empty() && self.last_sweep.elapsed() > Duration::from_millis(100) {
             self.last_sweep = Instant::now();
             self.sweep_done();
+        }
+        Ok(work)
+    }
+
+    /// Queue what the pool did not take yet; send the replies of the calls it finished.
+    fn poll_offload(&mut self) -> Result<bool, RpcError> {
+        let Some(off) = self.offload.as_mut() else {
+            return Ok(false);
+        };
+        let mut work = false;
+        while let Some(j) = off.waiting.pop_front() {
+            match off.jobs.try_send(j) {
+                Ok(()) => work = true,
+                Err(crossbeam_channel::TrySendError::Full(j)) => {
+                    off.waiting.push_front(j);
+                    break;
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                    return Err(RpcError::Usage("the handler pool has stopped"));
+                }
+            }
+        }
+        let done: Vec<PoolDone> = off.done.try_iter().collect();
+        for d in done {
+            work = true;
+            let r = self.reply(d.xid, d.rep, d.body, &d.chunks);
+            self.answer(d.xid, r)?;
         }
         Ok(work)
     }
@@ -807,7 +919,7 @@ impl ConnServer {
                     return Err(Fail::Chunk("read chunk position beyond the message"));
                 }
                 if rcs.is_empty() {
-                    return self.execute(xid, &chunks, m, hlen, padding, &[]);
+                    return self.execute(xid, &chunks, m, hlen, padding, Vec::new());
                 }
             }
             None => {
@@ -967,13 +1079,13 @@ impl ConnServer {
             ..
         } = job;
         match inline {
-            Some(m) => self.execute(xid, &chunks, &m, hlen, padding, &pulled),
+            Some(m) => self.execute(xid, &chunks, &m, hlen, padding, pulled),
             None => {
                 let m = call.unwrap_or_default();
                 if pulled.iter().any(|c| c.position as usize > m.len()) {
                     return Err(Fail::Chunk("read chunk position beyond the message"));
                 }
-                self.execute(xid, &chunks, &m, 0, None, &pulled)
+                self.execute(xid, &chunks, &m, 0, None, pulled)
             }
         }
     }
@@ -986,7 +1098,7 @@ impl ConnServer {
         msg: &[u8],
         hlen: usize,
         padding: Option<Padding>,
-        pulled: &[PulledChunk],
+        pulled: Vec<PulledChunk>,
     ) -> Result<(), Fail> {
         let mut r = XdrReader::new(msg);
         r.set_padding(padding, hlen);
@@ -1015,10 +1127,26 @@ impl ConnServer {
             );
         }
         bump(&self.stats.calls, 1);
+        if let Some(off) = self.offload.as_mut() {
+            if call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
+                off.waiting.push_back(PoolJob {
+                    xid,
+                    chunks: chunks.clone(),
+                    msg: msg.to_vec(),
+                    hlen,
+                    padding,
+                    pulled,
+                    reg: self.reg.clone(),
+                    reply_to: off.done_tx.clone(),
+                });
+                self.poll_offload()?;
+                return Ok(());
+            }
+        }
         let (rep, body) = if call.prog == CONFIG_RDMA_PROG {
             self.config_rdma(&call, &mut r)
         } else {
-            let mut args = ArgReader::new(r, pulled);
+            let mut args = ArgReader::new(r, &pulled);
             self.reg.dispatch(&call, &mut args)
         };
         let rep = ReplyRepr { xid, ..rep };

@@ -612,6 +612,14 @@ fn bench_verbs_write(
     }
     let secs = t0.elapsed().as_secs_f64();
     qp.disconnect();
+    // A driven client worker sends the FIN only when polled: drive it until the server side
+    // has seen the close.
+    let end = Instant::now() + Duration::from_secs(10);
+    while !server.is_finished() && Instant::now() < end {
+        if !net.client.poll() {
+            thread::sleep(Duration::from_micros(100));
+        }
+    }
     let _ = server.join();
     Ok(Some(done as f64 * size as f64 * 8.0 / secs / 1e9))
 }
