@@ -4,7 +4,9 @@
 //! CQs. Every procedure and chunk path with the data verified, then 32 pipelined WRITEs by read
 //! chunk (RDMA Reads as continuations: several calls parked at once) and READs into write chunks
 //! on two connections. No thread per connection exists: the request path never leaves the
-//! reactor. One EAL per process: this file holds the only EAL test of its binary.
+//! reactor. A procedure registered as blocking runs on the handler pool: while it is held, the
+//! reactor keeps answering. One EAL per process: this file holds the only EAL test of its
+//! binary.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::{Dataplane, WorkerMode};
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
-use dpwarp::rpc::program::Registry;
+use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 
 mod rpc_common;
@@ -156,6 +158,47 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     );
     drop(c);
     drop(c2);
+    h.stop();
+
+    // A procedure registered as blocking runs on the handler pool, not on the reactor: while
+    // it is held, NULL calls on the same connection are answered; released, it answers too.
+    let (release_tx, release_rx) = crossbeam_channel::unbounded::<()>();
+    let mut reg = Registry::new();
+    block::register(&mut reg, store.clone());
+    reg.register_blocking(BLOCK_PROG, BLOCK_VERS, 99, move |_, _| {
+        release_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the test releases the blocking call");
+        Ok(Body::new())
+    });
+    let srv = RdmaServer::new(reg, ServerConfig::default());
+    let h = srv
+        .listen(&server_net, SocketAddr::from((server_ep.ip(), 20050)))
+        .unwrap();
+    let mut c = RdmaClient::connect(&client, h.addr, ClientConfig::default()).unwrap();
+    let held = c
+        .submit(BLOCK_PROG, BLOCK_VERS, 99, Body::new(), &CallOpts::default())
+        .unwrap();
+    for _ in 0..10 {
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_NULL,
+                Body::new(),
+                &CallOpts::default(),
+            )
+            .expect("NULL answered while a blocking call is held");
+        assert!(rep.results().is_ok());
+    }
+    release_tx.send(()).unwrap();
+    assert!(c.wait(held).unwrap().results().is_ok());
+    let ts = threads();
+    assert!(
+        ts.iter().any(|(n, _)| n.starts_with("rpc-handler")),
+        "threads: {ts:?}"
+    );
+    drop(c);
     h.stop();
     for s in dp.stats() {
         assert_eq!((s.device.rx_dropped, s.device.tx_no_mbuf), (0, 0), "{s:?}");
