@@ -177,7 +177,13 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
         .unwrap();
     let mut c = RdmaClient::connect(&client, h.addr, ClientConfig::default()).unwrap();
     let held = c
-        .submit(BLOCK_PROG, BLOCK_VERS, 99, Body::new(), &CallOpts::default())
+        .submit(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            99,
+            Body::new(),
+            &CallOpts::default(),
+        )
         .unwrap();
     for _ in 0..10 {
         let rep = c

@@ -380,6 +380,7 @@ const HANDLER_QUEUE: usize = 256;
 /// A blocking call handed from a reactor to the handler pool: everything needed to decode and
 /// run it, and where the results go.
 struct PoolJob {
+    seq: u64,
     xid: u32,
     chunks: Chunks,
     msg: Vec<u8>,
@@ -392,6 +393,7 @@ struct PoolJob {
 
 /// A blocking call's outcome, back to its connection.
 struct PoolDone {
+    seq: u64,
     xid: u32,
     chunks: Chunks,
     rep: ReplyRepr,
@@ -418,6 +420,7 @@ fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
         let mut args = ArgReader::new(r, &j.pulled);
         let (rep, body) = j.reg.dispatch(&call, &mut args);
         let _ = j.reply_to.send(PoolDone {
+            seq: j.seq,
             xid: j.xid,
             chunks: j.chunks,
             rep: ReplyRepr { xid: j.xid, ..rep },
@@ -559,6 +562,11 @@ struct ConnServer {
     last_sweep: Instant,
     /// Served by a reactor: blocking procedures go to the handler pool.
     offload: Option<Offload>,
+    /// Messages received so far (their arrival numbers, from 1).
+    rx_seq: u64,
+    /// The arrival number of the message being answered (for the credit accounting, which
+    /// must know which call a reply answers: replies may leave out of order).
+    answering: u64,
 }
 
 /// Read-chunk bytes a connection holds for parked calls, in units of `max_chunk`: one call
@@ -573,6 +581,8 @@ const POLL_BUDGET: usize = 64;
 /// by the completion of its last RDMA Read.
 struct PullJob {
     id: u64,
+    /// Arrival number of the call.
+    seq: u64,
     xid: u32,
     chunks: Chunks,
     /// The inline part of the call (after the transport header); `None`: RDMA_NOMSG, the call
@@ -645,6 +655,8 @@ impl ConnServer {
             pull_bytes: 0,
             last_sweep: Instant::now(),
             offload: None,
+            rx_seq: 0,
+            answering: 0,
         }
     }
 
@@ -726,6 +738,7 @@ impl ConnServer {
         let done: Vec<PoolDone> = off.done.try_iter().collect();
         for d in done {
             work = true;
+            self.answering = d.seq;
             let r = self.reply(d.xid, d.rep, d.body, &d.chunks);
             self.answer(d.xid, r)?;
         }
@@ -761,6 +774,8 @@ impl ConnServer {
         if self.credits.repost() {
             self.ep.repost(&wc)?;
         }
+        self.rx_seq += 1;
+        self.answering = self.rx_seq;
         let r = self.on_message(&msg);
         self.rx_scratch = msg;
         r
@@ -791,7 +806,7 @@ impl ConnServer {
         rpc: &[u8],
         hold: Vec<Res>,
     ) -> Result<(), RpcError> {
-        let step = self.credits.next_reply();
+        let step = self.credits.next_reply(self.answering);
         for _ in 0..step.post {
             self.ep.add_recv()?;
         }
@@ -934,6 +949,7 @@ impl ConnServer {
         self.next_job += 1;
         self.pulls.push_back(PullJob {
             id,
+            seq: self.answering,
             xid,
             chunks,
             inline: inline.map(<[u8]>::to_vec),
@@ -1011,6 +1027,7 @@ impl ConnServer {
             }
             for job in ready {
                 self.pull_bytes -= job.reserved;
+                self.answering = job.seq;
                 let xid = job.xid;
                 let r = self.resume(job);
                 self.answer(xid, r)?;
@@ -1130,6 +1147,7 @@ impl ConnServer {
         if let Some(off) = self.offload.as_mut() {
             if call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
                 off.waiting.push_back(PoolJob {
+                    seq: self.answering,
                     xid,
                     chunks: chunks.clone(),
                     msg: msg.to_vec(),
