@@ -12,4 +12,7 @@ pub mod wr;
 pub use crate::mpa::RtrKind;
 pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId};
 pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrRole, MIN_ULPDU_ROOM};
-pub use wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use smallvec::smallvec;
+pub use wr::{
+    Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
+};

@@ -122,7 +122,7 @@ struct TxMsg {
     qn: u32,
     msn: u32,
     inv_stag: u32,
-    sges: Vec<Sge>,
+    sges: crate::rdma::wr::SgList,
     /// Fixed payload (Read Request header) instead of SGEs.
     fixed: Option<Vec<u8>>,
     len: u32,
@@ -1253,7 +1253,8 @@ impl QpEngine {
             }
         }
         // Scatter: check every piece, then copy (nothing placed if any piece fails).
-        let mut pieces: Vec<(Sge, u64, usize, usize)> = Vec::new();
+        let mut pieces: smallvec::SmallVec<[(Sge, u64, usize, usize); 2]> =
+            smallvec::SmallVec::new();
         let (mut pos, mut done) = (0u64, 0usize);
         for s in &self.rq[d].wr.sg_list {
             let end = pos + u64::from(s.length);

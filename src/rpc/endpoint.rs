@@ -7,6 +7,7 @@
 //! used it — send-queue completions are in order) arrives, because the engine gathers the bytes
 //! when it transmits, not when the work request is posted.
 
+use crate::verbs::smallvec;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -107,7 +108,7 @@ impl Endpoint {
         let idx = self.recv_bufs.len() as u64;
         self.qp.post_recv(RecvWr {
             wr_id: idx,
-            sg_list: vec![sge(&mr, 0, self.recv_size)],
+            sg_list: smallvec![sge(&mr, 0, self.recv_size)],
         })?;
         self.recv_bufs.push(mr);
         Ok(())
@@ -134,7 +135,7 @@ impl Endpoint {
         };
         self.qp.post_recv(RecvWr {
             wr_id: wc.wr_id,
-            sg_list: vec![sge(mr, 0, self.recv_size)],
+            sg_list: smallvec![sge(mr, 0, self.recv_size)],
         })?;
         Ok(())
     }
@@ -243,7 +244,7 @@ impl Endpoint {
         let r = self.qp.post_send(SendWr {
             wr_id: id,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&mr, 0, bytes.len())],
+            sg_list: smallvec![sge(&mr, 0, bytes.len())],
             signaled: true,
         });
         match r {
@@ -287,7 +288,7 @@ impl Endpoint {
                         remote_addr: s.offset,
                         rkey: s.handle,
                     },
-                    sg_list: vec![sge(sink, off, s.length as usize)],
+                    sg_list: smallvec![sge(sink, off, s.length as usize)],
                     signaled: true,
                 })?;
                 off += s.length as usize;
@@ -330,7 +331,7 @@ impl Endpoint {
                         remote_addr: s.offset,
                         rkey: s.handle,
                     },
-                    sg_list: vec![sge(src, src_off + done, n)],
+                    sg_list: smallvec![sge(src, src_off + done, n)],
                     signaled: false,
                 })?;
             }

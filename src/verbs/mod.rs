@@ -23,8 +23,8 @@ use crossbeam_queue::ArrayQueue;
 use crate::conn::{ConnEvent, Connection};
 use crate::rdma::qp::{validate_recv, validate_send};
 pub use crate::rdma::{
-    Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion,
+    smallvec, Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr,
+    SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
 };
 use crate::wake::Wakeup;
 use crate::wire::terminate::TermCause;
