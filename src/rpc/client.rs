@@ -401,7 +401,7 @@ impl RdmaClient {
             cred: self.cred.clone(),
             verf: Auth::None,
         };
-        let pieces = args.into_pieces();
+        let pieces = args.into_owned_pieces();
         let thr = self.cfg.bulk_threshold;
         // Encode with or without MSGP padding; bulk items in read chunks leave only their
         // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
@@ -419,7 +419,7 @@ impl RdmaClient {
                         w.put_u32(d.len() as u32);
                         reads.push((w.position() as u32, i));
                     }
-                    Piece::Bulk(d) => w.put_opaque(d),
+                    p => p.put_inline(&mut w),
                 }
             }
             (w.into_vec(), reads)

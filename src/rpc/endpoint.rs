@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::RpcError;
 use crate::verbs::{
-    sge, Access, Cq, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
+    sge, Access, SharedMem, Cq, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
     WorkCompletion,
 };
 use crate::wire::rpcrdma::Segment;
@@ -24,12 +24,17 @@ pub(crate) enum Res {
     Stage(Mr),
     /// A region made of a handler's result bytes (RDMA Write source), deregistered.
     Adopted(Mr),
+    /// A registration of shared memory kept for the connection ([`Endpoint::shared`]): only
+    /// the handle is dropped.
+    Kept(Mr),
 }
 
 /// Send buffers kept at most.
 const MAX_SEND_BUFS: usize = 256;
 /// Staging regions kept for reuse.
 const MAX_STAGE_CACHE: usize = 16;
+/// Registrations of shared memory (a block store) kept per connection.
+const MAX_SHARED: usize = 8;
 
 pub(crate) struct Endpoint {
     pub qp: Qp,
@@ -42,6 +47,8 @@ pub(crate) struct Endpoint {
     send_free: Vec<Mr>,
     send_count: usize,
     stage_free: Vec<Mr>,
+    /// Shared memory registered in this PD ([`Endpoint::shared`]), deregistered on drop.
+    shared: Vec<(SharedMem, Mr)>,
     next_wr: u64,
     /// Per signaled Send: its send buffer and the regions it holds. Kept apart so the common
     /// Send with nothing else held allocates no vector.
@@ -80,6 +87,7 @@ impl Endpoint {
             send_free: Vec::new(),
             send_count: 0,
             stage_free: Vec::new(),
+            shared: Vec::new(),
             next_wr: 1,
             pending: HashMap::new(),
             timeout: Duration::from_secs(10),
@@ -168,6 +176,24 @@ impl Endpoint {
         self.pd.reg_mr_from(data, Access::LOCAL_WRITE)
     }
 
+    /// `mem` registered in this connection's PD for local access (RDMA Write source, RDMA
+    /// Read sink; the peer gets no rights to it), and what a work request using it holds until
+    /// its Send completes. The first [`MAX_SHARED`] memories stay registered for the
+    /// connection's life; others are registered for the one request and deregistered when it
+    /// completes.
+    pub fn shared(&mut self, mem: &SharedMem) -> (Mr, Res) {
+        if let Some((_, mr)) = self.shared.iter().find(|(m, _)| m.same(mem)) {
+            return (mr.clone(), Res::Kept(mr.clone()));
+        }
+        let mr = self.pd.reg_mr_shared(mem, Access::LOCAL_WRITE);
+        if self.shared.len() < MAX_SHARED {
+            self.shared.push((mem.clone(), mr.clone()));
+            (mr.clone(), Res::Kept(mr))
+        } else {
+            (mr.clone(), Res::Adopted(mr))
+        }
+    }
+
     /// Free what a request held once its Send completed (or failed to post).
     pub fn release(&mut self, r: Res) {
         match r {
@@ -175,6 +201,7 @@ impl Endpoint {
             Res::Adopted(m) => {
                 self.pd.dereg_mr(&m);
             }
+            Res::Kept(m) => drop(m),
         }
     }
 
@@ -270,9 +297,21 @@ impl Endpoint {
         sink: &Mr,
         window: usize,
     ) -> Result<usize, RpcError> {
+        self.rdma_read_at(segs, sink, 0, window)
+    }
+
+    /// [`Endpoint::rdma_read`] into `sink` from byte `at` on (the caller checked that the
+    /// segments fit).
+    pub fn rdma_read_at(
+        &mut self,
+        segs: &[Segment],
+        sink: &Mr,
+        at: usize,
+        window: usize,
+    ) -> Result<usize, RpcError> {
         let window = window.max(1);
         let mut outstanding: Vec<u64> = Vec::new();
-        let mut off = 0usize;
+        let mut off = at;
         let mut next = 0usize;
         loop {
             while next < segs.len() && outstanding.len() < window {
@@ -295,7 +334,7 @@ impl Endpoint {
                 outstanding.push(id);
             }
             if outstanding.is_empty() {
-                return Ok(off);
+                return Ok(off - at);
             }
             let wc = self.scq.wait(self.timeout).ok_or(RpcError::Timeout)?;
             if let Some(i) = outstanding.iter().position(|&x| x == wc.wr_id) {
@@ -345,5 +384,14 @@ impl Endpoint {
             return Err(RpcError::Usage("chunk smaller than the data"));
         }
         Ok(out)
+    }
+}
+
+impl Drop for Endpoint {
+    /// The shared-memory registrations end with the connection (the memory itself lives on).
+    fn drop(&mut self) {
+        for (_, mr) in self.shared.drain(..) {
+            self.pd.dereg_mr(&mr);
+        }
     }
 }

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
-use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
+use super::program::{ArgReader, Body, ChunkData, Piece, Placement, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
@@ -119,6 +119,14 @@ pub struct ServerStats {
     pub reads_pulled: AtomicU64,
     /// Bulk result bytes RDMA Written into write chunks.
     pub bytes_written: AtomicU64,
+    /// Bulk (DDP-eligible) bytes moved by RDMA through a buffer of their own instead of
+    /// straight from or into a handler's registered memory: read chunks pulled into a region
+    /// registered for the call, [`Body::put_bulk`] results written into write chunks. 0 on a
+    /// zero-copy path (docs/rpc.md).
+    pub bulk_staged_bytes: AtomicU64,
+    /// Read-chunk bytes RDMA Read straight into a procedure's registered memory
+    /// ([`Registry::register_with_placement`]).
+    pub bulk_placed_bytes: AtomicU64,
 }
 
 impl ServerStats {
@@ -536,6 +544,19 @@ impl ConnServer {
         }
     }
 
+    /// RDMA-Read a read chunk straight into the memory its procedure's placer named
+    /// ([`Registry::placement`] checked the range and the length).
+    fn pull_placed(&mut self, segs: &[Segment], p: &Placement) -> Result<usize, Fail> {
+        let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
+        let (mr, held) = self.ep.shared(&p.mem);
+        let r = self.ep.rdma_read_at(segs, &mr, p.offset, window);
+        self.ep.release(held);
+        bump(&self.stats.reads_pulled, 1);
+        let n = r.map_err(Fail::Fatal)?;
+        bump(&self.stats.bulk_placed_bytes, n as u64);
+        Ok(n)
+    }
+
     fn call(
         &mut self,
         xid: u32,
@@ -586,12 +607,21 @@ impl ConnServer {
                 &owned
             }
         };
+        // Zero-copy WRITE: the read chunk a procedure places straight into its memory.
+        let place = self.reg.placement(msg, padding, hlen, rest);
         let mut pulled = Vec::with_capacity(rest.len());
-        for c in rest {
+        for (i, c) in rest.iter().enumerate() {
             if c.position as usize > msg.len() {
                 return Err(Fail::Chunk("read chunk position beyond the message"));
             }
-            let data = self.pull(&c.segments, c.len() as usize)?;
+            let data = match place.as_ref().filter(|p| p.0 == i) {
+                Some((_, p)) => ChunkData::Placed(self.pull_placed(&c.segments, p)?),
+                None => {
+                    let d = self.pull(&c.segments, c.len() as usize)?;
+                    bump(&self.stats.bulk_staged_bytes, d.len() as u64);
+                    ChunkData::Bytes(d)
+                }
+            };
             pulled.push(PulledChunk {
                 position: c.position,
                 data,
@@ -690,20 +720,32 @@ impl ConnServer {
         // Bulk items moved into write chunks: their length (the XDR keeps only that).
         let mut in_chunk: Vec<Option<usize>> = vec![None; pieces.len()];
         for (i, p) in pieces.iter_mut().enumerate() {
-            if let Piece::Bulk(d) = p {
+            if let Some(n) = p.bulk_len() {
                 if let Some(wc) = chunks.writes.get(wi) {
                     let cap: u64 = wc.iter().map(|s| u64::from(s.length)).sum();
-                    if d.len() as u64 > cap {
+                    if n as u64 > cap {
                         for r in staged {
                             self.ep.release(r);
                         }
                         return Err(Fail::Chunk("write chunk smaller than the result"));
                     }
-                    // The handler's bytes become the RDMA Write source as they are.
-                    let n = d.len();
-                    let mr = self.ep.adopt(std::mem::take(d));
-                    let written = self.ep.rdma_write(&mr, 0, n, wc);
-                    staged.push(Res::Adopted(mr));
+                    let written = match p {
+                        // Zero-copy READ: written straight from the handler's registered memory.
+                        Piece::Region { mem, offset, .. } => {
+                            let (mr, held) = self.ep.shared(mem);
+                            staged.push(held);
+                            self.ep.rdma_write(&mr, *offset, n, wc)
+                        }
+                        // The handler's bytes become the RDMA Write source as they are.
+                        Piece::Bulk(d) => {
+                            let mr = self.ep.adopt(std::mem::take(d));
+                            bump(&self.stats.bulk_staged_bytes, n as u64);
+                            let w = self.ep.rdma_write(&mr, 0, n, wc);
+                            staged.push(Res::Adopted(mr));
+                            w
+                        }
+                        Piece::Xdr(_) => continue,
+                    };
                     returned[wi] = match written {
                         Ok(r) => r,
                         Err(e) => {
@@ -726,12 +768,9 @@ impl ConnServer {
             }
             rep.emit(&mut w);
             for (i, p) in pieces.iter().enumerate() {
-                match p {
-                    Piece::Xdr(b) => w.put_raw(b),
-                    Piece::Bulk(d) => match in_chunk[i] {
-                        Some(n) => w.put_u32(n as u32),
-                        None => w.put_opaque(d),
-                    },
+                match in_chunk[i] {
+                    Some(n) => w.put_u32(n as u32),
+                    None => p.put_inline(&mut w),
                 }
             }
             w.into_vec()
