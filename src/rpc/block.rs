@@ -26,7 +26,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::client::ReplyReader;
+use super::client::{BulkView, ReplyReader};
 use super::program::{garbage, Body, Bulk, Placement, Registry};
 use crate::verbs::SharedMem;
 use crate::wire::xdr::XdrReader;
@@ -269,13 +269,26 @@ pub fn write_args(off: u64, data: Vec<u8>) -> Body {
     b
 }
 
-/// Decode READ results: data or a status.
+/// Decode READ results: the data where it arrived (the client's write-chunk region, or the
+/// inline reply; [`BulkView`], no copy) or a status.
+pub fn decode_read_view<'a>(
+    r: &mut ReplyReader<'a>,
+) -> Result<Result<BulkView<'a>, u32>, crate::wire::Error> {
+    let st = r.xdr.get_u32()?;
+    if st != BLK_OK {
+        return Ok(Err(st));
+    }
+    Ok(Ok(r.get_bulk(MAX_IO)?))
+}
+
+/// Decode READ results: a copy of the data ([`decode_read_view`] hands out the data in
+/// place) or a status.
 pub fn decode_read(r: &mut ReplyReader<'_>) -> Result<Result<Vec<u8>, u32>, crate::wire::Error> {
     let st = r.xdr.get_u32()?;
     if st != BLK_OK {
         return Ok(Err(st));
     }
-    Ok(Ok(r.get_bulk(MAX_IO)?.to_vec()))
+    Ok(decode_read_view(r)?.map(|d| d.to_vec()))
 }
 
 /// Decode WRITE results: bytes written or a status.
