@@ -365,10 +365,11 @@ impl Registry {
     /// MSGP `padding` after a header of `hlen` octets) are pulled: which of `chunks` (by index)
     /// goes straight into registered memory, and where. `None` (pull into a region of its own)
     /// unless the procedure has a placer, the call would be dispatched to it (credentials as in
-    /// [`Registry::dispatch`]), the placer names a range inside its memory, and a chunk sits
-    /// exactly at the placement's position with exactly its length (a chunk that carries the
-    /// XDR roundup would write the pad past the range). Every check that fails falls back to the
-    /// ordinary path, which answers malformed calls as before.
+    /// [`Registry::dispatch`]), the placer names a range inside its memory, and the call's one
+    /// read chunk sits exactly at the placement's position with exactly its length (a chunk that
+    /// carries the XDR roundup would write the pad past the range; a second chunk would make the
+    /// call malformed after the data landed). Every check that fails falls back to the ordinary
+    /// path, which answers malformed calls as before (GARBAGE_ARGS, ERR_CHUNK).
     pub fn placement(
         &self,
         msg: &[u8],
@@ -376,9 +377,9 @@ impl Registry {
         hlen: usize,
         chunks: &[ReadChunk],
     ) -> Option<(usize, Placement)> {
-        if chunks.is_empty() {
+        let [chunk] = chunks else {
             return None;
-        }
+        };
         let mut r = XdrReader::new(msg);
         r.set_padding(padding, hlen);
         let call = CallRepr::parse(&mut r).ok()?;
@@ -396,8 +397,7 @@ impl Registry {
         if p.len == 0 || p.offset.checked_add(p.len).is_none_or(|e| e > p.mem.len()) {
             return None;
         }
-        let i = chunks.iter().position(|c| c.position == p.position)?;
-        (chunks[i].len() == p.len as u64).then_some((i, p))
+        (chunk.position == p.position && chunk.len() == p.len as u64).then_some((0, p))
     }
 
     /// Run the call: the reply header and (for SUCCESS) the results.
