@@ -104,8 +104,16 @@ fn write_read_in_place(s: &RdmaServer, store: &BlockStore, c: &mut RdmaClient, s
     assert_eq!(read_chunk(c, off, MIB), data);
     let after = counters(s);
     assert_eq!(after.0 - before.0, 0, "bulk bytes staged outside the store");
-    assert_eq!(after.1 - before.1, MIB as u64, "bytes RDMA-Read into the store");
-    assert_eq!(after.2 - before.2, MIB as u64, "bytes RDMA-Written from the store");
+    assert_eq!(
+        after.1 - before.1,
+        MIB as u64,
+        "bytes RDMA-Read into the store"
+    );
+    assert_eq!(
+        after.2 - before.2,
+        MIB as u64,
+        "bytes RDMA-Written from the store"
+    );
 }
 
 #[test]
@@ -158,7 +166,12 @@ fn refused_writes_are_not_placed() {
         write_status(&mut c, (MIB - 1000) as u64, data.clone()),
         Err(block::BLK_ERANGE)
     );
-    assert!(store.memory_region().unwrap().bytes().iter().all(|&b| b == 0));
+    assert!(store
+        .memory_region()
+        .unwrap()
+        .bytes()
+        .iter()
+        .all(|&b| b == 0));
     assert_eq!(counters(&s).1, 0, "nothing placed");
 
     let mut ro = BlockStore::memory(MIB);
@@ -166,6 +179,11 @@ fn refused_writes_are_not_placed() {
     let (s, store) = server(ro);
     let mut c = mem_client(&s);
     assert_eq!(write_status(&mut c, 0, data), Err(block::BLK_EROFS));
-    assert!(store.memory_region().unwrap().bytes().iter().all(|&b| b == 0));
+    assert!(store
+        .memory_region()
+        .unwrap()
+        .bytes()
+        .iter()
+        .all(|&b| b == 0));
     assert_eq!(counters(&s).1, 0, "nothing placed");
 }

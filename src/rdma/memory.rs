@@ -415,7 +415,10 @@ impl Mr {
     pub fn into_bytes(self) -> Result<Vec<u8>, Mr> {
         match Arc::try_unwrap(self.region) {
             Ok(r) => match Arc::try_unwrap(r.data) {
-                Ok(lock) => Ok(lock.into_inner().unwrap_or_else(|p| p.into_inner()).into_vec()),
+                Ok(lock) => Ok(lock
+                    .into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .into_vec()),
                 Err(data) => Err(Mr {
                     region: Arc::new(Region { data, ..r }),
                 }),
@@ -644,7 +647,11 @@ mod tests {
         assert_eq!(ra.addr(), mem.addr());
         assert!(m.deregister(rb.stag()));
         drop((ra, rb));
-        assert_eq!(&mem.bytes()[8..11], b"abc", "the memory outlives its regions");
+        assert_eq!(
+            &mem.bytes()[8..11],
+            b"abc",
+            "the memory outlives its regions"
+        );
         assert_eq!(mem, mem.clone());
         assert_ne!(mem, SharedMem::new(64));
     }

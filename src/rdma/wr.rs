@@ -166,3 +166,23 @@ pub enum PostError {
     #[error("RDMA Read not allowed: the negotiated ORD is 0 (the peer's IRD allows no Read; RFC 6581 §9.1)")]
     ZeroOrd,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sg_lists_up_to_the_inline_capacity_do_not_allocate() {
+        let s = Sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        };
+        let one: SgList = s.into();
+        assert_eq!(one.as_slice(), &[s]);
+        let two: SgList = smallvec::smallvec![s; SG_INLINE];
+        assert!(!one.spilled() && !two.spilled());
+        let three: SgList = smallvec::smallvec![s; SG_INLINE + 1];
+        assert!(three.spilled(), "more SGEs still work, on the heap");
+    }
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::RpcError;
 use crate::verbs::{
-    sge, Access, SharedMem, Cq, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
+    sge, Access, Cq, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem, WcStatus,
     WorkCompletion,
 };
 use crate::wire::rpcrdma::Segment;

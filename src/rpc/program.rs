@@ -193,7 +193,9 @@ impl Piece {
         match self {
             Piece::Xdr(b) => w.put_raw(b),
             Piece::Bulk(d) => w.put_opaque(d),
-            Piece::Region { mem, offset, len } => w.put_opaque(&mem.bytes()[*offset..*offset + *len]),
+            Piece::Region { mem, offset, len } => {
+                w.put_opaque(&mem.bytes()[*offset..*offset + *len])
+            }
         }
     }
 
@@ -341,8 +343,14 @@ impl Registry {
     /// Register `f` for `prog`/`vers`/`proc_` with a placer for its bulk argument's read chunk
     /// (zero-copy WRITE, see [`PlaceFn`]); `f` takes the argument with
     /// [`ArgReader::get_bulk_placed`].
-    pub fn register_with_placement<F, P>(&mut self, prog: u32, vers: u32, proc_: u32, f: F, place: P)
-    where
+    pub fn register_with_placement<F, P>(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        f: F,
+        place: P,
+    ) where
         F: Fn(&CallRepr, &mut ArgReader<'_>) -> core::result::Result<Body, AcceptStat>
             + Send
             + Sync
@@ -481,5 +489,147 @@ mod tests {
         }];
         let a = ArgReader::new(XdrReader::new(&inline), &chunks);
         assert!(a.finish().is_err(), "an unconsumed chunk is refused");
+    }
+
+    /// A block-WRITE-like call (offset u64, then an opaque of `len`) with `cred`; returns the
+    /// message and the data's XDR position.
+    fn write_call(cred: Auth, len: u32) -> (Vec<u8>, u32) {
+        let mut w = XdrWriter::new();
+        CallRepr {
+            xid: 7,
+            prog: 9,
+            vers: 1,
+            proc_: 2,
+            cred,
+            verf: Auth::None,
+        }
+        .emit(&mut w);
+        w.put_u64(100);
+        w.put_u32(len);
+        let pos = w.position() as u32;
+        (w.into_vec(), pos)
+    }
+
+    fn chunk(position: u32, lens: &[u32]) -> ReadChunk {
+        ReadChunk {
+            position,
+            segments: lens
+                .iter()
+                .map(|&length| crate::wire::rpcrdma::Segment {
+                    handle: 1,
+                    length,
+                    offset: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// `Registry::placement` names a destination only for a well-formed call whose one read
+    /// chunk is exactly the placer's range; anything else falls back to the ordinary path.
+    #[test]
+    fn placement_only_for_an_exact_single_chunk_inside_the_memory() {
+        let mem = SharedMem::new(1000);
+        let m = mem.clone();
+        let mut reg = Registry::new();
+        reg.register_with_placement(
+            9,
+            1,
+            2,
+            |_, _| Ok(Body::new()),
+            move |_, x: &mut XdrReader<'_>| {
+                let off = x.get_u64().ok()? as usize;
+                let len = x.get_len(1 << 20).ok()?;
+                Some(Placement {
+                    position: x.position() as u32,
+                    mem: m.clone(),
+                    offset: off,
+                    len,
+                })
+            },
+        );
+        reg.register(9, 1, 3, |_, _| Ok(Body::new()));
+        let (msg, pos) = write_call(Auth::None, 50);
+        let p = reg.placement(&msg, None, 0, &[chunk(pos, &[20, 30])]);
+        let (i, p) = p.expect("placed");
+        assert_eq!((i, p.offset, p.len, p.position), (0, 100, 50, pos));
+        assert!(p.mem.same(&mem));
+        // Length differs (also by the XDR roundup), position differs, a second chunk.
+        assert!(reg.placement(&msg, None, 0, &[chunk(pos, &[51])]).is_none());
+        assert!(reg.placement(&msg, None, 0, &[chunk(pos, &[52])]).is_none());
+        assert!(reg
+            .placement(&msg, None, 0, &[chunk(pos - 4, &[50])])
+            .is_none());
+        let two = [chunk(pos, &[50]), chunk(pos + 8, &[4])];
+        assert!(reg.placement(&msg, None, 0, &two).is_none());
+        assert!(reg.placement(&msg, None, 0, &[]).is_none());
+        // Beyond the memory (100 + 901 > 1000), or empty.
+        let (big, pos) = write_call(Auth::None, 901);
+        assert!(reg
+            .placement(&big, None, 0, &[chunk(pos, &[901])])
+            .is_none());
+        let (empty, pos) = write_call(Auth::None, 0);
+        assert!(reg
+            .placement(&empty, None, 0, &[chunk(pos, &[0])])
+            .is_none());
+        // A flavor dispatch denies, a procedure without a placer, a truncated call.
+        let other = Auth::Other {
+            flavor: 6,
+            body: vec![],
+        };
+        let (denied, pos) = write_call(other, 50);
+        assert!(reg
+            .placement(&denied, None, 0, &[chunk(pos, &[50])])
+            .is_none());
+        let mut no_placer = msg.clone();
+        no_placer[20..24].copy_from_slice(&3u32.to_be_bytes());
+        assert!(reg
+            .placement(&no_placer, None, 0, &[chunk(pos, &[50])])
+            .is_none());
+        assert!(reg
+            .placement(&msg[..30], None, 0, &[chunk(pos, &[50])])
+            .is_none());
+    }
+
+    #[test]
+    fn placed_chunk_is_reported_not_copied() {
+        let mut w = XdrWriter::new();
+        w.put_u32(5);
+        let inline = w.into_vec();
+        let chunks = [PulledChunk {
+            position: 4,
+            data: ChunkData::Placed(5),
+        }];
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert_eq!(a.get_bulk_placed(100).unwrap(), Bulk::Placed(5));
+        a.finish().unwrap();
+        // get_bulk cannot hand out bytes it does not have.
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert!(a.get_bulk(100).is_err());
+        // A placed length that differs from the XDR length is malformed.
+        let chunks = [PulledChunk {
+            position: 4,
+            data: ChunkData::Placed(6),
+        }];
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert!(a.get_bulk_placed(100).is_err());
+    }
+
+    #[test]
+    fn region_pieces_go_inline_as_opaques() {
+        let mem = SharedMem::from_vec(b"0123456789".to_vec());
+        let mut b = Body::new();
+        b.xdr().put_u32(1);
+        b.put_bulk_region(&mem, 2, 5);
+        b.xdr().put_u32(2);
+        let mut w = XdrWriter::new();
+        w.put_u32(1);
+        w.put_opaque(b"23456");
+        w.put_u32(2);
+        assert_eq!(b.to_inline(), w.into_vec());
+        assert_eq!(
+            b.into_owned_pieces()[1],
+            Piece::Bulk(b"23456".to_vec()),
+            "copied for a sender without registered memory"
+        );
     }
 }
