@@ -124,7 +124,7 @@ struct TxMsg {
     inv_stag: u32,
     sges: crate::rdma::wr::SgList,
     /// Fixed payload (Read Request header) instead of SGEs.
-    fixed: Option<Vec<u8>>,
+    fixed: Option<ReadRequestRepr>,
     len: u32,
     sent: u32,
     /// Gather cursor: SGE index and offset inside it.
@@ -752,12 +752,10 @@ impl QpEngine {
                     src_stag: rkey,
                     src_to: remote_addr,
                 };
-                let mut body = Vec::with_capacity(28);
-                rr.emit_to_vec(&mut body);
                 m.opcode = RdmapOpcode::ReadRequest;
                 m.qn = QN_READ_REQUEST;
                 m.msn = msn;
-                m.fixed = Some(body);
+                m.fixed = Some(rr);
                 self.out_reads.push_back(OutRead {
                     seq: Some(seq),
                     sink_stag,
@@ -816,7 +814,8 @@ impl QpEngine {
         }
         .emit_to(out);
         if let Some(f) = &m.fixed {
-            out.put(f);
+            // Emitted straight into the outgoing FPDU (no buffer per Read Request).
+            f.emit_to(out);
         } else {
             // Gather `chunk` bytes from the SGE list.
             let mut left = chunk;
