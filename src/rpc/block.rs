@@ -284,10 +284,6 @@ pub fn decode_read_view<'a>(
 /// Decode READ results: a copy of the data ([`decode_read_view`] hands out the data in
 /// place) or a status.
 pub fn decode_read(r: &mut ReplyReader<'_>) -> Result<Result<Vec<u8>, u32>, crate::wire::Error> {
-    let st = r.xdr.get_u32()?;
-    if st != BLK_OK {
-        return Ok(Err(st));
-    }
     Ok(decode_read_view(r)?.map(|d| d.to_vec()))
 }
 
