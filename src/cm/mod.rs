@@ -167,6 +167,20 @@ pub(crate) trait NetBackend: Send + Sync {
     fn is_driven(&self) -> bool {
         false
     }
+    /// See [`Net::workers`].
+    fn workers(&self) -> usize {
+        1
+    }
+    /// See [`Net::poll_worker`].
+    fn poll_worker(&self, _k: usize) -> bool {
+        false
+    }
+    /// See [`Net::attach_worker`].
+    fn attach_worker(&self, _k: usize) {}
+    /// See [`Net::worker_cpu`].
+    fn worker_cpu(&self, _k: usize) -> Option<usize> {
+        None
+    }
     /// `kernel` or `dpdk`.
     fn name(&self) -> &'static str;
 }
@@ -221,6 +235,38 @@ impl Net {
         self.0.is_driven()
     }
 
+    /// How many workers move this transport's connections (a dataplane port's queues; 1 on
+    /// kernel TCP). A connection lives on one of them for its life ([`ConnRequest::worker`]).
+    pub fn workers(&self) -> usize {
+        self.0.workers()
+    }
+
+    /// Drive the `k`-th worker once (driven mode); false when it did nothing or is not driven.
+    pub fn poll_worker(&self, k: usize) -> bool {
+        self.0.poll_worker(k)
+    }
+
+    /// Make the calling thread the one that drives worker `k`: pinned to its CPU, with a DPDK
+    /// lcore id for the mempool cache (driven dataplane; nothing on kernel TCP).
+    pub fn attach_worker(&self, k: usize) {
+        self.0.attach_worker(k)
+    }
+
+    /// The CPU worker `k` is placed on (None on kernel TCP).
+    pub fn worker_cpu(&self, k: usize) -> Option<usize> {
+        self.0.worker_cpu(k)
+    }
+
+    /// For a CQ whose completions come from a driven worker: what the CQ runs when polled
+    /// empty ([`crate::verbs::Cq::drive_with`]); `None` when completions arrive on their own.
+    pub fn cq_driver(&self) -> Option<crate::verbs::CqDriver> {
+        if !self.is_driven() {
+            return None;
+        }
+        let net = self.clone();
+        Some(Arc::new(move || net.poll()))
+    }
+
     /// The transport's name: `kernel` or `dpdk`.
     pub fn name(&self) -> &'static str {
         self.0.name()
@@ -256,6 +302,10 @@ pub(crate) trait ListenerBackend: Send + Sync {
     fn local_addr(&self) -> SocketAddr;
     /// The next completed request, waiting up to `timeout`.
     fn get_request(&self, timeout: Duration) -> Result<ConnRequest, CmError>;
+    /// [`ListenerBackend::get_request`] without driving any worker while waiting.
+    fn get_request_undriven(&self, timeout: Duration) -> Result<ConnRequest, CmError> {
+        self.get_request(timeout)
+    }
 }
 
 impl Listener {
@@ -288,6 +338,13 @@ impl Listener {
     pub fn get_request(&self, timeout: Duration) -> Result<ConnRequest, CmError> {
         self.inner.get_request(timeout)
     }
+
+    /// [`Listener::get_request`] for a thread that leaves the driven dataplane workers to
+    /// others (their drivers, e.g. a server's reactors): it sleeps instead of polling them.
+    /// The same as `get_request` where nothing is driven.
+    pub fn get_request_undriven(&self, timeout: Duration) -> Result<ConnRequest, CmError> {
+        self.inner.get_request_undriven(timeout)
+    }
 }
 
 /// How a backend's waiter receives the connection's events: `recv(time left)`, `None` when
@@ -303,6 +360,10 @@ pub(crate) trait Pending: Send {
     fn start(self: Box<Self>, qp: &Qp) -> Result<Events, CmError>;
     /// Send `frame` (an MPA Reply with R=1) and close the stream.
     fn reject(self: Box<Self>, frame: Vec<u8>) -> Result<(), CmError>;
+    /// The index of the worker that holds the connection ([`Net::workers`]).
+    fn worker(&self) -> usize {
+        0
+    }
 }
 
 /// An incoming connection whose MPA Request has arrived (`RDMA_CM_EVENT_CONNECT_REQUEST`), on
@@ -353,6 +414,12 @@ impl ConnRequest {
     /// The initiator's address, when the transport knows it.
     pub fn remote_addr(&self) -> Option<SocketAddr> {
         self.remote
+    }
+
+    /// The worker that moves this connection's bytes (an index below [`Net::workers`]): a
+    /// server that drives its workers itself serves the connection on that worker's thread.
+    pub fn worker(&self) -> usize {
+        self.pending.worker()
     }
 
     /// The initiator's ULP private data from its MPA Request (RFC 5044 §7.1.1).

@@ -139,6 +139,10 @@ pub struct Endpoint {
     workers: Arc<Vec<Sender<Cmd>>>,
     /// Driven mode: the workers to poll while a call waits.
     driven: Arc<Vec<Arc<Mutex<Worker>>>>,
+    /// The CPU of each worker (same order as `workers`).
+    cpus: Arc<Vec<Option<usize>>>,
+    /// The dataplane-wide index of the first worker (a port's workers are consecutive).
+    base: usize,
     next: Arc<AtomicUsize>,
 }
 
@@ -309,6 +313,8 @@ impl Dataplane {
             };
             let mut senders = Vec::new();
             let mut driven = Vec::new();
+            let mut cpus = Vec::new();
+            let base = workers.len();
             for q in 0..nq {
                 let (tx, rx) = crossbeam_channel::bounded(256);
                 let index = workers.len();
@@ -374,6 +380,7 @@ impl Dataplane {
                     }
                 };
                 senders.push(tx.clone());
+                cpus.push(cpu);
                 workers.push(WorkerRef {
                     cmds: tx,
                     thread,
@@ -386,6 +393,8 @@ impl Dataplane {
                 mtu: usize::from(mtu),
                 workers: Arc::new(senders),
                 driven: Arc::new(driven),
+                cpus: Arc::new(cpus),
+                base,
                 next: Arc::new(AtomicUsize::new(0)),
             });
         }
@@ -595,6 +604,37 @@ impl Endpoint {
         !self.driven.is_empty()
     }
 
+    /// How many workers (queues) serve this port.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Poll this endpoint's `k`-th driven worker once (false if it did nothing, is polled by
+    /// another thread right now, or the workers run in the background).
+    pub fn poll_worker(&self, k: usize) -> bool {
+        match self.driven.get(k).map(|w| w.try_lock()) {
+            Some(Ok(mut w)) => w.poll_once(),
+            Some(Err(std::sync::TryLockError::Poisoned(p))) => p.into_inner().poll_once(),
+            _ => false,
+        }
+    }
+
+    /// The CPU of this endpoint's `k`-th worker.
+    pub fn worker_cpu(&self, k: usize) -> Option<usize> {
+        self.cpus.get(k).copied().flatten()
+    }
+
+    /// Pin the calling thread to the `k`-th worker's CPU and give it a DPDK lcore id (the
+    /// thread that will drive that worker, [`Driver::attach`]).
+    pub fn attach_worker(&self, k: usize) {
+        if let Some(c) = self.worker_cpu(k) {
+            if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
+                log::warn!("dataplane: could not pin the driving thread to CPU {c}: {e}");
+            }
+        }
+        crate::dpdk::register_thread();
+    }
+
     /// The endpoint's IPv4 address.
     pub fn ip(&self) -> Ipv4Addr {
         self.ip
@@ -717,6 +757,22 @@ impl cm::NetBackend for Endpoint {
         Endpoint::is_driven(self)
     }
 
+    fn workers(&self) -> usize {
+        Endpoint::workers(self)
+    }
+
+    fn poll_worker(&self, k: usize) -> bool {
+        Endpoint::poll_worker(self, k)
+    }
+
+    fn attach_worker(&self, k: usize) {
+        Endpoint::attach_worker(self, k)
+    }
+
+    fn worker_cpu(&self, k: usize) -> Option<usize> {
+        Endpoint::worker_cpu(self, k)
+    }
+
     fn name(&self) -> &'static str {
         "dpdk"
     }
@@ -742,17 +798,31 @@ impl cm::ListenerBackend for DpListener {
 
     fn get_request(&self, timeout: Duration) -> Result<cm::ConnRequest, CmError> {
         let inc = recv_pumping(&self.requests, timeout, &self.ep.driven).ok_or(CmError::Timeout)?;
-        Ok(cm::ConnRequest::new(
+        Ok(self.request(inc))
+    }
+
+    fn get_request_undriven(&self, timeout: Duration) -> Result<cm::ConnRequest, CmError> {
+        let inc = recv_pumping(&self.requests, timeout, &[]).ok_or(CmError::Timeout)?;
+        Ok(self.request(inc))
+    }
+}
+
+impl DpListener {
+    fn request(&self, inc: Incoming) -> cm::ConnRequest {
+        // The request names its worker by its dataplane-wide index.
+        let index = inc.worker.saturating_sub(self.ep.base) % self.ep.workers.len();
+        cm::ConnRequest::new(
             inc.peer,
             inc.raw,
             Some(inc.remote),
             Box::new(DpPending {
                 emss: self.ep.emss(),
                 driven: self.ep.driven.clone(),
-                worker: self.ep.workers[inc.worker % self.ep.workers.len()].clone(),
+                worker: self.ep.workers[index].clone(),
+                index,
                 id: inc.id,
             }),
-        ))
+        )
     }
 }
 
@@ -770,12 +840,18 @@ struct DpPending {
     emss: usize,
     driven: Arc<Vec<Arc<Mutex<Worker>>>>,
     worker: Sender<Cmd>,
+    /// The worker's index in the endpoint.
+    index: usize,
     id: u64,
 }
 
 impl cm::Pending for DpPending {
     fn emss(&self) -> usize {
         self.emss
+    }
+
+    fn worker(&self) -> usize {
+        self.index
     }
 
     fn start(self: Box<Self>, qp: &Qp) -> Result<cm::Events, CmError> {

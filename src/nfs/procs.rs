@@ -67,7 +67,8 @@ pub fn register(reg: &mut Registry, export: Arc<Export>) {
     ];
     for (p, h) in table {
         let e = export.clone();
-        reg.register(NFS_PROG, NFS_V3, p, move |call: &CallRepr, a| {
+        // Every procedure touches the file system: none runs on a dataplane worker's thread.
+        reg.register_blocking(NFS_PROG, NFS_V3, p, move |call: &CallRepr, a| {
             h(&e, &Cred::from_auth(&call.cred), a)
         });
     }

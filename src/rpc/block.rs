@@ -193,6 +193,8 @@ impl BlockStore {
 
 /// Register NULL, READ, WRITE and GETATTR for `store`.
 pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
+    // File I/O may block: such calls leave a run-to-completion worker for the handler pool.
+    let file_backed = matches!(store.backing, Backing::File(_));
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_NULL, |_, _| Ok(Body::new()));
     let s = store.clone();
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_READ, move |_, a| {
@@ -251,6 +253,10 @@ pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
         b.xdr().put_bool(s.read_only);
         Ok(b)
     });
+    if file_backed {
+        reg.mark_blocking(BLOCK_PROG, BLOCK_VERS, PROC_READ);
+        reg.mark_blocking(BLOCK_PROG, BLOCK_VERS, PROC_WRITE);
+    }
 }
 
 /// READ arguments.

@@ -344,23 +344,31 @@ impl RdmaClient {
     /// endpoint, [`crate::cm::Net`]), then run CONFIG_RDMA if configured. Everything after the
     /// MPA exchange is the same on both.
     pub fn connect(net: &Net, addr: SocketAddr, cfg: ClientConfig) -> Result<Self, RpcError> {
-        Self::connect_with(cfg, |qp, p| net.connect(addr, qp, p))
+        Self::connect_with(cfg, net.cq_driver(), |qp, p| net.connect(addr, qp, p))
     }
 
     /// Connect over an already-open byte stream (e.g. the in-memory link), then run
     /// CONFIG_RDMA if configured.
     pub fn connect_transport(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
-        Self::connect_with(cfg, |qp, p| cm::connect(t, qp, p))
+        Self::connect_with(cfg, None, |qp, p| cm::connect(t, qp, p))
     }
 
     /// Post the reply buffers, connect with `connect`, then run CONFIG_RDMA if configured.
+    /// With `driver` (a driven dataplane worker), waiting for completions runs the worker on
+    /// the calling thread: the client moves its own bytes, no hand-off.
     fn connect_with(
         cfg: ClientConfig,
+        driver: Option<crate::verbs::CqDriver>,
         connect: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,
     ) -> Result<Self, RpcError> {
         let dev = Device::open();
         let pd = dev.alloc_pd();
-        let mut ep = Endpoint::create(pd, cfg.inline_recv as usize, cfg.inline_send as usize);
+        let mut ep = Endpoint::create(
+            pd,
+            cfg.inline_recv as usize,
+            cfg.inline_send as usize,
+            driver,
+        );
         let qp = ep.qp.clone();
         ep.timeout = cfg.timeout;
         ep.spin = cfg.poll_spin;

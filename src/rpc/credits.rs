@@ -92,6 +92,7 @@ impl CreditPool {
             announced: 1,
             requested: 1,
             shrink_replies: 0,
+            shrink_from: 0,
             retire: 0,
         })
     }
@@ -116,8 +117,11 @@ pub struct ConnCredits {
     announced: u32,
     /// The client's latest request.
     requested: u32,
-    /// Replies sent with `announced < bound` since the last decrease.
+    /// Replies sent with `announced < bound` since the last decrease, to calls received after
+    /// the one whose reply announced it.
     shrink_replies: u32,
+    /// Arrival number of the call whose reply first carried the decreased grant.
+    shrink_from: u64,
     /// Buffers given back to the pool but still posted: do not re-post this many.
     retire: u32,
 }
@@ -154,8 +158,16 @@ impl ConnCredits {
         self.requested.min(s.max_per_conn).min(fair).max(1)
     }
 
-    /// Decide the grant for the next reply (call once per reply sent).
-    pub fn next_reply(&mut self) -> GrantStep {
+    /// Decide the grant for the next reply (call once per reply sent); `call` is the arrival
+    /// number of the message it answers (counted per connection from 1, in receive order).
+    ///
+    /// Shrinking: the buffers beyond the new grant go back once `bound` replies have answered
+    /// calls that arrived after the call whose reply announced it. Messages arrive in the
+    /// order they were sent, and the client had at most `bound` calls in flight before it saw
+    /// that reply, so by then every call sent under the old grant has arrived. (Replies may
+    /// leave out of order: a call parked while its read chunks are pulled is answered after
+    /// later ones, so a reply to an older call does not count.)
+    pub fn next_reply(&mut self, call: u64) -> GrantStep {
         let target = self.target();
         let mut post = 0;
         if target > self.bound {
@@ -172,12 +184,15 @@ impl ConnCredits {
         } else if target < self.announced {
             self.announced = target;
             self.shrink_replies = 0;
+            self.shrink_from = call;
+            let credits = self.announced;
+            return GrantStep { post, credits };
         } else if target > self.announced {
             // Within the buffers already held: safe to raise at once.
             self.announced = target;
         }
         let credits = self.announced;
-        if self.announced < self.bound {
+        if self.announced < self.bound && call > self.shrink_from {
             self.shrink_replies += 1;
             if self.shrink_replies >= self.bound {
                 let give = self.bound - self.announced;
@@ -208,7 +223,7 @@ mod tests {
         let pool = CreditPool::new(68, 32);
         let mut a = pool.join().unwrap();
         a.on_request(64);
-        let s = a.next_reply();
+        let s = a.next_reply(1);
         assert_eq!(
             s,
             GrantStep {
@@ -220,7 +235,7 @@ mod tests {
         let mut b = pool.join().unwrap();
         b.on_request(64);
         // Fair share is now 68/2 - 1 = 33, capped at 32; 68-35 = 33 free, 2 kept in reserve.
-        let s = b.next_reply();
+        let s = b.next_reply(1);
         assert_eq!(s.credits, 32);
         assert_eq!(pool.reserved(), 66);
         let c = pool.join().expect("the reserve admits one more");
@@ -234,11 +249,13 @@ mod tests {
         let pool = CreditPool::new(100, 16);
         let mut a = pool.join().unwrap();
         a.on_request(16);
-        assert_eq!(a.next_reply().credits, 16);
+        assert_eq!(a.next_reply(1).credits, 16);
         let held = pool.reserved();
         a.on_request(0);
+        // The reply to call 2 announces 1; the next 15 replies to later calls keep the buffers.
+        assert_eq!(a.next_reply(2).credits, 1);
         for i in 1..16 {
-            assert_eq!(a.next_reply().credits, 1);
+            assert_eq!(a.next_reply(2 + i).credits, 1);
             assert_eq!(
                 pool.reserved(),
                 held,
@@ -246,7 +263,7 @@ mod tests {
             );
             assert!(a.repost());
         }
-        assert_eq!(a.next_reply().credits, 1);
+        assert_eq!(a.next_reply(18).credits, 1);
         assert_eq!(pool.reserved(), 2);
         for _ in 0..15 {
             assert!(!a.repost());
@@ -255,5 +272,35 @@ mod tests {
         drop(a);
         assert_eq!(pool.reserved(), 0);
         assert_eq!(pool.connections(), 0);
+    }
+
+    #[test]
+    fn shrink_counts_only_replies_to_later_calls() {
+        let pool = CreditPool::new(100, 8);
+        let mut a = pool.join().unwrap();
+        a.on_request(8);
+        assert_eq!(a.next_reply(1).credits, 8);
+        let held = pool.reserved();
+        a.on_request(1);
+        // Call 10's reply announces 1; calls 2..=9 were parked (read chunks) and are answered
+        // now, out of order: the client may still have calls under the old grant on the way,
+        // so none of these replies counts.
+        assert_eq!(a.next_reply(10).credits, 1);
+        for call in 2..10 {
+            assert_eq!(a.next_reply(call).credits, 1);
+        }
+        assert_eq!(
+            pool.reserved(),
+            held,
+            "buffers kept: old-grant calls may be in flight"
+        );
+        for call in 11..19 {
+            assert_eq!(a.next_reply(call).credits, 1);
+        }
+        assert_eq!(
+            pool.reserved(),
+            2,
+            "eight later calls answered: the grant of 8 is over"
+        );
     }
 }

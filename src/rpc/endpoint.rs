@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::RpcError;
 use crate::verbs::{
-    sge, Access, Cq, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem, WcStatus,
-    WorkCompletion,
+    sge, Access, Cq, CqDriver, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem,
+    WcStatus, WorkCompletion,
 };
 use crate::wire::rpcrdma::Segment;
 
@@ -56,13 +56,35 @@ pub(crate) struct Endpoint {
     pub timeout: Duration,
     /// Busy-poll the receive CQ this long before sleeping on it.
     pub spin: Duration,
+    /// One CQ for both queues (`scq` and `rcq` are the same queue): the owner polls it and
+    /// dispatches by opcode, so nothing here may wait on it (see [`Endpoint::create_shared`]).
+    one_cq: bool,
 }
 
 impl Endpoint {
     /// A QP in `pd` with its own send and receive CQs (4096 deep, 1024 WRs each way), wrapped.
-    pub fn create(pd: Pd, recv_size: usize, send_size: usize) -> Self {
+    /// With `driver`, both CQs run it when polled empty (a driven dataplane worker).
+    pub fn create(pd: Pd, recv_size: usize, send_size: usize, driver: Option<CqDriver>) -> Self {
         let scq = Cq::new(4096);
         let rcq = Cq::new(4096);
+        if let Some(d) = driver {
+            scq.drive_with(d.clone());
+            rcq.drive_with(d);
+        }
+        Self::with_cqs(pd, scq, rcq, recv_size, send_size)
+    }
+
+    /// A QP in `pd` whose send and receive completions share one CQ (8192 deep): for an owner
+    /// that never blocks (the server's connection state machine), which polls that one queue
+    /// and dispatches by opcode, so a Read completion is seen as soon as a Recv is.
+    pub fn create_shared(pd: Pd, recv_size: usize, send_size: usize) -> Self {
+        let cq = Cq::new(8192);
+        let mut ep = Self::with_cqs(pd, cq.clone(), cq, recv_size, send_size);
+        ep.one_cq = true;
+        ep
+    }
+
+    fn with_cqs(pd: Pd, scq: Cq, rcq: Cq, recv_size: usize, send_size: usize) -> Self {
         let attr = QpInitAttr {
             send_cq: scq.clone(),
             recv_cq: rcq.clone(),
@@ -92,6 +114,7 @@ impl Endpoint {
             pending: HashMap::new(),
             timeout: Duration::from_secs(10),
             spin: Duration::ZERO,
+            one_cq: false,
         }
     }
 
@@ -223,7 +246,12 @@ impl Endpoint {
     /// Handle one send-queue completion: free what its request held.
     pub fn on_send_wc(&mut self, wc: &WorkCompletion) -> Result<(), RpcError> {
         if let Some((buf, res)) = self.pending.remove(&wc.wr_id) {
-            self.send_free.push(buf);
+            if self.send_free.len() < MAX_SEND_BUFS {
+                self.send_free.push(buf);
+            } else {
+                self.send_count -= 1;
+                self.pd.dereg_mr(&buf);
+            }
             for r in res {
                 self.release(r);
             }
@@ -247,11 +275,16 @@ impl Endpoint {
 
     fn send_buf(&mut self) -> Result<Mr, RpcError> {
         loop {
-            self.reap_sends()?;
+            if !self.one_cq {
+                self.reap_sends()?;
+            }
             if let Some(m) = self.send_free.pop() {
                 return Ok(m);
             }
-            if self.send_count < MAX_SEND_BUFS {
+            // With one CQ the owner reaps send completions itself and cannot wait here; the
+            // Sends in flight are bounded by the receive buffers it posted (one reply per
+            // received message), so a buffer beyond the usual cap is registered instead.
+            if self.send_count < MAX_SEND_BUFS || self.one_cq {
                 self.send_count += 1;
                 return Ok(self.pd.reg_mr(self.send_size, Access::LOCAL_WRITE));
             }
@@ -289,6 +322,21 @@ impl Endpoint {
         }
     }
 
+    /// Post one RDMA Read of `seg` into `sink` at `off` (signaled); returns its `wr_id`.
+    pub fn post_read(&mut self, seg: &Segment, sink: &Mr, off: usize) -> Result<u64, RpcError> {
+        let id = self.wr_id();
+        self.qp.post_send(SendWr {
+            wr_id: id,
+            opcode: Opcode::Read {
+                remote_addr: seg.offset,
+                rkey: seg.handle,
+            },
+            sg_list: smallvec![sge(sink, off, seg.length as usize)],
+            signaled: true,
+        })?;
+        Ok(id)
+    }
+
     /// RDMA Read every segment into `sink` back to back, at most `window` Reads outstanding
     /// (the peer's IRD, RFC 5040 §6.3 / draft §6.2 maxrdmaread). Returns the bytes read.
     pub fn rdma_read(
@@ -297,21 +345,13 @@ impl Endpoint {
         sink: &Mr,
         window: usize,
     ) -> Result<usize, RpcError> {
-        self.rdma_read_at(segs, sink, 0, window)
-    }
-
-    /// [`Endpoint::rdma_read`] into `sink` from byte `at` on (the caller checked that the
-    /// segments fit).
-    pub fn rdma_read_at(
-        &mut self,
-        segs: &[Segment],
-        sink: &Mr,
-        at: usize,
-        window: usize,
-    ) -> Result<usize, RpcError> {
+        debug_assert!(
+            !self.one_cq,
+            "a blocking Read on a shared CQ would take other completions"
+        );
         let window = window.max(1);
         let mut outstanding: Vec<u64> = Vec::new();
-        let mut off = at;
+        let mut off = 0usize;
         let mut next = 0usize;
         loop {
             while next < segs.len() && outstanding.len() < window {
@@ -334,7 +374,7 @@ impl Endpoint {
                 outstanding.push(id);
             }
             if outstanding.is_empty() {
-                return Ok(off - at);
+                return Ok(off);
             }
             let wc = self.scq.wait(self.timeout).ok_or(RpcError::Timeout)?;
             if let Some(i) = outstanding.iter().position(|&x| x == wc.wr_id) {

@@ -14,7 +14,7 @@
 //! RDMA-Reads the read chunk straight there ([`ArgReader::get_bulk_placed`] then answers
 //! [`Bulk::Placed`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::verbs::SharedMem;
@@ -321,6 +321,8 @@ impl Clone for Proc {
 #[derive(Clone, Default)]
 pub struct Registry {
     progs: BTreeMap<u32, BTreeMap<u32, BTreeMap<u32, Proc>>>,
+    /// Procedures that may block (file I/O): (prog, vers, proc).
+    blocking: BTreeSet<(u32, u32, u32)>,
 }
 
 impl Registry {
@@ -406,6 +408,31 @@ impl Registry {
             return None;
         }
         (chunk.position == p.position && chunk.len() == p.len as u64).then_some((0, p))
+    }
+
+    /// Register `f` for `prog`/`vers`/`proc_` as a handler that may block (file I/O, fsync):
+    /// a server that runs its connections to completion on a dataplane worker's thread hands
+    /// such calls to its handler pool instead of running them there
+    /// ([`crate::rpc::server::ServerConfig::handler_threads`]).
+    pub fn register_blocking<F>(&mut self, prog: u32, vers: u32, proc_: u32, f: F)
+    where
+        F: Fn(&CallRepr, &mut ArgReader<'_>) -> core::result::Result<Body, AcceptStat>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.register(prog, vers, proc_, f);
+        self.mark_blocking(prog, vers, proc_);
+    }
+
+    /// Mark an already registered procedure as one that may block ([`Registry::register_blocking`]).
+    pub fn mark_blocking(&mut self, prog: u32, vers: u32, proc_: u32) {
+        self.blocking.insert((prog, vers, proc_));
+    }
+
+    /// Whether `call`'s handler was registered as one that may block.
+    pub fn is_blocking(&self, call: &CallRepr) -> bool {
+        !self.blocking.is_empty() && self.blocking.contains(&(call.prog, call.vers, call.proc_))
     }
 
     /// Run the call: the reply header and (for SUCCESS) the results.

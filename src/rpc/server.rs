@@ -19,7 +19,7 @@
 //!    position-zero read chunk the client pulls and acknowledges with RDMA_DONE (freed on DONE or
 //!    after `done_timeout`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,10 +32,11 @@ use super::program::{ArgReader, Body, ChunkData, Piece, Placement, PulledChunk, 
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
-use crate::verbs::{Access, Device, Mr, WcStatus};
+use crate::verbs::{Access, Device, Mr, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
-    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
+    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadChunk, ReadSegment, Segment,
+    RPCRDMA_VERSION,
 };
 use crate::wire::rpcrdma_cpd::CpdRepr;
 use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
@@ -64,6 +65,11 @@ pub struct ServerConfig {
     pub conn: ConnParam,
     /// Busy-poll a connection's receive CQ this long before sleeping (0: never spin).
     pub poll_spin: Duration,
+    /// Threads of the handler pool that runs procedures registered as blocking
+    /// ([`Registry::register_blocking`]: file I/O) for connections served to completion on a
+    /// driven dataplane worker, so the worker never waits on a disk. Elsewhere such handlers
+    /// run on the connection's own thread.
+    pub handler_threads: usize,
     /// The listener's MPA startups: deadline and cap ([`RdmaServer::listen`]). `None` (the
     /// default): the transport's own, [`ListenConfig::default`] on kernel TCP and the dataplane
     /// config's `[tcp]` keys on DPDK. When set, its `nodelay` is `conn.nodelay`.
@@ -83,6 +89,7 @@ impl Default for ServerConfig {
             max_credits: 128,
             conn: ConnParam::default(),
             poll_spin: Duration::from_micros(POLL_SPIN_US),
+            handler_threads: 2,
             listen: None,
         }
     }
@@ -198,6 +205,12 @@ impl RdmaServer {
     /// The listener runs the MPA startups concurrently under `cfg.listen`'s deadline and cap
     /// (a slow or silent peer holds up no one); each completed request is accepted on its own
     /// thread. The accept loop polls a stop flag every 200 ms.
+    ///
+    /// On a driven dataplane ([`Net::is_driven`]) the server drives the workers itself: one
+    /// [`Reactor`] thread per worker, pinned to its CPU, runs the worker's pass and then the
+    /// request path of every connection on that worker, to completion (no hand-off between
+    /// threads for a call). Credits are then per worker: each has a pool of
+    /// `cfg.credit_pool`. Elsewhere every connection gets its own thread that sleeps on its CQ.
     pub fn listen(&self, net: &Net, addr: SocketAddr) -> Result<ServerHandle, RpcError> {
         let listener = match &self.cfg.listen {
             Some(l) => net.listen_with(
@@ -209,20 +222,40 @@ impl RdmaServer {
             )?,
             None => net.listen(addr)?,
         };
-        Ok(self.serve(listener)?)
+        let stop = Arc::new(AtomicBool::new(false));
+        let reactors = if net.is_driven() {
+            Some(Arc::new(Reactors::start(net, &self.cfg, &stop)?))
+        } else {
+            None
+        };
+        Ok(self.serve_inner(listener, reactors, stop)?)
     }
 
-    /// Serve the requests of `listener` until stopped ([`RdmaServer::listen`]).
+    /// Serve the requests of `listener` until stopped ([`RdmaServer::listen`]), each
+    /// connection on its own thread.
     pub fn serve(&self, listener: Listener) -> std::io::Result<ServerHandle> {
+        self.serve_inner(listener, None, Arc::new(AtomicBool::new(false)))
+    }
+
+    fn serve_inner(
+        &self,
+        listener: Listener,
+        reactors: Option<Arc<Reactors>>,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<ServerHandle> {
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let me = self.clone();
         let join = thread::Builder::new()
             .name("rpc-accept".into())
             .spawn(move || {
                 while !st.load(Ordering::Acquire) {
-                    let req = match listener.get_request(Duration::from_millis(200)) {
+                    // With reactors the workers are driven by them: wait without polling.
+                    let got = match reactors {
+                        Some(_) => listener.get_request_undriven(Duration::from_millis(200)),
+                        None => listener.get_request(Duration::from_millis(200)),
+                    };
+                    let req = match got {
                         Ok(r) => r,
                         Err(CmError::Timeout) => continue,
                         Err(e) => {
@@ -232,8 +265,13 @@ impl RdmaServer {
                         }
                     };
                     let srv = me.clone();
+                    let reactors = reactors.clone();
                     thread::spawn(move || {
-                        if let Err(e) = srv.serve_request(req) {
+                        let r = match &reactors {
+                            Some(rs) => srv.serve_on_reactor(req, rs),
+                            None => srv.serve_request(req).map(drop),
+                        };
+                        if let Err(e) = r {
                             log::warn!("rpc-server: connection not served: {e}");
                         }
                     });
@@ -262,23 +300,39 @@ impl RdmaServer {
     /// Accept one connection request and start its thread. Refused (MPA reject) when the credit
     /// pool cannot give it a grant of 1 plus its DONE slot.
     pub fn serve_request(&self, req: ConnRequest) -> Result<JoinHandle<()>, RpcError> {
-        let Some(credits) = self.pool.join() else {
+        let conn = self.accept_with(&self.pool, req)?;
+        // Named so a profile (`perf report --sort comm`) tells the RPC threads from the rest.
+        Ok(thread::Builder::new()
+            .name("rpc-conn".into())
+            .spawn(move || conn.run())?)
+    }
+
+    /// Accept `req` and hand the connection to the reactor of its worker.
+    fn serve_on_reactor(&self, req: ConnRequest, rs: &Reactors) -> Result<(), RpcError> {
+        let k = req.worker() % rs.senders.len();
+        let mut conn = self.accept_with(&rs.pools[k], req)?;
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        conn.offload = Some(Offload {
+            jobs: rs.handlers.clone(),
+            done_tx,
+            done,
+            waiting: VecDeque::new(),
+        });
+        rs.senders[k]
+            .send(conn)
+            .map_err(|_| RpcError::Usage("the worker's reactor has stopped"))
+    }
+
+    /// Join `pool` (or reject), post the receive buffers, accept `req`.
+    /// A client that sends RFC 8797 connection private data in its MPA Request (the Linux
+    /// NFS/RDMA client does) is an RFC 8166 requester and gets ours in the MPA Reply; its
+    /// receive size is the inline reply limit from the start (RFC 8797 §4.2).
+    fn accept_with(&self, pool: &CreditPool, req: ConnRequest) -> Result<ConnServer, RpcError> {
+        let Some(credits) = pool.join() else {
             log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
             let _ = req.reject(NO_CREDITS);
             return Err(RpcError::Usage("credit pool exhausted"));
         };
-        self.serve_accepted(credits, req)
-    }
-
-    /// Post the connection's receive buffers, accept `req` and start the connection's thread.
-    /// A client that sends RFC 8797 connection private data in its MPA Request (the Linux
-    /// NFS/RDMA client does) is an RFC 8166 requester and gets ours in the MPA Reply; its
-    /// receive size is the inline reply limit from the start (RFC 8797 §4.2).
-    fn serve_accepted(
-        &self,
-        credits: ConnCredits,
-        req: ConnRequest,
-    ) -> Result<JoinHandle<()>, RpcError> {
         let cpd = CpdRepr::find(req.private_data());
         let mut param = self.cfg.conn.clone();
         if let Some(c) = cpd {
@@ -292,7 +346,7 @@ impl RdmaServer {
             .to_vec();
         }
         let pd = self.dev.alloc_pd();
-        let mut ep = Endpoint::create(
+        let mut ep = Endpoint::create_shared(
             pd,
             self.cfg.inline_recv as usize,
             self.cfg.inline_send as usize,
@@ -305,26 +359,188 @@ impl RdmaServer {
         let n = req.accept(&qp, &param)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
         bump(&self.stats.connections, 1);
-        let conn = ConnServer {
-            stats: self.stats.clone(),
+        Ok(ConnServer::new(
+            self.stats.clone(),
             ep,
-            reg: self.registry.clone(),
-            cfg: self.cfg.clone(),
+            self.registry.clone(),
+            self.cfg.clone(),
             credits,
-            done_wait: HashMap::new(),
-            maxreply: cpd.map_or(DEFAULT_INLINE, |c| c.recv_size),
-            rfc8166_peer: cpd.is_some(),
-            peer_maxrdmaread: peer_ird,
-            ord: u32::from(n.ord.max(1)),
-            rx_scratch: Vec::new(),
-        };
-        // Named so a profile (`perf report --sort comm`) tells the RPC threads from the rest.
-        Ok(thread::Builder::new()
-            .name("rpc-conn".into())
-            .spawn(move || conn.run())?)
+            cpd.map_or(DEFAULT_INLINE, |c| c.recv_size),
+            cpd.is_some(),
+            peer_ird,
+            u32::from(n.ord.max(1)),
+        ))
     }
 }
 
+/// The reactors of a server on a driven dataplane: one per worker, and the handler pool they
+/// share for blocking procedures.
+struct Reactors {
+    senders: Vec<crossbeam_channel::Sender<ConnServer>>,
+    pools: Vec<CreditPool>,
+    handlers: crossbeam_channel::Sender<PoolJob>,
+}
+
+/// Calls queued to the handler pool at most (beyond that a connection keeps them itself; they
+/// are bounded by its receive credits).
+const HANDLER_QUEUE: usize = 256;
+
+/// A blocking call handed from a reactor to the handler pool: everything needed to decode and
+/// run it, and where the results go.
+struct PoolJob {
+    seq: u64,
+    xid: u32,
+    chunks: Chunks,
+    msg: Vec<u8>,
+    hlen: usize,
+    padding: Option<Padding>,
+    pulled: Vec<PulledChunk>,
+    reg: Arc<Registry>,
+    reply_to: crossbeam_channel::Sender<PoolDone>,
+}
+
+/// A blocking call's outcome, back to its connection.
+struct PoolDone {
+    seq: u64,
+    xid: u32,
+    chunks: Chunks,
+    rep: ReplyRepr,
+    body: Body,
+}
+
+/// The handler pool's side of a connection served by a reactor.
+struct Offload {
+    jobs: crossbeam_channel::Sender<PoolJob>,
+    done_tx: crossbeam_channel::Sender<PoolDone>,
+    done: crossbeam_channel::Receiver<PoolDone>,
+    /// Calls the full pool queue did not take yet.
+    waiting: VecDeque<PoolJob>,
+}
+
+fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
+    while let Ok(j) = jobs.recv() {
+        let mut r = XdrReader::new(&j.msg);
+        r.set_padding(j.padding, j.hlen);
+        // The reactor decoded this header already; it decodes the same here.
+        let Ok(call) = CallRepr::parse(&mut r) else {
+            continue;
+        };
+        let mut args = ArgReader::new(r, &j.pulled);
+        let (rep, body) = j.reg.dispatch(&call, &mut args);
+        let _ = j.reply_to.send(PoolDone {
+            seq: j.seq,
+            xid: j.xid,
+            chunks: j.chunks,
+            rep: ReplyRepr { xid: j.xid, ..rep },
+            body,
+        });
+    }
+}
+
+impl Reactors {
+    fn start(net: &Net, cfg: &ServerConfig, stop: &Arc<AtomicBool>) -> Result<Reactors, RpcError> {
+        let (handlers, jobs) = crossbeam_channel::bounded(HANDLER_QUEUE);
+        for i in 0..cfg.handler_threads.max(1) {
+            let jobs = jobs.clone();
+            thread::Builder::new()
+                .name(format!("rpc-handler{i}"))
+                .spawn(move || handler_thread(jobs))?;
+        }
+        let mut senders = Vec::new();
+        let mut pools = Vec::new();
+        for k in 0..net.workers() {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let r = Reactor {
+                net: net.clone(),
+                k,
+                conns: Vec::new(),
+                incoming: rx,
+                stop: stop.clone(),
+            };
+            thread::Builder::new()
+                .name(format!("rpc-reactor{k}"))
+                .spawn(move || r.run())?;
+            senders.push(tx);
+            pools.push(CreditPool::new(cfg.credit_pool, cfg.max_credits));
+        }
+        Ok(Reactors {
+            senders,
+            pools,
+            handlers,
+        })
+    }
+}
+
+/// Idle passes a reactor spins before it starts sleeping between passes.
+const REACTOR_SPIN: Duration = Duration::from_millis(2);
+/// A sleeping reactor's pause between passes (it is the worker's only driver: this bounds the
+/// added latency of the first message after a quiet spell).
+const REACTOR_NAP: Duration = Duration::from_micros(50);
+
+/// Run to completion on one driven dataplane worker: the worker's pass (rx, deliver, post,
+/// transmit, completions), then every connection's completions on this thread, which is
+/// pinned to the worker's CPU. A call goes from the received frame to the reply's FPDU
+/// without leaving the thread.
+struct Reactor {
+    net: Net,
+    k: usize,
+    conns: Vec<ConnServer>,
+    incoming: crossbeam_channel::Receiver<ConnServer>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Reactor {
+    fn run(mut self) {
+        self.net.attach_worker(self.k);
+        let mut last_work = Instant::now();
+        let mut idle_passes = 0u32;
+        loop {
+            let mut work = self.net.poll_worker(self.k);
+            while let Ok(c) = self.incoming.try_recv() {
+                self.conns.push(c);
+                work = true;
+            }
+            let mut i = 0;
+            while i < self.conns.len() {
+                match self.conns[i].poll() {
+                    Ok(w) => {
+                        work |= w;
+                        i += 1;
+                    }
+                    Err(e) => {
+                        let c = self.conns.swap_remove(i);
+                        c.end(Err(e));
+                    }
+                }
+            }
+            if work {
+                idle_passes = 0;
+                continue;
+            }
+            if self.conns.is_empty() && self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            // Idle: spin a while (the next call is usually microseconds away), then nap so an
+            // idle server leaves its CPU to others. The clock is read every 64 idle passes.
+            idle_passes += 1;
+            if idle_passes % 64 == 0 {
+                let now = Instant::now();
+                if idle_passes == 64 {
+                    last_work = now;
+                } else if now.duration_since(last_work) > REACTOR_SPIN {
+                    thread::sleep(REACTOR_NAP);
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// One connection's request path as a state machine: fed with the completions of its one CQ
+/// (received calls, finished RDMA Reads, finished Sends), it never waits. A call whose read
+/// chunks must be pulled is parked ([`PullJob`]) while its RDMA Reads are in flight and resumes
+/// when the last one completes; the connection serves other calls meanwhile. Driven by a
+/// [`Reactor`] on a driven dataplane worker's thread, or by its own thread elsewhere.
 struct ConnServer {
     stats: Arc<ServerStats>,
     ep: Endpoint,
@@ -343,6 +559,107 @@ struct ConnServer {
     ord: u32,
     /// Reused copy of the message being handled.
     rx_scratch: Vec<u8>,
+    /// Calls waiting for their read chunks, in arrival order.
+    pulls: VecDeque<PullJob>,
+    /// RDMA Reads in flight (at most the ORD window): `wr_id` -> the job they fill.
+    reads: HashMap<u64, u64>,
+    next_job: u64,
+    /// Bytes of read-chunk regions held by parked calls (bounded by [`PULL_BUDGET_CHUNKS`]
+    /// times `max_chunk`, so a client cannot make the server register unbounded memory).
+    pull_bytes: usize,
+    last_sweep: Instant,
+    /// Served by a reactor: blocking procedures go to the handler pool.
+    offload: Option<Offload>,
+    /// Messages received so far (their arrival numbers, from 1).
+    rx_seq: u64,
+    /// The arrival number of the message being answered (for the credit accounting, which
+    /// must know which call a reply answers: replies may leave out of order).
+    answering: u64,
+}
+
+/// Read-chunk bytes a connection holds for parked calls, in units of `max_chunk`: one call
+/// always fits; beyond that, later calls wait their turn.
+const PULL_BUDGET_CHUNKS: usize = 2;
+
+/// Completions handled per [`ConnServer::poll`] (so one busy connection does not starve the
+/// others of its reactor, nor the worker that moves their bytes).
+const POLL_BUDGET: usize = 64;
+
+/// A call parked while its read chunks are pulled (RFC 8166 §3.5.3): a continuation, resumed
+/// by the completion of its last RDMA Read.
+struct PullJob {
+    id: u64,
+    /// Arrival number of the call.
+    seq: u64,
+    xid: u32,
+    chunks: Chunks,
+    /// The inline part of the call (after the transport header); `None`: RDMA_NOMSG, the call
+    /// itself is the position-zero chunk.
+    inline: Option<Vec<u8>>,
+    hlen: usize,
+    padding: Option<Padding>,
+    /// The read chunks, in list order.
+    todo: Vec<ReadChunk>,
+    /// Index in `todo` of the chunk being pulled.
+    next: usize,
+    cur: Option<Pulling>,
+    /// Bytes reserved in the connection's pull budget (the job's total).
+    reserved: usize,
+    pulled: Vec<PulledChunk>,
+    /// RDMA_NOMSG: the call pulled from the position-zero chunk.
+    call: Option<Vec<u8>>,
+    /// Zero-copy WRITE: the chunk (index in `todo`) RDMA-Read straight into a procedure's
+    /// registered memory, and where ([`Registry::placement`]).
+    place: Option<(usize, Placement)>,
+}
+
+/// The chunk being pulled: its region, the next segment to read and how many are in flight.
+struct Pulling {
+    mr: Mr,
+    seg: usize,
+    /// Where the next segment lands in `mr` (from `start` on).
+    off: usize,
+    start: usize,
+    outstanding: usize,
+    /// A placed chunk: `mr` is the procedure's memory, held until the chunk is in (else `mr`
+    /// is a region of the chunk's own).
+    held: Option<Res>,
+}
+
+impl Pulling {
+    /// Start pulling `chunk`: into the placement's memory at its offset, or a fresh region.
+    fn start(ep: &mut Endpoint, chunk: &ReadChunk, place: Option<&Placement>) -> Pulling {
+        let (mr, start, held) = match place {
+            Some(p) => {
+                let (mr, held) = ep.shared(&p.mem);
+                (mr, p.offset, Some(held))
+            }
+            None => (
+                ep.pd
+                    .reg_mr((chunk.len() as usize).max(1), Access::LOCAL_WRITE),
+                0,
+                None,
+            ),
+        };
+        Pulling {
+            mr,
+            seg: 0,
+            off: start,
+            start,
+            outstanding: 0,
+            held,
+        }
+    }
+
+    /// Give the chunk's region back (the connection ended or the chunk is in).
+    fn free(self, ep: &mut Endpoint) {
+        match self.held {
+            Some(h) => ep.release(h),
+            None => {
+                ep.pd.dereg_mr(&self.mr);
+            }
+        }
+    }
 }
 
 /// Why a call could not be answered with an RPC reply.
@@ -360,51 +677,160 @@ impl From<RpcError> for Fail {
 }
 
 impl ConnServer {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        stats: Arc<ServerStats>,
+        ep: Endpoint,
+        reg: Arc<Registry>,
+        cfg: Arc<ServerConfig>,
+        credits: ConnCredits,
+        maxreply: u32,
+        rfc8166_peer: bool,
+        peer_maxrdmaread: u32,
+        ord: u32,
+    ) -> Self {
+        ConnServer {
+            stats,
+            ep,
+            reg,
+            cfg,
+            credits,
+            done_wait: HashMap::new(),
+            maxreply,
+            rfc8166_peer,
+            peer_maxrdmaread,
+            ord,
+            rx_scratch: Vec::new(),
+            pulls: VecDeque::new(),
+            reads: HashMap::new(),
+            next_job: 1,
+            pull_bytes: 0,
+            last_sweep: Instant::now(),
+            offload: None,
+            rx_seq: 0,
+            answering: 0,
+        }
+    }
+
+    /// Its own thread: handle completions as they come, sleeping on the CQ when there are none.
     fn run(mut self) {
-        let r = self.serve();
+        let r = self.serve_blocking();
+        self.end(r);
+    }
+
+    fn serve_blocking(&mut self) -> Result<(), RpcError> {
+        loop {
+            if self.poll()? {
+                continue;
+            }
+            match self.ep.wait_recv(Duration::from_millis(20)) {
+                Some(wc) => self.on_wc(wc)?,
+                None if self.ep.qp.is_closed() => return Err(RpcError::Closed),
+                None => {}
+            }
+        }
+    }
+
+    /// The connection is over (`r`: why): disconnect and free what it holds.
+    fn end(mut self, r: Result<(), RpcError>) {
         match r {
-            Ok(()) => log::info!("rpc-server: connection closed"),
+            Ok(()) | Err(RpcError::Closed) => log::info!("rpc-server: connection closed"),
             Err(e) => log::warn!("rpc-server: connection ended: {e}"),
         }
         self.ep.qp.disconnect();
         for (_, (mr, _)) in self.done_wait.drain() {
             self.ep.pd.dereg_mr(&mr);
         }
-    }
-
-    fn serve(&mut self) -> Result<(), RpcError> {
-        let mut last_sweep = Instant::now();
-        loop {
-            self.ep.reap_sends()?;
-            match self.ep.wait_recv(Duration::from_millis(20)) {
-                Some(wc) => {
-                    if wc.status != WcStatus::Success {
-                        if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr {
-                            return Ok(());
-                        }
-                        return Err(RpcError::Rdma(format!("receive failed: {:?}", wc.status)));
-                    }
-                    // Copied out into a buffer reused across messages, so the receive buffer
-                    // can be re-posted (its credit replenished) before the message is handled.
-                    let mut msg = std::mem::take(&mut self.rx_scratch);
-                    if !self.ep.take_recv_into(&wc, &mut msg) {
-                        self.rx_scratch = msg;
-                        continue;
-                    }
-                    if self.credits.repost() {
-                        self.ep.repost(&wc)?;
-                    }
-                    self.on_message(&msg)?;
-                    self.rx_scratch = msg;
-                }
-                None if self.ep.qp.is_closed() => return Ok(()),
-                None => {}
-            }
-            if last_sweep.elapsed() > Duration::from_millis(100) {
-                last_sweep = Instant::now();
-                self.sweep_done();
+        for job in self.pulls.drain(..) {
+            if let Some(p) = job.cur {
+                p.free(&mut self.ep);
             }
         }
+    }
+
+    /// Handle the completions already queued (at most [`POLL_BUDGET`]); true if there were
+    /// any. `Err(Closed)` once the connection has closed.
+    fn poll(&mut self) -> Result<bool, RpcError> {
+        let mut work = false;
+        for _ in 0..POLL_BUDGET {
+            let Some(wc) = self.ep.rcq.poll_one() else {
+                break;
+            };
+            work = true;
+            self.on_wc(wc)?;
+        }
+        if self.offload.is_some() {
+            work |= self.poll_offload()?;
+        }
+        if !self.done_wait.is_empty() && self.last_sweep.elapsed() > Duration::from_millis(100) {
+            self.last_sweep = Instant::now();
+            self.sweep_done();
+        }
+        Ok(work)
+    }
+
+    /// Queue what the pool did not take yet; send the replies of the calls it finished.
+    fn poll_offload(&mut self) -> Result<bool, RpcError> {
+        let Some(off) = self.offload.as_mut() else {
+            return Ok(false);
+        };
+        let mut work = false;
+        while let Some(j) = off.waiting.pop_front() {
+            match off.jobs.try_send(j) {
+                Ok(()) => work = true,
+                Err(crossbeam_channel::TrySendError::Full(j)) => {
+                    off.waiting.push_front(j);
+                    break;
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                    return Err(RpcError::Usage("the handler pool has stopped"));
+                }
+            }
+        }
+        let done: Vec<PoolDone> = off.done.try_iter().collect();
+        for d in done {
+            work = true;
+            self.answering = d.seq;
+            let r = self.reply(d.xid, d.rep, d.body, &d.chunks);
+            self.answer(d.xid, r)?;
+        }
+        Ok(work)
+    }
+
+    /// One completion of the connection's CQ (send and receive queues share it).
+    fn on_wc(&mut self, wc: WorkCompletion) -> Result<(), RpcError> {
+        if wc.opcode != WcOpcode::Recv {
+            if let Some(job) = self.reads.remove(&wc.wr_id) {
+                return self.on_read_done(job, &wc);
+            }
+            return match self.ep.on_send_wc(&wc) {
+                Err(_) if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr => {
+                    Err(RpcError::Closed)
+                }
+                r => r,
+            };
+        }
+        if wc.status != WcStatus::Success {
+            if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr {
+                return Err(RpcError::Closed);
+            }
+            return Err(RpcError::Rdma(format!("receive failed: {:?}", wc.status)));
+        }
+        // Copied out into a buffer reused across messages, so the receive buffer can be
+        // re-posted (its credit replenished) before the message is handled.
+        let mut msg = std::mem::take(&mut self.rx_scratch);
+        if !self.ep.take_recv_into(&wc, &mut msg) {
+            self.rx_scratch = msg;
+            return Ok(());
+        }
+        if self.credits.repost() {
+            self.ep.repost(&wc)?;
+        }
+        self.rx_seq += 1;
+        self.answering = self.rx_seq;
+        let r = self.on_message(&msg);
+        self.rx_scratch = msg;
+        r
     }
 
     fn sweep_done(&mut self) {
@@ -432,7 +858,7 @@ impl ConnServer {
         rpc: &[u8],
         hold: Vec<Res>,
     ) -> Result<(), RpcError> {
-        let step = self.credits.next_reply();
+        let step = self.credits.next_reply(self.answering);
         for _ in 0..step.post {
             self.ep.add_recv()?;
         }
@@ -446,6 +872,19 @@ impl ConnServer {
         h.emit(&mut w);
         w.put_raw(rpc);
         self.ep.send(w.as_slice(), hold)
+    }
+
+    /// What becomes of a call: answered, or ERR_CHUNK, or the connection ends.
+    fn answer(&mut self, xid: u32, r: Result<(), Fail>) -> Result<(), RpcError> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(Fail::Chunk(why)) => {
+                log::warn!("rpc-server: xid {xid:#x}: {why}; answering ERR_CHUNK");
+                bump(&self.stats.err_chunk, 1);
+                self.send_header(xid, RdmaBody::ErrChunk, &[], vec![])
+            }
+            Err(Fail::Fatal(e)) => Err(e),
+        }
     }
 
     fn on_message(&mut self, msg: &[u8]) -> Result<(), RpcError> {
@@ -506,57 +945,11 @@ impl ConnServer {
                 self.call(xid, c, None, 0, None)
             }
         };
-        match r {
-            Ok(()) => Ok(()),
-            Err(Fail::Chunk(why)) => {
-                log::warn!("rpc-server: xid {xid:#x}: {why}; answering ERR_CHUNK");
-                bump(&self.stats.err_chunk, 1);
-                self.send_header(xid, RdmaBody::ErrChunk, &[], vec![])
-            }
-            Err(Fail::Fatal(e)) => Err(e),
-        }
+        self.answer(xid, r)
     }
 
-    /// RDMA-Read a read chunk (RFC 8166 §3.5.3) into a region registered for this call, then
-    /// hand its bytes on as they are: the data lands once, in the buffer the handler consumes
-    /// (an NFS WRITE's data goes from there to the file), with no staging copy in between.
-    fn pull(&mut self, segs: &[Segment], len: usize) -> Result<Vec<u8>, Fail> {
-        let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
-        let mr = self.ep.pd.reg_mr(len.max(1), Access::LOCAL_WRITE);
-        let r = self.ep.rdma_read(segs, &mr, window);
-        bump(&self.stats.reads_pulled, 1);
-        self.ep.pd.dereg_mr(&mr);
-        match r {
-            Ok(n) => {
-                let mut v = match mr.into_bytes() {
-                    Ok(v) => v,
-                    // Still referenced somewhere (not expected once the Read completed): copy.
-                    Err(mr) => {
-                        let mut v = vec![0u8; n];
-                        mr.read_at(0, &mut v);
-                        v
-                    }
-                };
-                v.truncate(n);
-                Ok(v)
-            }
-            Err(e) => Err(Fail::Fatal(e)),
-        }
-    }
-
-    /// RDMA-Read a read chunk straight into the memory its procedure's placer named
-    /// ([`Registry::placement`] checked the range and the length).
-    fn pull_placed(&mut self, segs: &[Segment], p: &Placement) -> Result<usize, Fail> {
-        let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
-        let (mr, held) = self.ep.shared(&p.mem);
-        let r = self.ep.rdma_read_at(segs, &mr, p.offset, window);
-        self.ep.release(held);
-        bump(&self.stats.reads_pulled, 1);
-        let n = r.map_err(Fail::Fatal)?;
-        bump(&self.stats.bulk_placed_bytes, n as u64);
-        Ok(n)
-    }
-
+    /// Check a call's chunk lists, then run it at once, or park it while its read chunks are
+    /// pulled.
     fn call(
         &mut self,
         xid: u32,
@@ -568,10 +961,7 @@ impl ConnServer {
         let rcs = chunks
             .read_chunks()
             .map_err(|_| Fail::Chunk("read list positions decrease"))?;
-        let mut total = 0u64;
-        for c in &rcs {
-            total += c.len();
-        }
+        let total: u64 = rcs.iter().map(|c| c.len()).sum();
         if total > self.cfg.max_chunk as u64 {
             return Err(Fail::Chunk("read chunks larger than the server's limit"));
         }
@@ -587,46 +977,212 @@ impl ConnServer {
                 "write/reply chunks larger than the server's limit",
             ));
         }
-        let mut rest = &rcs[..];
-        let owned;
-        let msg: &[u8] = match inline {
+        match inline {
             Some(m) => {
                 if rcs.first().is_some_and(|c| c.position == 0) {
                     return Err(Fail::Chunk("position-zero read chunk in an RDMA_MSG"));
                 }
-                m
+                if rcs.iter().any(|c| c.position as usize > m.len()) {
+                    return Err(Fail::Chunk("read chunk position beyond the message"));
+                }
+                if rcs.is_empty() {
+                    return self.execute(xid, &chunks, m, hlen, padding, Vec::new());
+                }
             }
             None => {
-                let Some(first) = rcs.first().filter(|c| c.position == 0) else {
+                if !rcs.first().is_some_and(|c| c.position == 0) {
                     return Err(Fail::Chunk(
                         "RDMA_NOMSG call without a position-zero read chunk",
                     ));
-                };
-                owned = self.pull(&first.segments, first.len() as usize)?;
-                rest = &rcs[1..];
-                &owned
-            }
-        };
-        // Zero-copy WRITE: the read chunk a procedure places straight into its memory.
-        let place = self.reg.placement(msg, padding, hlen, rest);
-        let mut pulled = Vec::with_capacity(rest.len());
-        for (i, c) in rest.iter().enumerate() {
-            if c.position as usize > msg.len() {
-                return Err(Fail::Chunk("read chunk position beyond the message"));
-            }
-            let data = match place.as_ref().filter(|p| p.0 == i) {
-                Some((_, p)) => ChunkData::Placed(self.pull_placed(&c.segments, p)?),
-                None => {
-                    let d = self.pull(&c.segments, c.len() as usize)?;
-                    bump(&self.stats.bulk_staged_bytes, d.len() as u64);
-                    ChunkData::Bytes(d)
                 }
-            };
-            pulled.push(PulledChunk {
-                position: c.position,
-                data,
-            });
+            }
         }
+        // Zero-copy WRITE: a read chunk its procedure places straight into registered memory.
+        let place = inline.and_then(|m| self.reg.placement(m, padding, hlen, &rcs));
+        let id = self.next_job;
+        self.next_job += 1;
+        self.pulls.push_back(PullJob {
+            id,
+            seq: self.answering,
+            xid,
+            chunks,
+            inline: inline.map(<[u8]>::to_vec),
+            hlen,
+            padding,
+            pulled: Vec::with_capacity(rcs.len()),
+            todo: rcs,
+            next: 0,
+            cur: None,
+            reserved: 0,
+            call: None,
+            place,
+        });
+        self.progress_pulls()
+    }
+
+    /// An RDMA Read of job `id` completed.
+    fn on_read_done(&mut self, id: u64, wc: &WorkCompletion) -> Result<(), RpcError> {
+        if wc.status != WcStatus::Success {
+            if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr {
+                return Err(RpcError::Closed);
+            }
+            return Err(RpcError::Rdma(format!("RDMA Read failed: {:?}", wc.status)));
+        }
+        if let Some(p) = self
+            .pulls
+            .iter_mut()
+            .find(|j| j.id == id)
+            .and_then(|j| j.cur.as_mut())
+        {
+            p.outstanding -= 1;
+        }
+        match self.progress_pulls() {
+            Ok(()) => Ok(()),
+            Err(Fail::Fatal(e)) => Err(e),
+            Err(Fail::Chunk(_)) => Ok(()),
+        }
+    }
+
+    /// Post the RDMA Reads the window allows (jobs in arrival order), finish the chunks whose
+    /// Reads all completed, and run the calls whose chunks are all in.
+    fn progress_pulls(&mut self) -> Result<(), Fail> {
+        loop {
+            self.post_reads()?;
+            let mut ready = Vec::new();
+            let mut changed = false;
+            let mut i = 0;
+            while i < self.pulls.len() {
+                let job = &mut self.pulls[i];
+                let done_chunk = job.cur.as_ref().is_some_and(|p| {
+                    p.outstanding == 0 && p.seg >= job.todo[job.next].segments.len()
+                });
+                if done_chunk {
+                    changed = true;
+                    let p = job.cur.take().expect("checked");
+                    let c = &job.todo[job.next];
+                    bump(&self.stats.reads_pulled, 1);
+                    let n = p.off - p.start;
+                    if p.held.is_some() {
+                        // Placed: the data is in the procedure's memory already.
+                        p.free(&mut self.ep);
+                        bump(&self.stats.bulk_placed_bytes, n as u64);
+                        job.pulled.push(PulledChunk {
+                            position: c.position,
+                            data: ChunkData::Placed(n),
+                        });
+                    } else {
+                        self.ep.pd.dereg_mr(&p.mr);
+                        let data = region_bytes(p.mr, n);
+                        if job.inline.is_none() && job.next == 0 {
+                            job.call = Some(data);
+                        } else {
+                            bump(&self.stats.bulk_staged_bytes, n as u64);
+                            job.pulled.push(PulledChunk {
+                                position: c.position,
+                                data: ChunkData::Bytes(data),
+                            });
+                        }
+                    }
+                    job.next += 1;
+                }
+                if job.next == job.todo.len() {
+                    let job = self.pulls.remove(i).expect("in range");
+                    ready.push(job);
+                    continue;
+                }
+                i += 1;
+            }
+            for job in ready {
+                self.pull_bytes -= job.reserved;
+                self.answering = job.seq;
+                let xid = job.xid;
+                let r = self.resume(job);
+                self.answer(xid, r)?;
+            }
+            if !changed {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Post RDMA Reads while the window (our ORD and the client's maxrdmaread, RFC 5040 §6.3 /
+    /// draft §6.2) and the pull budget allow.
+    fn post_reads(&mut self) -> Result<(), Fail> {
+        let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
+        let budget = PULL_BUDGET_CHUNKS * self.cfg.max_chunk.max(1);
+        for job in self.pulls.iter_mut() {
+            if self.reads.len() >= window {
+                break;
+            }
+            if job.reserved == 0 {
+                let total: usize = job.todo.iter().map(|c| c.len() as usize).sum();
+                let total = total.max(1);
+                if self.pull_bytes > 0 && self.pull_bytes + total > budget {
+                    break;
+                }
+                job.reserved = total;
+                self.pull_bytes += total;
+            }
+            while self.reads.len() < window {
+                let chunk = &job.todo[job.next];
+                let place = job
+                    .place
+                    .as_ref()
+                    .filter(|(i, _)| *i == job.next)
+                    .map(|(_, p)| p);
+                let p = job
+                    .cur
+                    .get_or_insert_with(|| Pulling::start(&mut self.ep, chunk, place));
+                let Some(s) = chunk.segments.get(p.seg).copied() else {
+                    break;
+                };
+                p.seg += 1;
+                if s.length == 0 {
+                    continue;
+                }
+                let wr = self.ep.post_read(&s, &p.mr, p.off)?;
+                p.off += s.length as usize;
+                p.outstanding += 1;
+                self.reads.insert(wr, job.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// A parked call whose chunks are all in: run it.
+    fn resume(&mut self, job: PullJob) -> Result<(), Fail> {
+        let PullJob {
+            xid,
+            chunks,
+            inline,
+            hlen,
+            padding,
+            pulled,
+            call,
+            ..
+        } = job;
+        match inline {
+            Some(m) => self.execute(xid, &chunks, &m, hlen, padding, pulled),
+            None => {
+                let m = call.unwrap_or_default();
+                if pulled.iter().any(|c| c.position as usize > m.len()) {
+                    return Err(Fail::Chunk("read chunk position beyond the message"));
+                }
+                self.execute(xid, &chunks, &m, 0, None, pulled)
+            }
+        }
+    }
+
+    /// Decode the RPC call in `msg` (its read chunks in `pulled`), run it, send the reply.
+    fn execute(
+        &mut self,
+        xid: u32,
+        chunks: &Chunks,
+        msg: &[u8],
+        hlen: usize,
+        padding: Option<Padding>,
+        pulled: Vec<PulledChunk>,
+    ) -> Result<(), Fail> {
         let mut r = XdrReader::new(msg);
         r.set_padding(padding, hlen);
         let call = match CallRepr::parse(&mut r) {
@@ -639,12 +1195,12 @@ impl ConnServer {
                         high: RPC_VERSION,
                     },
                 };
-                return self.reply(xid, rep, Body::new(), &chunks);
+                return self.reply(xid, rep, Body::new(), chunks);
             }
             Err(CallError::Garbage(e)) => {
                 log::warn!("rpc-server: xid {xid:#x}: RPC call header: {e}; GARBAGE_ARGS");
                 let rep = ReplyRepr::accepted(xid, AcceptStat::GarbageArgs);
-                return self.reply(xid, rep, Body::new(), &chunks);
+                return self.reply(xid, rep, Body::new(), chunks);
             }
         };
         if call.xid != xid {
@@ -654,6 +1210,23 @@ impl ConnServer {
             );
         }
         bump(&self.stats.calls, 1);
+        if let Some(off) = self.offload.as_mut() {
+            if call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
+                off.waiting.push_back(PoolJob {
+                    seq: self.answering,
+                    xid,
+                    chunks: chunks.clone(),
+                    msg: msg.to_vec(),
+                    hlen,
+                    padding,
+                    pulled,
+                    reg: self.reg.clone(),
+                    reply_to: off.done_tx.clone(),
+                });
+                self.poll_offload()?;
+                return Ok(());
+            }
+        }
         let (rep, body) = if call.prog == CONFIG_RDMA_PROG {
             self.config_rdma(&call, &mut r)
         } else {
@@ -661,7 +1234,7 @@ impl ConnServer {
             self.reg.dispatch(&call, &mut args)
         };
         let rep = ReplyRepr { xid, ..rep };
-        self.reply(xid, rep, body, &chunks)
+        self.reply(xid, rep, body, chunks)
     }
 
     /// CONFIG_RDMA (draft §6.2): record the client's limits, answer ours.
@@ -867,4 +1440,21 @@ impl ConnServer {
         });
         Ok(self.send_header(xid, body, &[], staged)?)
     }
+}
+
+/// The bytes of a read-chunk region after its RDMA Reads completed, `n` of them: the region's
+/// own buffer, handed on without a copy (the data lands once, in the buffer the handler
+/// consumes: an NFS WRITE's data goes from there to the file).
+fn region_bytes(mr: Mr, n: usize) -> Vec<u8> {
+    let mut v = match mr.into_bytes() {
+        Ok(v) => v,
+        // Still referenced somewhere (not expected once the Reads completed): copy.
+        Err(mr) => {
+            let mut v = vec![0u8; n];
+            mr.read_at(0, &mut v);
+            v
+        }
+    };
+    v.truncate(n);
+    v
 }

@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{Progress, TransportArg};
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::Dataplane;
+use crate::nodpdk::{Dataplane, WorkerMode};
 use dpwarp::cm::{self, ConnParam};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
-use dpwarp::dataplane::Dataplane;
+use dpwarp::dataplane::{Dataplane, WorkerMode};
 use dpwarp::latency::Recorder;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
@@ -216,7 +216,10 @@ impl Net {
                 if a.server.is_some_and(|s| s.is_ipv6()) {
                     return Err("the DPDK dataplane is IPv4 only".into());
                 }
-                let dp = Dataplane::start(&cfg).map_err(|e| e.to_string())?;
+                // Run to completion: the in-process server's reactor drives port 0's worker,
+                // this thread (the client) drives the client port's worker.
+                let dp =
+                    Dataplane::start_with(&cfg, WorkerMode::Driven).map_err(|e| e.to_string())?;
                 let (server, client) = if a.server.is_none() {
                     (dp.endpoint(0), dp.endpoint(1).expect("two ports"))
                 } else {
@@ -231,8 +234,10 @@ impl Net {
                         config.display()
                     ));
                 }
+                let client = cm::Net::from(client);
+                client.attach_worker(0);
                 Ok(Net {
-                    client: cm::Net::from(client),
+                    client,
                     server: server.map(|e| {
                         let ip = std::net::IpAddr::V4(e.ip());
                         (cm::Net::from(e), ip)
@@ -268,6 +273,11 @@ impl Net {
                 format!("DPDK dataplane ({}) to {s}", config.display())
             }
         }
+    }
+
+    /// The CPU the in-process server's worker (and its reactor) runs on.
+    fn server_cpu(&self) -> Option<usize> {
+        self.server.as_ref().and_then(|(n, _)| n.worker_cpu(0))
     }
 
     fn dataplane_stats(&self) -> Option<String> {
@@ -311,8 +321,13 @@ fn start_servers(a: &Args, net: Option<&Net>, size: usize) -> Result<Servers, St
     let tcp = match a.tcp_server {
         Some(s) => s,
         None => {
-            let h = tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), reg)
-                .map_err(|e| e.to_string())?;
+            // The same CPUs as the RDMA side: the TCP server's threads where the RDMA server's
+            // reactor runs, the TCP client on this thread (where the RDMA client runs).
+            let cpu = net.and_then(Net::server_cpu);
+            let h = on_cpu(cpu, move || {
+                tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), reg)
+            })
+            .map_err(|e| e.to_string())?;
             let addr = h.addr;
             keep.push(Box::new(h));
             addr
@@ -323,6 +338,21 @@ fn start_servers(a: &Args, net: Option<&Net>, size: usize) -> Result<Servers, St
         tcp,
         _keep: keep,
     })
+}
+
+/// Run `f` on a thread pinned to `cpu` (threads it starts inherit the placement), or here.
+fn on_cpu<T: Send + 'static>(cpu: Option<usize>, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let Some(c) = cpu else {
+        return f();
+    };
+    thread::spawn(move || {
+        if let Err(e) = dpwarp::affinity::set_thread_cpus(&[c]) {
+            log::warn!("rpc-bench: could not pin to CPU {c}: {e}");
+        }
+        f()
+    })
+    .join()
+    .expect("the placing thread does not panic")
 }
 
 /// What READs return: the bench WRITEs it first, so a remote server's store works too.
@@ -523,6 +553,9 @@ fn bench_verbs_write(
     let dev = Device::open();
     let pd = dev.alloc_pd();
     let cq = Cq::new(4096);
+    if let Some(d) = net.client.cq_driver() {
+        cq.drive_with(d);
+    }
     let attr = QpInitAttr {
         cap: QpCap {
             max_send_wr: 1024,
@@ -580,6 +613,14 @@ fn bench_verbs_write(
     }
     let secs = t0.elapsed().as_secs_f64();
     qp.disconnect();
+    // A driven client worker sends the FIN only when polled: drive it until the server side
+    // has seen the close.
+    let end = Instant::now() + Duration::from_secs(10);
+    while !server.is_finished() && Instant::now() < end {
+        if !net.client.poll() {
+            thread::sleep(Duration::from_micros(100));
+        }
+    }
     let _ = server.join();
     Ok(Some(done as f64 * size as f64 * 8.0 / secs / 1e9))
 }
@@ -644,6 +685,16 @@ pub fn run(a: Args) -> Result<(), String> {
                 "null_p99_us_rdma_1credit": nr1.pct(0.99),
                 "null_p50_us_tcp_1credit": nt1.pct(0.5),
                 "null_p99_us_tcp_1credit": nt1.pct(0.99),
+                "placement": {
+                    "server_cpu": net.server_cpu(),
+                    "client_cpus": dpwarp::affinity::thread_cpus(),
+                    "rdma": if net.server_cpu().is_some() {
+                        "server: a reactor thread drives the server port's worker and serves the connections on it; client: this thread drives the client port's worker"
+                    } else {
+                        "kernel TCP: a thread per connection, unpinned"
+                    },
+                    "tcp": "server threads on server_cpu, client on client_cpus (as the RDMA side)",
+                },
             });
             println!(
                 "{}",

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::Dataplane;
+use crate::nodpdk::{Dataplane, WorkerMode};
 use dpwarp::cm::{ConnParam, ListenConfig, Net};
 use dpwarp::config::{parse_cidr, DataplaneConfig};
 #[cfg(feature = "dpdk")]
-use dpwarp::dataplane::Dataplane;
+use dpwarp::dataplane::{Dataplane, WorkerMode};
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle};
@@ -106,6 +106,9 @@ pub struct RdmaConfig {
     /// RFC 5044 §7.1.1) or "permissive" (RDMA Consortium peers get a Rev 0 Reply and DDP/RDMAP
     /// version 0 with markers and CRC both ways).
     pub mpa_rev0: String,
+    /// Threads running blocking procedures (the file store's READ/WRITE, NFS) for connections
+    /// served to completion on a driven dataplane worker (default 2).
+    pub handler_threads: usize,
 }
 
 impl Default for RdmaConfig {
@@ -127,6 +130,7 @@ impl Default for RdmaConfig {
             mpa_timeout_ms: ListenConfig::default().mpa_timeout.as_millis() as u64,
             max_startups: ListenConfig::default().max_startups,
             mpa_rev0: "refuse".into(),
+            handler_threads: s.handler_threads,
         }
     }
 }
@@ -158,6 +162,7 @@ impl RdmaConfig {
                 ..ConnParam::default()
             },
             poll_spin: Duration::from_micros(self.poll_spin_us),
+            handler_threads: self.handler_threads.max(1),
             // Kernel TCP's; the DPDK dataplane's come from its config's `[tcp]` (see `run`).
             listen: Some(ListenConfig {
                 mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
@@ -276,7 +281,10 @@ pub fn listen_rdma(
                     ))
                 }
             }
-            let dp = Dataplane::start(&dc).map_err(|e| format!("{}: {e}", path.display()))?;
+            // Run to completion: the server's reactors drive the port's workers and serve each
+            // connection on its worker's thread (blocking procedures go to the handler pool).
+            let dp = Dataplane::start_with(&dc, WorkerMode::Driven)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             let ep = dp.endpoint(dataplane_port).expect("port checked above");
             let addr = SocketAddr::from((ep.ip(), listen.port()));
             let handle = server
@@ -286,7 +294,7 @@ pub fn listen_rdma(
                 _dp: Some(dp),
                 handle,
                 how: format!(
-                    "iWARP over the DPDK dataplane, {device} of {}",
+                    "iWARP over the DPDK dataplane, {device} of {}, served to completion on its workers",
                     path.display()
                 ),
             })
