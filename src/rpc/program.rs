@@ -404,7 +404,8 @@ impl Registry {
             .place
             .as_ref()?;
         let p = place(&call, &mut r)?;
-        if p.len == 0 || p.offset.checked_add(p.len).is_none_or(|e| e > p.mem.len()) {
+        let inside = p.offset.checked_add(p.len).is_some_and(|e| e <= p.mem.len());
+        if p.len == 0 || !inside {
             return None;
         }
         (chunk.position == p.position && chunk.len() == p.len as u64).then_some((0, p))
