@@ -404,7 +404,10 @@ impl Registry {
             .place
             .as_ref()?;
         let p = place(&call, &mut r)?;
-        let inside = p.offset.checked_add(p.len).is_some_and(|e| e <= p.mem.len());
+        let inside = p
+            .offset
+            .checked_add(p.len)
+            .is_some_and(|e| e <= p.mem.len());
         if p.len == 0 || !inside {
             return None;
         }
