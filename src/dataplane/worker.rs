@@ -302,6 +302,10 @@ pub(crate) struct Worker {
     rx_direct: Arc<AtomicU64>,
     /// The CPU this worker's thread is pinned to, if any.
     pub(crate) cpu: Option<usize>,
+    /// Passes in a row that did nothing (see `poll_once`'s clock).
+    idle_passes: u32,
+    /// The clock as last read by `poll_once`.
+    pass_clock: Instant,
 }
 
 fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
@@ -386,6 +390,8 @@ impl Worker {
             rx_copied_done: 0,
             rx_direct: Arc::new(AtomicU64::new(0)),
             cpu,
+            idle_passes: 0,
+            pass_clock: t0,
         }
     }
 
@@ -409,7 +415,15 @@ impl Worker {
         if self.stopped {
             return true;
         }
-        let now = Instant::now();
+        // The clock is read when the previous pass did work, and every 16th idle pass: an idle
+        // pass costs little more than a clock read, and smoltcp's timers are millisecond ones.
+        let now = if self.idle_passes % 16 == 0 {
+            let n = Instant::now();
+            self.pass_clock = n;
+            n
+        } else {
+            self.pass_clock
+        };
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
         // places straight from the frames (the sockets' rx sinks).
         work |= self.post();
@@ -420,6 +434,9 @@ impl Worker {
         work |= self.completions(now);
         if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
             self.last_work = now;
+            self.idle_passes = 0;
+        } else {
+            self.idle_passes = self.idle_passes.wrapping_add(1);
         }
         work
     }
