@@ -13,6 +13,7 @@
 //! net_memif (scripts/bench) adds the PMD's two copies per byte (mbuf -> shared memory ->
 //! mbuf); this is what the same code does without them (docs/dataplane.md "Measurements").
 
+use dpwarp::verbs::smallvec;
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -112,7 +113,7 @@ fn rdma_round(
         let rbuf = spd.reg_mr(64, Access::LOCAL_WRITE);
         qp.post_recv(RecvWr {
             wr_id: 0,
-            sg_list: vec![sge(&rbuf, 0, 64)],
+            sg_list: smallvec![sge(&rbuf, 0, 64)],
         })
         .unwrap();
         let listener = server_ep.listen(port).unwrap();
@@ -167,7 +168,7 @@ fn rdma_round(
                     remote_addr: raddr,
                     rkey,
                 },
-                sg_list: vec![sge(&src, 0, size)],
+                sg_list: smallvec![sge(&src, 0, size)],
                 signaled: true,
             })
             .unwrap();
@@ -186,7 +187,7 @@ fn rdma_round(
     qp.post_send(SendWr {
         wr_id: u64::MAX,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 8)],
+        sg_list: smallvec![sge(&src, 0, 8)],
         signaled: true,
     })
     .unwrap();

@@ -6,6 +6,7 @@
 //!
 //! Run: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`
 
+use dpwarp::verbs::smallvec;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -75,7 +76,7 @@ fn engine(c: &mut Criterion) {
                             remote_addr: dst.addr(),
                             rkey: dst.stag(),
                         },
-                        sg_list: vec![Sge {
+                        sg_list: smallvec![Sge {
                             addr: src.addr(),
                             length: n as u32,
                             lkey: src.stag(),

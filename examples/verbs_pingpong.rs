@@ -3,6 +3,7 @@
 //!
 //! Run: `cargo run --example verbs_pingpong`
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
@@ -37,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 remote_addr: raddr,
                 rkey,
             },
-            sg_list: vec![sge(&buf, 0, len)],
+            sg_list: smallvec![sge(&buf, 0, len)],
             signaled: true,
         })
         .map_err(|e| e.to_string())?;
@@ -52,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         qp.post_send(SendWr {
             wr_id: 2,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&buf, 0, len)],
+            sg_list: smallvec![sge(&buf, 0, len)],
             signaled: true,
         })
         .map_err(|e| e.to_string())?;
@@ -78,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Post the receive before connecting: the server's Send may come right after its Read.
     qp.post_recv(RecvWr {
         wr_id: 7,
-        sg_list: vec![sge(&echo, 0, msg.len())],
+        sg_list: smallvec![sge(&echo, 0, msg.len())],
     })?;
     cm::connect_tcp(addr, &qp, &param)?;
     let wc = cq

@@ -3,6 +3,7 @@
 //! full segment — every FPDU fits it, the peer decodes the stream (CRC on), and Send, RDMA
 //! Write and RDMA Read all complete with their bytes intact.
 
+use dpwarp::verbs::smallvec;
 use std::time::Instant;
 
 use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
@@ -81,13 +82,13 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
     rsrc.write_at(0, &pattern(READ, 9));
     b.post_recv(RecvWr {
         wr_id: 10,
-        sg_list: vec![sge(&rbuf, 0, SEND)],
+        sg_list: smallvec![sge(&rbuf, 0, SEND)],
     })
     .unwrap();
     a.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, SEND)],
+        sg_list: smallvec![sge(&src, 0, SEND)],
         signaled: true,
     })
     .unwrap();
@@ -97,7 +98,7 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
             remote_addr: wsink.addr(),
             rkey: wsink.stag(),
         },
-        sg_list: vec![sge(&src, 0, WRITE)],
+        sg_list: smallvec![sge(&src, 0, WRITE)],
         signaled: true,
     })
     .unwrap();
@@ -107,7 +108,7 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
             remote_addr: rsrc.addr(),
             rkey: rsrc.stag(),
         },
-        sg_list: vec![sge(&rsink, 0, READ)],
+        sg_list: smallvec![sge(&rsink, 0, READ)],
         signaled: true,
     })
     .unwrap();

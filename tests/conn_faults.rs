@@ -2,6 +2,7 @@
 //! is caught (nothing placed, TERMINATE sent), and every invalid remote access is refused with a
 //! TERMINATE while the target memory stays byte-identical.
 
+use dpwarp::verbs::smallvec;
 use std::time::Instant;
 
 use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
@@ -127,7 +128,7 @@ fn rfc5044_s4_4_every_bit_flip_in_an_fpdu_is_caught() {
         p.a.post_send(SendWr {
             wr_id: 1,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&src, 0, msg)],
+            sg_list: smallvec![sge(&src, 0, msg)],
             signaled: true,
         })
         .unwrap();
@@ -144,13 +145,13 @@ fn rfc5044_s4_4_every_bit_flip_in_an_fpdu_is_caught() {
             .register(p.pd_b, 70_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         p.b.post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![sge(&rbuf, 0, msg)],
+            sg_list: smallvec![sge(&rbuf, 0, msg)],
         })
         .unwrap();
         p.a.post_send(SendWr {
             wr_id: 1,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&src, 0, msg)],
+            sg_list: smallvec![sge(&src, 0, msg)],
             signaled: true,
         })
         .unwrap();
@@ -160,7 +161,7 @@ fn rfc5044_s4_4_every_bit_flip_in_an_fpdu_is_caught() {
                 remote_addr: filler.addr(),
                 rkey: filler.stag(),
             },
-            sg_list: vec![sge(&src, 0, 70_000)],
+            sg_list: smallvec![sge(&src, 0, 70_000)],
             signaled: true,
         })
         .unwrap();
@@ -206,7 +207,7 @@ fn refused(setup: impl FnOnce(&mut Pair) -> (Mr, Opcode, usize)) -> TermCause {
     p.a.post_send(SendWr {
         wr_id: 9,
         opcode: op,
-        sg_list: vec![sge(&local, 0, len)],
+        sg_list: smallvec![sge(&local, 0, len)],
         signaled: true,
     })
     .unwrap();
@@ -359,7 +360,7 @@ fn rfc5040_s7_send_invalidate_of_foreign_stag_refused() {
     let rbuf = p.mem_b.register(p.pd_b, 64, Access::LOCAL_WRITE);
     p.b.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![sge(&rbuf, 0, 64)],
+        sg_list: smallvec![sge(&rbuf, 0, 64)],
     })
     .unwrap();
     let src = p.mem_a.register(p.pd_a, 64, Access::LOCAL_WRITE);
@@ -369,7 +370,7 @@ fn rfc5040_s7_send_invalidate_of_foreign_stag_refused() {
         opcode: Opcode::SendInv {
             inv_stag: foreign.stag(),
         },
-        sg_list: vec![sge(&src, 0, 64)],
+        sg_list: smallvec![sge(&src, 0, 64)],
         signaled: true,
     })
     .unwrap();
@@ -405,7 +406,7 @@ fn read_response_is_produced_in_bounded_batches() {
             remote_addr: target.addr(),
             rkey: target.stag(),
         },
-        sg_list: vec![sge(&local, 0, LEN)],
+        sg_list: smallvec![sge(&local, 0, LEN)],
         signaled: true,
     })
     .unwrap();

@@ -5,6 +5,7 @@
 //! short last FPDU shifted every later segment boundary (14.8 % aligned, docs/dataplane.md).
 //! One EAL per process: the only EAL test of this binary.
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::thread;
 use std::time::Duration;
@@ -50,7 +51,7 @@ fn streaming_writes_keep_segments_on_fpdu_boundaries() {
         let target = spd.reg_mr(REGION, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         qp.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&recv_mr, 0, 64)],
+            sg_list: smallvec![sge(&recv_mr, 0, 64)],
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
@@ -113,7 +114,7 @@ fn streaming_writes_keep_segments_on_fpdu_boundaries() {
                 remote_addr: raddr + off as u64,
                 rkey,
             },
-            sg_list: vec![sge(&src, sbase, n_src)],
+            sg_list: smallvec![sge(&src, sbase, n_src)],
             signaled: true,
         })
         .unwrap();
@@ -128,7 +129,7 @@ fn streaming_writes_keep_segments_on_fpdu_boundaries() {
     qp.post_send(SendWr {
         wr_id: 999,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 8)],
+        sg_list: smallvec![sge(&src, 0, 8)],
         signaled: true,
     })
     .unwrap();

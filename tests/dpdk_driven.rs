@@ -5,6 +5,7 @@
 //! byte for byte, and the counters show where the work ran. One EAL per process: the only EAL
 //! test of this binary.
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ fn next_wc(cq: &Cq, d: &Driver) -> WorkCompletion {
 fn recv_wr(mr: &dpwarp::verbs::Mr, len: usize) -> RecvWr {
     RecvWr {
         wr_id: 0,
-        sg_list: vec![sge(mr, 0, len)],
+        sg_list: smallvec![sge(mr, 0, len)],
     }
 }
 
@@ -104,7 +105,7 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
             qp.post_send(SendWr {
                 wr_id: 1,
                 opcode: Opcode::Send,
-                sg_list: vec![sge(&sbuf, 0, 64)],
+                sg_list: smallvec![sge(&sbuf, 0, 64)],
                 signaled: true,
             })
             .unwrap();
@@ -149,7 +150,7 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
         qp.post_send(SendWr {
             wr_id: 2,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&sbuf, 0, 64)],
+            sg_list: smallvec![sge(&sbuf, 0, 64)],
             signaled: true,
         })
         .unwrap();
@@ -170,14 +171,14 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
             remote_addr: raddr,
             rkey,
         },
-        sg_list: vec![sge(&sbuf, 0, N)],
+        sg_list: smallvec![sge(&sbuf, 0, N)],
         signaled: true,
     })
     .unwrap();
     qp.post_send(SendWr {
         wr_id: 4,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&sbuf, 0, 8)],
+        sg_list: smallvec![sge(&sbuf, 0, 8)],
         signaled: true,
     })
     .unwrap();

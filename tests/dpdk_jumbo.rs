@@ -3,6 +3,7 @@
 //! (data verified) travel in ~8960-octet segments: far fewer frames than a 1500-octet MTU needs.
 //! One EAL per process: the only EAL test of this binary.
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::thread;
 use std::time::Duration;
@@ -46,7 +47,7 @@ fn mtu_9000_jumbo_segments_carry_write_and_read() {
         );
         qp.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&recv_mr, 0, 64)],
+            sg_list: smallvec![sge(&recv_mr, 0, 64)],
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
@@ -99,7 +100,7 @@ fn mtu_9000_jumbo_segments_carry_write_and_read() {
         qp.post_send(SendWr {
             wr_id,
             opcode,
-            sg_list: vec![sge(mr, 0, N)],
+            sg_list: smallvec![sge(mr, 0, N)],
             signaled: true,
         })
         .unwrap();
@@ -110,7 +111,7 @@ fn mtu_9000_jumbo_segments_carry_write_and_read() {
     qp.post_send(SendWr {
         wr_id: 3,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 8)],
+        sg_list: smallvec![sge(&src, 0, 8)],
         signaled: true,
     })
     .unwrap();

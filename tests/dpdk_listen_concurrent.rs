@@ -7,6 +7,7 @@
 
 mod common;
 
+use dpwarp::verbs::smallvec;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
@@ -89,7 +90,7 @@ fn serve(l: Listener, n: usize) -> thread::JoinHandle<Listener> {
             let buf = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
             s.qp.post_recv(RecvWr {
                 wr_id: 7,
-                sg_list: vec![sge(&buf, 0, 4096)],
+                sg_list: smallvec![sge(&buf, 0, 4096)],
             })
             .unwrap();
             req.accept(&s.qp, &ConnParam::default()).expect("accept");
@@ -111,7 +112,7 @@ fn normal_client(addr: SocketAddr) -> Duration {
     c.qp.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&buf, 0, 64)],
+        sg_list: smallvec![sge(&buf, 0, 64)],
         signaled: true,
     })
     .unwrap();
@@ -220,7 +221,7 @@ mpa_timeout_ms = 300
         let buf = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
         s.qp.post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![sge(&buf, 0, 4096)],
+            sg_list: smallvec![sge(&buf, 0, 4096)],
         })
         .unwrap();
         first.accept(&s.qp, &ConnParam::default()).expect("accept");

@@ -4,6 +4,7 @@
 //! data pattern, verified on both sides, while the others run. Then every worker of both ports
 //! must have carried frames and held connections. One EAL per process: the only EAL test here.
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -51,7 +52,7 @@ fn eight_connections_over_two_queues_per_port() {
             );
             qp.post_recv(RecvWr {
                 wr_id: 1,
-                sg_list: vec![sge(&recv_mr, 0, N)],
+                sg_list: smallvec![sge(&recv_mr, 0, N)],
             })
             .unwrap();
             let req = listener.get_request(Duration::from_secs(20)).unwrap();
@@ -108,7 +109,7 @@ fn eight_connections_over_two_queues_per_port() {
                     qp.post_send(SendWr {
                         wr_id,
                         opcode,
-                        sg_list: vec![sge(mr, 0, N)],
+                        sg_list: smallvec![sge(mr, 0, N)],
                         signaled: true,
                     })
                     .unwrap();

@@ -6,6 +6,7 @@
 //! a registered lcore (so its mbuf allocations use the mempool's per-lcore cache).
 //! One EAL per process: the only EAL test of this binary.
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::thread;
 use std::time::Duration;
@@ -85,7 +86,7 @@ fn workers_sit_on_distinct_cores_and_application_threads_keep_the_process_mask()
         let mr = spd.reg_mr(N, Access::LOCAL_WRITE);
         qp.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&mr, 0, N)],
+            sg_list: smallvec![sge(&mr, 0, N)],
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
@@ -109,7 +110,7 @@ fn workers_sit_on_distinct_cores_and_application_threads_keep_the_process_mask()
     qp.post_send(SendWr {
         wr_id: 2,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, N)],
+        sg_list: smallvec![sge(&src, 0, N)],
         signaled: true,
     })
     .unwrap();

@@ -5,6 +5,7 @@
 //! listener closes the same Request without a reply (RFC 5044 §7.1.1). DPDK net_tap inside a
 //! network namespace this test makes (and deletes); the test thread enters it. Needs root.
 
+use dpwarp::verbs::smallvec;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -120,7 +121,7 @@ tx_buffer = 65536
     let rb = pd.reg_mr(64, Access::LOCAL_WRITE);
     qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: rb.addr(),
             length: 64,
             lkey: rb.stag(),
@@ -177,7 +178,7 @@ tx_buffer = 65536
     qp.post_send(SendWr {
         wr_id: 2,
         opcode: Opcode::Send,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: sb.addr(),
             length: 16,
             lkey: sb.stag(),

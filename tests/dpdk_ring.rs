@@ -3,6 +3,7 @@
 //! One EAL per process: this file holds the only EAL test of its binary (cargo test runs the
 //! tests of one binary as threads of one process, so everything is in one #[test]).
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::thread;
 use std::time::Duration;
@@ -76,7 +77,7 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
         target.write_at(0, &pattern(3, N));
         qp.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&recv_mr, 0, N)],
+            sg_list: smallvec![sge(&recv_mr, 0, N)],
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
@@ -114,7 +115,7 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
     qp.post_send(SendWr {
         wr_id: 10,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, N)],
+        sg_list: smallvec![sge(&src, 0, N)],
         signaled: true,
     })
     .unwrap();
@@ -128,7 +129,7 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
             remote_addr: raddr,
             rkey,
         },
-        sg_list: vec![sge(&src, 0, N / 2)],
+        sg_list: smallvec![sge(&src, 0, N / 2)],
         signaled: true,
     })
     .unwrap();
@@ -141,7 +142,7 @@ fn ring_loopback_eal_ports_mbufs_and_iwarp() {
             remote_addr: raddr,
             rkey,
         },
-        sg_list: vec![sge(&dst, 0, N)],
+        sg_list: smallvec![sge(&dst, 0, N)],
         signaled: true,
     })
     .unwrap();

@@ -19,6 +19,7 @@
 //! `DPWARP_SOAK_OPS=1000000 cargo test --release --test dpdk_soak -- --nocapture`.
 //! One EAL per process: this file holds the only EAL test of its binary.
 
+use dpwarp::verbs::smallvec;
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,7 +190,7 @@ fn verbs_server(
         for k in 0..RQ {
             qp.post_recv(RecvWr {
                 wr_id: c << 32 | k as u64,
-                sg_list: vec![sge(&recv, k * MAXSZ, MAXSZ)],
+                sg_list: smallvec![sge(&recv, k * MAXSZ, MAXSZ)],
             })
             .unwrap();
         }
@@ -230,7 +231,7 @@ fn verbs_server(
         qp_of(c)
             .post_recv(RecvWr {
                 wr_id: wc.wr_id,
-                sg_list: vec![sge(recv_of(c), k * MAXSZ, MAXSZ)],
+                sg_list: smallvec![sge(recv_of(c), k * MAXSZ, MAXSZ)],
             })
             .unwrap();
     }
@@ -299,7 +300,7 @@ impl ClientConn {
                 .post_send(SendWr {
                     wr_id: id(kind),
                     opcode,
-                    sg_list: vec![sge(mr, s * MAXSZ, p.len())],
+                    sg_list: smallvec![sge(mr, s * MAXSZ, p.len())],
                     signaled: true,
                 })
                 .unwrap();
@@ -685,7 +686,7 @@ fn soak_with_packet_faults() {
     let srecv = pd.reg_mr(MAXSZ, Access::LOCAL_WRITE);
     sqp.post_recv(RecvWr {
         wr_id: 7,
-        sg_list: vec![sge(&srecv, 0, MAXSZ)],
+        sg_list: smallvec![sge(&srecv, 0, MAXSZ)],
     })
     .unwrap();
     let acceptor = thread::spawn(move || {
@@ -717,7 +718,7 @@ fn soak_with_packet_faults() {
     cqp.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, len_of(9, 1))],
+        sg_list: smallvec![sge(&src, 0, len_of(9, 1))],
         signaled: true,
     })
     .unwrap();

@@ -8,6 +8,7 @@
 mod common;
 mod terminate_common;
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -68,7 +69,7 @@ tx_buffer = 65536
                         remote_addr: sink_addr + i * chunk as u64,
                         rkey: sink_stag,
                     },
-                    sg_list: vec![sge(&src, i as usize * chunk, chunk)],
+                    sg_list: smallvec![sge(&src, i as usize * chunk, chunk)],
                     signaled: true,
                 })
                 .unwrap();

@@ -4,6 +4,7 @@
 
 mod common;
 
+use dpwarp::verbs::smallvec;
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use common::*;
@@ -51,7 +52,7 @@ fn file_read_into_a_registered_buffer_is_rdma_written_without_staging() {
             remote_addr: dst.addr(),
             rkey: dst.stag(),
         },
-        sg_list: vec![sge(&src, 0, N)],
+        sg_list: smallvec![sge(&src, 0, N)],
         signaled: true,
     })
     .unwrap();
@@ -60,13 +61,13 @@ fn file_read_into_a_registered_buffer_is_rdma_written_without_staging() {
     let note = s.pd.reg_mr(16, Access::LOCAL_WRITE);
     s.qp.post_recv(dpwarp::verbs::RecvWr {
         wr_id: 2,
-        sg_list: vec![sge(&note, 0, 16)],
+        sg_list: smallvec![sge(&note, 0, 16)],
     })
     .unwrap();
     c.qp.post_send(SendWr {
         wr_id: 3,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 4)],
+        sg_list: smallvec![sge(&src, 0, 4)],
         signaled: true,
     })
     .unwrap();

@@ -3,6 +3,7 @@
 
 mod common;
 
+use dpwarp::verbs::smallvec;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::thread;
@@ -23,13 +24,13 @@ fn prove_data_flows(c: &Side, s: &Side) {
     let cbuf = c.pd.reg_mr(4096, Access::LOCAL_WRITE);
     c.qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![sge(&cbuf, 0, 4096)],
+        sg_list: smallvec![sge(&cbuf, 0, 4096)],
     })
     .unwrap();
     s.qp.post_send(SendWr {
         wr_id: 2,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&sbuf, 0, 100)],
+        sg_list: smallvec![sge(&sbuf, 0, 100)],
         signaled: true,
     })
     .unwrap();
@@ -42,7 +43,7 @@ fn prove_data_flows(c: &Side, s: &Side) {
             remote_addr: sbuf.addr(),
             rkey: sbuf.stag(),
         },
-        sg_list: vec![sge(&cbuf, 0, 4096)],
+        sg_list: smallvec![sge(&cbuf, 0, 4096)],
         signaled: true,
     })
     .unwrap();

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use dpwarp::cm::ConnParam;
 use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::verbs::smallvec;
 use dpwarp::verbs::{sge, Access, Opcode, QpTerminate, RecvWr, SendWr, WcOpcode};
 use dpwarp::wire::terminate::TermCause;
 
@@ -28,17 +29,17 @@ fn exercise(link: Link, param: ConnParam) {
     let sqp = &s.qp.clone();
     sqp.post_recv(RecvWr {
         wr_id: 10,
-        sg_list: vec![sge(&r1, 0, big)],
+        sg_list: smallvec![sge(&r1, 0, big)],
     })
     .unwrap();
     sqp.post_recv(RecvWr {
         wr_id: 11,
-        sg_list: vec![sge(&r2a, 0, 1000), sge(&r2b, 0, big)],
+        sg_list: smallvec![sge(&r2a, 0, 1000), sge(&r2b, 0, big)],
     })
     .unwrap();
     sqp.post_recv(RecvWr {
         wr_id: 12,
-        sg_list: vec![sge(&r1, 0, 64)],
+        sg_list: smallvec![sge(&r1, 0, 64)],
     })
     .unwrap();
 
@@ -56,7 +57,7 @@ fn exercise(link: Link, param: ConnParam) {
     cqp.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, big)],
+        sg_list: smallvec![sge(&src, 0, big)],
         signaled: true,
     })
     .unwrap();
@@ -75,7 +76,7 @@ fn exercise(link: Link, param: ConnParam) {
     cqp.post_send(SendWr {
         wr_id: 2,
         opcode: Opcode::SendSe,
-        sg_list: vec![sge(&src, 0, 1500), sge(&src, big, 1500)],
+        sg_list: smallvec![sge(&src, 0, 1500), sge(&src, big, 1500)],
         signaled: true,
     })
     .unwrap();
@@ -96,7 +97,7 @@ fn exercise(link: Link, param: ConnParam) {
             remote_addr: target.addr() + 7,
             rkey: target.stag(),
         },
-        sg_list: vec![sge(&src, 0, 100), sge(&src, 100, big - 100)],
+        sg_list: smallvec![sge(&src, 0, 100), sge(&src, 100, big - 100)],
         signaled: true,
     })
     .unwrap();
@@ -108,7 +109,7 @@ fn exercise(link: Link, param: ConnParam) {
             remote_addr: target.addr() + big as u64,
             rkey: target.stag(),
         },
-        sg_list: vec![sge(&sink, 0, 10), sge(&sink, 10, big - 10)],
+        sg_list: smallvec![sge(&sink, 0, 10), sge(&sink, 10, big - 10)],
         signaled: true,
     })
     .unwrap();
@@ -131,7 +132,7 @@ fn exercise(link: Link, param: ConnParam) {
         opcode: Opcode::SendInv {
             inv_stag: inv.stag(),
         },
-        sg_list: vec![sge(&src, 0, 4)],
+        sg_list: smallvec![sge(&src, 0, 4)],
         signaled: true,
     })
     .unwrap();
@@ -150,7 +151,7 @@ fn exercise(link: Link, param: ConnParam) {
             remote_addr: inv.addr(),
             rkey: inv.stag(),
         },
-        sg_list: vec![sge(&src, 0, 64)],
+        sg_list: smallvec![sge(&src, 0, 64)],
         signaled: true,
     })
     .unwrap();

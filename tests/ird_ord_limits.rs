@@ -11,6 +11,7 @@
 //! - The QP engine: ORD 0 refuses Reads at post time, IRD 0 answers any Read Request with
 //!   TERMINATE (DDP, untagged, code 2 "no buffer"), IRD n serves n and refuses n + 1.
 
+use dpwarp::verbs::smallvec;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -325,7 +326,7 @@ fn read_wr(id: u64, sink: &dpwarp::verbs::Mr, src: &dpwarp::verbs::Mr, len: u32)
             remote_addr: src.addr(),
             rkey: src.stag(),
         },
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: sink.addr(),
             length: len,
             lkey: sink.stag(),
@@ -371,7 +372,7 @@ fn read_posted_with_negotiated_ord_zero_fails_locally() {
     let rb = c.pd.reg_mr(16, Access::LOCAL_WRITE);
     c.qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: rb.addr(),
             length: 16,
             lkey: rb.stag(),
@@ -383,7 +384,7 @@ fn read_posted_with_negotiated_ord_zero_fails_locally() {
     s.qp.post_send(SendWr {
         wr_id: 8,
         opcode: Opcode::Send,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: sb.addr(),
             length: 16,
             lkey: sb.stag(),
@@ -457,7 +458,7 @@ fn engine_ord_zero_refuses_reads_at_post_time() {
             remote_addr: 0x1000,
             rkey: 0x1234_5600,
         },
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: sink.addr(),
             length: 64,
             lkey: sink.stag(),
@@ -539,7 +540,7 @@ fn engine_ord_bounds_outstanding_reads() {
                 remote_addr: src.addr(),
                 rkey: src.stag(),
             },
-            sg_list: vec![Sge {
+            sg_list: smallvec![Sge {
                 addr: sink.addr() + i * 64,
                 length: 64,
                 lkey: sink.stag(),

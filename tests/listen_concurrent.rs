@@ -4,6 +4,7 @@
 
 mod common;
 
+use dpwarp::verbs::smallvec;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -62,7 +63,7 @@ fn serve(l: Arc<Listener>, n: usize) -> thread::JoinHandle<usize> {
             let buf = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
             s.qp.post_recv(RecvWr {
                 wr_id: 7,
-                sg_list: vec![sge(&buf, 0, 4096)],
+                sg_list: smallvec![sge(&buf, 0, 4096)],
             })
             .unwrap();
             req.accept(&s.qp, &ConnParam::default()).expect("accept");
@@ -86,7 +87,7 @@ fn normal_client(addr: SocketAddr) -> Duration {
     c.qp.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&buf, 0, 64)],
+        sg_list: smallvec![sge(&buf, 0, 64)],
         signaled: true,
     })
     .unwrap();
@@ -197,7 +198,7 @@ fn rfc5044_s7_1_2_a_slow_valid_client_does_not_delay_another() {
         let buf = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
         s.qp.post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![sge(&buf, 0, 4096)],
+            sg_list: smallvec![sge(&buf, 0, 4096)],
         })
         .unwrap();
         first.accept(&s.qp, &ConnParam::default()).expect("accept");

@@ -6,6 +6,7 @@ use dpwarp::rdma::{
     Access, MemoryTable, Mr, Opcode, PdId, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind,
     RtrRole, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
+use dpwarp::verbs::smallvec;
 use dpwarp::wire::ddp::{BufferRepr, HeaderRepr};
 use dpwarp::wire::rdmap::{RdmapOpcode, ReadRequestRepr};
 use dpwarp::wire::terminate::{Layer, TermCause};
@@ -104,7 +105,7 @@ fn send(p: &mut Pair, id: u64, op: Opcode, sges: Vec<Sge>) {
         .post_send(SendWr {
             wr_id: id,
             opcode: op,
-            sg_list: sges,
+            sg_list: sges.into(),
             signaled: true,
         })
         .unwrap();
@@ -144,7 +145,7 @@ fn rfc5040_s5_3_send_variants_gather_and_scatter() {
         p.b.qp
             .post_recv(RecvWr {
                 wr_id: id as u64,
-                sg_list: vec![sge(r1, 0, 1000), sge(r2, 0, 6000)],
+                sg_list: smallvec![sge(r1, 0, 1000), sge(r2, 0, 6000)],
             })
             .unwrap();
     }
@@ -216,7 +217,7 @@ fn rfc5041_s5_large_messages_are_segmented_within_mulpdu() {
     p.b.qp
         .post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&rb, 0, n)],
+            sg_list: smallvec![sge(&rb, 0, n)],
         })
         .unwrap();
     send(
@@ -504,7 +505,7 @@ fn with_buffer(len: usize) -> (Pair, Mr) {
     p.b.qp
         .post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&rb, 0, len)],
+            sg_list: smallvec![sge(&rb, 0, len)],
         })
         .unwrap();
     (p, rb)
@@ -700,20 +701,20 @@ fn rtr_pair(k: RtrKind) -> Pair {
     p.a.qp
         .post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![sge(&ra, 0, 16)],
+            sg_list: smallvec![sge(&ra, 0, 16)],
         })
         .unwrap();
     p.b.qp
         .post_recv(RecvWr {
             wr_id: 8,
-            sg_list: vec![sge(&rb, 0, 16)],
+            sg_list: smallvec![sge(&rb, 0, 16)],
         })
         .unwrap();
     p.b.qp
         .post_send(SendWr {
             wr_id: 1,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&rb, 0, 4)],
+            sg_list: smallvec![sge(&rb, 0, 4)],
             signaled: true,
         })
         .unwrap();

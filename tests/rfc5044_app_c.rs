@@ -14,6 +14,7 @@
 //! Sans-IO through `Startup`, then end to end over kernel TCP with a hand-written RDMAC peer
 //! (the crate's own wire types over a std `TcpStream`), and through `dpwarp rping -s`.
 
+use dpwarp::verbs::smallvec;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -349,7 +350,7 @@ fn end() -> End {
 fn post_recv(e: &End, mr: &dpwarp::verbs::Mr) {
     e.qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: mr.addr(),
             length: mr.len() as u32,
             lkey: mr.stag(),
@@ -362,7 +363,7 @@ fn post_send(e: &End, mr: &dpwarp::verbs::Mr, len: usize) {
     e.qp.post_send(SendWr {
         wr_id: 2,
         opcode: Opcode::Send,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: mr.addr(),
             length: len as u32,
             lkey: mr.stag(),

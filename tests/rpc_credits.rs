@@ -2,6 +2,7 @@
 //! RDMA_DONE consuming a credit, grants shrinking as connections share the pool, and a client
 //! that exceeds its grant losing only its own connection.
 
+use dpwarp::verbs::smallvec;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -241,7 +242,7 @@ fn client_exceeding_its_grant_is_terminated_alone() {
     for i in 0..16 {
         qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![sge(&rbuf, i as usize * 4096, 4096)],
+            sg_list: smallvec![sge(&rbuf, i as usize * 4096, 4096)],
         })
         .unwrap();
     }
@@ -270,7 +271,7 @@ fn client_exceeding_its_grant_is_terminated_alone() {
         qp.post_send(SendWr {
             wr_id: u64::from(i),
             opcode: Opcode::Send,
-            sg_list: vec![sge(&sbuf, i as usize * 4096, w.len())],
+            sg_list: smallvec![sge(&sbuf, i as usize * 4096, w.len())],
             signaled: true,
         })
         .unwrap();

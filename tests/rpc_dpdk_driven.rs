@@ -143,6 +143,10 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     let st = srv.stats();
     assert_eq!(ServerStats::get(&st.connections), 2);
     assert!(ServerStats::get(&st.reads_pulled) >= 64);
+    // Zero-copy bulk on the reactor too: every read chunk went straight into the memory store
+    // and every READ result straight out of it (docs/rpc.md).
+    assert_eq!(ServerStats::get(&st.bulk_staged_bytes), 0);
+    assert!(ServerStats::get(&st.bulk_placed_bytes) >= 64 * blk as u64);
 
     // Placement: one reactor for the server port's one worker, pinned to that worker's CPU;
     // no thread per connection.

@@ -9,6 +9,7 @@
 mod common;
 mod terminate_common;
 
+use dpwarp::verbs::smallvec;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -40,7 +41,7 @@ fn server(l: Listener) {
                 remote_addr: sink_addr + i * chunk as u64,
                 rkey: sink_stag,
             },
-            sg_list: vec![sge(&src, i as usize * chunk, chunk)],
+            sg_list: smallvec![sge(&src, i as usize * chunk, chunk)],
             signaled: true,
         })
         .unwrap();

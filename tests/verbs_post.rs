@@ -4,6 +4,7 @@
 
 mod common;
 
+use dpwarp::verbs::smallvec;
 use std::time::Duration;
 
 use common::*;
@@ -37,7 +38,7 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
     let bad = SendWr {
         wr_id: 99,
         opcode: Opcode::Send,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: src.addr(),
             length: 16,
             lkey: src.stag() ^ 0x100,
@@ -50,7 +51,7 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
     assert!(matches!(
         s.qp.post_recv(RecvWr {
             wr_id: 98,
-            sg_list: vec![sge(&ro, 0, 64)],
+            sg_list: smallvec![sge(&ro, 0, 64)],
         }),
         Err(PostError::Invalid(_))
     ));
@@ -58,13 +59,13 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
     for i in 0..2u64 {
         s.qp.post_recv(RecvWr {
             wr_id: 10 + i,
-            sg_list: vec![sge(&dst, 4096 * i as usize, 4096)],
+            sg_list: smallvec![sge(&dst, 4096 * i as usize, 4096)],
         })
         .unwrap();
         c.qp.post_send(SendWr {
             wr_id: i,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&src, 0, 4096)],
+            sg_list: smallvec![sge(&src, 0, 4096)],
             signaled: true,
         })
         .unwrap();
@@ -73,14 +74,14 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
     let third = SendWr {
         wr_id: 2,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 64)],
+        sg_list: smallvec![sge(&src, 0, 64)],
         signaled: true,
     };
     assert_eq!(c.qp.post_send(third), Err(PostError::QueueFull));
     assert_eq!(
         s.qp.post_recv(RecvWr {
             wr_id: 12,
-            sg_list: vec![sge(&dst, 0, 64)],
+            sg_list: smallvec![sge(&dst, 0, 64)],
         }),
         Err(PostError::QueueFull)
     );
@@ -107,7 +108,7 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
     let late = SendWr {
         wr_id: 3,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 64)],
+        sg_list: smallvec![sge(&src, 0, 64)],
         signaled: true,
     };
     assert_eq!(c.qp.post_send(late), Err(PostError::BadState));

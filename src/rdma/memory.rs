@@ -87,7 +87,8 @@ struct Region {
     base: u64,
     len: usize,
     invalidated: AtomicBool,
-    data: RwLock<Box<[u8]>>,
+    /// The bytes; shared with other regions over the same memory ([`SharedMem`]).
+    data: Arc<RwLock<Box<[u8]>>>,
 }
 
 impl Region {
@@ -253,9 +254,26 @@ impl MemoryTable {
     ///
     /// Panics like [`MemoryTable::register`].
     pub fn register_bytes(&self, pd: PdId, data: Vec<u8>, access: Access) -> Mr {
-        let data: Box<[u8]> = data.into_boxed_slice();
-        let len = data.len();
-        let base = data.as_ptr() as usize as u64;
+        self.register_data(pd, Arc::new(RwLock::new(data.into_boxed_slice())), access)
+    }
+
+    /// Register the memory of `mem` under `pd` with `access`, sharing its bytes (no copy): the
+    /// same memory may be registered in several protection domains at once, each registration
+    /// with its own STag, as `ibv_reg_mr` of one buffer in several PDs. The region's address is
+    /// the memory's, in every registration. For memory that outlives connections and is
+    /// reached by each connection's QP in that connection's own PD (a block store RDMA Written
+    /// from and RDMA Read into; RFC 5042 §2.2.4: a server allocates a PD per client).
+    ///
+    /// Panics like [`MemoryTable::register`].
+    pub fn register_shared(&self, pd: PdId, mem: &SharedMem, access: Access) -> Mr {
+        self.register_data(pd, mem.data.clone(), access)
+    }
+
+    fn register_data(&self, pd: PdId, data: Arc<RwLock<Box<[u8]>>>, access: Access) -> Mr {
+        let (base, len) = {
+            let d = data.read().unwrap_or_else(|p| p.into_inner());
+            (d.as_ptr() as usize as u64, d.len())
+        };
         let mut t = self.table_mut();
         // RFC 5040 §8.1.1 item 8 / RFC 5042 §5.1.2: STags must not be predictable.
         let index = t.draw_index();
@@ -268,7 +286,7 @@ impl MemoryTable {
             base,
             len,
             invalidated: AtomicBool::new(false),
-            data: RwLock::new(data),
+            data,
         });
         t.regions.insert(index, region.clone());
         Mr { region }
@@ -392,14 +410,27 @@ impl Mr {
     /// is its last handle (the table and the engines hold none then); otherwise the handle back.
     /// For data RDMA-Read into a fresh region and then handed on (an RPC WRITE's data on its way
     /// to a file): the bytes land once, where they are used.
+    /// Memory registered with [`MemoryTable::register_shared`] stays shared: `Err` while the
+    /// [`SharedMem`] or another registration of it holds the bytes.
     pub fn into_bytes(self) -> Result<Vec<u8>, Mr> {
         match Arc::try_unwrap(self.region) {
-            Ok(r) => Ok(r
-                .data
-                .into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .into_vec()),
+            Ok(r) => match Arc::try_unwrap(r.data) {
+                Ok(lock) => Ok(lock
+                    .into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .into_vec()),
+                Err(data) => Err(Mr {
+                    region: Arc::new(Region { data, ..r }),
+                }),
+            },
             Err(region) => Err(Mr { region }),
+        }
+    }
+
+    /// The region's memory, to register in another PD ([`MemoryTable::register_shared`]).
+    pub fn shared(&self) -> SharedMem {
+        SharedMem {
+            data: self.region.data.clone(),
         }
     }
 }
@@ -472,6 +503,71 @@ impl Mr {
     }
 }
 
+/// Memory that may be registered in several protection domains at once
+/// ([`MemoryTable::register_shared`], [`crate::verbs::Pd::reg_mr_shared`]): a cheap `Clone`
+/// handle (`Send + Sync`) to bytes that live as long as the handle or any region over them.
+/// Local CPU access goes through the same lock as placement into its regions, so an engine
+/// placing a Read Response and a local reader never race.
+#[derive(Clone)]
+pub struct SharedMem {
+    data: Arc<RwLock<Box<[u8]>>>,
+}
+
+impl SharedMem {
+    /// `len` zeroed bytes.
+    pub fn new(len: usize) -> Self {
+        SharedMem::from_vec(vec![0u8; len])
+    }
+    /// `data` itself (no copy).
+    pub fn from_vec(data: Vec<u8>) -> Self {
+        SharedMem {
+            data: Arc::new(RwLock::new(data.into_boxed_slice())),
+        }
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The address every registration of the memory has (its first byte's).
+    pub fn addr(&self) -> u64 {
+        self.bytes().as_ptr() as usize as u64
+    }
+    /// Whether `self` and `other` are the same memory.
+    pub fn same(&self, other: &SharedMem) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
+    }
+    /// The bytes in place, read-only; placement into a region over them waits meanwhile.
+    pub fn bytes(&self) -> MrBytes<'_> {
+        MrBytes(self.data.read().unwrap_or_else(|p| p.into_inner()))
+    }
+    /// The bytes in place; placement into a region over them waits meanwhile.
+    pub fn bytes_mut(&self) -> MrBytesMut<'_> {
+        MrBytesMut(self.data.write().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl core::fmt::Debug for SharedMem {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedMem")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// The same memory (identity, not contents).
+impl PartialEq for SharedMem {
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other)
+    }
+}
+
+impl Eq for SharedMem {}
+
 /// In-place write access to a region's bytes ([`Mr::bytes_mut`]).
 pub struct MrBytesMut<'a>(std::sync::RwLockWriteGuard<'a, Box<[u8]>>);
 
@@ -522,6 +618,43 @@ mod tests {
     }
 
     const RW: Access = Access(7);
+
+    /// One memory registered in two PDs: each registration checks its own PD, both place into
+    /// and gather from the same bytes, and the memory outlives both registrations.
+    #[test]
+    fn shared_memory_in_two_pds_is_one_buffer() {
+        let m = MemoryTable::new();
+        let (a, b) = (m.alloc_pd(), m.alloc_pd());
+        let mem = SharedMem::new(64);
+        let ra = m.register_shared(a, &mem, RW);
+        let rb = m.register_shared(b, &mem, RW);
+        assert_ne!(ra.stag(), rb.stag());
+        assert_eq!(ra.addr(), mem.addr());
+        assert_eq!(rb.addr(), mem.addr());
+        assert_eq!(
+            m.check(ra.stag(), b, ra.addr(), 1, RW),
+            Err(MemoryError::PdMismatch),
+            "a registration is only valid in its own PD"
+        );
+        m.write(ra.stag(), a, ra.addr() + 8, b"abc", RW).unwrap();
+        let mut out = Vec::new();
+        m.read_append(rb.stag(), b, rb.addr() + 8, 3, RW, &mut out)
+            .unwrap();
+        assert_eq!(out, b"abc");
+        assert_eq!(&mem.bytes()[8..11], b"abc");
+        assert!(m.deregister(ra.stag()));
+        let ra = ra.into_bytes().expect_err("the memory is still shared");
+        assert_eq!(ra.addr(), mem.addr());
+        assert!(m.deregister(rb.stag()));
+        drop((ra, rb));
+        assert_eq!(
+            &mem.bytes()[8..11],
+            b"abc",
+            "the memory outlives its regions"
+        );
+        assert_eq!(mem, mem.clone());
+        assert_ne!(mem, SharedMem::new(64));
+    }
 
     #[test]
     fn bytes_mut_is_the_registered_buffer_in_place() {

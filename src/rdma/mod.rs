@@ -10,6 +10,9 @@ pub mod wr;
 
 /// Re-exported: the QP engine sends and checks the RTR kind MPA negotiated.
 pub use crate::mpa::RtrKind;
-pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId};
+pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId, SharedMem};
 pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrRole, MIN_ULPDU_ROOM};
-pub use wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use smallvec::smallvec;
+pub use wr::{
+    Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
+};

@@ -122,9 +122,9 @@ struct TxMsg {
     qn: u32,
     msn: u32,
     inv_stag: u32,
-    sges: Vec<Sge>,
+    sges: crate::rdma::wr::SgList,
     /// Fixed payload (Read Request header) instead of SGEs.
-    fixed: Option<Vec<u8>>,
+    fixed: Option<ReadRequestRepr>,
     len: u32,
     sent: u32,
     /// Gather cursor: SGE index and offset inside it.
@@ -752,12 +752,10 @@ impl QpEngine {
                     src_stag: rkey,
                     src_to: remote_addr,
                 };
-                let mut body = Vec::with_capacity(28);
-                rr.emit_to_vec(&mut body);
                 m.opcode = RdmapOpcode::ReadRequest;
                 m.qn = QN_READ_REQUEST;
                 m.msn = msn;
-                m.fixed = Some(body);
+                m.fixed = Some(rr);
                 self.out_reads.push_back(OutRead {
                     seq: Some(seq),
                     sink_stag,
@@ -816,7 +814,8 @@ impl QpEngine {
         }
         .emit_to(out);
         if let Some(f) = &m.fixed {
-            out.put(f);
+            // Emitted straight into the outgoing FPDU (no buffer per Read Request).
+            f.emit_to(out);
         } else {
             // Gather `chunk` bytes from the SGE list.
             let mut left = chunk;
@@ -1253,7 +1252,8 @@ impl QpEngine {
             }
         }
         // Scatter: check every piece, then copy (nothing placed if any piece fails).
-        let mut pieces: Vec<(Sge, u64, usize, usize)> = Vec::new();
+        let mut pieces: smallvec::SmallVec<[(Sge, u64, usize, usize); 2]> =
+            smallvec::SmallVec::new();
         let (mut pos, mut done) = (0u64, 0usize);
         for s in &self.rq[d].wr.sg_list {
             let end = pos + u64::from(s.length);

@@ -13,6 +13,21 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// Inline capacity of a [`SgList`]: work requests with up to this many SGEs allocate nothing.
+pub const SG_INLINE: usize = 2;
+
+/// A work request's scatter/gather list (`ibv_send_wr.sg_list` + `num_sge`): up to
+/// [`SG_INLINE`] elements are held inline, so posting a work request allocates nothing.
+/// Build it from one SGE with `sge.into()`, or with [`smallvec!`](crate::verbs::smallvec)
+/// like `vec!`: `smallvec![a, b]`.
+pub type SgList = smallvec::SmallVec<[Sge; SG_INLINE]>;
+
+impl From<Sge> for SgList {
+    fn from(s: Sge) -> Self {
+        smallvec::smallvec![s]
+    }
+}
+
 /// The operation of a send-queue work request (RFC 5040 §4.3 opcodes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opcode {
@@ -66,7 +81,7 @@ pub struct SendWr {
     /// What to do.
     pub opcode: Opcode,
     /// Local buffers: the message source (Send, Write) or the Read's Data Sink.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Generate a completion on success (errors always complete).
     pub signaled: bool,
 }
@@ -77,7 +92,7 @@ pub struct RecvWr {
     /// Caller's identifier, returned in the work completion.
     pub wr_id: u64,
     /// Buffers the message is placed into, in order (each needs `Access::LOCAL_WRITE`).
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 /// Completion status, named after `ibv_wc_status`.
@@ -150,4 +165,24 @@ pub enum PostError {
     /// ORD. (With an ORD above 0, Reads beyond it wait on the send queue, as on siw.)
     #[error("RDMA Read not allowed: the negotiated ORD is 0 (the peer's IRD allows no Read; RFC 6581 §9.1)")]
     ZeroOrd,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sg_lists_up_to_the_inline_capacity_do_not_allocate() {
+        let s = Sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        };
+        let one: SgList = s.into();
+        assert_eq!(one.as_slice(), &[s]);
+        let two: SgList = smallvec::smallvec![s; SG_INLINE];
+        assert!(!one.spilled() && !two.spilled());
+        let three: SgList = smallvec::smallvec![s; SG_INLINE + 1];
+        assert!(three.spilled(), "more SGEs still work, on the heap");
+    }
 }

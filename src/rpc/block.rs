@@ -11,16 +11,25 @@
 //!                                                                 uint32 block_size, bool ro]
 //! } = 1; } = 0x20000b1c;
 //! ```
+//! Zero-copy bulk: the memory store's bytes are registered memory ([`SharedMem`]), registered
+//! in each connection's protection domain. READ data is RDMA-Written into the client's write
+//! chunk straight from the store ([`Body::put_bulk_region`]); WRITE data is RDMA-Read from the
+//! client's read chunk straight into the store (a placer, [`Registry::register_with_placement`]).
+//! Neither is copied on the server; over TCP and inline the bytes are copied into the message
+//! as they must be.
+//!
 //! Status values: 0 OK, 5 EIO, 22 EINVAL (count above the per-call limit), 30 EROFS,
 //! 34 ERANGE (beyond the end of the store).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use super::client::ReplyReader;
-use super::program::{garbage, Body, Registry};
+use super::client::{BulkView, ReplyReader};
+use super::program::{garbage, Body, Bulk, Placement, Registry};
+use crate::verbs::SharedMem;
+use crate::wire::xdr::XdrReader;
 
 /// Program number (RFC 5531 §7.3 user-defined range; dpwarp's choice).
 pub const BLOCK_PROG: u32 = 0x2000_0b1c;
@@ -50,7 +59,7 @@ pub const BLK_ERANGE: u32 = 34;
 pub const MAX_IO: usize = 16 << 20;
 
 enum Backing {
-    Memory(RwLock<Vec<u8>>),
+    Memory(SharedMem),
     File(File),
 }
 
@@ -65,10 +74,11 @@ pub struct BlockStore {
 }
 
 impl BlockStore {
-    /// `size` zeroed bytes in memory.
+    /// `size` zeroed bytes in memory that RDMA moves bulk data to and from directly (see the
+    /// module docs).
     pub fn memory(size: usize) -> Self {
         BlockStore {
-            backing: Backing::Memory(RwLock::new(vec![0u8; size])),
+            backing: Backing::Memory(SharedMem::new(size)),
             size: size as u64,
             block_size: 4096,
             read_only: false,
@@ -94,6 +104,15 @@ impl BlockStore {
         })
     }
 
+    /// The memory of a memory store (the bytes RDMA moves data to and from); `None` for a
+    /// file.
+    pub fn memory_region(&self) -> Option<&SharedMem> {
+        match &self.backing {
+            Backing::Memory(m) => Some(m),
+            Backing::File(_) => None,
+        }
+    }
+
     /// Size of the store in bytes.
     pub fn size(&self) -> u64 {
         self.size
@@ -113,10 +132,7 @@ impl BlockStore {
     pub fn read(&self, off: u64, len: usize) -> Result<Vec<u8>, u32> {
         self.range(off, len)?;
         match &self.backing {
-            Backing::Memory(m) => {
-                let m = m.read().unwrap_or_else(|p| p.into_inner());
-                Ok(m[off as usize..off as usize + len].to_vec())
-            }
+            Backing::Memory(m) => Ok(m.bytes()[off as usize..off as usize + len].to_vec()),
             Backing::File(f) => {
                 let mut v = vec![0u8; len];
                 f.read_exact_at(&mut v, off).map_err(|e| {
@@ -128,6 +144,34 @@ impl BlockStore {
         }
     }
 
+    /// READ results for `len` bytes at `off`: the memory store's bytes in place (RDMA-Written
+    /// from the store), a file's read into a buffer, or a `BLK_*` status.
+    fn read_into(&self, b: &mut Body, off: u64, len: usize) {
+        if let (Backing::Memory(m), Ok(())) = (&self.backing, self.range(off, len)) {
+            b.xdr().put_u32(BLK_OK);
+            b.put_bulk_region(m, off as usize, len);
+            return;
+        }
+        match self.read(off, len) {
+            Ok(d) => {
+                b.xdr().put_u32(BLK_OK);
+                b.put_bulk(d);
+            }
+            Err(st) => b.xdr().put_u32(st),
+        }
+    }
+
+    /// Where WRITE data of `len` bytes at `off` goes in a writable memory store, if the
+    /// range is valid; `None` otherwise (the handler answers the error as ever).
+    fn place(&self, off: u64, len: usize) -> Option<(SharedMem, usize)> {
+        match &self.backing {
+            Backing::Memory(m) if !self.read_only && self.range(off, len).is_ok() => {
+                Some((m.clone(), off as usize))
+            }
+            _ => None,
+        }
+    }
+
     /// Write `data` at `off`, or a `BLK_*` status.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), u32> {
         if self.read_only {
@@ -136,8 +180,7 @@ impl BlockStore {
         self.range(off, data.len())?;
         match &self.backing {
             Backing::Memory(m) => {
-                let mut m = m.write().unwrap_or_else(|p| p.into_inner());
-                m[off as usize..off as usize + data.len()].copy_from_slice(data);
+                m.bytes_mut()[off as usize..off as usize + data.len()].copy_from_slice(data);
                 Ok(())
             }
             Backing::File(f) => f.write_all_at(data, off).map_err(|e| {
@@ -158,32 +201,49 @@ pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
         let off = a.xdr.get_u64().map_err(garbage)?;
         let count = a.xdr.get_u32().map_err(garbage)? as usize;
         let mut b = Body::new();
-        match s.read(off, count) {
-            Ok(d) => {
-                b.xdr().put_u32(BLK_OK);
-                b.put_bulk(d);
-            }
-            Err(st) => b.xdr().put_u32(st),
-        }
+        s.read_into(&mut b, off, count);
         Ok(b)
     });
     let s = store.clone();
-    reg.register(BLOCK_PROG, BLOCK_VERS, PROC_WRITE, move |_, a| {
-        let off = a.xdr.get_u64().map_err(garbage)?;
-        let data = a.get_bulk(MAX_IO).map_err(garbage)?;
-        let mut b = Body::new();
-        match s.write(off, data) {
-            Ok(()) => {
-                b.xdr().put_u32(BLK_OK);
-                b.xdr().put_u32(data.len() as u32);
+    let p = store.clone();
+    reg.register_with_placement(
+        BLOCK_PROG,
+        BLOCK_VERS,
+        PROC_WRITE,
+        move |_, a| {
+            let off = a.xdr.get_u64().map_err(garbage)?;
+            let r = match a.get_bulk_placed(MAX_IO).map_err(garbage)? {
+                // RDMA-Read into the store already (the placer checked the range and rights).
+                Bulk::Placed(n) => Ok(n),
+                Bulk::Bytes(data) => s.write(off, data).map(|()| data.len()),
+            };
+            let mut b = Body::new();
+            match r {
+                Ok(n) => {
+                    b.xdr().put_u32(BLK_OK);
+                    b.xdr().put_u32(n as u32);
+                }
+                Err(st) => {
+                    b.xdr().put_u32(st);
+                    b.xdr().put_u32(0);
+                }
             }
-            Err(st) => {
-                b.xdr().put_u32(st);
-                b.xdr().put_u32(0);
-            }
-        }
-        Ok(b)
-    });
+            Ok(b)
+        },
+        move |_, x: &mut XdrReader<'_>| {
+            // The arguments as the handler decodes them: offset, then the data's length word;
+            // the data's read chunk sits right after it.
+            let off = x.get_u64().ok()?;
+            let len = x.get_len(MAX_IO).ok()?;
+            let (mem, offset) = p.place(off, len)?;
+            Some(Placement {
+                position: x.position() as u32,
+                mem,
+                offset,
+                len,
+            })
+        },
+    );
     let s = store;
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_GETATTR, move |_, _| {
         let mut b = Body::new();
@@ -215,13 +275,22 @@ pub fn write_args(off: u64, data: Vec<u8>) -> Body {
     b
 }
 
-/// Decode READ results: data or a status.
-pub fn decode_read(r: &mut ReplyReader<'_>) -> Result<Result<Vec<u8>, u32>, crate::wire::Error> {
+/// Decode READ results: the data where it arrived (the client's write-chunk region, or the
+/// inline reply; [`BulkView`], no copy) or a status.
+pub fn decode_read_view<'a>(
+    r: &mut ReplyReader<'a>,
+) -> Result<Result<BulkView<'a>, u32>, crate::wire::Error> {
     let st = r.xdr.get_u32()?;
     if st != BLK_OK {
         return Ok(Err(st));
     }
-    Ok(Ok(r.get_bulk(MAX_IO)?.to_vec()))
+    Ok(Ok(r.get_bulk(MAX_IO)?))
+}
+
+/// Decode READ results: a copy of the data ([`decode_read_view`] hands out the data in
+/// place) or a status.
+pub fn decode_read(r: &mut ReplyReader<'_>) -> Result<Result<Vec<u8>, u32>, crate::wire::Error> {
+    Ok(decode_read_view(r)?.map(|d| d.to_vec()))
 }
 
 /// Decode WRITE results: bytes written or a status.

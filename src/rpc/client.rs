@@ -15,6 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::endpoint::Endpoint;
@@ -23,7 +24,7 @@ use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAU
 use crate::cm::{self, CmError, ConnParam, Net};
 use crate::mpa::Negotiated;
 use crate::transport::Transport;
-use crate::verbs::{Device, Mr, Qp, WcStatus};
+use crate::verbs::{Device, Mr, MrBytes, Pd, Qp, WcStatus};
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
@@ -122,8 +123,34 @@ pub enum ReplyPath {
     ReadChunk,
 }
 
+/// Write-chunk regions kept for reuse, shared by the client and its replies: a [`Reply`]
+/// holds the write-chunk regions its bulk results are in and gives them back when dropped.
+struct SinkCache {
+    pd: Pd,
+    free: Mutex<Vec<Mr>>,
+}
+
+/// Write-chunk regions kept at most.
+const MAX_SINK_CACHE: usize = 64;
+
+impl SinkCache {
+    fn take(&self, len: usize) -> Option<Mr> {
+        let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let i = f.iter().position(|m| m.len() >= len)?;
+        Some(f.swap_remove(i))
+    }
+
+    fn put(&self, mr: Mr) {
+        let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if f.len() < MAX_SINK_CACHE {
+            f.push(mr);
+        } else {
+            self.pd.dereg_mr(&mr);
+        }
+    }
+}
+
 /// A completed call.
-#[derive(Debug)]
 pub struct Reply {
     /// The RPC reply header (RFC 5531 §9).
     pub header: ReplyRepr,
@@ -131,10 +158,74 @@ pub struct Reply {
     pub path: ReplyPath,
     msg: Vec<u8>,
     results_at: usize,
-    bulk: Vec<Vec<u8>>,
+    bulk: ReplyBulk,
     pad: Option<(Padding, usize)>,
     /// The grant the reply carried.
     pub credits: u32,
+}
+
+impl core::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Reply")
+            .field("header", &self.header)
+            .field("path", &self.path)
+            .field("msg_len", &self.msg.len())
+            .field("bulk", &self.bulk.items)
+            .field("credits", &self.credits)
+            .finish()
+    }
+}
+
+/// Bulk results in write chunks: each write-chunk region with the length the server wrote
+/// (handed out in place by [`ReplyReader::get_bulk`]), given back to the cache on drop.
+#[derive(Default)]
+struct ReplyBulk {
+    items: Vec<(Mr, usize)>,
+    sinks: Option<Arc<SinkCache>>,
+}
+
+impl Drop for ReplyBulk {
+    fn drop(&mut self) {
+        if let Some(c) = &self.sinks {
+            for (mr, _) in self.items.drain(..) {
+                c.put(mr);
+            }
+        }
+    }
+}
+
+/// A bulk result as [`ReplyReader::get_bulk`] hands it back: a view of the bytes where they
+/// arrived (the write-chunk region the server RDMA-Wrote, or the inline message), not a copy.
+/// Derefs to `[u8]`. A write-chunk view holds the region's read lock: placement into that
+/// region (only a misbehaving server writes a chunk after its reply) waits while it lives.
+pub enum BulkView<'a> {
+    /// Inline in the reply message.
+    Inline(&'a [u8]),
+    /// The first `len` bytes of a write-chunk region.
+    Chunk(MrBytes<'a>, usize),
+}
+
+impl core::ops::Deref for BulkView<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            BulkView::Inline(d) => d,
+            BulkView::Chunk(b, n) => &b[..*n],
+        }
+    }
+}
+
+impl core::fmt::Debug for BulkView<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let kind = match self {
+            BulkView::Inline(_) => "Inline",
+            BulkView::Chunk(..) => "Chunk",
+        };
+        f.debug_struct("BulkView")
+            .field("kind", &kind)
+            .field("len", &self.len())
+            .finish()
+    }
 }
 
 impl Reply {
@@ -151,7 +242,7 @@ impl Reply {
                 let _ = x.get_fixed(self.results_at);
                 Ok(ReplyReader {
                     xdr: x,
-                    bulk: &self.bulk,
+                    bulk: &self.bulk.items,
                     next: 0,
                 })
             }
@@ -164,7 +255,7 @@ impl Reply {
 pub struct ReplyReader<'a> {
     /// The inline results, positioned after the reply header.
     pub xdr: XdrReader<'a>,
-    bulk: &'a [Vec<u8>],
+    bulk: &'a [(Mr, usize)],
     next: usize,
 }
 
@@ -179,21 +270,22 @@ impl<'a> ReplyReader<'a> {
     }
 
     /// A DDP-eligible opaque: from the next write chunk if the call had one (its returned length
-    /// must equal the inline length word), else inline.
-    pub fn get_bulk(&mut self, max: usize) -> crate::wire::Result<&'a [u8]> {
+    /// must equal the inline length word), else inline. Either way a view of the bytes where
+    /// they arrived ([`BulkView`]): a write chunk's data is not copied out of its region.
+    pub fn get_bulk(&mut self, max: usize) -> crate::wire::Result<BulkView<'a>> {
         let len = self.xdr.get_len(max)?;
-        let bulk: &'a [Vec<u8>] = self.bulk;
-        if let Some(d) = bulk.get(self.next) {
+        let bulk: &'a [(Mr, usize)] = self.bulk;
+        if let Some((mr, n)) = bulk.get(self.next) {
             self.next += 1;
-            if d.len() != len {
+            if *n != len {
                 return Err(Error::Malformed(
                     "write chunk length differs from XDR length",
                 ));
             }
-            return Ok(d);
+            return Ok(BulkView::Chunk(mr.bytes(), len));
         }
         self.xdr.skip_msgp_pad(len)?;
-        self.xdr.get_fixed(len)
+        self.xdr.get_fixed(len).map(BulkView::Inline)
     }
 }
 
@@ -236,7 +328,7 @@ pub struct RdmaClient {
     next_xid: u32,
     server: ConfigReply,
     ord: u32,
-    sink_cache: Vec<Mr>,
+    sink_cache: Arc<SinkCache>,
     /// Reused copy of the reply being handled.
     rx_scratch: Vec<u8>,
     /// Counters since connecting.
@@ -284,6 +376,10 @@ impl RdmaClient {
             ep.add_recv()?;
         }
         let n = connect(&qp, &cfg.conn)?;
+        let sink_cache = Arc::new(SinkCache {
+            pd: ep.pd.clone(),
+            free: Mutex::new(Vec::new()),
+        });
         let mut c = RdmaClient {
             server_private_data: n.peer_private_data.clone(),
             ep,
@@ -300,7 +396,7 @@ impl RdmaClient {
                 maxrdmaread: u32::from(n.peer_ird.unwrap_or(1)),
             },
             ord: u32::from(n.ord.max(1)),
-            sink_cache: Vec::new(),
+            sink_cache,
             rx_scratch: Vec::new(),
             stats: ClientStats::default(),
             cred: Auth::None,
@@ -381,8 +477,8 @@ impl RdmaClient {
     }
 
     fn sink(&mut self, len: usize) -> Mr {
-        if let Some(i) = self.sink_cache.iter().position(|m| m.len() >= len) {
-            return self.sink_cache.swap_remove(i);
+        if let Some(m) = self.sink_cache.take(len) {
+            return m;
         }
         self.ep.sink(len)
     }
@@ -409,7 +505,7 @@ impl RdmaClient {
             cred: self.cred.clone(),
             verf: Auth::None,
         };
-        let pieces = args.into_pieces();
+        let pieces = args.into_owned_pieces();
         let thr = self.cfg.bulk_threshold;
         // Encode with or without MSGP padding; bulk items in read chunks leave only their
         // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
@@ -427,7 +523,7 @@ impl RdmaClient {
                         w.put_u32(d.len() as u32);
                         reads.push((w.position() as u32, i));
                     }
-                    Piece::Bulk(d) => w.put_opaque(d),
+                    p => p.put_inline(&mut w),
                 }
             }
             (w.into_vec(), reads)
@@ -657,11 +753,7 @@ impl RdmaClient {
                 self.ep.pd.dereg_mr(&m);
             }
             for m in p.writes.into_iter().chain(p.reply_chunk) {
-                if self.sink_cache.len() < 64 {
-                    self.sink_cache.push(m);
-                } else {
-                    self.ep.pd.dereg_mr(&m);
-                }
+                self.sink_cache.put(m);
             }
             self.done.insert(xid, r);
         } else {
@@ -762,39 +854,46 @@ impl RdmaClient {
             }
         };
         self.grant = h.credits.max(1);
-        // Bulk results from the write chunks, with the lengths the server returned.
+        // Bulk results from the write chunks, with the lengths the server returned: the
+        // reply takes the write-chunk regions themselves (a view, no copy; back to the cache
+        // when the reply is dropped).
         let mut bulk = Vec::new();
-        if let Some(p) = self.outstanding.get(&xid) {
-            for (i, segs) in writes.writes.iter().enumerate() {
+        if let Some(p) = self.outstanding.get_mut(&xid) {
+            let ok = writes.writes.len() <= p.writes.len()
+                && writes.writes.iter().zip(&p.writes).all(|(segs, mr)| {
+                    segs.iter().map(|s| u64::from(s.length)).sum::<u64>() <= mr.len() as u64
+                });
+            if !ok {
+                self.finish(xid, Err(RpcError::Wire(Error::Malformed("write list"))));
+                return Ok(());
+            }
+            let used: Vec<Mr> = p.writes.drain(..writes.writes.len()).collect();
+            for (segs, mr) in writes.writes.iter().zip(used) {
                 let n: u64 = segs.iter().map(|s| u64::from(s.length)).sum();
-                match p.writes.get(i) {
-                    Some(mr) if n <= mr.len() as u64 => {
-                        let mut v = vec![0u8; n as usize];
-                        mr.read_at(0, &mut v);
-                        bulk.push(v);
-                    }
-                    _ => {
-                        self.finish(xid, Err(RpcError::Wire(Error::Malformed("write list"))));
-                        return Ok(());
-                    }
-                }
+                bulk.push((mr, n as usize));
             }
         }
         let mut r = XdrReader::new(&rpc);
-        let r = match ReplyRepr::parse(&mut r) {
-            Ok(header) => {
-                let results_at = r.consumed();
-                Ok(Reply {
-                    header,
-                    path,
-                    msg: rpc.clone(),
-                    results_at,
-                    bulk,
-                    pad,
-                    credits: h.credits,
-                })
+        let parsed = ReplyRepr::parse(&mut r).map(|h| (h, r.consumed()));
+        let r = match parsed {
+            Ok((header, results_at)) => Ok(Reply {
+                header,
+                path,
+                msg: rpc,
+                results_at,
+                bulk: ReplyBulk {
+                    items: bulk,
+                    sinks: Some(self.sink_cache.clone()),
+                },
+                pad,
+                credits: h.credits,
+            }),
+            Err(e) => {
+                for (mr, _) in bulk {
+                    self.sink_cache.put(mr);
+                }
+                Err(RpcError::Wire(e))
             }
-            Err(e) => Err(RpcError::Wire(e)),
         };
         self.finish(xid, r);
         Ok(())

@@ -7,13 +7,14 @@
 //! used it — send-queue completions are in order) arrives, because the engine gathers the bytes
 //! when it transmits, not when the work request is posted.
 
+use crate::verbs::smallvec;
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::RpcError;
 use crate::verbs::{
-    sge, Access, Cq, CqDriver, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, WcStatus,
-    WorkCompletion,
+    sge, Access, Cq, CqDriver, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem,
+    WcStatus, WorkCompletion,
 };
 use crate::wire::rpcrdma::Segment;
 
@@ -23,12 +24,17 @@ pub(crate) enum Res {
     Stage(Mr),
     /// A region made of a handler's result bytes (RDMA Write source), deregistered.
     Adopted(Mr),
+    /// A registration of shared memory kept for the connection ([`Endpoint::shared`]): only
+    /// the handle is dropped.
+    Kept(Mr),
 }
 
 /// Send buffers kept at most.
 const MAX_SEND_BUFS: usize = 256;
 /// Staging regions kept for reuse.
 const MAX_STAGE_CACHE: usize = 16;
+/// Registrations of shared memory (a block store) kept per connection.
+const MAX_SHARED: usize = 8;
 
 pub(crate) struct Endpoint {
     pub qp: Qp,
@@ -41,6 +47,8 @@ pub(crate) struct Endpoint {
     send_free: Vec<Mr>,
     send_count: usize,
     stage_free: Vec<Mr>,
+    /// Shared memory registered in this PD ([`Endpoint::shared`]), deregistered on drop.
+    shared: Vec<(SharedMem, Mr)>,
     next_wr: u64,
     /// Per signaled Send: its send buffer and the regions it holds. Kept apart so the common
     /// Send with nothing else held allocates no vector.
@@ -101,6 +109,7 @@ impl Endpoint {
             send_free: Vec::new(),
             send_count: 0,
             stage_free: Vec::new(),
+            shared: Vec::new(),
             next_wr: 1,
             pending: HashMap::new(),
             timeout: Duration::from_secs(10),
@@ -130,7 +139,7 @@ impl Endpoint {
         let idx = self.recv_bufs.len() as u64;
         self.qp.post_recv(RecvWr {
             wr_id: idx,
-            sg_list: vec![sge(&mr, 0, self.recv_size)],
+            sg_list: smallvec![sge(&mr, 0, self.recv_size)],
         })?;
         self.recv_bufs.push(mr);
         Ok(())
@@ -157,7 +166,7 @@ impl Endpoint {
         };
         self.qp.post_recv(RecvWr {
             wr_id: wc.wr_id,
-            sg_list: vec![sge(mr, 0, self.recv_size)],
+            sg_list: smallvec![sge(mr, 0, self.recv_size)],
         })?;
         Ok(())
     }
@@ -190,6 +199,24 @@ impl Endpoint {
         self.pd.reg_mr_from(data, Access::LOCAL_WRITE)
     }
 
+    /// `mem` registered in this connection's PD for local access (RDMA Write source, RDMA
+    /// Read sink; the peer gets no rights to it), and what a work request using it holds until
+    /// its Send completes. The first [`MAX_SHARED`] memories stay registered for the
+    /// connection's life; others are registered for the one request and deregistered when it
+    /// completes.
+    pub fn shared(&mut self, mem: &SharedMem) -> (Mr, Res) {
+        if let Some((_, mr)) = self.shared.iter().find(|(m, _)| m.same(mem)) {
+            return (mr.clone(), Res::Kept(mr.clone()));
+        }
+        let mr = self.pd.reg_mr_shared(mem, Access::LOCAL_WRITE);
+        if self.shared.len() < MAX_SHARED {
+            self.shared.push((mem.clone(), mr.clone()));
+            (mr.clone(), Res::Kept(mr))
+        } else {
+            (mr.clone(), Res::Adopted(mr))
+        }
+    }
+
     /// Free what a request held once its Send completed (or failed to post).
     pub fn release(&mut self, r: Res) {
         match r {
@@ -197,6 +224,7 @@ impl Endpoint {
             Res::Adopted(m) => {
                 self.pd.dereg_mr(&m);
             }
+            Res::Kept(m) => drop(m),
         }
     }
 
@@ -276,7 +304,7 @@ impl Endpoint {
         let r = self.qp.post_send(SendWr {
             wr_id: id,
             opcode: Opcode::Send,
-            sg_list: vec![sge(&mr, 0, bytes.len())],
+            sg_list: smallvec![sge(&mr, 0, bytes.len())],
             signaled: true,
         });
         match r {
@@ -303,7 +331,7 @@ impl Endpoint {
                 remote_addr: seg.offset,
                 rkey: seg.handle,
             },
-            sg_list: vec![sge(sink, off, seg.length as usize)],
+            sg_list: smallvec![sge(sink, off, seg.length as usize)],
             signaled: true,
         })?;
         Ok(id)
@@ -339,7 +367,7 @@ impl Endpoint {
                         remote_addr: s.offset,
                         rkey: s.handle,
                     },
-                    sg_list: vec![sge(sink, off, s.length as usize)],
+                    sg_list: smallvec![sge(sink, off, s.length as usize)],
                     signaled: true,
                 })?;
                 off += s.length as usize;
@@ -382,7 +410,7 @@ impl Endpoint {
                         remote_addr: s.offset,
                         rkey: s.handle,
                     },
-                    sg_list: vec![sge(src, src_off + done, n)],
+                    sg_list: smallvec![sge(src, src_off + done, n)],
                     signaled: false,
                 })?;
             }
@@ -396,5 +424,14 @@ impl Endpoint {
             return Err(RpcError::Usage("chunk smaller than the data"));
         }
         Ok(out)
+    }
+}
+
+impl Drop for Endpoint {
+    /// The shared-memory registrations end with the connection (the memory itself lives on).
+    fn drop(&mut self) {
+        for (_, mr) in self.shared.drain(..) {
+            self.pd.dereg_mr(&mr);
+        }
     }
 }

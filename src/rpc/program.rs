@@ -6,12 +6,21 @@
 //! goes through [`ArgReader::get_bulk`] and [`Body::put_bulk`]: the transport then moves it in
 //! read/write chunks when the peer offered them, or inline otherwise. The handler never sees the
 //! difference.
+//!
+//! Zero-copy bulk: a handler whose data lives in registered memory ([`SharedMem`], e.g. the
+//! memory block store) returns it with [`Body::put_bulk_region`], and the server RDMA-Writes
+//! the write chunk straight from that memory; a procedure registered with a placer
+//! ([`Registry::register_with_placement`]) names where its bulk argument belongs, and the server
+//! RDMA-Reads the read chunk straight there ([`ArgReader::get_bulk_placed`] then answers
+//! [`Bulk::Placed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::verbs::SharedMem;
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat, AUTH_BADCRED};
-use crate::wire::xdr::{padded, XdrReader, XdrWriter};
+use crate::wire::rpcrdma::ReadChunk;
+use crate::wire::xdr::{padded, Padding, XdrReader, XdrWriter};
 use crate::wire::{Error, Result};
 
 /// A read chunk's payload, already pulled into local memory, at its XDR position (the offset of
@@ -20,8 +29,41 @@ use crate::wire::{Error, Result};
 pub struct PulledChunk {
     /// XDR position of the chunk in the call.
     pub position: u32,
-    /// The bytes read from the client's segments, in order.
-    pub data: Vec<u8>,
+    /// Where the bytes read from the client's segments are.
+    pub data: ChunkData,
+}
+
+/// Where a pulled read chunk's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkData {
+    /// In a buffer of their own (a region registered for the call), in segment order.
+    Bytes(Vec<u8>),
+    /// RDMA-Read straight into the memory the procedure's placer named ([`Placement`]): this
+    /// many bytes, already in place.
+    Placed(usize),
+}
+
+/// A bulk argument as [`ArgReader::get_bulk_placed`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bulk<'a> {
+    /// The bytes (inline, or a read chunk pulled into a buffer of its own).
+    Bytes(&'a [u8]),
+    /// A read chunk of this many bytes already RDMA-Read to where the placer said.
+    Placed(usize),
+}
+
+/// Where a procedure wants the read chunk of its bulk argument: `len` bytes at `offset` of
+/// `mem`, for the chunk at XDR `position` (the offset right after the item's length word).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// XDR position of the bulk item in the call (RFC 8166 §3.4.5).
+    pub position: u32,
+    /// The registered memory the data belongs in.
+    pub mem: SharedMem,
+    /// Offset in `mem`.
+    pub offset: usize,
+    /// The XDR length of the item: the chunk must carry exactly this many bytes.
+    pub len: usize,
 }
 
 /// Procedure arguments: the inline XDR stream plus the pulled read chunks.
@@ -30,6 +72,21 @@ pub struct ArgReader<'a> {
     pub xdr: XdrReader<'a>,
     chunks: &'a [PulledChunk],
     next: usize,
+}
+
+impl ChunkData {
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            ChunkData::Bytes(d) => d.len(),
+            ChunkData::Placed(n) => *n,
+        }
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl<'a> ArgReader<'a> {
@@ -65,11 +122,39 @@ impl<'a> ArgReader<'a> {
                     ));
                 }
                 self.next += 1;
-                return Ok(&c.data[..len]);
+                return match &c.data {
+                    ChunkData::Bytes(d) => Ok(&d[..len]),
+                    ChunkData::Placed(_) => Err(Error::Malformed(
+                        "bulk argument already placed (use get_bulk_placed)",
+                    )),
+                };
             }
         }
         self.xdr.skip_msgp_pad(len)?;
         self.xdr.get_fixed(len)
+    }
+
+    /// Like [`ArgReader::get_bulk`], for a procedure registered with a placer
+    /// ([`Registry::register_with_placement`]): [`Bulk::Placed`] when the server RDMA-Read the
+    /// read chunk straight to where the placer said (the data is there, nothing to copy),
+    /// else the bytes as `get_bulk` finds them.
+    pub fn get_bulk_placed(&mut self, max: usize) -> Result<Bulk<'a>> {
+        let chunks: &'a [PulledChunk] = self.chunks;
+        if let Some(c) = chunks.get(self.next) {
+            if let ChunkData::Placed(n) = c.data {
+                let mut x = self.xdr.clone();
+                let len = x.get_len(max)?;
+                if c.position as usize == x.position() {
+                    if n != len {
+                        return Err(Error::Malformed("placed chunk differs from XDR length"));
+                    }
+                    self.xdr = x;
+                    self.next += 1;
+                    return Ok(Bulk::Placed(n));
+                }
+            }
+        }
+        self.get_bulk(max).map(Bulk::Bytes)
     }
 
     /// After decoding: every read chunk must have been consumed by a bulk item.
@@ -90,6 +175,38 @@ pub enum Piece {
     Xdr(Vec<u8>),
     /// An opaque that may travel in a chunk (DDP-eligible).
     Bulk(Vec<u8>),
+    /// A DDP-eligible opaque that is `len` bytes of registered memory at `offset`: RDMA-Written
+    /// into a write chunk straight from `mem`, copied only when it goes inline.
+    Region {
+        /// The memory.
+        mem: SharedMem,
+        /// Offset of the first byte.
+        offset: usize,
+        /// Number of bytes.
+        len: usize,
+    },
+}
+
+impl Piece {
+    /// Append the piece to `w` as plain XDR (bulk items as variable-length opaques).
+    pub fn put_inline(&self, w: &mut XdrWriter) {
+        match self {
+            Piece::Xdr(b) => w.put_raw(b),
+            Piece::Bulk(d) => w.put_opaque(d),
+            Piece::Region { mem, offset, len } => {
+                w.put_opaque(&mem.bytes()[*offset..*offset + *len])
+            }
+        }
+    }
+
+    /// The byte length of a bulk item (`None` for plain XDR).
+    pub fn bulk_len(&self) -> Option<usize> {
+        match self {
+            Piece::Xdr(_) => None,
+            Piece::Bulk(d) => Some(d.len()),
+            Piece::Region { len, .. } => Some(*len),
+        }
+    }
 }
 
 /// An XDR body under construction, with bulk items kept apart for chunk placement.
@@ -116,6 +233,38 @@ impl Body {
         self.pieces.push(Piece::Bulk(data));
     }
 
+    /// Append a DDP-eligible opaque that is `len` bytes of registered memory at `offset`
+    /// (zero-copy bulk: the server RDMA-Writes a write chunk straight from `mem`; over TCP or
+    /// inline the bytes are copied into the message when it is encoded). The bytes are read
+    /// when the reply is sent, not now.
+    ///
+    /// Panics if the range is not inside `mem` (a handler bug: check the range first).
+    pub fn put_bulk_region(&mut self, mem: &SharedMem, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= mem.len()),
+            "put_bulk_region: range beyond the memory"
+        );
+        self.flush();
+        self.pieces.push(Piece::Region {
+            mem: mem.clone(),
+            offset,
+            len,
+        });
+    }
+
+    /// The pieces in order, registered-memory bulk items copied into owned ones (for a sender
+    /// that has no use for registered memory).
+    pub fn into_owned_pieces(self) -> Vec<Piece> {
+        let mut v = self.into_pieces();
+        for p in &mut v {
+            if let Piece::Region { mem, offset, len } = p {
+                let d = mem.bytes()[*offset..*offset + *len].to_vec();
+                *p = Piece::Bulk(d);
+            }
+        }
+        v
+    }
+
     fn flush(&mut self) {
         if !self.cur.is_empty() {
             let w = std::mem::take(&mut self.cur);
@@ -132,11 +281,11 @@ impl Body {
     /// Everything inline (plain XDR stream), as over TCP.
     pub fn to_inline(&self) -> Vec<u8> {
         let mut w = XdrWriter::new();
-        for p in self.clone().into_pieces() {
-            match p {
-                Piece::Xdr(b) => w.put_raw(&b),
-                Piece::Bulk(d) => w.put_opaque(&d),
-            }
+        for p in &self.pieces {
+            p.put_inline(&mut w);
+        }
+        if !self.cur.is_empty() {
+            w.put_raw(self.cur.as_slice());
         }
         w.into_vec()
     }
@@ -147,10 +296,31 @@ pub type ProcFn = Arc<
     dyn Fn(&CallRepr, &mut ArgReader<'_>) -> core::result::Result<Body, AcceptStat> + Send + Sync,
 >;
 
+/// A placer: given the call and its arguments (the reader positioned after the call header),
+/// where the read chunk of the procedure's bulk argument belongs, or `None` for a region of its
+/// own. It must name a destination only where the handler would write the data anyway (the
+/// data lands there before the handler runs, even if the handler then fails): the range
+/// checked, the store writable.
+pub type PlaceFn = Arc<dyn Fn(&CallRepr, &mut XdrReader<'_>) -> Option<Placement> + Send + Sync>;
+
+struct Proc {
+    f: ProcFn,
+    place: Option<PlaceFn>,
+}
+
+impl Clone for Proc {
+    fn clone(&self) -> Self {
+        Proc {
+            f: self.f.clone(),
+            place: self.place.clone(),
+        }
+    }
+}
+
 /// Programs, versions and procedures a server answers (RFC 5531 §7: prog/vers/proc dispatch).
 #[derive(Clone, Default)]
 pub struct Registry {
-    progs: BTreeMap<u32, BTreeMap<u32, BTreeMap<u32, ProcFn>>>,
+    progs: BTreeMap<u32, BTreeMap<u32, BTreeMap<u32, Proc>>>,
     /// Procedures that may block (file I/O): (prog, vers, proc).
     blocking: BTreeSet<(u32, u32, u32)>,
 }
@@ -169,12 +339,79 @@ impl Registry {
             + Sync
             + 'static,
     {
+        self.insert(prog, vers, proc_, Arc::new(f), None);
+    }
+
+    /// Register `f` for `prog`/`vers`/`proc_` with a placer for its bulk argument's read chunk
+    /// (zero-copy WRITE, see [`PlaceFn`]); `f` takes the argument with
+    /// [`ArgReader::get_bulk_placed`].
+    pub fn register_with_placement<F, P>(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        f: F,
+        place: P,
+    ) where
+        F: Fn(&CallRepr, &mut ArgReader<'_>) -> core::result::Result<Body, AcceptStat>
+            + Send
+            + Sync
+            + 'static,
+        P: Fn(&CallRepr, &mut XdrReader<'_>) -> Option<Placement> + Send + Sync + 'static,
+    {
+        self.insert(prog, vers, proc_, Arc::new(f), Some(Arc::new(place)));
+    }
+
+    fn insert(&mut self, prog: u32, vers: u32, proc_: u32, f: ProcFn, place: Option<PlaceFn>) {
         self.progs
             .entry(prog)
             .or_default()
             .entry(vers)
             .or_default()
-            .insert(proc_, Arc::new(f));
+            .insert(proc_, Proc { f, place });
+    }
+
+    /// Before the read chunks of an RDMA_MSG/MSGP call (`msg`: the RPC message, read with the
+    /// MSGP `padding` after a header of `hlen` octets) are pulled: which of `chunks` (by index)
+    /// goes straight into registered memory, and where. `None` (pull into a region of its own)
+    /// unless the procedure has a placer, the call would be dispatched to it (credentials as in
+    /// [`Registry::dispatch`]), the placer names a range inside its memory, and the call's one
+    /// read chunk sits exactly at the placement's position with exactly its length (a chunk that
+    /// carries the XDR roundup would write the pad past the range; a second chunk would make the
+    /// call malformed after the data landed). Every check that fails falls back to the ordinary
+    /// path, which answers malformed calls as before (GARBAGE_ARGS, ERR_CHUNK).
+    pub fn placement(
+        &self,
+        msg: &[u8],
+        padding: Option<Padding>,
+        hlen: usize,
+        chunks: &[ReadChunk],
+    ) -> Option<(usize, Placement)> {
+        let [chunk] = chunks else {
+            return None;
+        };
+        let mut r = XdrReader::new(msg);
+        r.set_padding(padding, hlen);
+        let call = CallRepr::parse(&mut r).ok()?;
+        if !matches!(call.cred, Auth::None | Auth::Sys(_)) {
+            return None;
+        }
+        let place = self
+            .progs
+            .get(&call.prog)?
+            .get(&call.vers)?
+            .get(&call.proc_)?
+            .place
+            .as_ref()?;
+        let p = place(&call, &mut r)?;
+        let inside = p
+            .offset
+            .checked_add(p.len)
+            .is_some_and(|e| e <= p.mem.len());
+        if p.len == 0 || !inside {
+            return None;
+        }
+        (chunk.position == p.position && chunk.len() == p.len as u64).then_some((0, p))
     }
 
     /// Register `f` for `prog`/`vers`/`proc_` as a handler that may block (file I/O, fsync):
@@ -226,10 +463,10 @@ impl Registry {
             let high = versions.keys().next_back().copied().unwrap_or(0);
             return acc(AcceptStat::ProgMismatch { low, high });
         };
-        let Some(f) = procs.get(&call.proc_) else {
+        let Some(p) = procs.get(&call.proc_) else {
             return acc(AcceptStat::ProcUnavail);
         };
-        match f(call, args) {
+        match (p.f)(call, args) {
             Ok(body) => {
                 if let Err(e) = args.finish() {
                     log::warn!("rpc: xid {xid:#x}: {e}");
@@ -259,7 +496,10 @@ mod tests {
         w.put_u32(7);
         let inline = w.into_vec();
         for data in [vec![1u8; 5], vec![1u8, 1, 1, 1, 1, 0, 0, 0]] {
-            let chunks = [PulledChunk { position: 4, data }];
+            let chunks = [PulledChunk {
+                position: 4,
+                data: ChunkData::Bytes(data),
+            }];
             let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
             assert_eq!(a.get_bulk(100).unwrap(), &[1u8; 5]);
             assert_eq!(a.xdr.get_u32().unwrap(), 7);
@@ -267,7 +507,7 @@ mod tests {
         }
         let chunks = [PulledChunk {
             position: 4,
-            data: vec![1u8; 6],
+            data: ChunkData::Bytes(vec![1u8; 6]),
         }];
         let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
         assert!(
@@ -276,9 +516,151 @@ mod tests {
         );
         let chunks = [PulledChunk {
             position: 8,
-            data: vec![1u8; 6],
+            data: ChunkData::Bytes(vec![1u8; 6]),
         }];
         let a = ArgReader::new(XdrReader::new(&inline), &chunks);
         assert!(a.finish().is_err(), "an unconsumed chunk is refused");
+    }
+
+    /// A block-WRITE-like call (offset u64, then an opaque of `len`) with `cred`; returns the
+    /// message and the data's XDR position.
+    fn write_call(cred: Auth, len: u32) -> (Vec<u8>, u32) {
+        let mut w = XdrWriter::new();
+        CallRepr {
+            xid: 7,
+            prog: 9,
+            vers: 1,
+            proc_: 2,
+            cred,
+            verf: Auth::None,
+        }
+        .emit(&mut w);
+        w.put_u64(100);
+        w.put_u32(len);
+        let pos = w.position() as u32;
+        (w.into_vec(), pos)
+    }
+
+    fn chunk(position: u32, lens: &[u32]) -> ReadChunk {
+        ReadChunk {
+            position,
+            segments: lens
+                .iter()
+                .map(|&length| crate::wire::rpcrdma::Segment {
+                    handle: 1,
+                    length,
+                    offset: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// `Registry::placement` names a destination only for a well-formed call whose one read
+    /// chunk is exactly the placer's range; anything else falls back to the ordinary path.
+    #[test]
+    fn placement_only_for_an_exact_single_chunk_inside_the_memory() {
+        let mem = SharedMem::new(1000);
+        let m = mem.clone();
+        let mut reg = Registry::new();
+        reg.register_with_placement(
+            9,
+            1,
+            2,
+            |_, _| Ok(Body::new()),
+            move |_, x: &mut XdrReader<'_>| {
+                let off = x.get_u64().ok()? as usize;
+                let len = x.get_len(1 << 20).ok()?;
+                Some(Placement {
+                    position: x.position() as u32,
+                    mem: m.clone(),
+                    offset: off,
+                    len,
+                })
+            },
+        );
+        reg.register(9, 1, 3, |_, _| Ok(Body::new()));
+        let (msg, pos) = write_call(Auth::None, 50);
+        let p = reg.placement(&msg, None, 0, &[chunk(pos, &[20, 30])]);
+        let (i, p) = p.expect("placed");
+        assert_eq!((i, p.offset, p.len, p.position), (0, 100, 50, pos));
+        assert!(p.mem.same(&mem));
+        // Length differs (also by the XDR roundup), position differs, a second chunk.
+        assert!(reg.placement(&msg, None, 0, &[chunk(pos, &[51])]).is_none());
+        assert!(reg.placement(&msg, None, 0, &[chunk(pos, &[52])]).is_none());
+        assert!(reg
+            .placement(&msg, None, 0, &[chunk(pos - 4, &[50])])
+            .is_none());
+        let two = [chunk(pos, &[50]), chunk(pos + 8, &[4])];
+        assert!(reg.placement(&msg, None, 0, &two).is_none());
+        assert!(reg.placement(&msg, None, 0, &[]).is_none());
+        // Beyond the memory (100 + 901 > 1000), or empty.
+        let (big, pos) = write_call(Auth::None, 901);
+        assert!(reg
+            .placement(&big, None, 0, &[chunk(pos, &[901])])
+            .is_none());
+        let (empty, pos) = write_call(Auth::None, 0);
+        assert!(reg
+            .placement(&empty, None, 0, &[chunk(pos, &[0])])
+            .is_none());
+        // A flavor dispatch denies, a procedure without a placer, a truncated call.
+        let other = Auth::Other {
+            flavor: 6,
+            body: vec![],
+        };
+        let (denied, pos) = write_call(other, 50);
+        assert!(reg
+            .placement(&denied, None, 0, &[chunk(pos, &[50])])
+            .is_none());
+        let mut no_placer = msg.clone();
+        no_placer[20..24].copy_from_slice(&3u32.to_be_bytes());
+        assert!(reg
+            .placement(&no_placer, None, 0, &[chunk(pos, &[50])])
+            .is_none());
+        assert!(reg
+            .placement(&msg[..30], None, 0, &[chunk(pos, &[50])])
+            .is_none());
+    }
+
+    #[test]
+    fn placed_chunk_is_reported_not_copied() {
+        let mut w = XdrWriter::new();
+        w.put_u32(5);
+        let inline = w.into_vec();
+        let chunks = [PulledChunk {
+            position: 4,
+            data: ChunkData::Placed(5),
+        }];
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert_eq!(a.get_bulk_placed(100).unwrap(), Bulk::Placed(5));
+        a.finish().unwrap();
+        // get_bulk cannot hand out bytes it does not have.
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert!(a.get_bulk(100).is_err());
+        // A placed length that differs from the XDR length is malformed.
+        let chunks = [PulledChunk {
+            position: 4,
+            data: ChunkData::Placed(6),
+        }];
+        let mut a = ArgReader::new(XdrReader::new(&inline), &chunks);
+        assert!(a.get_bulk_placed(100).is_err());
+    }
+
+    #[test]
+    fn region_pieces_go_inline_as_opaques() {
+        let mem = SharedMem::from_vec(b"0123456789".to_vec());
+        let mut b = Body::new();
+        b.xdr().put_u32(1);
+        b.put_bulk_region(&mem, 2, 5);
+        b.xdr().put_u32(2);
+        let mut w = XdrWriter::new();
+        w.put_u32(1);
+        w.put_opaque(b"23456");
+        w.put_u32(2);
+        assert_eq!(b.to_inline(), w.into_vec());
+        assert_eq!(
+            b.into_owned_pieces()[1],
+            Piece::Bulk(b"23456".to_vec()),
+            "copied for a sender without registered memory"
+        );
     }
 }

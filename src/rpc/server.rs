@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
-use super::program::{ArgReader, Body, Piece, PulledChunk, Registry};
+use super::program::{ArgReader, Body, ChunkData, Piece, Placement, PulledChunk, Registry};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
@@ -126,6 +126,14 @@ pub struct ServerStats {
     pub reads_pulled: AtomicU64,
     /// Bulk result bytes RDMA Written into write chunks.
     pub bytes_written: AtomicU64,
+    /// Bulk (DDP-eligible) bytes moved by RDMA through a buffer of their own instead of
+    /// straight from or into a handler's registered memory: read chunks pulled into a region
+    /// registered for the call, [`Body::put_bulk`] results written into write chunks. 0 on a
+    /// zero-copy path (docs/rpc.md).
+    pub bulk_staged_bytes: AtomicU64,
+    /// Read-chunk bytes RDMA Read straight into a procedure's registered memory
+    /// ([`Registry::register_with_placement`]).
+    pub bulk_placed_bytes: AtomicU64,
 }
 
 impl ServerStats {
@@ -600,14 +608,58 @@ struct PullJob {
     pulled: Vec<PulledChunk>,
     /// RDMA_NOMSG: the call pulled from the position-zero chunk.
     call: Option<Vec<u8>>,
+    /// Zero-copy WRITE: the chunk (index in `todo`) RDMA-Read straight into a procedure's
+    /// registered memory, and where ([`Registry::placement`]).
+    place: Option<(usize, Placement)>,
 }
 
 /// The chunk being pulled: its region, the next segment to read and how many are in flight.
 struct Pulling {
     mr: Mr,
     seg: usize,
+    /// Where the next segment lands in `mr` (from `start` on).
     off: usize,
+    start: usize,
     outstanding: usize,
+    /// A placed chunk: `mr` is the procedure's memory, held until the chunk is in (else `mr`
+    /// is a region of the chunk's own).
+    held: Option<Res>,
+}
+
+impl Pulling {
+    /// Start pulling `chunk`: into the placement's memory at its offset, or a fresh region.
+    fn start(ep: &mut Endpoint, chunk: &ReadChunk, place: Option<&Placement>) -> Pulling {
+        let (mr, start, held) = match place {
+            Some(p) => {
+                let (mr, held) = ep.shared(&p.mem);
+                (mr, p.offset, Some(held))
+            }
+            None => (
+                ep.pd
+                    .reg_mr((chunk.len() as usize).max(1), Access::LOCAL_WRITE),
+                0,
+                None,
+            ),
+        };
+        Pulling {
+            mr,
+            seg: 0,
+            off: start,
+            start,
+            outstanding: 0,
+            held,
+        }
+    }
+
+    /// Give the chunk's region back (the connection ended or the chunk is in).
+    fn free(self, ep: &mut Endpoint) {
+        match self.held {
+            Some(h) => ep.release(h),
+            None => {
+                ep.pd.dereg_mr(&self.mr);
+            }
+        }
+    }
 }
 
 /// Why a call could not be answered with an RPC reply.
@@ -691,7 +743,7 @@ impl ConnServer {
         }
         for job in self.pulls.drain(..) {
             if let Some(p) = job.cur {
-                self.ep.pd.dereg_mr(&p.mr);
+                p.free(&mut self.ep);
             }
         }
     }
@@ -945,6 +997,8 @@ impl ConnServer {
                 }
             }
         }
+        // Zero-copy WRITE: a read chunk its procedure places straight into registered memory.
+        let place = inline.and_then(|m| self.reg.placement(m, padding, hlen, &rcs));
         let id = self.next_job;
         self.next_job += 1;
         self.pulls.push_back(PullJob {
@@ -961,6 +1015,7 @@ impl ConnServer {
             cur: None,
             reserved: 0,
             call: None,
+            place,
         });
         self.progress_pulls()
     }
@@ -1005,16 +1060,28 @@ impl ConnServer {
                     changed = true;
                     let p = job.cur.take().expect("checked");
                     let c = &job.todo[job.next];
-                    self.ep.pd.dereg_mr(&p.mr);
                     bump(&self.stats.reads_pulled, 1);
-                    let data = region_bytes(p.mr, p.off);
-                    if job.inline.is_none() && job.next == 0 {
-                        job.call = Some(data);
-                    } else {
+                    let n = p.off - p.start;
+                    if p.held.is_some() {
+                        // Placed: the data is in the procedure's memory already.
+                        p.free(&mut self.ep);
+                        bump(&self.stats.bulk_placed_bytes, n as u64);
                         job.pulled.push(PulledChunk {
                             position: c.position,
-                            data,
+                            data: ChunkData::Placed(n),
                         });
+                    } else {
+                        self.ep.pd.dereg_mr(&p.mr);
+                        let data = region_bytes(p.mr, n);
+                        if job.inline.is_none() && job.next == 0 {
+                            job.call = Some(data);
+                        } else {
+                            bump(&self.stats.bulk_staged_bytes, n as u64);
+                            job.pulled.push(PulledChunk {
+                                position: c.position,
+                                data: ChunkData::Bytes(data),
+                            });
+                        }
                     }
                     job.next += 1;
                 }
@@ -1058,15 +1125,14 @@ impl ConnServer {
             }
             while self.reads.len() < window {
                 let chunk = &job.todo[job.next];
-                let p = job.cur.get_or_insert_with(|| Pulling {
-                    mr: self
-                        .ep
-                        .pd
-                        .reg_mr((chunk.len() as usize).max(1), Access::LOCAL_WRITE),
-                    seg: 0,
-                    off: 0,
-                    outstanding: 0,
-                });
+                let place = job
+                    .place
+                    .as_ref()
+                    .filter(|(i, _)| *i == job.next)
+                    .map(|(_, p)| p);
+                let p = job
+                    .cur
+                    .get_or_insert_with(|| Pulling::start(&mut self.ep, chunk, place));
                 let Some(s) = chunk.segments.get(p.seg).copied() else {
                     break;
                 };
@@ -1227,20 +1293,32 @@ impl ConnServer {
         // Bulk items moved into write chunks: their length (the XDR keeps only that).
         let mut in_chunk: Vec<Option<usize>> = vec![None; pieces.len()];
         for (i, p) in pieces.iter_mut().enumerate() {
-            if let Piece::Bulk(d) = p {
+            if let Some(n) = p.bulk_len() {
                 if let Some(wc) = chunks.writes.get(wi) {
                     let cap: u64 = wc.iter().map(|s| u64::from(s.length)).sum();
-                    if d.len() as u64 > cap {
+                    if n as u64 > cap {
                         for r in staged {
                             self.ep.release(r);
                         }
                         return Err(Fail::Chunk("write chunk smaller than the result"));
                     }
-                    // The handler's bytes become the RDMA Write source as they are.
-                    let n = d.len();
-                    let mr = self.ep.adopt(std::mem::take(d));
-                    let written = self.ep.rdma_write(&mr, 0, n, wc);
-                    staged.push(Res::Adopted(mr));
+                    let written = match p {
+                        // Zero-copy READ: written straight from the handler's registered memory.
+                        Piece::Region { mem, offset, .. } => {
+                            let (mr, held) = self.ep.shared(mem);
+                            staged.push(held);
+                            self.ep.rdma_write(&mr, *offset, n, wc)
+                        }
+                        // The handler's bytes become the RDMA Write source as they are.
+                        Piece::Bulk(d) => {
+                            let mr = self.ep.adopt(std::mem::take(d));
+                            bump(&self.stats.bulk_staged_bytes, n as u64);
+                            let w = self.ep.rdma_write(&mr, 0, n, wc);
+                            staged.push(Res::Adopted(mr));
+                            w
+                        }
+                        Piece::Xdr(_) => continue,
+                    };
                     returned[wi] = match written {
                         Ok(r) => r,
                         Err(e) => {
@@ -1263,12 +1341,9 @@ impl ConnServer {
             }
             rep.emit(&mut w);
             for (i, p) in pieces.iter().enumerate() {
-                match p {
-                    Piece::Xdr(b) => w.put_raw(b),
-                    Piece::Bulk(d) => match in_chunk[i] {
-                        Some(n) => w.put_u32(n as u32),
-                        None => w.put_opaque(d),
-                    },
+                match in_chunk[i] {
+                    Some(n) => w.put_u32(n as u32),
+                    None => p.put_inline(&mut w),
                 }
             }
             w.into_vec()

@@ -23,8 +23,8 @@ use crossbeam_queue::ArrayQueue;
 use crate::conn::{ConnEvent, Connection};
 use crate::rdma::qp::{validate_recv, validate_send};
 pub use crate::rdma::{
-    Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion,
+    smallvec, Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr,
+    SendWr, SgList, Sge, SharedMem, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
 };
 use crate::wake::Wakeup;
 use crate::wire::terminate::TermCause;
@@ -85,6 +85,12 @@ impl Pd {
     /// region takes `data` over without copying it.
     pub fn reg_mr_from(&self, data: Vec<u8>, access: Access) -> Mr {
         self.mem.register_bytes(self.id, data, access)
+    }
+
+    /// Register `mem` in this PD without copying (`ibv_reg_mr` of a buffer that other PDs may
+    /// have registered too): the region's bytes are `mem`'s ([`MemoryTable::register_shared`]).
+    pub fn reg_mr_shared(&self, mem: &SharedMem, access: Access) -> Mr {
+        self.mem.register_shared(self.id, mem, access)
     }
 
     /// Deregister a region (`ibv_dereg_mr`): its STag is invalid afterwards.

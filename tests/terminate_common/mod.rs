@@ -3,6 +3,7 @@
 //! RDMA Writes fill its send buffer.
 #![allow(dead_code)]
 
+use dpwarp::verbs::smallvec;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -61,7 +62,7 @@ pub fn peer(addr: SocketAddr) -> Vec<ConnEvent> {
             remote_addr: 0,
             rkey: 0x5eed_0000,
         },
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: sink.addr(),
             length: 64,
             lkey: sink.stag(),

@@ -1,6 +1,7 @@
 //! The demo: a server and a client in one process, connected over kernel TCP loopback or the
 //! in-memory link, doing Send, RDMA Write and RDMA Read with CRC on and every byte verified.
 
+use dpwarp::verbs::smallvec;
 use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -208,7 +209,7 @@ pub fn run(a: Args) -> Result<(), String> {
         for (id, buf) in [(0u64, &rbuf), (1, &done_buf)] {
             qp.post_recv(RecvWr {
                 wr_id: id,
-                sg_list: vec![sge(buf, 0, size)],
+                sg_list: smallvec![sge(buf, 0, size)],
             })
             .map_err(|e| format!("server post_recv: {e}"))?;
         }
@@ -293,7 +294,7 @@ pub fn run(a: Args) -> Result<(), String> {
     qp.post_send(SendWr {
         wr_id: 1,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, size)],
+        sg_list: smallvec![sge(&src, 0, size)],
         signaled: true,
     })
     .map_err(|e| format!("post Send: {e}"))?;
@@ -310,7 +311,7 @@ pub fn run(a: Args) -> Result<(), String> {
             remote_addr: raddr,
             rkey,
         },
-        sg_list: vec![sge(&src, 0, size)],
+        sg_list: smallvec![sge(&src, 0, size)],
         signaled: true,
     })
     .map_err(|e| format!("post Write: {e}"))?;
@@ -328,7 +329,7 @@ pub fn run(a: Args) -> Result<(), String> {
             remote_addr: raddr + size as u64,
             rkey,
         },
-        sg_list: vec![sge(&sink, 0, size)],
+        sg_list: smallvec![sge(&sink, 0, size)],
         signaled: true,
     })
     .map_err(|e| format!("post Read: {e}"))?;
@@ -347,7 +348,7 @@ pub fn run(a: Args) -> Result<(), String> {
     qp.post_send(SendWr {
         wr_id: 4,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 4)],
+        sg_list: smallvec![sge(&src, 0, 4)],
         signaled: true,
     })
     .map_err(|e| format!("post Send: {e}"))?;

@@ -9,6 +9,7 @@
 //! MPA Reply's, and a write_bw run ends with a Send the server answers. So one `--server`
 //! serves every test and size in turn. The data loops are `perf`'s ([`crate::load`]).
 
+use dpwarp::verbs::smallvec;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -265,7 +266,7 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), 
     for i in 0..nrecv {
         qp.post_recv(RecvWr {
             wr_id: i as u64,
-            sg_list: vec![sge(&rbuf, 0, size.max(64))],
+            sg_list: smallvec![sge(&rbuf, 0, size.max(64))],
         })
         .map_err(|e| e.to_string())?;
     }
@@ -307,7 +308,7 @@ fn post(qp: &Qp, opcode: Opcode, mr: &dpwarp::verbs::Mr, len: usize) -> Result<(
     qp.post_send(SendWr {
         wr_id: 0,
         opcode,
-        sg_list: vec![sge(mr, 0, len)],
+        sg_list: smallvec![sge(mr, 0, len)],
         signaled: true,
     })
     .map_err(|e| format!("post: {e}"))
@@ -330,7 +331,7 @@ pub fn run_client(
     for i in 0..nrecv {
         qp.post_recv(RecvWr {
             wr_id: i as u64,
-            sg_list: vec![sge(&rbuf, 0, size.max(64))],
+            sg_list: smallvec![sge(&rbuf, 0, size.max(64))],
         })
         .map_err(|e| e.to_string())?;
     }

@@ -7,6 +7,7 @@
 //! - [`send_pingpong`]: a ping-pong of Sends where the client sends first and each side answers
 //!   the peer's message (perftest's `run_iter_lat_send`); latency = half the round trip.
 
+use dpwarp::verbs::smallvec;
 use std::time::{Duration, Instant};
 
 use dpwarp::verbs::{sge, Cq, Mr, Opcode, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
@@ -115,7 +116,7 @@ pub fn bw_window(qp: &Qp, cq: &Cq, wait: Wait, w: &Window<'_>) -> Result<WindowR
             qp.post_send(SendWr {
                 wr_id: posted,
                 opcode: w.opcode,
-                sg_list: vec![sge(w.buf, 0, w.size)],
+                sg_list: smallvec![sge(w.buf, 0, w.size)],
                 signaled: true,
             })
             .map_err(|e| format!("post send: {e}"))?;
@@ -178,7 +179,7 @@ pub fn send_pingpong(
                     }
                     qp.post_recv(RecvWr {
                         wr_id: rcnt,
-                        sg_list: vec![sge(buf, 0, size)],
+                        sg_list: smallvec![sge(buf, 0, size)],
                     })
                     .map_err(|e| format!("post recv: {e}"))?;
                     break;
@@ -195,7 +196,7 @@ pub fn send_pingpong(
             qp.post_send(SendWr {
                 wr_id: scnt,
                 opcode: Opcode::Send,
-                sg_list: vec![sge(buf, 0, size)],
+                sg_list: smallvec![sge(buf, 0, size)],
                 signaled: true,
             })
             .map_err(|e| format!("post send: {e}"))?;

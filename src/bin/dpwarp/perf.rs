@@ -18,6 +18,7 @@
 //! runs both over kernel TCP.
 //! Only connect/listen/accept differ ([`Net`]); the perftest exchanges below are the same code.
 
+use dpwarp::verbs::smallvec;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -319,7 +320,7 @@ impl Ctrl {
             .qp
             .post_recv(RecvWr {
                 wr_id: i as u64,
-                sg_list: vec![sge(&self.recv, i * CTRL_BUF, CTRL_BUF)],
+                sg_list: smallvec![sge(&self.recv, i * CTRL_BUF, CTRL_BUF)],
             })
             .map_err(|e| format!("control: post recv: {e}"))
     }
@@ -331,7 +332,7 @@ impl Ctrl {
             .post_send(SendWr {
                 wr_id: 1 << 32,
                 opcode: Opcode::Send,
-                sg_list: vec![sge(&self.send, 0, data.len())],
+                sg_list: smallvec![sge(&self.send, 0, data.len())],
                 signaled: true,
             })
             .map_err(|e| format!("control: post send: {e}"))?;
@@ -772,7 +773,7 @@ fn connect_data_recvs(
             data.qp
                 .post_recv(RecvWr {
                     wr_id: i as u64,
-                    sg_list: vec![sge(&buf, 0, len)],
+                    sg_list: smallvec![sge(&buf, 0, len)],
                 })
                 .map_err(|e| format!("post recv: {e}"))?;
         }
@@ -829,7 +830,7 @@ fn send_client(
                     .post_send(SendWr {
                         wr_id: posted,
                         opcode: Opcode::Send,
-                        sg_list: vec![sge(&buf, 0, size)],
+                        sg_list: smallvec![sge(&buf, 0, size)],
                         signaled: true,
                     })
                     .map_err(|e| format!("post send: {e}"))?;
@@ -891,7 +892,7 @@ fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Resul
         data.qp
             .post_recv(RecvWr {
                 wr_id: i,
-                sg_list: vec![sge(&buf, 0, max)],
+                sg_list: smallvec![sge(&buf, 0, max)],
             })
             .map_err(|e| format!("post recv: {e}"))
     };
@@ -935,7 +936,7 @@ fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Resul
                                     remote_addr: caddr,
                                     rkey: crkey,
                                 },
-                                sg_list: vec![sge(&cnt, 0, 4)],
+                                sg_list: smallvec![sge(&cnt, 0, 4)],
                                 signaled: false,
                             })
                             .map_err(|e| format!("post credit write: {e}"))?;
@@ -1002,7 +1003,7 @@ fn lat(
             data.qp
                 .post_recv(RecvWr {
                     wr_id: i as u64,
-                    sg_list: vec![sge(&local, 0, max)],
+                    sg_list: smallvec![sge(&local, 0, max)],
                 })
                 .map_err(|e| format!("post recv: {e}"))?;
         }
@@ -1095,7 +1096,7 @@ fn read_lat_loop(
                     remote_addr: raddr,
                     rkey,
                 },
-                sg_list: vec![sge(local, 0, size)],
+                sg_list: smallvec![sge(local, 0, size)],
                 signaled: true,
             })
             .map_err(|e| format!("post send: {e}"))?;
@@ -1161,7 +1162,7 @@ fn write_lat_loop(
                         remote_addr: raddr,
                         rkey,
                     },
-                    sg_list: vec![sge(local, 0, size)],
+                    sg_list: smallvec![sge(local, 0, size)],
                     signaled: true,
                 })
                 .map_err(|e| format!("post send: {e}"))?;

@@ -11,6 +11,7 @@
 //! `--transport kernel` runs iWARP over kernel TCP instead. The ONC RPC/TCP baseline always runs
 //! on the kernel TCP stack (in-process on loopback unless `--tcp-server` names one).
 
+use dpwarp::verbs::smallvec;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -595,7 +596,7 @@ fn bench_verbs_write(
                     remote_addr: addr_tx,
                     rkey,
                 },
-                sg_list: vec![sge(&src, 0, size)],
+                sg_list: smallvec![sge(&src, 0, size)],
                 signaled: true,
             })
             .map_err(|e| e.to_string())?;

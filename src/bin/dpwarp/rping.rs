@@ -20,6 +20,7 @@
 //! `$DPWARP_CONFIG` (smoltcp on a DPDK port, see docs/dataplane.md); `--transport kernel` runs
 //! over kernel TCP: only the connect/listen step differs, the ping-pong below is the same code.
 
+use dpwarp::verbs::smallvec;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -298,7 +299,7 @@ fn setup(ctx: &Ctx, server: bool) -> (Cq, Qp, Bufs) {
 fn post_info_recv(qp: &Qp, b: &Bufs) -> Result<(), String> {
     qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![sge(&b.recv, 0, INFO_LEN)],
+        sg_list: smallvec![sge(&b.recv, 0, INFO_LEN)],
     })
     .map_err(|e| format!("post recv error: {e}"))
 }
@@ -323,7 +324,7 @@ fn post_info_send(qp: &Qp, b: &Bufs) -> Result<(), String> {
     qp.post_send(SendWr {
         wr_id: 2,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&b.send, 0, INFO_LEN)],
+        sg_list: smallvec![sge(&b.send, 0, INFO_LEN)],
         signaled: true,
     })
     .map_err(|e| format!("post send error {e}"))
@@ -637,7 +638,7 @@ fn serve_loop(ctx: &Ctx, cq: &Cq, qp: &Qp, b: &Bufs) -> Result<(), String> {
                 remote_addr: raddr,
                 rkey,
             },
-            sg_list: vec![dpwarp::verbs::Sge {
+            sg_list: smallvec![dpwarp::verbs::Sge {
                 addr: b.rdma.addr(),
                 length: rlen,
                 lkey: b.rdma.stag(),
@@ -677,7 +678,7 @@ fn serve_loop(ctx: &Ctx, cq: &Cq, qp: &Qp, b: &Bufs) -> Result<(), String> {
                 remote_addr: raddr,
                 rkey,
             },
-            sg_list: vec![sge(&b.rdma, 0, len)],
+            sg_list: smallvec![sge(&b.rdma, 0, len)],
             signaled: true,
         })
         .map_err(|e| format!("post send error {e}"))?;
