@@ -433,16 +433,20 @@ impl Worker {
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
         // Transmit: engine -> staging buffer, staging buffer -> socket ring, socket ring ->
-        // mbuf (smoltcp, counted by the device). Receive: mbuf -> socket ring (smoltcp,
-        // counted by the device), then what the engines copy (placement, reassembly).
+        // mbuf (smoltcp, counted by the device; not for payload sent by reference).
+        // Receive: chained frames made one buffer, mbuf -> socket ring (smoltcp, counted by
+        // the device), then what the engines copy (placement, reassembly).
         let d = self.dev.stats;
         self.stats.copies = CopyStats {
             tx_payload: d.tx_tcp_payload,
-            tx_copied: self.tx_staged + self.tx_fed + d.tx_tcp_payload,
+            tx_copied: self.tx_staged
+                + self.tx_fed
+                + d.tx_tcp_payload.saturating_sub(d.tx_zero_copy),
             rx_payload: d.rx_tcp_payload,
             rx_copied: d
                 .rx_tcp_payload
                 .saturating_sub(self.rx_direct.load(Ordering::Relaxed))
+                + d.rx_linearized
                 + self.rx_engine_copied(),
         };
         self.stats
@@ -518,7 +522,7 @@ impl Worker {
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
                         for h in l.handles {
-                            self.sockets.remove(h);
+                            self.dev.zc_retire(self.sockets.remove(h));
                         }
                     }
                 }
@@ -603,6 +607,7 @@ impl Worker {
         );
         match r {
             Ok(()) => {
+                self.dev.zc_register(&s);
                 let h = self.sockets.add(s);
                 self.set_rx_sink(h, &sh);
                 let mut c = Conn::new(h, Some(sh), Some(events));
@@ -632,10 +637,11 @@ impl Worker {
             let mut s = new_socket(&self.tcp);
             if let Err(e) = s.listen(port) {
                 for h in handles {
-                    self.sockets.remove(h);
+                    self.dev.zc_retire(self.sockets.remove(h));
                 }
                 return Err(e.to_string());
             }
+            self.dev.zc_register(&s);
             handles.push(self.sockets.add(s));
         }
         self.listening.insert(
@@ -717,6 +723,7 @@ impl Worker {
                     work = true;
                     let mut s = new_socket(&self.tcp);
                     if s.listen(*port).is_ok() {
+                        self.dev.zc_register(&s);
                         let old = std::mem::replace(h, self.sockets.add(s));
                         self.probes.push(Probe {
                             h: old,
@@ -947,17 +954,19 @@ impl Worker {
                     continue;
                 }
                 let s = self.sockets.get_mut::<tcp::Socket>(c.h);
+                // The ring space that may be written (free, and no frame points into it).
+                let room = self.dev.ring_room(s);
                 let n = if c.sh.is_none() {
                     // A rejecting responder: the Reply, then close.
-                    feed_all(c, s)
+                    feed_all(c, s, room)
                 } else if c.out_pos < c.out.len() {
                     if align {
-                        feed_segment(c, s, self.emss)
+                        feed_segment(c, s, self.emss, room)
                     } else {
-                        feed_all(c, s)
+                        feed_all(c, s, room)
                     }
                 } else {
-                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align);
+                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align, room);
                     self.tx_staged += staged as u64;
                     direct + fed
                 };
@@ -1039,7 +1048,7 @@ impl Worker {
             if remove {
                 let c = self.conns.swap_remove(i);
                 self.sockets.get_mut::<tcp::Socket>(c.h).abort();
-                self.sockets.remove(c.h);
+                self.dev.zc_retire(self.sockets.remove(c.h));
             } else {
                 i += 1;
             }
@@ -1075,6 +1084,20 @@ impl Worker {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(self.wcfg.idle_sleep_us));
+        }
+    }
+}
+
+impl Drop for Worker {
+    /// With transmit by reference, every socket goes through the device, which keeps (and at
+    /// its own drop leaks) the transmit rings frames still point into.
+    fn drop(&mut self) {
+        if !self.dev.zero_copy() {
+            return;
+        }
+        let handles: Vec<SocketHandle> = self.sockets.iter().map(|(h, _)| h).collect();
+        for h in handles {
+            self.dev.zc_retire(self.sockets.remove(h));
         }
     }
 }
@@ -1160,6 +1183,7 @@ fn feed_direct(
     s: &mut tcp::Socket<'static>,
     emss: usize,
     align: bool,
+    room: usize,
 ) -> (usize, usize, usize) {
     let Some(sh) = c.sh.as_ref() else {
         return (0, 0, 0);
@@ -1184,7 +1208,8 @@ fn feed_direct(
     } else {
         usize::MAX
     };
-    let free = s.send_capacity() - s.send_queue();
+    // `room`: free and not referenced by a frame in flight (transmit by reference).
+    let free = room.min(s.send_capacity() - s.send_queue());
     if free < MIN_DIRECT_FPDU {
         return (0, 0, 0);
     }
@@ -1199,7 +1224,7 @@ fn feed_direct(
     let ends = &mut c.ends;
     let direct = s
         .send(|ring| {
-            let n = ring.len().min(limit);
+            let n = ring.len().min(limit).min(free);
             if n < MIN_DIRECT_FPDU {
                 return (0, 0);
             }
@@ -1216,9 +1241,6 @@ fn feed_direct(
         }
         c.ends.clear();
         return (direct, 0, 0);
-    }
-    if s.send_queue() + MIN_DIRECT_FPDU > s.send_capacity() {
-        return (0, 0, 0);
     }
     // The contiguous room before the ring wraps is too small for an FPDU: stage one
     // segment's worth and let the ring take it across the wrap.
@@ -1240,19 +1262,20 @@ fn feed_direct(
         return (0, 0, 0);
     }
     let fed = if align {
-        feed_segment(c, s, emss)
+        feed_segment(c, s, emss, free)
     } else {
-        feed_all(c, s)
+        feed_all(c, s, free)
     };
     (0, w, fed)
 }
 
 /// Without alignment (`tcp.fpdu_alignment = false`) and for a rejecting responder's Reply:
 /// everything the socket takes. Returns the octets written.
-fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> usize {
+fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>, room: usize) -> usize {
     let mut fed = 0;
-    while c.out_pos < c.out.len() && s.can_send() {
-        match s.send_slice(&c.out[c.out_pos..]) {
+    while c.out_pos < c.out.len() && s.can_send() && fed < room {
+        let end = c.out.len().min(c.out_pos + (room - fed));
+        match s.send_slice(&c.out[c.out_pos..end]) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 c.out_pos += n;
@@ -1276,7 +1299,12 @@ fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> usize {
 /// startup frames) goes in whole and TCP splits it; a window smaller than the next FPDU with
 /// nothing in flight will not grow by waiting for ACKs, so the FPDU goes in and TCP splits it.
 /// Retransmissions after a timeout are cut by smoltcp from SND.UNA and need not be aligned.
-fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> usize {
+fn feed_segment(
+    c: &mut Conn,
+    s: &mut tcp::Socket<'static>,
+    emss: usize,
+    ring_room: usize,
+) -> usize {
     if c.out_pos >= c.out.len() || !s.may_send() || s.send_unsent() > 0 {
         return 0;
     }
@@ -1306,7 +1334,8 @@ fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> usiz
             return 0;
         }
     }
-    let free = s.send_capacity() - s.send_queue();
+    // `ring_room`: free and not referenced by a frame in flight (transmit by reference).
+    let free = ring_room.min(s.send_capacity() - s.send_queue());
     if end - c.out_pos > free {
         if free < s.send_capacity() {
             // Wait for ACKs to free the room rather than split a record across segments.

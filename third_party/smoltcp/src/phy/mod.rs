@@ -397,4 +397,22 @@ pub trait TxToken {
     /// The Packet ID to be associated with the frame to be transmitted by this [`TxToken`].
     #[allow(unused_variables)]
     fn set_meta(&mut self, meta: PacketMeta) {}
+
+    /// dpwarp: send a frame made of `header_len` octets of headers, filled by `f`, followed
+    /// by `payload` (a TCP segment's data, borrowed from the socket's transmit buffer). A
+    /// device that can send the payload by reference (a chained buffer pointing at it)
+    /// overrides this; the default copies it behind the headers, as `consume` always did.
+    /// `f` sees only the headers; checksums covering the payload are computed from
+    /// `payload` itself.
+    fn consume_split<R, F>(self, header_len: usize, payload: &[u8], f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        self.consume(header_len + payload.len(), |buf| {
+            let (h, p) = buf.split_at_mut(header_len);
+            p.copy_from_slice(payload);
+            f(h)
+        })
+    }
 }

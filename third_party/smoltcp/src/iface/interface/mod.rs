@@ -1301,6 +1301,24 @@ impl InterfaceInner {
                 } else {
                     tx_token.set_meta(meta);
 
+                    // dpwarp: a TCP segment's payload goes to the device by reference
+                    // (`TxToken::consume_split`); only the headers are written here.
+                    #[cfg(feature = "socket-tcp")]
+                    if let Some(payload) = packet.tcp_payload() {
+                        let header_len = total_len - payload.len();
+                        return tx_token.consume_split(header_len, payload, |mut tx_buffer| {
+                            #[cfg(feature = "medium-ethernet")]
+                            if matches!(self.caps.medium, Medium::Ethernet) {
+                                emit_ethernet(&ip_repr, tx_buffer)?;
+                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
+                            }
+                            ip_repr.emit(&mut *tx_buffer, &self.caps.checksum);
+                            let tcp_header = &mut tx_buffer[ip_repr.header_len()..];
+                            packet.emit_tcp_header_split(&ip_repr, tcp_header, &caps);
+                            Ok(())
+                        });
+                    }
+
                     // No fragmentation is required.
                     tx_token.consume(total_len, |mut tx_buffer| {
                         #[cfg(feature = "medium-ethernet")]
