@@ -283,6 +283,9 @@ int dpw_chain_extbuf(struct rte_mbuf *head, struct rte_mbuf *ext, void *addr, ui
 	return rte_pktmbuf_chain(head, ext) == 0 ? 0 : -1;
 }
 
+/* The next segment of a chained packet (NULL after the last). */
+struct rte_mbuf *dpw_next(struct rte_mbuf *m) { return m->next; }
+
 /* A copy of every segment of `m` into new mbufs from `mp` (one when it fits). */
 struct rte_mbuf *dpw_pktmbuf_copy(const struct rte_mbuf *m, struct rte_mempool *mp)
 {

@@ -714,8 +714,14 @@ impl Device for DpdkDevice {
                 return None;
             }
             let mut m = self.rx.pop()?;
+            // A segment sent by reference (a header mbuf and its payload, tx_zero_copy) goes
+            // to smoltcp in its two parts; other chains are made one buffer (a copy).
+            let split = m.nb_segs() == 2
+                && !(self.offload.rx_ipv4 || self.offload.rx_tcp)
+                && self.faults.is_none()
+                && headers_only(m.data());
             let chained = u64::from(m.pkt_len()) - m.data().len() as u64;
-            if m.nb_segs() != 1 && !m.linearize() {
+            if !split && m.nb_segs() != 1 && !m.linearize() {
                 log::warn!(
                     "dpdk: dropping a {}-segment frame of {} bytes (first {} bytes {:02x?})",
                     m.nb_segs(),
@@ -726,7 +732,9 @@ impl Device for DpdkDevice {
                 self.stats.rx_dropped += 1;
                 continue;
             }
-            self.stats.rx_linearized += chained;
+            if !split {
+                self.stats.rx_linearized += chained;
+            }
             if (self.offload.rx_ipv4 || self.offload.rx_tcp) && !self.rx_cksum_ok(&m) {
                 continue;
             }
@@ -736,12 +744,16 @@ impl Device for DpdkDevice {
                 }
             }
             if let Some(mi) = self.mirror.as_mut() {
-                mi.copy(m.data());
+                mi.copy_mbuf(&m);
             }
-            self.stats.rx_tcp_payload += tcp_payload_len(m.data()) as u64;
+            self.stats.rx_tcp_payload += if split {
+                chained
+            } else {
+                tcp_payload_len(m.data()) as u64
+            };
             // Most received frames need no answer of their own (ACKs ride on data segments
             // or go out in the egress pass): the mbuf is taken only if smoltcp answers.
-            return Some((DpdkRxToken { m }, DpdkTxToken { dev: self, m: None }));
+            return Some((DpdkRxToken { m, split }, DpdkTxToken { dev: self, m: None }));
         }
     }
 
@@ -776,16 +788,48 @@ impl Device for DpdkDevice {
 /// A received frame.
 pub struct DpdkRxToken {
     m: Mbuf,
+    /// Headers and TCP payload in two segments ([`headers_only`]).
+    split: bool,
 }
 
 impl phy::RxToken for DpdkRxToken {
-    fn consume<R, F>(self, f: F) -> R
+    fn consume<R, F>(mut self, f: F) -> R
     where
         F: FnOnce(&[u8]) -> R,
     {
+        // smoltcp takes split frames through `consume_split`; anything else chained is made
+        // one buffer here.
+        if self.m.nb_segs() != 1 && !self.m.linearize() {
+            return f(&[]);
+        }
         // The mbuf is freed to its pool when `self.m` drops after `f` returns.
         f(self.m.data())
     }
+
+    fn consume_split<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8], &[u8]) -> R,
+    {
+        match self.m.second_segment() {
+            Some(payload) if self.split => f(self.m.data(), payload),
+            _ => self.consume(|frame| f(frame, &[])),
+        }
+    }
+}
+
+/// Whether `frame` is exactly the Ethernet, IPv4 and TCP headers of a TCP segment (the first
+/// segment of a frame sent by reference, whose payload is the next segment).
+pub fn headers_only(frame: &[u8]) -> bool {
+    if frame.len() < 14 + 20 + 20 || frame[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    let ip = &frame[14..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ip[9] != 6 || ihl < 20 || ip.len() < ihl + 20 {
+        return false;
+    }
+    let doff = usize::from(ip[ihl + 12] >> 4) * 4;
+    doff >= 20 && ip.len() == ihl + doff
 }
 
 /// Room for one frame to send.

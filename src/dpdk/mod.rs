@@ -340,6 +340,26 @@ impl Mbuf {
         }
     }
 
+    /// The data of the second segment of a two-segment packet (None otherwise).
+    pub fn second_segment(&self) -> Option<&[u8]> {
+        if self.nb_segs() != 2 {
+            return None;
+        }
+        // SAFETY: a two-segment packet we own: `next` is a valid mbuf of the chain (freed
+        // with it), whose mtod points at data_len initialised bytes.
+        unsafe {
+            let n = sys::dpw_next(self.ptr.as_ptr());
+            if n.is_null() {
+                return None;
+            }
+            let p = sys::dpw_mtod(n);
+            Some(std::slice::from_raw_parts(
+                p,
+                usize::from(sys::dpw_data_len(n)),
+            ))
+        }
+    }
+
     /// Number of segments (a chained packet has more than one).
     pub fn nb_segs(&self) -> u16 {
         // SAFETY: reads a field of the mbuf we own.

@@ -380,6 +380,18 @@ pub trait RxToken {
     fn meta(&self) -> PacketMeta {
         PacketMeta::default()
     }
+
+    /// dpwarp: receive a frame that may come in two parts: `f(headers, payload)`, where a
+    /// non-empty `payload` is an Ethernet/IPv4/TCP frame's TCP payload held apart from its
+    /// headers (a chained buffer), which then are exactly the Ethernet, IPv4 and TCP headers.
+    /// The default hands the whole frame as the first part.
+    fn consume_split<R, F>(self, f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&[u8], &[u8]) -> R,
+    {
+        self.consume(|frame| f(frame, &[]))
+    }
 }
 
 /// A token to transmit a single network packet.

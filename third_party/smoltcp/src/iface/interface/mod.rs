@@ -582,9 +582,30 @@ impl Interface {
         };
 
         let rx_meta = rx_token.meta();
-        rx_token.consume(|frame| {
+        rx_token.consume_split(|frame, tail| {
             if frame.is_empty() {
                 return PollIngressSingleResult::PacketProcessed;
+            }
+
+            // dpwarp: a TCP segment whose payload the device holds apart from its headers.
+            if !tail.is_empty() {
+                #[cfg(all(
+                    feature = "medium-ethernet",
+                    feature = "proto-ipv4",
+                    feature = "socket-tcp"
+                ))]
+                if matches!(self.inner.caps.medium, Medium::Ethernet) {
+                    if let Some(packet) =
+                        self.inner.process_ethernet_split_tcp(sockets, frame, tail)
+                    {
+                        if let Err(err) =
+                            self.inner.dispatch(tx_token, packet, &mut self.fragmenter)
+                        {
+                            net_debug!("Failed to send response: {:?}", err);
+                        }
+                    }
+                }
+                return PollIngressSingleResult::SocketStateChanged;
             }
 
             match self.inner.caps.medium {
