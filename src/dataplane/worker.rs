@@ -125,6 +125,11 @@ pub struct WorkerStats {
     pub lcore: Option<u32>,
     /// Payload copies inside dpwarp (see [`CopyStats`]).
     pub copies: CopyStats,
+    /// Frames sent by reference (tx_zero_copy) not yet freed by the PMD or the peer: each
+    /// pins the transmit ring octets it points at. 0 once the traffic is over (no mbuf kept).
+    pub tx_refs: usize,
+    /// Removed sockets kept because frames still point into their transmit rings.
+    pub tx_rings_kept: usize,
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
     pub mpa_crc_errors: u64,
@@ -428,6 +433,7 @@ impl Worker {
     pub fn stats(&mut self) -> WorkerStats {
         self.stats.device = self.dev.stats();
         self.stats.connections = self.conns.len();
+        (self.stats.tx_rings_kept, self.stats.tx_refs) = self.dev.zc_outstanding();
         self.stats.cpu = self.cpu;
         self.stats.ran_on = rustix::thread::sched_getcpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
