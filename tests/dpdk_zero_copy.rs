@@ -188,7 +188,10 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
         "server: by reference {s_zc} octets, tx {s_tx:.3} rx {s_rx:.3} copies/octet, linearized \
          {s_lin}; client: by reference {c_zc}, tx {c_tx:.3} rx {c_rx:.3}, linearized {c_lin}"
     );
-    assert!(c_zc as usize >= WRITES * 10000, "client sent {c_zc} octets by reference");
+    assert!(
+        c_zc as usize >= WRITES * 10000,
+        "client sent {c_zc} octets by reference"
+    );
     assert!(c_tx < 1.1, "client copies per octet on transmit {c_tx}");
     assert_eq!(s_zc, 0, "server port has tx_zero_copy off");
     assert!(s_tx > 1.9, "server copies per octet on transmit {s_tx}");

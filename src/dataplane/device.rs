@@ -455,8 +455,7 @@ impl DpdkDevice {
     pub fn zc_register(&mut self, s: &smoltcp::socket::tcp::Socket<'static>) {
         if let Some(z) = self.zc.as_mut() {
             let (base, len, _) = s.tx_ring_layout();
-            z.rings
-                .insert(base as usize, (len, TxPins::new(z.slots)));
+            z.rings.insert(base as usize, (len, TxPins::new(z.slots)));
         }
     }
 
@@ -465,7 +464,8 @@ impl DpdkDevice {
     pub fn zc_retire(&mut self, sock: smoltcp::socket::Socket<'static>) {
         let Some(z) = self.zc.as_mut() else { return };
         #[allow(irrefutable_let_patterns)]
-        let smoltcp::socket::Socket::Tcp(s) = &sock else {
+        let smoltcp::socket::Socket::Tcp(s) = &sock
+        else {
             return;
         };
         let (base, _, _) = s.tx_ring_layout();

@@ -208,7 +208,6 @@ impl<F: Frame> Faults<F> {
         self.cfg.corrupt > 0.0 || self.cfg.corrupt_neutral > 0.0
     }
 
-
     /// An injector for a device whose own address is `mac`; `lane` (the queue) is added to
     /// the seed so that queues draw different faults.
     pub fn new(cfg: FaultConfig, mac: [u8; 6], lane: u64) -> Self {
