@@ -1063,6 +1063,15 @@ mod tests {
             let c = crate::config::DataplaneConfig::parse(&format!("{base}checksum='{s}'\n"));
             assert_eq!(c.unwrap().ports[0].checksum, s);
         }
+        // tx_zero_copy: auto by default; on and off; nothing else.
+        assert_eq!(c.ports[0].tx_zero_copy, "auto");
+        for s in ["auto", "on", "off"] {
+            let c = crate::config::DataplaneConfig::parse(&format!("{base}tx_zero_copy='{s}'\n"));
+            assert_eq!(c.unwrap().ports[0].tx_zero_copy, s);
+        }
+        assert!(
+            crate::config::DataplaneConfig::parse(&format!("{base}tx_zero_copy='yes'\n")).is_err()
+        );
     }
 
     #[test]
@@ -1158,6 +1167,78 @@ mod tests {
         // A fragment carries no whole TCP segment: only its IPv4 header is checked.
         let frag = tcp_frame(b"x", 0x2000);
         assert_eq!(rx_verdict(&frag, ALL, Good, Bad), hw);
+    }
+
+    /// The first segment of a frame sent by reference is exactly its headers; anything else
+    /// (payload in the first segment, ARP, truncated or odd headers) is not, and nothing panics.
+    #[test]
+    fn headers_only_recognises_a_split_frames_first_segment() {
+        let h = tcp_frame(b"", 0);
+        assert_eq!(h.len(), 54);
+        assert!(headers_only(&h));
+        assert!(!headers_only(&tcp_frame(b"x", 0)));
+        let mut arp = h.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(!headers_only(&arp));
+        let mut udp = h.clone();
+        udp[14 + 9] = 17;
+        assert!(!headers_only(&udp));
+        // TCP options (data offset 8 words) make the headers 12 octets longer.
+        let mut opts = h.clone();
+        opts[14 + 20 + 12] = 8 << 4;
+        assert!(!headers_only(&opts));
+        opts.extend_from_slice(&[1u8; 12]);
+        assert!(headers_only(&opts));
+        for n in 0..h.len() {
+            assert!(!headers_only(&h[..n]));
+        }
+    }
+
+    /// smoltcp's split emit (headers only, checksum over the payload where it lies) writes the
+    /// same headers, checksum included, as the copying emit.
+    #[test]
+    fn split_emit_gives_the_copying_emits_headers_and_checksum() {
+        use smoltcp::phy::ChecksumCapabilities;
+        use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
+        let payload: Vec<u8> = (0..1461u32).map(|i| (i * 7 + 3) as u8).collect();
+        let repr = TcpRepr {
+            src_port: 40000,
+            dst_port: 18515,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(0x0102_0304),
+            ack_number: Some(TcpSeqNumber(77)),
+            window_len: 4096,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: None,
+            payload: &payload,
+        };
+        let (s, d) = (IpAddress::v4(10, 95, 0, 2), IpAddress::v4(10, 95, 0, 1));
+        let caps = ChecksumCapabilities::default();
+        let mut whole = vec![0u8; repr.header_len() + payload.len()];
+        repr.emit(&mut TcpPacket::new_unchecked(&mut whole[..]), &s, &d, &caps);
+        let mut header = vec![0u8; repr.header_len()];
+        repr.emit_header_split(
+            &mut TcpPacket::new_unchecked(&mut header[..]),
+            &s,
+            &d,
+            &caps,
+        );
+        assert_eq!(header[..], whole[..repr.header_len()]);
+        assert!(TcpPacket::new_checked(&whole[..])
+            .unwrap()
+            .verify_checksum(&s, &d));
+        // Without software checksums both leave the field zero.
+        let none = ChecksumCapabilities::ignored();
+        repr.emit_header_split(
+            &mut TcpPacket::new_unchecked(&mut header[..]),
+            &s,
+            &d,
+            &none,
+        );
+        assert_eq!(&header[16..18], &[0, 0]);
     }
 
     #[test]
