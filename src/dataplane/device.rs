@@ -1,10 +1,15 @@
 //! A smoltcp [`Device`] over one DPDK port queue.
 //!
 //! - rx: the worker calls [`DpdkDevice::rx_refill`] once per loop (one `rx_burst` of up to
-//!   `batch` packets); `receive` hands them to smoltcp one by one. Multi-segment packets are
-//!   dropped with a log line (every configured pool holds a whole frame in one mbuf).
+//!   `batch` packets); `receive` hands them to smoltcp one by one. A two-segment frame whose
+//!   first segment is exactly its headers ([`headers_only`]: a segment sent by reference) goes
+//!   to smoltcp in its two parts (`RxToken::consume_split`); other chains are linearized (a
+//!   counted copy), or dropped with a log line when that does not fit.
 //! - tx: every frame is built directly in an mbuf from the port's pool (no allocation per packet
-//!   outside the mempool) and queued; [`DpdkDevice::flush`] calls `tx_burst`. Frames the driver
+//!   outside the mempool) and queued; with transmit by reference
+//!   ([`DpdkDevice::enable_zero_copy`], `TxToken::consume_split`) a TCP segment's payload is an
+//!   external mbuf over the socket's transmit ring chained behind the headers, pinned there
+//!   until freed ([`crate::dpdk::TxPins`]). [`DpdkDevice::flush`] calls `tx_burst`. Frames the driver
 //!   does not take stay queued. When the queue holds `tx_max` frames, `transmit` (and `receive`,
 //!   which must also return a tx token) says "not now": smoltcp keeps the data in its socket
 //!   buffer and tries on the next poll. Nothing is dropped on a full tx ring, which matters

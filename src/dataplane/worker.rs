@@ -142,12 +142,14 @@ pub struct CopyStats {
     /// TCP payload octets sent (each FPDU octet once, retransmissions aside).
     pub tx_payload: u64,
     /// Octets copied on transmit: engine -> staging buffer -> socket transmit ring, and the
-    /// socket transmit ring -> mbuf copy smoltcp makes when it builds a segment.
+    /// socket transmit ring -> mbuf copy smoltcp makes when it builds a segment (not for
+    /// payload sent by reference, `tx_zero_copy`).
     pub tx_copied: u64,
     /// TCP payload octets received in order.
     pub rx_payload: u64,
-    /// Octets copied on receive: mbuf -> socket receive ring (smoltcp) and everything the
-    /// engine copies (placement into registered memory, reassembly of split FPDUs).
+    /// Octets copied on receive: chained frames linearized, mbuf -> socket receive ring
+    /// (smoltcp) and everything the engine copies (placement into registered memory,
+    /// reassembly of split FPDUs).
     pub rx_copied: u64,
 }
 
