@@ -10,7 +10,7 @@
 //! Read whose response the server sends by copy); the client sent its payload by reference
 //! (about 1 copy per payload octet on transmit, the server 2) and the server placed it from
 //! the frames' two parts (about 1 on receive, no linearize copy); once the connection is over
-//! no frame references a transmit ring (no mbuf kept, no ring kept).
+//! no frame references a transmit ring (no ring kept) and every mbuf is back in its pool.
 //! One EAL per process: the only EAL test of this binary.
 
 use std::net::SocketAddrV4;
@@ -199,16 +199,21 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     // Reordered and duplicated frames wait in the receive buffer (a second copy).
     assert!(s_rx < 1.6, "server copies per octet on receive {s_rx}");
 
-    // Nothing references a transmit ring once the frames are consumed.
+    // Nothing references a transmit ring once the frames are consumed, and every mbuf is
+    // back in its pool (net_ring holds none of its own).
     let end = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, _, _, _, refs, kept) = sum(&dp.stats());
-        if refs == 0 && kept == 0 {
+        let stats = dp.stats();
+        let (_, _, _, _, refs, kept) = sum(&stats);
+        let free: Vec<u32> = stats.iter().map(|w| w.device.pool_free).collect();
+        let sizes: Vec<u32> = cfg.ports.iter().map(|p| p.mbufs).collect();
+        if refs == 0 && kept == 0 && free == sizes {
             break;
         }
         assert!(
             Instant::now() < end,
-            "{refs} frames still reference transmit rings, {kept} rings kept"
+            "{refs} frames still reference transmit rings, {kept} rings kept; pools free \
+             {free:?} of {sizes:?}"
         );
         thread::sleep(Duration::from_millis(50));
     }

@@ -296,6 +296,10 @@ pub struct DeviceStats {
     pub tx_zero_copy_segments: u64,
     /// Received octets copied to make a chained frame one buffer (`rte_pktmbuf_linearize`).
     pub rx_linearized: u64,
+    /// Free mbufs in the port's pool when the counters were taken (with the mbufs of the
+    /// port's other queues; a leak shows as a count that does not come back once traffic is
+    /// over).
+    pub pool_free: u32,
     /// Fault injection counters (all zero on a port without `faults`).
     pub faults: FaultStats,
 }
@@ -557,6 +561,7 @@ impl DpdkDevice {
     /// This device's counters, fault counters included.
     pub fn stats(&self) -> DeviceStats {
         let mut s = self.stats;
+        s.pool_free = self.pool.available();
         if let Some(f) = &self.faults {
             s.faults = f.stats;
         }
