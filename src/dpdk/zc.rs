@@ -188,3 +188,61 @@ impl TxPins {
         Ok(())
     }
 }
+
+#[cfg(test)]
+impl TxPins {
+    /// Pin `start..start + len` as a frame would (no mbuf: tests of the bookkeeping only).
+    fn pin_for_test(&mut self, start: usize, len: usize) -> usize {
+        let n = self.shared.slots.len();
+        let i = (0..n)
+            .map(|k| (self.cursor + k) % n)
+            .find(|&i| !self.shared.slots[i].busy.load(Ordering::Acquire))
+            .expect("a free slot");
+        self.cursor = (i + 1) % n;
+        let slot = &self.shared.slots[i];
+        slot.start.store(start, Ordering::Relaxed);
+        slot.len.store(len, Ordering::Relaxed);
+        slot.busy.store(true, Ordering::Release);
+        self.active.push(i as u32);
+        i
+    }
+
+    /// What the free callback does for slot `i`, without the `Arc` count a real pin holds.
+    fn release_for_test(&self, i: usize) {
+        self.shared.slots[i].busy.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writable runs stop at the first pinned octet; released pins free their octets; slots
+    /// are reused.
+    #[test]
+    fn free_runs_stop_at_pinned_octets() {
+        let mut p = TxPins::new(2);
+        assert_eq!(p.free_run(0, 1000), 1000);
+        let a = p.pin_for_test(100, 100); // 100..200
+        let b = p.pin_for_test(500, 100); // 500..600
+        assert_eq!(p.outstanding(), 2);
+        assert_eq!(p.free_run(0, 1000), 100);
+        assert_eq!(p.free_run(0, 100), 100); // ends right where the pin starts
+        assert_eq!(p.free_run(150, 10), 0); // inside a pin
+        assert_eq!(p.free_run(199, 10), 0);
+        assert_eq!(p.free_run(200, 1000), 300);
+        assert_eq!(p.free_run(600, 50), 50);
+        p.release_for_test(a);
+        assert_eq!(p.free_run(0, 1000), 500);
+        assert_eq!(p.outstanding(), 1);
+        // The released slot is taken again.
+        let c = p.pin_for_test(0, 10);
+        assert_eq!(c, a);
+        assert_eq!(p.free_run(0, 1000), 0);
+        assert_eq!(p.free_run(10, 1000), 490);
+        p.release_for_test(b);
+        p.release_for_test(c);
+        assert_eq!(p.outstanding(), 0);
+        assert_eq!(p.free_run(0, 1000), 1000);
+    }
+}
