@@ -54,6 +54,8 @@ pub struct TxPins {
     shared: Arc<PinShared>,
     /// Slots possibly busy (those handed out and not yet seen released).
     active: Vec<u32>,
+    /// Per slot: listed in `active`.
+    listed: Vec<bool>,
     cursor: usize,
 }
 
@@ -81,7 +83,7 @@ impl TxPins {
                 && align as usize <= std::mem::align_of::<ShinfoStorage>(),
             "rte_mbuf_ext_shared_info is {size} octets aligned {align}"
         );
-        let slots = (0..slots.max(1))
+        let slots: Box<[PinSlot]> = (0..slots.max(1))
             .map(|_| PinSlot {
                 shinfo: UnsafeCell::new([0; 4]),
                 busy: AtomicBool::new(false),
@@ -90,18 +92,23 @@ impl TxPins {
                 owner: AtomicPtr::new(std::ptr::null_mut()),
             })
             .collect();
+        let n = slots.len();
         TxPins {
             shared: Arc::new(PinShared { slots }),
             active: Vec::new(),
+            listed: vec![false; n],
             cursor: 0,
         }
     }
 
     /// Frames still referencing the ring.
     pub fn outstanding(&mut self) -> usize {
-        let slots = &self.shared.slots;
-        self.active
-            .retain(|&i| slots[i as usize].busy.load(Ordering::Acquire));
+        let (slots, listed) = (&self.shared.slots, &mut self.listed);
+        self.active.retain(|&i| {
+            let busy = slots[i as usize].busy.load(Ordering::Acquire);
+            listed[i as usize] = busy;
+            busy
+        });
         self.active.len()
     }
 
@@ -109,10 +116,11 @@ impl TxPins {
     /// pinned octet.
     pub fn free_run(&mut self, offset: usize, n: usize) -> usize {
         let mut limit = n;
-        let slots = &self.shared.slots;
+        let (slots, listed) = (&self.shared.slots, &mut self.listed);
         self.active.retain(|&i| {
             let s = &slots[i as usize];
             if !s.busy.load(Ordering::Acquire) {
+                listed[i as usize] = false;
                 return false;
             }
             let (start, len) = (
@@ -160,7 +168,8 @@ impl TxPins {
         let owner = Arc::into_raw(self.shared.clone());
         slot.owner.store(owner as *mut PinShared, Ordering::Relaxed);
         slot.busy.store(true, Ordering::Relaxed);
-        if !self.active.contains(&(i as u32)) {
+        if !self.listed[i] {
+            self.listed[i] = true;
             self.active.push(i as u32);
         }
         let ext = std::mem::ManuallyDrop::new(ext);
@@ -203,7 +212,10 @@ impl TxPins {
         slot.start.store(start, Ordering::Relaxed);
         slot.len.store(len, Ordering::Relaxed);
         slot.busy.store(true, Ordering::Release);
-        self.active.push(i as u32);
+        if !self.listed[i] {
+            self.listed[i] = true;
+            self.active.push(i as u32);
+        }
         i
     }
 
