@@ -962,19 +962,20 @@ impl Worker {
                     continue;
                 }
                 let s = self.sockets.get_mut::<tcp::Socket>(c.h);
-                // The ring space that may be written (free, and no frame points into it).
-                let room = self.dev.ring_room(s);
                 let n = if c.sh.is_none() {
                     // A rejecting responder: the Reply, then close.
+                    let room = self.dev.ring_room(s);
                     feed_all(c, s, room)
                 } else if c.out_pos < c.out.len() {
+                    // The ring space that may be written (free, and no frame points into it).
+                    let room = self.dev.ring_room(s);
                     if align {
                         feed_segment(c, s, self.emss, room)
                     } else {
                         feed_all(c, s, room)
                     }
                 } else {
-                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align, room);
+                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align, &mut self.dev);
                     self.tx_staged += staged as u64;
                     direct + fed
                 };
@@ -1191,7 +1192,7 @@ fn feed_direct(
     s: &mut tcp::Socket<'static>,
     emss: usize,
     align: bool,
-    room: usize,
+    dev: &mut DpdkDevice,
 ) -> (usize, usize, usize) {
     let Some(sh) = c.sh.as_ref() else {
         return (0, 0, 0);
@@ -1216,8 +1217,9 @@ fn feed_direct(
     } else {
         usize::MAX
     };
-    // `room`: free and not referenced by a frame in flight (transmit by reference).
-    let free = room.min(s.send_capacity() - s.send_queue());
+    // Free and not referenced by a frame in flight (transmit by reference); looked at only
+    // once the window admits an FPDU (the scan is per frame in flight).
+    let free = dev.ring_room(s);
     if free < MIN_DIRECT_FPDU {
         return (0, 0, 0);
     }
