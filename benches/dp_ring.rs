@@ -7,8 +7,13 @@
 //! RDMA Writes being placed in order before it, RFC 5040 §5.5).
 //!
 //! ```text
-//! cargo bench --bench dp_ring -- [--mtu 1500|9000] [--rounds 3] [--size 65536] [--mib 1024] [--json FILE]
+//! cargo bench --bench dp_ring -- [--mtu 1500|9000] [--rounds 3] [--size 65536] [--mib 1024]
+//!     [--tx-zero-copy auto|off] [--json FILE]
 //! ```
+//!
+//! `--tx-zero-copy off` sends every segment's payload copied into its mbuf (the ports'
+//! `tx_zero_copy`; default auto: by reference, docs/dataplane.md "Copies"). The receiving
+//! side then makes each chained frame one buffer, a copy counted on receive.
 //!
 //! net_memif (scripts/bench) adds the PMD's two copies per byte (mbuf -> shared memory ->
 //! mbuf); this is what the same code does without them (docs/dataplane.md "Measurements").
@@ -33,6 +38,7 @@ struct Args {
     size: usize,
     mib: usize,
     json: Option<String>,
+    zero_copy: String,
 }
 
 fn args() -> Args {
@@ -42,6 +48,7 @@ fn args() -> Args {
         size: 65536,
         mib: 1024,
         json: None,
+        zero_copy: "auto".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -52,6 +59,7 @@ fn args() -> Args {
             "--size" => a.size = v().parse().expect("--size N"),
             "--mib" => a.mib = v().parse().expect("--mib N"),
             "--json" => a.json = Some(v()),
+            "--tx-zero-copy" => a.zero_copy = v(),
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
             // this binary has none.
@@ -69,7 +77,7 @@ fn args() -> Args {
     a
 }
 
-fn config(mtu: u16) -> DataplaneConfig {
+fn config(mtu: u16, zero_copy: &str) -> DataplaneConfig {
     let ring = format!("dpwbench{}", std::process::id() % 100000);
     let path = format!("{}/configs/net_ring.toml", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).expect("configs/net_ring.toml");
@@ -77,6 +85,7 @@ fn config(mtu: u16) -> DataplaneConfig {
     for (i, p) in cfg.ports.iter_mut().enumerate() {
         p.cores = vec![i];
         p.mtu = mtu;
+        p.tx_zero_copy = zero_copy.into();
     }
     cfg.tcp.rx_buffer = 2 << 20;
     cfg.tcp.tx_buffer = 2 << 20;
@@ -264,7 +273,7 @@ fn main() {
     let a = args();
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(ncpu >= 2, "needs two CPUs (server CPU 0, client CPU 1)");
-    let cfg = config(a.mtu);
+    let cfg = config(a.mtu, &a.zero_copy);
     let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
     let total = a.mib << 20;
     let (mut d, mut kb, mut kp) = (vec![], vec![], vec![]);
@@ -310,6 +319,7 @@ fn main() {
         "stream_gbps_kernel_blocking": kbm,
         "stream_gbps_kernel_busy": kpm,
         "ratio_vs_better_kernel": dm / best,
+        "tx_zero_copy": a.zero_copy,
         "copies_per_byte": {
             "tx": ctx.tx_per_byte(),
             "rx": srx.rx_per_byte(),

@@ -260,3 +260,34 @@ void dpw_tx_cksum_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, 
 }
 
 int dpw_pktmbuf_linearize(struct rte_mbuf *m) { return rte_pktmbuf_linearize(m); }
+
+unsigned dpw_shinfo_size(void) { return sizeof(struct rte_mbuf_ext_shared_info); }
+
+unsigned dpw_shinfo_align(void) { return _Alignof(struct rte_mbuf_ext_shared_info); }
+
+/* Make `ext` (a fresh mbuf from a pool) point at `len` octets at `addr` instead of its own
+ * buffer (rte_pktmbuf_attach_extbuf; no IOVA: only for PMDs that copy or pass mbufs in
+ * software), with `shinfo` initialised here (refcnt 1, free_cb(addr, opaque) when the last
+ * reference goes), and chain it behind `head`. On error (-1: too many segments) nothing is
+ * chained and `ext` still owns the attachment: freeing it runs the callback. */
+int dpw_chain_extbuf(struct rte_mbuf *head, struct rte_mbuf *ext, void *addr, uint16_t len,
+		     void *shinfo, dpw_extbuf_free_cb free_cb, void *opaque)
+{
+	struct rte_mbuf_ext_shared_info *si = shinfo;
+	si->free_cb = free_cb;
+	si->fcb_opaque = opaque;
+	rte_mbuf_ext_refcnt_set(si, 1);
+	rte_pktmbuf_attach_extbuf(ext, addr, RTE_BAD_IOVA, len, si);
+	ext->data_len = len;
+	ext->pkt_len = len;
+	return rte_pktmbuf_chain(head, ext) == 0 ? 0 : -1;
+}
+
+/* The next segment of a chained packet (NULL after the last). */
+struct rte_mbuf *dpw_next(struct rte_mbuf *m) { return m->next; }
+
+/* A copy of every segment of `m` into new mbufs from `mp` (one when it fits). */
+struct rte_mbuf *dpw_pktmbuf_copy(const struct rte_mbuf *m, struct rte_mempool *mp)
+{
+	return rte_pktmbuf_copy(m, mp, 0, UINT32_MAX);
+}

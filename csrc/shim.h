@@ -34,6 +34,15 @@ uint16_t dpw_data_len(const struct rte_mbuf *m);
 uint32_t dpw_pkt_len(const struct rte_mbuf *m);
 uint16_t dpw_nb_segs(const struct rte_mbuf *m);
 int dpw_pktmbuf_linearize(struct rte_mbuf *m);
+/* An external buffer's free callback (rte_mbuf_extbuf_free_callback_t). */
+typedef void (*dpw_extbuf_free_cb)(void *addr, void *opaque);
+/* Bytes and alignment of struct rte_mbuf_ext_shared_info (storage the caller provides). */
+unsigned dpw_shinfo_size(void);
+unsigned dpw_shinfo_align(void);
+int dpw_chain_extbuf(struct rte_mbuf *head, struct rte_mbuf *ext, void *addr, uint16_t len,
+		     void *shinfo, dpw_extbuf_free_cb free_cb, void *opaque);
+struct rte_mbuf *dpw_pktmbuf_copy(const struct rte_mbuf *m, struct rte_mempool *mp);
+struct rte_mbuf *dpw_next(struct rte_mbuf *m);
 uint8_t *dpw_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 uint16_t dpw_tailroom(const struct rte_mbuf *m);
 uint64_t dpw_ol_flags(const struct rte_mbuf *m);

@@ -78,6 +78,13 @@ pub struct PortConfig {
     /// whose frames arrive with only partial (offloaded) checksums.
     #[serde(default = "d_checksum")]
     pub checksum: String,
+    /// Transmit by reference: "auto" (default: on where the PMD takes chained mbufs and reads
+    /// them in software - net_ring, net_memif, net_af_packet - and no transmit checksum is
+    /// offloaded), "on" (an error where auto would not), "off" (every segment's payload is
+    /// copied into its mbuf). On, a segment is a header mbuf chained to an external mbuf
+    /// pointing into the socket's transmit ring (docs/dataplane.md "Copies").
+    #[serde(default = "d_checksum")]
+    pub tx_zero_copy: String,
     /// Packet fault injection under smoltcp (`[port.faults]`, for soak tests; absent by
     /// default, and then the data path does not look at it beyond one branch). A port with
     /// faults always computes and verifies IPv4/TCP checksums in software, whatever
@@ -328,6 +335,12 @@ impl DataplaneConfig {
                 return Err(format!(
                     "port {}: checksum {:?} is not auto, offload, software, trusted-link or tx-only",
                     p.device, p.checksum
+                ));
+            }
+            if !["auto", "on", "off"].contains(&p.tx_zero_copy.as_str()) {
+                return Err(format!(
+                    "port {}: tx_zero_copy {:?} is not auto, on or off",
+                    p.device, p.tx_zero_copy
                 ));
             }
             if let Some(f) = &p.faults {

@@ -1,10 +1,15 @@
 //! A smoltcp [`Device`] over one DPDK port queue.
 //!
 //! - rx: the worker calls [`DpdkDevice::rx_refill`] once per loop (one `rx_burst` of up to
-//!   `batch` packets); `receive` hands them to smoltcp one by one. Multi-segment packets are
-//!   dropped with a log line (every configured pool holds a whole frame in one mbuf).
+//!   `batch` packets); `receive` hands them to smoltcp one by one. A two-segment frame whose
+//!   first segment is exactly its headers ([`headers_only`]: a segment sent by reference) goes
+//!   to smoltcp in its two parts (`RxToken::consume_split`); other chains are linearized (a
+//!   counted copy), or dropped with a log line when that does not fit.
 //! - tx: every frame is built directly in an mbuf from the port's pool (no allocation per packet
-//!   outside the mempool) and queued; [`DpdkDevice::flush`] calls `tx_burst`. Frames the driver
+//!   outside the mempool) and queued; with transmit by reference
+//!   ([`DpdkDevice::enable_zero_copy`], `TxToken::consume_split`) a TCP segment's payload is an
+//!   external mbuf over the socket's transmit ring chained behind the headers, pinned there
+//!   until freed ([`crate::dpdk::TxPins`]). [`DpdkDevice::flush`] calls `tx_burst`. Frames the driver
 //!   does not take stay queued. When the queue holds `tx_max` frames, `transmit` (and `receive`,
 //!   which must also return a tx token) says "not now": smoltcp keeps the data in its socket
 //!   buffer and tries on the next poll. Nothing is dropped on a full tx ring, which matters
@@ -29,7 +34,7 @@ use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
 use super::fault::{FaultStats, Faults, Frame};
 use crate::config::FaultConfig;
-use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Queue};
+use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Queue, TxPins};
 
 /// IPv4/TCP checksum handling of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,6 +289,17 @@ pub struct DeviceStats {
     pub tx_tcp_payload: u64,
     /// TCP segments with payload built (retransmissions included).
     pub tx_tcp_segments: u64,
+    /// Of `tx_tcp_payload`, the octets sent by reference (an external mbuf over the socket's
+    /// transmit ring, chained behind the headers; not copied).
+    pub tx_zero_copy: u64,
+    /// Segments whose payload went by reference.
+    pub tx_zero_copy_segments: u64,
+    /// Received octets copied to make a chained frame one buffer (`rte_pktmbuf_linearize`).
+    pub rx_linearized: u64,
+    /// Free mbufs in the port's pool when the counters were taken (with the mbufs of the
+    /// port's other queues; a leak shows as a count that does not come back once traffic is
+    /// over).
+    pub pool_free: u32,
     /// Fault injection counters (all zero on a port without `faults`).
     pub faults: FaultStats,
 }
@@ -312,8 +328,29 @@ pub struct DpdkDevice {
     faults: Option<Box<Faults<Mbuf>>>,
     /// The rx burst as it comes out of the faults.
     rx_faulted: Vec<Mbuf>,
+    /// Transmit by reference (None: every payload is copied into the mbuf).
+    zc: Option<ZeroCopy>,
     /// This device's counters.
     pub stats: DeviceStats,
+}
+
+impl Drop for DpdkDevice {
+    /// Frames not sent are freed (releasing their pins); a transmit ring some frame still
+    /// points into (queued in the PMD or at the peer) is leaked rather than freed under it.
+    fn drop(&mut self) {
+        self.tx.clear();
+        self.rx.clear();
+        self.rx_faulted.clear();
+        self.faults = None;
+        if let Some(z) = self.zc.as_mut() {
+            for (sock, mut pins) in z.retired.drain(..) {
+                if pins.outstanding() > 0 {
+                    log::debug!("dpdk: a transmit ring still referenced by frames is leaked");
+                    std::mem::forget(sock);
+                }
+            }
+        }
+    }
 }
 
 impl Frame for Mbuf {
@@ -325,11 +362,25 @@ impl Frame for Mbuf {
     }
 }
 
-/// A copy of `m` in a new mbuf from `pool` (None when the pool is empty).
+/// A copy of `m` (every segment) in a new mbuf from `pool` (None when the pool is empty).
 fn copy_mbuf(pool: &'static Mempool, m: &Mbuf) -> Option<Mbuf> {
+    if m.nb_segs() > 1 {
+        return m.deep_copy(pool);
+    }
     let mut c = pool.alloc()?;
     c.append(m.data().len() as u16)?.copy_from_slice(m.data());
     Some(c)
+}
+
+/// Transmit by reference over the sockets' transmit rings (see [`crate::dpdk::TxPins`]).
+struct ZeroCopy {
+    /// Per registered ring, by its address: (length, its pins).
+    rings: std::collections::BTreeMap<usize, (usize, TxPins)>,
+    /// Sockets removed while frames still referenced their rings: kept (their rings with
+    /// them) until the pins are released.
+    retired: Vec<(smoltcp::socket::Socket<'static>, TxPins)>,
+    /// Pins per ring.
+    slots: usize,
 }
 
 /// A port (queue 0) that receives a copy of every frame.
@@ -344,6 +395,18 @@ pub struct Mirror {
 }
 
 impl Mirror {
+    fn copy_mbuf(&mut self, m: &Mbuf) {
+        if m.nb_segs() == 1 {
+            return self.copy(m.data());
+        }
+        if self.pending.len() >= 1024 {
+            return;
+        }
+        if let Some(c) = m.deep_copy(self.pool) {
+            self.pending.push(c);
+        }
+    }
+
     fn copy(&mut self, frame: &[u8]) {
         if self.pending.len() >= 1024 {
             // The capture file cannot keep up: count it as a capture drop, never stall traffic.
@@ -375,8 +438,82 @@ impl DpdkDevice {
             mac: [0; 6],
             faults: None,
             rx_faulted: Vec::new(),
+            zc: None,
             stats: DeviceStats::default(),
         }
+    }
+
+    /// Send TCP payload by reference (external mbufs over the sockets' transmit rings,
+    /// `slots` frames in flight per ring at most) instead of copying it into the mbuf. Only
+    /// for PMDs that take chained mbufs and read them in software (no IOVA is set):
+    /// docs/dataplane.md "Copies".
+    pub fn enable_zero_copy(&mut self, slots: usize) {
+        self.zc = Some(ZeroCopy {
+            rings: Default::default(),
+            retired: Vec::new(),
+            slots,
+        });
+    }
+
+    /// Whether payload is sent by reference on this device.
+    pub fn zero_copy(&self) -> bool {
+        self.zc.is_some()
+    }
+
+    /// A new socket whose transmit ring frames may reference (call before it sends).
+    pub fn zc_register(&mut self, s: &smoltcp::socket::tcp::Socket<'static>) {
+        if let Some(z) = self.zc.as_mut() {
+            let (base, len, _) = s.tx_ring_layout();
+            z.rings.insert(base as usize, (len, TxPins::new(z.slots)));
+        }
+    }
+
+    /// A socket removed from the interface: dropped now, or kept until no frame references
+    /// its transmit ring any more.
+    pub fn zc_retire(&mut self, sock: smoltcp::socket::Socket<'static>) {
+        let Some(z) = self.zc.as_mut() else { return };
+        #[allow(irrefutable_let_patterns)]
+        let smoltcp::socket::Socket::Tcp(s) = &sock
+        else {
+            return;
+        };
+        let (base, _, _) = s.tx_ring_layout();
+        if let Some((_, mut pins)) = z.rings.remove(&(base as usize)) {
+            if pins.outstanding() > 0 {
+                z.retired.push((sock, pins));
+            }
+        }
+    }
+
+    /// Free octets of `s`'s transmit ring, from where it writes next (around the end), that
+    /// no frame in flight references: what may be written now.
+    pub fn ring_room(&mut self, s: &smoltcp::socket::tcp::Socket<'static>) -> usize {
+        let free = s.send_capacity() - s.send_queue();
+        let Some(z) = self.zc.as_mut() else {
+            return free;
+        };
+        let (base, cap, write_at) = s.tx_ring_layout();
+        let Some((_, pins)) = z.rings.get_mut(&(base as usize)) else {
+            return free;
+        };
+        let first = free.min(cap - write_at);
+        let r = pins.free_run(write_at, first);
+        if r < first || first == free {
+            return r;
+        }
+        r + pins.free_run(0, free - first)
+    }
+
+    /// Sockets kept for their pins, and whether frames reference live rings (for tests and
+    /// stats): (retired sockets, frames in flight over all rings).
+    pub fn zc_outstanding(&mut self) -> (usize, usize) {
+        let Some(z) = self.zc.as_mut() else {
+            return (0, 0);
+        };
+        z.retired.retain_mut(|(_, p)| p.outstanding() > 0);
+        let live: usize = z.rings.values_mut().map(|(_, p)| p.outstanding()).sum();
+        let dead: usize = z.retired.iter_mut().map(|(_, p)| p.outstanding()).sum();
+        (z.retired.len(), live + dead)
     }
 
     /// The port's own MAC address.
@@ -424,6 +561,7 @@ impl DpdkDevice {
     /// This device's counters, fault counters included.
     pub fn stats(&self) -> DeviceStats {
         let mut s = self.stats;
+        s.pool_free = self.pool.available();
         if let Some(f) = &self.faults {
             s.faults = f.stats;
         }
@@ -490,7 +628,14 @@ impl DpdkDevice {
         self.stats.rx_packets += n as u64;
         if let Some(f) = self.faults.as_deref_mut() {
             let pool = self.pool;
-            for m in self.rx.drain(..) {
+            for mut m in self.rx.drain(..) {
+                // Faults see (and corrupt) whole frames.
+                if m.nb_segs() != 1 {
+                    let n = u64::from(m.pkt_len()) - m.data().len() as u64;
+                    if m.linearize() {
+                        self.stats.rx_linearized += n;
+                    }
+                }
                 f.apply(true, m, &mut self.rx_faulted, |m| copy_mbuf(pool, m));
             }
             f.tick(true, &mut self.rx_faulted);
@@ -519,6 +664,11 @@ impl DpdkDevice {
             sent += n;
         }
         self.stats.tx_packets += sent as u64;
+        if let Some(z) = self.zc.as_mut() {
+            if !z.retired.is_empty() {
+                z.retired.retain_mut(|(_, p)| p.outstanding() > 0);
+            }
+        }
         if let Some(m) = self.mirror.as_mut() {
             m.port.tx_burst(&mut m.pending);
         }
@@ -574,7 +724,14 @@ impl Device for DpdkDevice {
                 return None;
             }
             let mut m = self.rx.pop()?;
-            if m.nb_segs() != 1 && !m.linearize() {
+            // A segment sent by reference (a header mbuf and its payload, tx_zero_copy) goes
+            // to smoltcp in its two parts; other chains are made one buffer (a copy).
+            let split = m.nb_segs() == 2
+                && !(self.offload.rx_ipv4 || self.offload.rx_tcp)
+                && self.faults.is_none()
+                && headers_only(m.data());
+            let chained = u64::from(m.pkt_len()) - m.data().len() as u64;
+            if !split && m.nb_segs() != 1 && !m.linearize() {
                 log::warn!(
                     "dpdk: dropping a {}-segment frame of {} bytes (first {} bytes {:02x?})",
                     m.nb_segs(),
@@ -585,6 +742,9 @@ impl Device for DpdkDevice {
                 self.stats.rx_dropped += 1;
                 continue;
             }
+            if !split {
+                self.stats.rx_linearized += chained;
+            }
             if (self.offload.rx_ipv4 || self.offload.rx_tcp) && !self.rx_cksum_ok(&m) {
                 continue;
             }
@@ -594,12 +754,16 @@ impl Device for DpdkDevice {
                 }
             }
             if let Some(mi) = self.mirror.as_mut() {
-                mi.copy(m.data());
+                mi.copy_mbuf(&m);
             }
-            self.stats.rx_tcp_payload += tcp_payload_len(m.data()) as u64;
+            self.stats.rx_tcp_payload += if split {
+                chained
+            } else {
+                tcp_payload_len(m.data()) as u64
+            };
             // Most received frames need no answer of their own (ACKs ride on data segments
             // or go out in the egress pass): the mbuf is taken only if smoltcp answers.
-            return Some((DpdkRxToken { m }, DpdkTxToken { dev: self, m: None }));
+            return Some((DpdkRxToken { m, split }, DpdkTxToken { dev: self, m: None }));
         }
     }
 
@@ -634,16 +798,48 @@ impl Device for DpdkDevice {
 /// A received frame.
 pub struct DpdkRxToken {
     m: Mbuf,
+    /// Headers and TCP payload in two segments ([`headers_only`]).
+    split: bool,
 }
 
 impl phy::RxToken for DpdkRxToken {
-    fn consume<R, F>(self, f: F) -> R
+    fn consume<R, F>(mut self, f: F) -> R
     where
         F: FnOnce(&[u8]) -> R,
     {
+        // smoltcp takes split frames through `consume_split`; anything else chained is made
+        // one buffer here.
+        if self.m.nb_segs() != 1 && !self.m.linearize() {
+            return f(&[]);
+        }
         // The mbuf is freed to its pool when `self.m` drops after `f` returns.
         f(self.m.data())
     }
+
+    fn consume_split<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8], &[u8]) -> R,
+    {
+        match self.m.second_segment() {
+            Some(payload) if self.split => f(self.m.data(), payload),
+            _ => self.consume(|frame| f(frame, &[])),
+        }
+    }
+}
+
+/// Whether `frame` is exactly the Ethernet, IPv4 and TCP headers of a TCP segment (the first
+/// segment of a frame sent by reference, whose payload is the next segment).
+pub fn headers_only(frame: &[u8]) -> bool {
+    if frame.len() < 14 + 20 + 20 || frame[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    let ip = &frame[14..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ip[9] != 6 || ihl < 20 || ip.len() < ihl + 20 {
+        return false;
+    }
+    let doff = usize::from(ip[ihl + 12] >> 4) * 4;
+    doff >= 20 && ip.len() == ihl + doff
 }
 
 /// Room for one frame to send.
@@ -679,24 +875,100 @@ impl phy::TxToken for DpdkTxToken<'_> {
         let payload = tcp_payload_len(m.data()) as u64;
         self.dev.stats.tx_tcp_payload += payload;
         self.dev.stats.tx_tcp_segments += u64::from(payload > 0);
-        if let Some((l3_len, ip, tcp)) = tx_offload_for(m.data(), self.dev.offload) {
-            if m.set_tx_cksum_offload(14, l3_len, ip, tcp) {
-                self.dev.stats.tx_cksum_offload += 1;
+        self.dev.send(m);
+        r
+    }
+
+    fn consume_split<R, F>(self, header_len: usize, payload: &[u8], f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let DpdkTxToken { dev, m } = self;
+        // The ring the payload lies in (a segment across the ring's wrap is gathered by
+        // smoltcp into a buffer of its own: copied).
+        let at = payload.as_ptr() as usize;
+        let ring = dev.zc.as_ref().and_then(|z| {
+            z.rings
+                .range(..=at)
+                .next_back()
+                .filter(|(&base, &(len, _))| at + payload.len() <= base + len)
+                .map(|(&base, _)| base)
+        });
+        let copy = |dev: &'_ mut DpdkDevice, m: Option<Mbuf>, f: F| {
+            DpdkTxToken { dev, m }.consume(header_len + payload.len(), |buf| {
+                let (h, p) = buf.split_at_mut(header_len);
+                p.copy_from_slice(payload);
+                f(h)
+            })
+        };
+        let Some(base) = ring else {
+            return copy(dev, m, f);
+        };
+        let Some(mut m) = m.or_else(|| dev.pool.alloc()) else {
+            return copy(dev, None, f);
+        };
+        if header_len + payload.len() > usize::from(m.tailroom()) {
+            return copy(dev, Some(m), f);
+        }
+        let Some(ext) = dev.pool.alloc() else {
+            return copy(dev, Some(m), f);
+        };
+        let buf = m.append(header_len as u16).expect("tailroom checked");
+        let r = f(buf);
+        let chained = match dev.zc.as_mut().and_then(|z| z.rings.get_mut(&base)) {
+            Some((_, pins)) => pins.chain(&mut m, ext, payload, at - base),
+            None => Err(Some(ext)),
+        };
+        match chained {
+            Ok(()) => {
+                dev.stats.tx_zero_copy += payload.len() as u64;
+                dev.stats.tx_zero_copy_segments += 1;
+            }
+            Err(_) => {
+                // No pin free: copy behind the headers (the room was checked above).
+                m.append(payload.len() as u16)
+                    .expect("tailroom checked")
+                    .copy_from_slice(payload);
             }
         }
-        if let Some(mi) = self.dev.mirror.as_mut() {
-            mi.copy(m.data());
-        }
-        if let Some(f) = self.dev.faults.as_deref_mut() {
-            let pool = self.dev.pool;
-            f.apply(false, m, &mut self.dev.tx, |m| copy_mbuf(pool, m));
-        } else {
-            self.dev.tx.push(m);
-        }
-        if self.dev.tx.len() >= self.dev.batch {
-            self.dev.flush();
-        }
+        dev.stats.tx_tcp_payload += payload.len() as u64;
+        dev.stats.tx_tcp_segments += 1;
+        dev.send(m);
         r
+    }
+}
+
+impl DpdkDevice {
+    /// Queue a built frame (offload marks, capture copy, faults), flushing a full batch.
+    fn send(&mut self, mut m: Mbuf) {
+        if let Some((l3_len, ip, tcp)) = tx_offload_for(m.data(), self.offload) {
+            if m.set_tx_cksum_offload(14, l3_len, ip, tcp) {
+                self.stats.tx_cksum_offload += 1;
+            }
+        }
+        if let Some(mi) = self.mirror.as_mut() {
+            mi.copy_mbuf(&m);
+        }
+        if let Some(f) = self.faults.as_deref_mut() {
+            let pool = self.pool;
+            if m.nb_segs() > 1 && f.mutates() {
+                // Corruption works on whole frames, and must never reach the transmit ring
+                // the payload points into: a copy of the frame goes through the faults.
+                match m.deep_copy(pool) {
+                    Some(c) => m = c,
+                    None => {
+                        self.stats.tx_no_mbuf += 1;
+                        return;
+                    }
+                }
+            }
+            f.apply(false, m, &mut self.tx, |m| copy_mbuf(pool, m));
+        } else {
+            self.tx.push(m);
+        }
+        if self.tx.len() >= self.batch {
+            self.flush();
+        }
     }
 }
 
@@ -801,6 +1073,15 @@ mod tests {
             let c = crate::config::DataplaneConfig::parse(&format!("{base}checksum='{s}'\n"));
             assert_eq!(c.unwrap().ports[0].checksum, s);
         }
+        // tx_zero_copy: auto by default; on and off; nothing else.
+        assert_eq!(c.ports[0].tx_zero_copy, "auto");
+        for s in ["auto", "on", "off"] {
+            let c = crate::config::DataplaneConfig::parse(&format!("{base}tx_zero_copy='{s}'\n"));
+            assert_eq!(c.unwrap().ports[0].tx_zero_copy, s);
+        }
+        assert!(
+            crate::config::DataplaneConfig::parse(&format!("{base}tx_zero_copy='yes'\n")).is_err()
+        );
     }
 
     #[test]
@@ -896,6 +1177,78 @@ mod tests {
         // A fragment carries no whole TCP segment: only its IPv4 header is checked.
         let frag = tcp_frame(b"x", 0x2000);
         assert_eq!(rx_verdict(&frag, ALL, Good, Bad), hw);
+    }
+
+    /// The first segment of a frame sent by reference is exactly its headers; anything else
+    /// (payload in the first segment, ARP, truncated or odd headers) is not, and nothing panics.
+    #[test]
+    fn headers_only_recognises_a_split_frames_first_segment() {
+        let h = tcp_frame(b"", 0);
+        assert_eq!(h.len(), 54);
+        assert!(headers_only(&h));
+        assert!(!headers_only(&tcp_frame(b"x", 0)));
+        let mut arp = h.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(!headers_only(&arp));
+        let mut udp = h.clone();
+        udp[14 + 9] = 17;
+        assert!(!headers_only(&udp));
+        // TCP options (data offset 8 words) make the headers 12 octets longer.
+        let mut opts = h.clone();
+        opts[14 + 20 + 12] = 8 << 4;
+        assert!(!headers_only(&opts));
+        opts.extend_from_slice(&[1u8; 12]);
+        assert!(headers_only(&opts));
+        for n in 0..h.len() {
+            assert!(!headers_only(&h[..n]));
+        }
+    }
+
+    /// smoltcp's split emit (headers only, checksum over the payload where it lies) writes the
+    /// same headers, checksum included, as the copying emit.
+    #[test]
+    fn split_emit_gives_the_copying_emits_headers_and_checksum() {
+        use smoltcp::phy::ChecksumCapabilities;
+        use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
+        let payload: Vec<u8> = (0..1461u32).map(|i| (i * 7 + 3) as u8).collect();
+        let repr = TcpRepr {
+            src_port: 40000,
+            dst_port: 18515,
+            control: TcpControl::Psh,
+            seq_number: TcpSeqNumber(0x0102_0304),
+            ack_number: Some(TcpSeqNumber(77)),
+            window_len: 4096,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None, None, None],
+            timestamp: None,
+            payload: &payload,
+        };
+        let (s, d) = (IpAddress::v4(10, 95, 0, 2), IpAddress::v4(10, 95, 0, 1));
+        let caps = ChecksumCapabilities::default();
+        let mut whole = vec![0u8; repr.header_len() + payload.len()];
+        repr.emit(&mut TcpPacket::new_unchecked(&mut whole[..]), &s, &d, &caps);
+        let mut header = vec![0u8; repr.header_len()];
+        repr.emit_header_split(
+            &mut TcpPacket::new_unchecked(&mut header[..]),
+            &s,
+            &d,
+            &caps,
+        );
+        assert_eq!(header[..], whole[..repr.header_len()]);
+        assert!(TcpPacket::new_checked(&whole[..])
+            .unwrap()
+            .verify_checksum(&s, &d));
+        // Without software checksums both leave the field zero.
+        let none = ChecksumCapabilities::ignored();
+        repr.emit_header_split(
+            &mut TcpPacket::new_unchecked(&mut header[..]),
+            &s,
+            &d,
+            &none,
+        );
+        assert_eq!(&header[16..18], &[0, 0]);
     }
 
     #[test]

@@ -203,6 +203,11 @@ pub struct Faults<F> {
 }
 
 impl<F: Frame> Faults<F> {
+    /// Whether frames may be corrupted (their octets changed).
+    pub fn mutates(&self) -> bool {
+        self.cfg.corrupt > 0.0 || self.cfg.corrupt_neutral > 0.0
+    }
+
     /// An injector for a device whose own address is `mac`; `lane` (the queue) is added to
     /// the seed so that queues draw different faults.
     pub fn new(cfg: FaultConfig, mac: [u8; 6], lane: u64) -> Self {

@@ -249,6 +249,26 @@ impl Dataplane {
                 }
                 None => (ck_mode, ck_off),
             };
+            // Transmit by reference (config `tx_zero_copy`): PMDs that take chained mbufs
+            // and read them in software (no IOVA is set on the external buffers), and no
+            // transmit checksum offload (not tried over chains).
+            let zc_able = ["net_ring", "net_memif", "net_af_packet"]
+                .contains(&info.driver.as_str())
+                && info.tx_offload_capa & crate::dpdk::offload::TX_MULTI_SEGS != 0
+                && ck_off.tx_bits() == 0;
+            let zero_copy = match pc.tx_zero_copy.as_str() {
+                "off" => false,
+                "on" if !zc_able => {
+                    return Err(DataplaneError::Config(format!(
+                        "{}: tx_zero_copy = \"on\": {} (tx offloads {}) cannot send chained \
+                         external mbufs here; use \"auto\" or \"off\"",
+                        pc.device,
+                        info.driver,
+                        ck_off.describe()
+                    )))
+                }
+                _ => zc_able,
+            };
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
             let pool = Mempool::create(eal, &format!("dpw_pool{pi}"), pc.mbufs, 256, room)?;
             port.configure(
@@ -258,7 +278,12 @@ impl Dataplane {
                     tx_desc: pc.tx_desc,
                     mtu: pc.mtu,
                     rx_offloads: ck_off.rx_bits(),
-                    tx_offloads: ck_off.tx_bits(),
+                    tx_offloads: ck_off.tx_bits()
+                        | if zero_copy {
+                            crate::dpdk::offload::TX_MULTI_SEGS
+                        } else {
+                            0
+                        },
                 },
                 pool,
             )?;
@@ -292,6 +317,16 @@ impl Dataplane {
                 pc.checksum,
                 ck_off.describe(),
                 ck_mode.describe()
+            );
+            log::info!(
+                "dataplane: port {} tx_zero_copy = {:?}: TCP payload {}",
+                port.id(),
+                pc.tx_zero_copy,
+                if zero_copy {
+                    "sent by reference (external mbufs over the transmit rings)"
+                } else {
+                    "copied into each mbuf"
+                }
             );
             let capture = match &pc.capture {
                 None => None,
@@ -328,6 +363,9 @@ impl Dataplane {
                 dev.set_checksum_mode(ck_mode);
                 dev.set_checksum_offload(ck_off);
                 dev.set_mac(mac);
+                if zero_copy {
+                    dev.enable_zero_copy((cfg.tcp.tx_buffer / 1024).clamp(64, 4096));
+                }
                 dev.set_faults(pc.faults.clone())
                     .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
                 if let Some((cp, cpool)) = capture {

@@ -125,6 +125,11 @@ pub struct WorkerStats {
     pub lcore: Option<u32>,
     /// Payload copies inside dpwarp (see [`CopyStats`]).
     pub copies: CopyStats,
+    /// Frames sent by reference (tx_zero_copy) not yet freed by the PMD or the peer: each
+    /// pins the transmit ring octets it points at. 0 once the traffic is over (no mbuf kept).
+    pub tx_refs: usize,
+    /// Removed sockets kept because frames still point into their transmit rings.
+    pub tx_rings_kept: usize,
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
     pub mpa_crc_errors: u64,
@@ -137,12 +142,14 @@ pub struct CopyStats {
     /// TCP payload octets sent (each FPDU octet once, retransmissions aside).
     pub tx_payload: u64,
     /// Octets copied on transmit: engine -> staging buffer -> socket transmit ring, and the
-    /// socket transmit ring -> mbuf copy smoltcp makes when it builds a segment.
+    /// socket transmit ring -> mbuf copy smoltcp makes when it builds a segment (not for
+    /// payload sent by reference, `tx_zero_copy`).
     pub tx_copied: u64,
     /// TCP payload octets received in order.
     pub rx_payload: u64,
-    /// Octets copied on receive: mbuf -> socket receive ring (smoltcp) and everything the
-    /// engine copies (placement into registered memory, reassembly of split FPDUs).
+    /// Octets copied on receive: chained frames linearized, mbuf -> socket receive ring
+    /// (smoltcp) and everything the engine copies (placement into registered memory,
+    /// reassembly of split FPDUs).
     pub rx_copied: u64,
 }
 
@@ -445,21 +452,26 @@ impl Worker {
     pub fn stats(&mut self) -> WorkerStats {
         self.stats.device = self.dev.stats();
         self.stats.connections = self.conns.len();
+        (self.stats.tx_rings_kept, self.stats.tx_refs) = self.dev.zc_outstanding();
         self.stats.cpu = self.cpu;
         self.stats.ran_on = rustix::thread::sched_getcpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
         // Transmit: engine -> staging buffer, staging buffer -> socket ring, socket ring ->
-        // mbuf (smoltcp, counted by the device). Receive: mbuf -> socket ring (smoltcp,
-        // counted by the device), then what the engines copy (placement, reassembly).
+        // mbuf (smoltcp, counted by the device; not for payload sent by reference).
+        // Receive: chained frames made one buffer, mbuf -> socket ring (smoltcp, counted by
+        // the device), then what the engines copy (placement, reassembly).
         let d = self.dev.stats;
         self.stats.copies = CopyStats {
             tx_payload: d.tx_tcp_payload,
-            tx_copied: self.tx_staged + self.tx_fed + d.tx_tcp_payload,
+            tx_copied: self.tx_staged
+                + self.tx_fed
+                + d.tx_tcp_payload.saturating_sub(d.tx_zero_copy),
             rx_payload: d.rx_tcp_payload,
             rx_copied: d
                 .rx_tcp_payload
                 .saturating_sub(self.rx_direct.load(Ordering::Relaxed))
+                + d.rx_linearized
                 + self.rx_engine_copied(),
         };
         self.stats
@@ -535,7 +547,7 @@ impl Worker {
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
                         for h in l.handles {
-                            self.sockets.remove(h);
+                            self.dev.zc_retire(self.sockets.remove(h));
                         }
                     }
                 }
@@ -620,6 +632,7 @@ impl Worker {
         );
         match r {
             Ok(()) => {
+                self.dev.zc_register(&s);
                 let h = self.sockets.add(s);
                 self.set_rx_sink(h, &sh);
                 let mut c = Conn::new(h, Some(sh), Some(events));
@@ -649,10 +662,11 @@ impl Worker {
             let mut s = new_socket(&self.tcp);
             if let Err(e) = s.listen(port) {
                 for h in handles {
-                    self.sockets.remove(h);
+                    self.dev.zc_retire(self.sockets.remove(h));
                 }
                 return Err(e.to_string());
             }
+            self.dev.zc_register(&s);
             handles.push(self.sockets.add(s));
         }
         self.listening.insert(
@@ -734,6 +748,7 @@ impl Worker {
                     work = true;
                     let mut s = new_socket(&self.tcp);
                     if s.listen(*port).is_ok() {
+                        self.dev.zc_register(&s);
                         let old = std::mem::replace(h, self.sockets.add(s));
                         self.probes.push(Probe {
                             h: old,
@@ -966,15 +981,18 @@ impl Worker {
                 let s = self.sockets.get_mut::<tcp::Socket>(c.h);
                 let n = if c.sh.is_none() {
                     // A rejecting responder: the Reply, then close.
-                    feed_all(c, s)
+                    let room = self.dev.ring_room(s);
+                    feed_all(c, s, room)
                 } else if c.out_pos < c.out.len() {
+                    // The ring space that may be written (free, and no frame points into it).
+                    let room = self.dev.ring_room(s);
                     if align {
-                        feed_segment(c, s, self.emss)
+                        feed_segment(c, s, self.emss, room)
                     } else {
-                        feed_all(c, s)
+                        feed_all(c, s, room)
                     }
                 } else {
-                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align);
+                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align, &mut self.dev);
                     self.tx_staged += staged as u64;
                     direct + fed
                 };
@@ -1056,7 +1074,7 @@ impl Worker {
             if remove {
                 let c = self.conns.swap_remove(i);
                 self.sockets.get_mut::<tcp::Socket>(c.h).abort();
-                self.sockets.remove(c.h);
+                self.dev.zc_retire(self.sockets.remove(c.h));
             } else {
                 i += 1;
             }
@@ -1092,6 +1110,20 @@ impl Worker {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(self.wcfg.idle_sleep_us));
+        }
+    }
+}
+
+impl Drop for Worker {
+    /// With transmit by reference, every socket goes through the device, which keeps (and at
+    /// its own drop leaks) the transmit rings frames still point into.
+    fn drop(&mut self) {
+        if !self.dev.zero_copy() {
+            return;
+        }
+        let handles: Vec<SocketHandle> = self.sockets.iter().map(|(h, _)| h).collect();
+        for h in handles {
+            self.dev.zc_retire(self.sockets.remove(h));
         }
     }
 }
@@ -1177,6 +1209,7 @@ fn feed_direct(
     s: &mut tcp::Socket<'static>,
     emss: usize,
     align: bool,
+    dev: &mut DpdkDevice,
 ) -> (usize, usize, usize) {
     let Some(sh) = c.sh.as_ref() else {
         return (0, 0, 0);
@@ -1201,7 +1234,9 @@ fn feed_direct(
     } else {
         usize::MAX
     };
-    let free = s.send_capacity() - s.send_queue();
+    // Free and not referenced by a frame in flight (transmit by reference); looked at only
+    // once the window admits an FPDU (the scan is per frame in flight).
+    let free = dev.ring_room(s);
     if free < MIN_DIRECT_FPDU {
         return (0, 0, 0);
     }
@@ -1216,7 +1251,7 @@ fn feed_direct(
     let ends = &mut c.ends;
     let direct = s
         .send(|ring| {
-            let n = ring.len().min(limit);
+            let n = ring.len().min(limit).min(free);
             if n < MIN_DIRECT_FPDU {
                 return (0, 0);
             }
@@ -1233,9 +1268,6 @@ fn feed_direct(
         }
         c.ends.clear();
         return (direct, 0, 0);
-    }
-    if s.send_queue() + MIN_DIRECT_FPDU > s.send_capacity() {
-        return (0, 0, 0);
     }
     // The contiguous room before the ring wraps is too small for an FPDU: stage one
     // segment's worth and let the ring take it across the wrap.
@@ -1257,19 +1289,20 @@ fn feed_direct(
         return (0, 0, 0);
     }
     let fed = if align {
-        feed_segment(c, s, emss)
+        feed_segment(c, s, emss, free)
     } else {
-        feed_all(c, s)
+        feed_all(c, s, free)
     };
     (0, w, fed)
 }
 
 /// Without alignment (`tcp.fpdu_alignment = false`) and for a rejecting responder's Reply:
 /// everything the socket takes. Returns the octets written.
-fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> usize {
+fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>, room: usize) -> usize {
     let mut fed = 0;
-    while c.out_pos < c.out.len() && s.can_send() {
-        match s.send_slice(&c.out[c.out_pos..]) {
+    while c.out_pos < c.out.len() && s.can_send() && fed < room {
+        let end = c.out.len().min(c.out_pos + (room - fed));
+        match s.send_slice(&c.out[c.out_pos..end]) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 c.out_pos += n;
@@ -1293,7 +1326,12 @@ fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>) -> usize {
 /// startup frames) goes in whole and TCP splits it; a window smaller than the next FPDU with
 /// nothing in flight will not grow by waiting for ACKs, so the FPDU goes in and TCP splits it.
 /// Retransmissions after a timeout are cut by smoltcp from SND.UNA and need not be aligned.
-fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> usize {
+fn feed_segment(
+    c: &mut Conn,
+    s: &mut tcp::Socket<'static>,
+    emss: usize,
+    ring_room: usize,
+) -> usize {
     if c.out_pos >= c.out.len() || !s.may_send() || s.send_unsent() > 0 {
         return 0;
     }
@@ -1323,7 +1361,8 @@ fn feed_segment(c: &mut Conn, s: &mut tcp::Socket<'static>, emss: usize) -> usiz
             return 0;
         }
     }
-    let free = s.send_capacity() - s.send_queue();
+    // `ring_room`: free and not referenced by a frame in flight (transmit by reference).
+    let free = ring_room.min(s.send_capacity() - s.send_queue());
     if end - c.out_pos > free {
         if free < s.send_capacity() {
             // Wait for ACKs to free the room rather than split a record across segments.

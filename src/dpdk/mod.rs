@@ -129,6 +129,9 @@ pub struct Eal {
 
 pub use crate::affinity::{set_thread_cpus, thread_cpus};
 
+mod zc;
+pub use zc::TxPins;
+
 /// The calling thread's DPDK lcore id, None for a thread DPDK does not know (`LCORE_ID_ANY`).
 pub fn lcore_id() -> Option<u32> {
     // SAFETY: rte_lcore_id reads a thread-local set by EAL/rte_thread_register; it is valid on
@@ -337,6 +340,26 @@ impl Mbuf {
         }
     }
 
+    /// The data of the second segment of a two-segment packet (None otherwise).
+    pub fn second_segment(&self) -> Option<&[u8]> {
+        if self.nb_segs() != 2 {
+            return None;
+        }
+        // SAFETY: a two-segment packet we own: `next` is a valid mbuf of the chain (freed
+        // with it), whose mtod points at data_len initialised bytes.
+        unsafe {
+            let n = sys::dpw_next(self.ptr.as_ptr());
+            if n.is_null() {
+                return None;
+            }
+            let p = sys::dpw_mtod(n);
+            Some(std::slice::from_raw_parts(
+                p,
+                usize::from(sys::dpw_data_len(n)),
+            ))
+        }
+    }
+
     /// Number of segments (a chained packet has more than one).
     pub fn nb_segs(&self) -> u16 {
         // SAFETY: reads a field of the mbuf we own.
@@ -349,6 +372,14 @@ impl Mbuf {
         // SAFETY: we own the mbuf; rte_pktmbuf_linearize copies the later segments' data into
         // the first one's tailroom (checking it) and frees them, or changes nothing.
         unsafe { sys::dpw_pktmbuf_linearize(self.ptr.as_ptr()) == 0 }
+    }
+
+    /// A copy of the whole packet (every segment) in new mbufs from `pool`, in one mbuf when
+    /// it fits (`rte_pktmbuf_copy`); None when the pool is empty.
+    pub fn deep_copy(&self, pool: &'static Mempool) -> Option<Mbuf> {
+        // SAFETY: reads the mbuf chain we own; the pool lives for the process.
+        let m = unsafe { sys::dpw_pktmbuf_copy(self.ptr.as_ptr(), pool.ptr.as_ptr()) };
+        NonNull::new(m).map(|ptr| Mbuf { ptr })
     }
 
     /// Total packet length over all segments.

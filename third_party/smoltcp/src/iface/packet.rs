@@ -70,6 +70,47 @@ impl<'p> Packet<'p> {
         }
     }
 
+    /// dpwarp: the TCP payload of this packet when it is a TCP segment with data (what
+    /// `dispatch_ip` hands the device by reference, `TxToken::consume_split`).
+    #[cfg(feature = "socket-tcp")]
+    pub(crate) fn tcp_payload(&self) -> Option<&'p [u8]> {
+        match self.payload() {
+            IpPayload::Tcp(tcp_repr) if !tcp_repr.payload.is_empty() => Some(tcp_repr.payload),
+            _ => None,
+        }
+    }
+
+    /// dpwarp: `emit_payload` for a TCP segment whose payload is not copied: only the TCP
+    /// header goes into `header` (exactly its length); the checksum covers the payload
+    /// where it is.
+    #[cfg(feature = "socket-tcp")]
+    pub(crate) fn emit_tcp_header_split(
+        &self,
+        _ip_repr: &IpRepr,
+        header: &mut [u8],
+        caps: &DeviceCapabilities,
+    ) {
+        if let IpPayload::Tcp(mut tcp_repr) = *self.payload() {
+            // The same window clamp as `emit_payload`.
+            if let Some(max_burst_size) = caps.max_burst_size {
+                let mut max_segment_size = caps.max_transmission_unit;
+                max_segment_size -= _ip_repr.header_len();
+                max_segment_size -= tcp_repr.header_len();
+
+                let max_window_size = max_burst_size * max_segment_size;
+                if tcp_repr.window_len as usize > max_window_size {
+                    tcp_repr.window_len = max_window_size as u16;
+                }
+            }
+            tcp_repr.emit_header_split(
+                &mut TcpPacket::new_unchecked(header),
+                &_ip_repr.src_addr(),
+                &_ip_repr.dst_addr(),
+                &caps.checksum,
+            );
+        }
+    }
+
     pub(crate) fn emit_payload(
         &self,
         _ip_repr: &IpRepr,

@@ -380,6 +380,18 @@ pub trait RxToken {
     fn meta(&self) -> PacketMeta {
         PacketMeta::default()
     }
+
+    /// dpwarp: receive a frame that may come in two parts: `f(headers, payload)`, where a
+    /// non-empty `payload` is an Ethernet/IPv4/TCP frame's TCP payload held apart from its
+    /// headers (a chained buffer), which then are exactly the Ethernet, IPv4 and TCP headers.
+    /// The default hands the whole frame as the first part.
+    fn consume_split<R, F>(self, f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&[u8], &[u8]) -> R,
+    {
+        self.consume(|frame| f(frame, &[]))
+    }
 }
 
 /// A token to transmit a single network packet.
@@ -397,4 +409,22 @@ pub trait TxToken {
     /// The Packet ID to be associated with the frame to be transmitted by this [`TxToken`].
     #[allow(unused_variables)]
     fn set_meta(&mut self, meta: PacketMeta) {}
+
+    /// dpwarp: send a frame made of `header_len` octets of headers, filled by `f`, followed
+    /// by `payload` (a TCP segment's data, borrowed from the socket's transmit buffer). A
+    /// device that can send the payload by reference (a chained buffer pointing at it)
+    /// overrides this; the default copies it behind the headers, as `consume` always did.
+    /// `f` sees only the headers; checksums covering the payload are computed from
+    /// `payload` itself.
+    fn consume_split<R, F>(self, header_len: usize, payload: &[u8], f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        self.consume(header_len + payload.len(), |buf| {
+            let (h, p) = buf.split_at_mut(header_len);
+            p.copy_from_slice(payload);
+            f(h)
+        })
+    }
 }

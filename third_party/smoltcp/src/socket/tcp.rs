@@ -1354,6 +1354,16 @@ impl<'a> Socket<'a> {
         self.tx_buffer.len().saturating_sub(in_flight)
     }
 
+    /// dpwarp: the transmit buffer's storage (its address and length) and the index in it
+    /// where the next octets queued will be written; the free space runs from there, around
+    /// the end, for `send_capacity() - send_queue()` octets. A sender whose segments are
+    /// sent by reference (`TxToken::consume_split`) uses this to write only where no frame
+    /// still points.
+    pub fn tx_ring_layout(&self) -> (*const u8, usize, usize) {
+        let (base, write_at) = self.tx_buffer.write_layout();
+        (base, self.tx_buffer.capacity(), write_at)
+    }
+
     /// dpwarp: the maximum segment size the peer announced (the default 536 until its SYN
     /// said otherwise). A segment carries at most the smaller of this and the local MSS.
     pub fn remote_mss(&self) -> usize {

@@ -51,6 +51,17 @@ impl<'a, T: 'a> RingBuffer<'a, T> {
         self.length = 0;
     }
 
+    /// dpwarp: where the storage is (its first element) and at which index the next
+    /// enqueue writes (an empty buffer restarts at 0, as `enqueue_many_with` does).
+    pub fn write_layout(&self) -> (*const T, usize) {
+        let write_at = if self.length == 0 {
+            0
+        } else {
+            self.get_idx(self.length)
+        };
+        (self.storage.as_ptr(), write_at)
+    }
+
     /// Return the maximum number of elements in the ring buffer.
     pub fn capacity(&self) -> usize {
         self.storage.len()

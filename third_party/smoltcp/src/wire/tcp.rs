@@ -1050,6 +1050,42 @@ impl<'a> Repr<'a> {
         }
     }
 
+    /// dpwarp: emit the header only into `packet` (exactly `header_len()` octets); the
+    /// payload stays where it is (`self.payload`) and the checksum, when computed, covers
+    /// it there: RFC 793 pseudo header with the whole segment's length, the header, then
+    /// the payload (the header is a multiple of 4 octets long, so the 16-bit words line up).
+    pub fn emit_header_split<T>(
+        &self,
+        packet: &mut Packet<&mut T>,
+        src_addr: &IpAddress,
+        dst_addr: &IpAddress,
+        checksum_caps: &ChecksumCapabilities,
+    ) where
+        T: AsRef<[u8]> + AsMut<[u8]> + ?Sized,
+    {
+        let header_only = Repr {
+            payload: &[],
+            ..*self
+        };
+        header_only.emit(packet, src_addr, dst_addr, &ChecksumCapabilities::ignored());
+        if checksum_caps.tcp.tx() {
+            let sum = {
+                let data = packet.buffer.as_ref();
+                !checksum::combine(&[
+                    checksum::pseudo_header(
+                        src_addr,
+                        dst_addr,
+                        IpProtocol::Tcp,
+                        (data.len() + self.payload.len()) as u32,
+                    ),
+                    checksum::data(data),
+                    checksum::data(self.payload),
+                ])
+            };
+            packet.set_checksum(sum)
+        }
+    }
+
     /// Return the length of the segment, in terms of sequence space.
     pub const fn segment_len(&self) -> usize {
         self.payload.len() + self.control.len()

@@ -45,6 +45,87 @@ impl InterfaceInner {
         }
     }
 
+    /// dpwarp: an Ethernet/IPv4/TCP frame whose TCP payload is held apart from its headers
+    /// (`RxToken::consume_split`): `header` is exactly the Ethernet, IPv4 and TCP headers.
+    /// Only unfragmented unicast TCP to one of our addresses takes this path; anything else
+    /// is dropped (a sender splits only such frames). Checksums are verified as usual, the
+    /// TCP one over the header and the payload where they are.
+    #[cfg(all(feature = "proto-ipv4", feature = "socket-tcp"))]
+    pub(super) fn process_ethernet_split_tcp<'frame>(
+        &mut self,
+        sockets: &mut SocketSet,
+        header: &'frame [u8],
+        payload: &'frame [u8],
+    ) -> Option<EthernetPacket<'frame>> {
+        let eth_frame = check!(EthernetFrame::new_checked(header));
+        if HardwareAddress::Ethernet(eth_frame.dst_addr()) != self.hardware_addr
+            || eth_frame.ethertype() != EthernetProtocol::Ipv4
+        {
+            return None;
+        }
+        let ip: &'frame [u8] = &header[EthernetFrame::<&[u8]>::header_len()..];
+        if ip.len() < 20 {
+            return None;
+        }
+        let ipv4 = Ipv4Packet::new_unchecked(ip);
+        let hl = ipv4.header_len() as usize;
+        if ipv4.version() != 4
+            || hl < 20
+            || ip.len() < hl + 20
+            || usize::from(ipv4.total_len()) != ip.len() + payload.len()
+            || ipv4.more_frags()
+            || ipv4.frag_offset() != 0
+            || ipv4.next_header() != IpProtocol::Tcp
+        {
+            return None;
+        }
+        if self.caps.checksum.ipv4.rx() && !ipv4.verify_checksum() {
+            return None;
+        }
+        let (src, dst) = (ipv4.src_addr(), ipv4.dst_addr());
+        if !self.is_unicast_v4(src) || !self.has_ip_addr(dst) {
+            return None;
+        }
+        let tcp_header: &'frame [u8] = &ip[hl..];
+        let tcp_packet = check!(TcpPacket::new_checked(tcp_header));
+        if tcp_packet.header_len() as usize != tcp_header.len() {
+            return None;
+        }
+        let (s, d) = (IpAddress::Ipv4(src), IpAddress::Ipv4(dst));
+        if self.caps.checksum.tcp.rx() {
+            use crate::wire::ip::checksum;
+            let sum = checksum::combine(&[
+                checksum::pseudo_header(
+                    &s,
+                    &d,
+                    IpProtocol::Tcp,
+                    (tcp_header.len() + payload.len()) as u32,
+                ),
+                checksum::data(tcp_header),
+                checksum::data(payload),
+            ]);
+            if sum != !0 {
+                return None;
+            }
+        }
+        let mut tcp_repr = check!(TcpRepr::parse(
+            &tcp_packet,
+            &s,
+            &d,
+            &crate::phy::ChecksumCapabilities::ignored()
+        ));
+        tcp_repr.payload = payload;
+        let ip_repr = IpRepr::Ipv4(Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp_header.len() + payload.len(),
+            hop_limit: ipv4.hop_limit(),
+        });
+        self.process_tcp_repr(sockets, ip_repr, tcp_repr)
+            .map(EthernetPacket::Ip)
+    }
+
     pub(super) fn dispatch_ethernet<Tx, F>(
         &mut self,
         tx_token: Tx,

@@ -582,9 +582,30 @@ impl Interface {
         };
 
         let rx_meta = rx_token.meta();
-        rx_token.consume(|frame| {
+        rx_token.consume_split(|frame, tail| {
             if frame.is_empty() {
                 return PollIngressSingleResult::PacketProcessed;
+            }
+
+            // dpwarp: a TCP segment whose payload the device holds apart from its headers.
+            if !tail.is_empty() {
+                #[cfg(all(
+                    feature = "medium-ethernet",
+                    feature = "proto-ipv4",
+                    feature = "socket-tcp"
+                ))]
+                if matches!(self.inner.caps.medium, Medium::Ethernet) {
+                    if let Some(packet) =
+                        self.inner.process_ethernet_split_tcp(sockets, frame, tail)
+                    {
+                        if let Err(err) =
+                            self.inner.dispatch(tx_token, packet, &mut self.fragmenter)
+                        {
+                            net_debug!("Failed to send response: {:?}", err);
+                        }
+                    }
+                }
+                return PollIngressSingleResult::SocketStateChanged;
             }
 
             match self.inner.caps.medium {
@@ -1300,6 +1321,24 @@ impl InterfaceInner {
                     }
                 } else {
                     tx_token.set_meta(meta);
+
+                    // dpwarp: a TCP segment's payload goes to the device by reference
+                    // (`TxToken::consume_split`); only the headers are written here.
+                    #[cfg(feature = "socket-tcp")]
+                    if let Some(payload) = packet.tcp_payload() {
+                        let header_len = total_len - payload.len();
+                        return tx_token.consume_split(header_len, payload, |mut tx_buffer| {
+                            #[cfg(feature = "medium-ethernet")]
+                            if matches!(self.caps.medium, Medium::Ethernet) {
+                                emit_ethernet(&ip_repr, tx_buffer)?;
+                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
+                            }
+                            ip_repr.emit(&mut *tx_buffer, &self.caps.checksum);
+                            let tcp_header = &mut tx_buffer[ip_repr.header_len()..];
+                            packet.emit_tcp_header_split(&ip_repr, tcp_header, &caps);
+                            Ok(())
+                        });
+                    }
 
                     // No fragmentation is required.
                     tx_token.consume(total_len, |mut tx_buffer| {

@@ -17,7 +17,16 @@ impl InterfaceInner {
             &dst_addr,
             &self.caps.checksum
         ));
+        self.process_tcp_repr(sockets, ip_repr, tcp_repr)
+    }
 
+    /// dpwarp: `process_tcp` after parsing (shared with the split-frame path).
+    pub(crate) fn process_tcp_repr<'frame>(
+        &mut self,
+        sockets: &mut SocketSet,
+        ip_repr: IpRepr,
+        tcp_repr: TcpRepr<'frame>,
+    ) -> Option<Packet<'frame>> {
         for tcp_socket in sockets
             .items_mut()
             .filter_map(|i| Socket::downcast_mut(&mut i.socket))
