@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use dpwarp::cm::ConnParam;
 use dpwarp::config::FaultConfig;
 use dpwarp::dataplane::{Dataplane, WorkerStats};
-use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus};
+use dpwarp::verbs::{
+    sge, smallvec, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus,
+};
 
 mod dp_common;
 use dp_common::{advertise, advertised, pattern, shipped_config, unique};
@@ -77,7 +79,7 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
         );
         qp.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![sge(&recv_mr, 0, 64)],
+            sg_list: smallvec![sge(&recv_mr, 0, 64)],
         })
         .unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
@@ -132,7 +134,7 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
                 remote_addr: raddr + off as u64,
                 rkey,
             },
-            sg_list: vec![sge(&src, sbase, n)],
+            sg_list: smallvec![sge(&src, sbase, n)],
             signaled: true,
         })
         .unwrap();
@@ -150,7 +152,7 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
             remote_addr: raddr,
             rkey,
         },
-        sg_list: vec![sge(&back, 0, REGION)],
+        sg_list: smallvec![sge(&back, 0, REGION)],
         signaled: true,
     })
     .unwrap();
@@ -166,7 +168,7 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     qp.post_send(SendWr {
         wr_id: 999,
         opcode: Opcode::Send,
-        sg_list: vec![sge(&src, 0, 8)],
+        sg_list: smallvec![sge(&src, 0, 8)],
         signaled: true,
     })
     .unwrap();
