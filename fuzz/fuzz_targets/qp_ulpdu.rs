@@ -4,6 +4,7 @@
 //! version 0 (RFC 5044 App. C).
 #![no_main]
 use dpwarp::rdma::{Access, MemoryTable, QpConfig, QpEngine, RecvWr, Sge};
+use dpwarp::verbs::smallvec;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -33,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let rbuf = mem.register(pd, 128, Access::LOCAL_WRITE);
     let _ = qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![Sge {
+        sg_list: smallvec![Sge {
             addr: rbuf.addr(),
             length: 128,
             lkey: rbuf.stag(),

@@ -2,7 +2,7 @@
 //! parser; the read list is grouped into chunks (positions must not decrease), and a call
 //! decoder walks bulk items against the chunks. Nothing panics.
 #![no_main]
-use dpwarp::rpc::program::{ArgReader, PulledChunk};
+use dpwarp::rpc::program::{ArgReader, ChunkData, PulledChunk};
 use dpwarp::wire::rpcrdma::HeaderRepr;
 use dpwarp::wire::xdr::XdrReader;
 use libfuzzer_sys::fuzz_target;
@@ -19,12 +19,17 @@ fuzz_target!(|data: &[u8]| {
                 last = ch.position;
                 let _ = ch.len();
             }
-            // Pretend each chunk was pulled (bounded fake data) and decode bulk items.
+            // Pretend each chunk was pulled (bounded fake data) or placed in memory of a
+            // procedure's choosing (odd positions), and decode bulk items.
             let pulled: Vec<PulledChunk> = rc
                 .iter()
                 .map(|ch| PulledChunk {
                     position: ch.position,
-                    data: vec![0u8; (ch.len() as usize).min(4096)],
+                    data: if ch.position % 2 == 1 {
+                        ChunkData::Placed((ch.len() as usize).min(4096))
+                    } else {
+                        ChunkData::Bytes(vec![0u8; (ch.len() as usize).min(4096)])
+                    },
                 })
                 .collect();
             let body = &msg[n..];
