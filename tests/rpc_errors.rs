@@ -180,6 +180,25 @@ fn read_chunk_over_the_server_limit_gets_err_chunk() {
     still_works(&mut c);
 }
 
+/// A client that grants no RDMA Read credit (IRD 0, RFC 6581) leaves the server ORD 0: a call
+/// with a read chunk cannot be pulled and is answered ERR_CHUNK; the connection keeps serving.
+#[test]
+fn read_chunk_with_ord_zero_gets_err_chunk() {
+    let mut ccfg = ClientConfig::default();
+    ccfg.conn.responder_resources = 0;
+    let (s, mut c) = setup(ServerConfig::default(), ccfg);
+    let rep = c.call(
+        BLOCK_PROG,
+        BLOCK_VERS,
+        block::PROC_WRITE,
+        block::write_args(0, vec![7u8; 1 << 14]),
+        &CallOpts::default(),
+    );
+    assert!(matches!(rep, Err(RpcError::ErrChunk)), "{rep:?}");
+    still_works(&mut c);
+    assert_eq!(ServerStats::get(&s.stats().err_chunk), 1);
+}
+
 #[test]
 fn decreasing_read_positions_get_err_chunk() {
     let (_s, mut c) = default_setup();

@@ -368,7 +368,9 @@ impl RdmaServer {
             cpd.map_or(DEFAULT_INLINE, |c| c.recv_size),
             cpd.is_some(),
             peer_ird,
-            u32::from(n.ord.max(1)),
+            // 0 when the client gave us no RDMA Read credit (its IRD 0, RFC 6581 §9.1): calls
+            // with read chunks are then answered ERR_CHUNK (`call`).
+            u32::from(n.ord),
         ))
     }
 }
@@ -964,6 +966,13 @@ impl ConnServer {
         let total: u64 = rcs.iter().map(|c| c.len()).sum();
         if total > self.cfg.max_chunk as u64 {
             return Err(Fail::Chunk("read chunks larger than the server's limit"));
+        }
+        if !rcs.is_empty() && self.ord == 0 {
+            // The client's IRD is 0: we may not RDMA Read from it (RFC 5040 §6.3), so its read
+            // chunks cannot be pulled.
+            return Err(Fail::Chunk(
+                "read chunks, but the connection's ORD is 0 (client IRD 0)",
+            ));
         }
         let wtotal: u64 = chunks
             .writes
