@@ -505,7 +505,7 @@ impl RdmaClient {
             cred: self.cred.clone(),
             verf: Auth::None,
         };
-        let pieces = args.into_owned_pieces();
+        let mut pieces = args.into_owned_pieces();
         let thr = self.cfg.bulk_threshold;
         // Encode with or without MSGP padding; bulk items in read chunks leave only their
         // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
@@ -580,8 +580,10 @@ impl RdmaClient {
         let mut exposed = Vec::new();
         let mut rlist = Vec::new();
         if long {
-            let mr = self.ep.expose(&msg);
-            for target in split(&mr, msg.len(), k) {
+            // The encoded call itself becomes the region the server pulls (no copy).
+            let n = msg.len();
+            let mr = self.ep.expose_owned(std::mem::take(&mut msg));
+            for target in split(&mr, n, k) {
                 rlist.push(ReadSegment {
                     position: 0,
                     target,
@@ -591,9 +593,14 @@ impl RdmaClient {
             self.stats.long_calls += 1;
         }
         for (pos, i) in reads {
-            let Piece::Bulk(d) = &pieces[i] else { continue };
-            let mr = self.ep.expose(d);
-            for target in split(&mr, d.len(), k) {
+            let Some(Piece::Bulk(d)) = pieces.get_mut(i) else {
+                continue;
+            };
+            // The caller's bulk argument is registered as it is: the server RDMA-Reads it from
+            // the buffer the caller filled, no staging copy.
+            let n = d.len();
+            let mr = self.ep.expose_owned(std::mem::take(d));
+            for target in split(&mr, n, k) {
                 rlist.push(ReadSegment {
                     position: pos,
                     target,

@@ -237,6 +237,16 @@ impl Endpoint {
         mr
     }
 
+    /// Make `data` itself a region the peer may RDMA Read (a read chunk we advertise), without
+    /// copying it.
+    pub fn expose_owned(&self, data: Vec<u8>) -> Mr {
+        if data.is_empty() {
+            return self.expose(&[]);
+        }
+        self.pd
+            .reg_mr_from(data, Access::LOCAL_WRITE | Access::REMOTE_READ)
+    }
+
     /// Register `len` bytes the peer may RDMA Write (a write or reply chunk we advertise).
     pub fn sink(&mut self, len: usize) -> Mr {
         self.pd

@@ -1415,10 +1415,12 @@ impl ConnServer {
         if msg.len() > self.cfg.max_chunk {
             return Err(Fail::Chunk("reply longer than the server's chunk limit"));
         }
-        let mr = self.ep.expose(&msg);
+        let len = msg.len() as u32;
+        // The encoded reply itself is the region the client pulls (no copy).
+        let mr = self.ep.expose_owned(msg);
         let seg = Segment {
             handle: mr.stag(),
-            length: msg.len() as u32,
+            length: len,
             offset: mr.addr(),
         };
         if let Some((old, _)) = self.done_wait.insert(xid, (mr, Instant::now())) {
