@@ -276,8 +276,12 @@ impl Endpoint {
     }
 
     /// Handle every send completion already queued.
+    ///
+    /// Only what is queued: a driven worker is not run for it (a pass here, on every Send the
+    /// client posts, would put each call in a segment of its own instead of letting the next
+    /// wait's pass frame the calls posted meanwhile together).
     pub fn reap_sends(&mut self) -> Result<(), RpcError> {
-        while let Some(wc) = self.scq.poll_one() {
+        while let Some(wc) = self.scq.try_poll_one() {
             self.on_send_wc(&wc)?;
         }
         Ok(())

@@ -148,6 +148,11 @@ impl Cq {
         self.rx.try_recv().ok()
     }
 
+    /// Take one completion already queued, without running the driver.
+    pub fn try_poll_one(&self) -> Option<WorkCompletion> {
+        self.rx.try_recv().ok()
+    }
+
     /// Wait up to `timeout` for one completion.
     pub fn wait(&self, timeout: Duration) -> Option<WorkCompletion> {
         let Some(d) = self.driver.get() else {

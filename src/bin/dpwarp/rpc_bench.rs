@@ -741,6 +741,9 @@ pub fn run(a: Args) -> Result<(), String> {
         )?,
         _ => bench_tcp(servers.tcp, op, a.size, a.credits, a.seconds)?,
     };
+    if let Some(d) = net.as_ref().and_then(Net::dataplane_stats) {
+        log::info!("dataplane workers: {d}");
+    }
     if a.json {
         let (proto, transport) = match a.proto {
             Proto::Rdma => ("rdma", a.transport.name()),
