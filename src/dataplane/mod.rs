@@ -94,22 +94,13 @@ impl Driver {
     /// Pin the calling thread to the worker's core and give it a DPDK lcore id (for the
     /// mempool cache): call once on the thread that will poll.
     pub fn attach(&self) {
-        if let Some(c) = self.cpu {
-            if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
-                log::warn!("dataplane: could not pin the driving thread to CPU {c}: {e}");
-            }
-        }
-        crate::dpdk::register_thread();
+        attach_driving_thread(self.cpu);
     }
 
     /// One pass of the worker's phases (rx, deliver, post, transmit, completions); true if
     /// anything happened. A thread that already polls it (another clone) makes this a no-op.
     pub fn poll(&self) -> bool {
-        match self.worker.try_lock() {
-            Ok(mut w) => w.poll_once(),
-            Err(std::sync::TryLockError::WouldBlock) => false,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().poll_once(),
-        }
+        poll_driven(&self.worker)
     }
 
     /// The worker's counters.
@@ -129,6 +120,26 @@ impl Driver {
     pub fn index(&self) -> usize {
         self.index
     }
+}
+
+/// One pass of a driven worker, unless another thread is polling it right now (a poisoned
+/// lock, left by a panicking driver, still holds a consistent worker).
+fn poll_driven(worker: &Mutex<Worker>) -> bool {
+    match worker.try_lock() {
+        Ok(mut w) => w.poll_once(),
+        Err(std::sync::TryLockError::WouldBlock) => false,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().poll_once(),
+    }
+}
+
+/// Pin the calling thread to `cpu` (the worker it will drive) and give it a DPDK lcore id.
+fn attach_driving_thread(cpu: Option<usize>) {
+    if let Some(c) = cpu {
+        if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
+            log::warn!("dataplane: could not pin the driving thread to CPU {c}: {e}");
+        }
+    }
+    crate::dpdk::register_thread();
 }
 
 /// One port's address: connect from it and listen on it.
@@ -650,11 +661,7 @@ impl Endpoint {
     /// Poll this endpoint's `k`-th driven worker once (false if it did nothing, is polled by
     /// another thread right now, or the workers run in the background).
     pub fn poll_worker(&self, k: usize) -> bool {
-        match self.driven.get(k).map(|w| w.try_lock()) {
-            Some(Ok(mut w)) => w.poll_once(),
-            Some(Err(std::sync::TryLockError::Poisoned(p))) => p.into_inner().poll_once(),
-            _ => false,
-        }
+        self.driven.get(k).is_some_and(|w| poll_driven(w))
     }
 
     /// The CPU of this endpoint's `k`-th worker.
@@ -665,12 +672,7 @@ impl Endpoint {
     /// Pin the calling thread to the `k`-th worker's CPU and give it a DPDK lcore id (the
     /// thread that will drive that worker, [`Driver::attach`]).
     pub fn attach_worker(&self, k: usize) {
-        if let Some(c) = self.worker_cpu(k) {
-            if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
-                log::warn!("dataplane: could not pin the driving thread to CPU {c}: {e}");
-            }
-        }
-        crate::dpdk::register_thread();
+        attach_driving_thread(self.worker_cpu(k));
     }
 
     /// The endpoint's IPv4 address.

@@ -374,16 +374,7 @@ impl Endpoint {
                 if s.length == 0 {
                     continue;
                 }
-                let id = self.wr_id();
-                self.qp.post_send(SendWr {
-                    wr_id: id,
-                    opcode: Opcode::Read {
-                        remote_addr: s.offset,
-                        rkey: s.handle,
-                    },
-                    sg_list: smallvec![sge(sink, off, s.length as usize)],
-                    signaled: true,
-                })?;
+                let id = self.post_read(&s, sink, off)?;
                 off += s.length as usize;
                 outstanding.push(id);
             }

@@ -799,24 +799,27 @@ impl ConnServer {
         Ok(work)
     }
 
+    /// A failed completion that only says the connection is closing (flushed, or the QP
+    /// already closed): `Closed`, the normal end. `None` for a real failure.
+    fn failed(&self, wc: &WorkCompletion) -> Option<RpcError> {
+        (self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr).then_some(RpcError::Closed)
+    }
+
     /// One completion of the connection's CQ (send and receive queues share it).
     fn on_wc(&mut self, wc: WorkCompletion) -> Result<(), RpcError> {
         if wc.opcode != WcOpcode::Recv {
             if let Some(job) = self.reads.remove(&wc.wr_id) {
                 return self.on_read_done(job, &wc);
             }
-            return match self.ep.on_send_wc(&wc) {
-                Err(_) if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr => {
-                    Err(RpcError::Closed)
-                }
-                r => r,
-            };
+            return self
+                .ep
+                .on_send_wc(&wc)
+                .map_err(|e| self.failed(&wc).unwrap_or(e));
         }
         if wc.status != WcStatus::Success {
-            if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr {
-                return Err(RpcError::Closed);
-            }
-            return Err(RpcError::Rdma(format!("receive failed: {:?}", wc.status)));
+            return Err(self
+                .failed(&wc)
+                .unwrap_or_else(|| RpcError::Rdma(format!("receive failed: {:?}", wc.status))));
         }
         // Copied out into a buffer reused across messages, so the receive buffer can be
         // re-posted (its credit replenished) before the message is handled.
@@ -1026,16 +1029,15 @@ impl ConnServer {
             call: None,
             place,
         });
-        self.progress_pulls()
+        Ok(self.progress_pulls()?)
     }
 
     /// An RDMA Read of job `id` completed.
     fn on_read_done(&mut self, id: u64, wc: &WorkCompletion) -> Result<(), RpcError> {
         if wc.status != WcStatus::Success {
-            if self.ep.qp.is_closed() || wc.status == WcStatus::WrFlushErr {
-                return Err(RpcError::Closed);
-            }
-            return Err(RpcError::Rdma(format!("RDMA Read failed: {:?}", wc.status)));
+            return Err(self
+                .failed(wc)
+                .unwrap_or_else(|| RpcError::Rdma(format!("RDMA Read failed: {:?}", wc.status))));
         }
         if let Some(p) = self
             .pulls
@@ -1045,16 +1047,12 @@ impl ConnServer {
         {
             p.outstanding -= 1;
         }
-        match self.progress_pulls() {
-            Ok(()) => Ok(()),
-            Err(Fail::Fatal(e)) => Err(e),
-            Err(Fail::Chunk(_)) => Ok(()),
-        }
+        self.progress_pulls()
     }
 
     /// Post the RDMA Reads the window allows (jobs in arrival order), finish the chunks whose
     /// Reads all completed, and run the calls whose chunks are all in.
-    fn progress_pulls(&mut self) -> Result<(), Fail> {
+    fn progress_pulls(&mut self) -> Result<(), RpcError> {
         loop {
             self.post_reads()?;
             let mut ready = Vec::new();
@@ -1116,7 +1114,7 @@ impl ConnServer {
 
     /// Post RDMA Reads while the window (our ORD and the client's maxrdmaread, RFC 5040 §6.3 /
     /// draft §6.2) and the pull budget allow.
-    fn post_reads(&mut self) -> Result<(), Fail> {
+    fn post_reads(&mut self) -> Result<(), RpcError> {
         let window = self.ord.min(self.peer_maxrdmaread).max(1) as usize;
         let budget = PULL_BUDGET_CHUNKS * self.cfg.max_chunk.max(1);
         for job in self.pulls.iter_mut() {
