@@ -21,7 +21,7 @@ use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 
 mod rpc_common;
-use rpc_common::{exercise, pattern};
+use rpc_common::{exercise, null, pattern};
 
 /// Abort the process if the test runs longer than `secs` (a hang must fail, not block CI).
 fn watchdog(secs: u64) {
@@ -190,16 +190,7 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
         )
         .unwrap();
     for _ in 0..10 {
-        let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_NULL,
-                Body::new(),
-                &CallOpts::default(),
-            )
-            .expect("NULL answered while a blocking call is held");
-        assert!(rep.results().is_ok());
+        null(&mut c, "NULL answered while a blocking call is held");
     }
     release_tx.send(()).unwrap();
     assert!(c.wait(held).unwrap().results().is_ok());

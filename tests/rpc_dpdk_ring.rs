@@ -19,7 +19,7 @@ use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 use dpwarp::rpc::RpcError;
 
 mod rpc_common;
-use rpc_common::{exercise, pattern};
+use rpc_common::{exercise, null, pattern};
 
 /// Abort the process if the test runs longer than `secs` (a hang must fail, not block CI).
 fn watchdog(secs: u64) {
@@ -180,16 +180,7 @@ fn rpc_over_dpdk_net_ring_all_paths() {
         Ok(_) => panic!("a connection beyond the credit pool was admitted"),
     }
     // The admitted connection is unaffected.
-    let rep = first
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_NULL,
-            dpwarp::rpc::program::Body::new(),
-            &CallOpts::default(),
-        )
-        .unwrap();
-    assert!(rep.results().is_ok());
+    null(&mut first, "NULL on the admitted connection");
     drop(first);
     h2.stop();
     assert!(t0.elapsed() < Duration::from_secs(30));

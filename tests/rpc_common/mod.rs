@@ -6,6 +6,20 @@ use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, RdmaClient, ReplyPath};
 use dpwarp::rpc::program::Body;
 
+/// A NULL call on `c` succeeds (`what`: the panic message if it does not).
+pub fn null(c: &mut RdmaClient, what: &str) {
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_NULL,
+            Body::new(),
+            &CallOpts::default(),
+        )
+        .expect(what);
+    assert!(rep.results().is_ok());
+}
+
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| {
@@ -72,16 +86,7 @@ pub fn readback(c: &mut RdmaClient, store: Option<&BlockStore>, off: u64, len: u
 
 /// [`exercise`] against a store of `size` bytes that may live in another process.
 pub fn exercise_with(c: &mut RdmaClient, store: Option<&BlockStore>, size: u64) {
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_NULL,
-            Body::new(),
-            &CallOpts::default(),
-        )
-        .unwrap();
-    assert!(rep.results().is_ok());
+    null(c, "NULL");
     let rep = c
         .call(
             BLOCK_PROG,
