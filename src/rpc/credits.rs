@@ -25,8 +25,15 @@
 //! - Load: a connection's target is `min(requested, max_per_conn, fair share)`, where the fair
 //!   share is the pool divided by the number of connections. More connections shrink everyone's
 //!   target; departures let the others grow at their next reply.
+//! - Several connections arriving together: the reserve admits the first; the next ones wait
+//!   a bounded time ([`CreditPool::join_within`]) and count in the fair share while waiting, so
+//!   the connections already in shrink towards a share that leaves room for them, and return
+//!   the buffers once their replies show the old grant is over. Growth leaves a waiter's 2
+//!   buffers alone. Only when that does not free 2 buffers in time (e.g. the other clients are
+//!   idle and send no calls to answer) is the connection refused.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Buffers growth never takes, so that a new connection can always be admitted while the pool
 /// is shared by connections that have not shrunk yet.
@@ -37,30 +44,47 @@ struct PoolState {
     total: u32,
     reserved: u32,
     conns: u32,
+    /// Connections waiting in [`CreditPool::join_within`] for buffers to come back.
+    waiting: u32,
     max_per_conn: u32,
 }
 
 /// The server-wide budget of receive buffers.
 #[derive(Debug, Clone)]
 pub struct CreditPool {
-    inner: Arc<Mutex<PoolState>>,
+    inner: Arc<(Mutex<PoolState>, Condvar)>,
 }
 
 impl CreditPool {
     /// A pool of `total` buffers; no connection is granted more than `max_per_conn` credits.
     pub fn new(total: u32, max_per_conn: u32) -> Self {
         CreditPool {
-            inner: Arc::new(Mutex::new(PoolState {
-                total,
-                reserved: 0,
-                conns: 0,
-                max_per_conn: max_per_conn.max(1),
-            })),
+            inner: Arc::new((
+                Mutex::new(PoolState {
+                    total,
+                    reserved: 0,
+                    conns: 0,
+                    waiting: 0,
+                    max_per_conn: max_per_conn.max(1),
+                }),
+                Condvar::new(),
+            )),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Give `n` buffers back and wake the connections waiting to join.
+    fn give_back(&self, n: u32, leaving: bool) {
+        let mut s = self.lock();
+        s.reserved = s.reserved.saturating_sub(n);
+        if leaving {
+            s.conns = s.conns.saturating_sub(1);
+        }
+        drop(s);
+        self.inner.1.notify_all();
     }
 
     /// Buffers currently held by connections.
@@ -80,9 +104,37 @@ impl CreditPool {
 
     /// Admit a connection with grant 1 and its DONE slot, or `None` if the pool is exhausted.
     pub fn join(&self) -> Option<ConnCredits> {
+        self.join_within(Duration::ZERO)
+    }
+
+    /// Admit a connection with grant 1 and its DONE slot, waiting up to `wait` for other
+    /// connections to return buffers (they shrink towards a fair share that counts this one);
+    /// `None` if the pool still cannot give 2 buffers by then.
+    pub fn join_within(&self, wait: Duration) -> Option<ConnCredits> {
+        let deadline = Instant::now() + wait;
         let mut s = self.lock();
-        if s.total - s.reserved < 2 {
-            return None;
+        let mut counted = false;
+        while s.total - s.reserved < 2 {
+            let now = Instant::now();
+            if now >= deadline || s.conns == 0 {
+                if counted {
+                    s.waiting -= 1;
+                }
+                return None;
+            }
+            if !counted {
+                s.waiting += 1;
+                counted = true;
+            }
+            s = self
+                .inner
+                .1
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        if counted {
+            s.waiting -= 1;
         }
         s.reserved += 2;
         s.conns += 1;
@@ -154,7 +206,9 @@ impl ConnCredits {
 
     fn target(&self) -> u32 {
         let s = self.pool.lock();
-        let fair = (s.total / s.conns.max(1)).saturating_sub(1).max(1);
+        let fair = (s.total / (s.conns + s.waiting).max(1))
+            .saturating_sub(1)
+            .max(1);
         self.requested.min(s.max_per_conn).min(fair).max(1)
     }
 
@@ -172,8 +226,10 @@ impl ConnCredits {
         let mut post = 0;
         if target > self.bound {
             let mut s = self.pool.lock();
-            // Keep room for one more connection to join (grant 1 + DONE slot).
-            let free = (s.total - s.reserved).saturating_sub(JOIN_RESERVE);
+            // Keep room for one more connection to join (grant 1 + DONE slot), and for those
+            // already waiting.
+            let keep = JOIN_RESERVE + 2 * s.waiting;
+            let free = (s.total - s.reserved).saturating_sub(keep);
             let got = (target - self.bound).min(free);
             s.reserved += got;
             drop(s);
@@ -199,7 +255,7 @@ impl ConnCredits {
                 self.bound = self.announced;
                 self.retire += give;
                 self.shrink_replies = 0;
-                self.pool.lock().reserved -= give;
+                self.pool.give_back(give, false);
             }
         }
         GrantStep { post, credits }
@@ -208,9 +264,7 @@ impl ConnCredits {
 
 impl Drop for ConnCredits {
     fn drop(&mut self) {
-        let mut s = self.pool.lock();
-        s.reserved = s.reserved.saturating_sub(self.bound + 1);
-        s.conns = s.conns.saturating_sub(1);
+        self.pool.give_back(self.bound + 1, true);
     }
 }
 
@@ -302,5 +356,47 @@ mod tests {
             2,
             "eight later calls answered: the grant of 8 is over"
         );
+    }
+
+    #[test]
+    fn a_waiting_join_is_admitted_once_others_shrink() {
+        // 40 buffers: a takes 33, b 5, c the reserve; d must wait for a to shrink.
+        let pool = CreditPool::new(40, 32);
+        let mut a = pool.join().unwrap();
+        a.on_request(32);
+        assert_eq!(a.next_reply(1).credits, 32);
+        let mut b = pool.join().unwrap();
+        b.on_request(32);
+        b.next_reply(1);
+        let _c = pool.join().unwrap();
+        assert_eq!(pool.reserved(), 40);
+        assert!(pool.join().is_none(), "no buffer free and no wait");
+        let p = pool.clone();
+        let d = std::thread::spawn(move || p.join_within(Duration::from_secs(30)));
+        while pool.lock().waiting == 0 {
+            std::thread::yield_now();
+        }
+        // The waiter counts: fair share 40/4 - 1 = 9, and growth leaves its 2 buffers alone.
+        assert_eq!(a.next_reply(2).credits, 9);
+        assert_eq!(b.next_reply(2).post, 0, "growth keeps the waiter's buffers");
+        for call in 3..=34 {
+            a.next_reply(call);
+        }
+        let d = d
+            .join()
+            .unwrap()
+            .expect("admitted once a returned its buffers");
+        assert_eq!(d.held(), 2);
+        assert_eq!(pool.connections(), 4);
+        assert_eq!(pool.lock().waiting, 0);
+    }
+
+    #[test]
+    fn a_waiting_join_gives_up_when_nothing_comes_back() {
+        let pool = CreditPool::new(4, 4);
+        let _a = pool.join().unwrap();
+        let _b = pool.join().unwrap();
+        assert!(pool.join_within(Duration::from_millis(20)).is_none());
+        assert_eq!(pool.lock().waiting, 0, "the waiter is no longer counted");
     }
 }

@@ -102,6 +102,11 @@ const ENCODE_CAPACITY: usize = 256;
 /// MPA reject private data when the credit pool cannot admit a connection.
 const NO_CREDITS: &[u8] = b"rpcrdma: no credits";
 
+/// How long a connection request waits for the credit pool to give it its first 2 buffers
+/// (while the connections already in shrink towards a share that counts it) before it is
+/// refused. Well inside an MPA peer's wait for the reply (siw waits 20 s).
+const ADMIT_WAIT: Duration = Duration::from_secs(2);
+
 /// Default busy-poll before sleeping on a CQ (see docs/rpc.md, measured).
 pub const POLL_SPIN_US: u64 = 0;
 
@@ -328,8 +333,12 @@ impl RdmaServer {
     /// NFS/RDMA client does) is an RFC 8166 requester and gets ours in the MPA Reply; its
     /// receive size is the inline reply limit from the start (RFC 8797 §4.2).
     fn accept_with(&self, pool: &CreditPool, req: ConnRequest) -> Result<ConnServer, RpcError> {
-        let Some(credits) = pool.join() else {
-            log::warn!("rpc-server: credit pool exhausted, rejecting a connection");
+        let Some(credits) = pool.join_within(ADMIT_WAIT) else {
+            log::warn!(
+                "rpc-server: credit pool exhausted ({} of {} buffers held) for {ADMIT_WAIT:?}, rejecting a connection",
+                pool.reserved(),
+                pool.total()
+            );
             let _ = req.reject(NO_CREDITS);
             return Err(RpcError::Usage("credit pool exhausted"));
         };
