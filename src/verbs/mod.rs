@@ -177,6 +177,12 @@ impl Cq {
         }
     }
 
+    /// True if polling this queue runs a driver ([`Cq::drive_with`]): a thread spinning on it
+    /// is the one moving its bytes, so it has no reason to yield its CPU.
+    pub fn is_driven(&self) -> bool {
+        self.driver.get().is_some()
+    }
+
     /// One pass of the driver, if there is one; true if it did anything.
     pub(crate) fn drive(&self) -> bool {
         self.driver.get().is_some_and(|d| d())

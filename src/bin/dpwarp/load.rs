@@ -35,6 +35,9 @@ impl Wait {
             Wait::Block => cq.wait(slice),
             Wait::Spin => {
                 let end = Instant::now() + slice;
+                // A driven queue's poll is the worker's pass: yielding between passes would add
+                // a system call to every idle pass of the thread that moves the bytes.
+                let driven = cq.is_driven();
                 let mut n = 0u32;
                 loop {
                     if let Some(wc) = cq.poll_one() {
@@ -44,7 +47,11 @@ impl Wait {
                     if n % 256 == 0 && Instant::now() >= end {
                         return None;
                     }
-                    std::thread::yield_now();
+                    if driven {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                 }
             }
         }
