@@ -5,8 +5,9 @@
 //! - `TcpListener`: a listening socket whose acceptor thread (`listen.rs`) runs the
 //!   MPA startups concurrently and hands out completed requests.
 //! - The driver thread (`drive`): receive -> engine -> the shared pump step (`pump.rs`) ->
-//!   transmit, sleeping on the socket and the QP's [`crate::wake::Wakeup`] when idle. (The DPDK
-//!   dataplane runs the same engine and pump in its poll-mode workers instead.)
+//!   the QP's [`DriverHook`], if one is attached -> transmit, sleeping on the socket and the
+//!   QP's [`crate::wake::Wakeup`] when idle. (The DPDK dataplane runs the same engine and pump
+//!   in its poll-mode workers instead.)
 
 use std::io;
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use crate::conn::{ConnEvent, Connection};
 use crate::mpa::{MpaConfig, Negotiated, Startup, StartupError, StartupEvent};
 use crate::transport::kernel::KernelTcp;
 use crate::transport::Transport;
-use crate::verbs::{Pd, Qp, QpInitAttr, QpShared, QpSlot};
+use crate::verbs::{DriverHook, HookPoll, Pd, Qp, QpInitAttr, QpShared, QpSlot};
 
 /// Connect `qp` over an already-open byte stream (kernel TCP, in-memory link, ...), as the MPA
 /// initiator. Returns what MPA negotiated once the connection is established.
@@ -263,6 +264,7 @@ fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result
 fn spawn_driver(transport: Box<dyn Transport>, qp: &Qp) -> Events {
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
     let sh = qp.shared.clone();
+    sh.accept_hooks();
     thread::Builder::new()
         .name("dpwarp-qp".into())
         .spawn(move || drive(transport, sh, ev_tx))
@@ -282,8 +284,64 @@ fn with_conn<R>(sh: &QpShared, f: impl FnOnce(&mut Connection) -> R) -> Option<R
     }
 }
 
-/// The driver loop: rx -> engine -> completions/events -> tx, backing off when idle.
-fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
+/// The driver loop: rx -> engine -> completions/events -> hook -> tx, backing off when idle.
+fn drive(t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
+    let mut hooks = Hooks::default();
+    drive_loop(t, &sh, &events, &mut hooks);
+    sh.set_closed();
+    // After `set_closed`: a hook dropped here may own the last handle of the QP, whose drop
+    // would otherwise wait for this very thread to close the connection.
+    let late = sh.close_hooks();
+    for h in hooks.active.into_iter().chain(late) {
+        h.closed();
+    }
+    drop(hooks.finished);
+}
+
+/// The driver's [`DriverHook`]: the one it runs, and one that finished (kept until the
+/// connection has closed, see [`drive`]).
+#[derive(Default)]
+struct Hooks {
+    active: Option<Box<dyn DriverHook>>,
+    finished: Option<Box<dyn DriverHook>>,
+}
+
+impl Hooks {
+    /// One pass of the attached hook (taking it from the QP first if it just arrived); true if
+    /// it did anything. A hook that panics is retired and the connection closed, as a
+    /// panicking application thread would leave it unserved.
+    fn poll(&mut self, sh: &QpShared) -> bool {
+        if self.active.is_none() {
+            self.active = sh.take_hook();
+        }
+        let Some(h) = self.active.as_mut() else {
+            return false;
+        };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.poll()));
+        match r {
+            Ok(HookPoll::Idle) => false,
+            Ok(HookPoll::Worked) => true,
+            Ok(HookPoll::Finished) => {
+                self.finished = self.active.take();
+                true
+            }
+            Err(_) => {
+                log::error!("transport: the QP's driver hook panicked; disconnecting");
+                sh.disconnect.store(true, Ordering::Release);
+                self.finished = self.active.take();
+                true
+            }
+        }
+    }
+}
+
+/// [`drive`]'s loop, until the stream is closed (the caller then marks the QP closed).
+fn drive_loop(
+    mut t: Box<dyn Transport>,
+    sh: &Arc<QpShared>,
+    events: &Sender<ConnEvent>,
+    hooks: &mut Hooks,
+) {
     let mut rbuf = vec![0u8; 256 * 1024];
     let mut out: Vec<u8> = Vec::with_capacity(256 * 1024);
     let mut out_pos = 0usize;
@@ -302,12 +360,12 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                 match t.recv(&mut rbuf) {
                     Ok(0) => {
                         eof = true;
-                        with_conn(&sh, |c| c.on_eof());
+                        with_conn(sh, |c| c.on_eof());
                         break;
                     }
                     Ok(n) => {
                         progressed = true;
-                        with_conn(&sh, |c| c.on_bytes(&rbuf[..n], now));
+                        with_conn(sh, |c| c.on_bytes(&rbuf[..n], now));
                         if n < rbuf.len() {
                             break;
                         }
@@ -317,26 +375,30 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                     Err(e) => {
                         log::warn!("transport: receive failed: {e}");
                         broken = true;
-                        with_conn(&sh, |c| c.on_eof());
+                        with_conn(sh, |c| c.on_eof());
                         break;
                     }
                 }
             }
         }
         // The pump step (timers, transmit, completions and events, close decision).
-        let (close, conn_closing) = with_conn(&sh, |c| {
+        let (close, conn_closing) = with_conn(sh, |c| {
             pump::timers(c, now);
             if out_pos == out.len() {
                 out.clear();
                 out_pos = 0;
                 c.poll_transmit(&mut out);
             }
-            pump::events(&sh, c, |ev| {
+            pump::events(sh, c, |ev| {
                 let _ = events.try_send(ev);
             });
-            (pump::close_wanted(&sh, c, 1), c.should_close())
+            (pump::close_wanted(sh, c, 1), c.should_close())
         })
         .unwrap_or((true, true));
+        // The hook handles the completions just queued, outside the connection's lock: what
+        // it posts goes through the post rings (and `kick`, so this loop does not sleep before
+        // its next pass takes them).
+        progressed |= hooks.poll(sh);
         if !broken {
             while out_pos < out.len() {
                 match t.send(&out[out_pos..]) {
@@ -361,7 +423,7 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
             // the FIN, for at most CLOSE_FLUSH once closing began.
             out.clear();
             out_pos = 0;
-            with_conn(&sh, |c| c.poll_transmit(&mut out));
+            with_conn(sh, |c| c.poll_transmit(&mut out));
             if !out.is_empty() {
                 let since = *closing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < CLOSE_FLUSH {
@@ -387,12 +449,11 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
                     drain_until_eof(&mut *t, &mut rbuf, CLOSE_DRAIN);
                 }
             }
-            with_conn(&sh, |c| {
-                pump::finish(&sh, c, |ev| {
+            with_conn(sh, |c| {
+                pump::finish(sh, c, |ev| {
                     let _ = events.try_send(ev);
                 })
             });
-            sh.set_closed();
             return;
         }
         if progressed {
@@ -400,15 +461,15 @@ fn drive(mut t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>
         } else if last_progress.elapsed() < Duration::from_micros(50) {
             std::hint::spin_loop();
         } else {
-            // Sleep until the peer sends, the application posts (the QP's eventfd) or the
-            // startup timer fires; with output still queued (send buffer full) only briefly,
-            // as writability is not waited for.
+            // Sleep until the peer sends, the application posts or wakes the hook (the QP's
+            // eventfd) or the startup timer fires; with output still queued (send buffer full)
+            // only briefly, as writability is not waited for.
             let mut nap = if out_pos < out.len() {
                 Duration::from_micros(200)
             } else {
                 Duration::from_millis(5)
             };
-            if let Some(at) = with_conn(&sh, |c| c.poll_timeout()).flatten() {
+            if let Some(at) = with_conn(sh, |c| c.poll_timeout()).flatten() {
                 nap = nap.min(at.saturating_duration_since(Instant::now()));
             }
             sh.sleeping.store(true, Ordering::SeqCst);

@@ -3,8 +3,8 @@
 //!
 //! - [`program`]: handler registry, argument reader and results body (transport independent).
 //! - [`credits`]: the server's shared receive-buffer pool and per-connection grants (§3.3).
-//! - [`server`]: the RPC-over-RDMA server framework (one thread per connection polling its CQs),
-//!   accepting over kernel TCP or the DPDK dataplane.
+//! - [`server`]: the RPC-over-RDMA server framework (a state machine per connection, run on the
+//!   thread that moves its bytes where it can), accepting over kernel TCP or the DPDK dataplane.
 //! - [`client`]: the RPC-over-RDMA client library, connecting over either.
 //! - [`tcp`]: ONC RPC over kernel TCP (RFC 5531 §11 record marking), server and client.
 //! - [`block`]: the NULL procedure and a block-storage program backed by memory or a file.

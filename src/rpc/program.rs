@@ -415,8 +415,9 @@ impl Registry {
     }
 
     /// Register `f` for `prog`/`vers`/`proc_` as a handler that may block (file I/O, fsync):
-    /// a server that runs its connections to completion on a dataplane worker's thread hands
-    /// such calls to its handler pool instead of running them there
+    /// a server that runs its connections to completion on the thread that moves their bytes
+    /// (a dataplane worker's reactor, a kernel-TCP QP's driver thread) hands such calls to its
+    /// handler pool instead of running them there
     /// ([`crate::rpc::server::ServerConfig::handler_threads`]).
     pub fn register_blocking<F>(&mut self, prog: u32, vers: u32, proc_: u32, f: F)
     where

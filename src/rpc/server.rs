@@ -3,9 +3,12 @@
 //! Connections arrive through `cm`'s one connection API ([`RdmaServer::listen`] on a
 //! [`Net`]: kernel TCP, whose driver thread moves the bytes, or the DPDK dataplane with the
 //! `dpdk` feature, whose poll-mode worker moves them); after the MPA exchange both are served
-//! alike. Every accepted connection gets a thread that
-//! polls its receive and send CQs. A received message is copied out of its buffer, the buffer
-//! re-posted at once (its credit replenished), and the message handled to completion:
+//! alike, by one state machine per connection (`ConnServer`) that polls the connection's CQ
+//! and never waits. It runs where the connection's bytes are moved: on the QP's driver thread
+//! on kernel TCP and the in-memory link ([`crate::verbs::DriverHook`]), on the worker's
+//! reactor on a driven dataplane, else on a thread of its own. Procedures registered as
+//! blocking run on a handler pool instead. A received message is copied out of its buffer, the
+//! buffer re-posted at once (its credit replenished), and the message handled to completion:
 //!
 //! 1. header errors: ERR_VERS with the supported range 1..=1, ERR_CHUNK for bad lists (draft
 //!    §5.3); a message too short to carry an XID is dropped with a log line.
@@ -22,7 +25,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -32,7 +35,9 @@ use super::program::{ArgReader, Body, ChunkData, Piece, Placement, PulledChunk, 
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
-use crate::verbs::{Access, Device, Mr, WcOpcode, WcStatus, WorkCompletion};
+use crate::verbs::{
+    Access, Device, DriverHook, HookPoll, Mr, QpWaker, WcOpcode, WcStatus, WorkCompletion,
+};
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadChunk, ReadSegment, Segment,
@@ -63,12 +68,16 @@ pub struct ServerConfig {
     pub max_credits: u32,
     /// IRD/ORD and MPA settings for accepted connections.
     pub conn: ConnParam,
-    /// Busy-poll a connection's receive CQ this long before sleeping (0: never spin).
+    /// Busy-poll a connection's receive CQ this long before sleeping (0: never spin), where a
+    /// connection has a thread of its own ([`Served::Thread`]); a QP's driver thread and a
+    /// reactor have their own idle policies.
     pub poll_spin: Duration,
     /// Threads of the handler pool that runs procedures registered as blocking
-    /// ([`Registry::register_blocking`]: file I/O) for connections served to completion on a
-    /// driven dataplane worker, so the worker never waits on a disk. Elsewhere such handlers
-    /// run on the connection's own thread.
+    /// ([`Registry::register_blocking`]: file I/O) for connections served to completion on
+    /// the thread that moves their bytes (a QP's kernel-transport driver thread, a driven
+    /// dataplane worker's reactor), so that thread never waits on a disk. The pool is started
+    /// with the first such connection and shared by all. A connection served on a thread of
+    /// its own runs such handlers there.
     pub handler_threads: usize,
     /// The listener's MPA startups: deadline and cap ([`RdmaServer::listen`]). `None` (the
     /// default): the transport's own, [`ListenConfig::default`] on kernel TCP and the dataplane
@@ -160,6 +169,20 @@ pub struct RdmaServer {
     pool: CreditPool,
     dev: Device,
     stats: Arc<ServerStats>,
+    /// The handler pool's queue, once started ([`RdmaServer::handler_pool`]); its threads end
+    /// when the server and every connection using it are gone.
+    handlers: Arc<Mutex<Option<crossbeam_channel::Sender<PoolJob>>>>,
+}
+
+/// Where an accepted connection is served ([`RdmaServer::serve_request`]).
+#[derive(Debug)]
+pub enum Served {
+    /// On its QP's driver thread (kernel TCP, in-memory link), to completion: a call goes from
+    /// the received bytes to the reply on that one thread. Nothing to join: the connection's
+    /// state is dropped there once it has closed.
+    OnDriver,
+    /// On a thread of its own (named `rpc-conn`), which ends when the connection does.
+    Thread(JoinHandle<()>),
 }
 
 /// A running listener; dropping it does not stop it, [`ServerHandle::stop`] does.
@@ -191,7 +214,26 @@ impl RdmaServer {
             pool,
             dev: Device::open(),
             stats: Arc::new(ServerStats::default()),
+            handlers: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The queue of the handler pool for blocking procedures, starting the pool
+    /// (`cfg.handler_threads` threads named `rpc-handler<i>`) on first use.
+    fn handler_pool(&self) -> Result<crossbeam_channel::Sender<PoolJob>, RpcError> {
+        let mut h = self.handlers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = h.as_ref() {
+            return Ok(tx.clone());
+        }
+        let (tx, jobs) = crossbeam_channel::bounded(HANDLER_QUEUE);
+        for i in 0..self.cfg.handler_threads.max(1) {
+            let jobs = jobs.clone();
+            thread::Builder::new()
+                .name(format!("rpc-handler{i}"))
+                .spawn(move || handler_thread(jobs))?;
+        }
+        *h = Some(tx.clone());
+        Ok(tx)
     }
 
     /// Counters.
@@ -215,7 +257,8 @@ impl RdmaServer {
     /// [`Reactor`] thread per worker, pinned to its CPU, runs the worker's pass and then the
     /// request path of every connection on that worker, to completion (no hand-off between
     /// threads for a call). Credits are then per worker: each has a pool of
-    /// `cfg.credit_pool`. Elsewhere every connection gets its own thread that sleeps on its CQ.
+    /// `cfg.credit_pool`. Elsewhere each connection is served as [`RdmaServer::serve_request`]
+    /// says (on kernel TCP: on its QP's driver thread).
     pub fn listen(&self, net: &Net, addr: SocketAddr) -> Result<ServerHandle, RpcError> {
         let listener = match &self.cfg.listen {
             Some(l) => net.listen_with(
@@ -229,7 +272,12 @@ impl RdmaServer {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let reactors = if net.is_driven() {
-            Some(Arc::new(Reactors::start(net, &self.cfg, &stop)?))
+            Some(Arc::new(Reactors::start(
+                net,
+                &self.cfg,
+                self.handler_pool()?,
+                &stop,
+            )?))
         } else {
             None
         };
@@ -237,7 +285,7 @@ impl RdmaServer {
     }
 
     /// Serve the requests of `listener` until stopped ([`RdmaServer::listen`]), each
-    /// connection on its own thread.
+    /// connection as [`RdmaServer::serve_request`] does.
     pub fn serve(&self, listener: Listener) -> std::io::Result<ServerHandle> {
         self.serve_inner(listener, None, Arc::new(AtomicBool::new(false)))
     }
@@ -290,7 +338,7 @@ impl RdmaServer {
     }
 
     /// Serve a connection arriving on an already-open byte stream (e.g. the in-memory link).
-    pub fn serve_transport(&self, t: Box<dyn Transport>) -> Result<JoinHandle<()>, RpcError> {
+    pub fn serve_transport(&self, t: Box<dyn Transport>) -> Result<Served, RpcError> {
         let req = ConnRequest::read_with(
             t,
             self.cfg.conn.timeout,
@@ -302,27 +350,43 @@ impl RdmaServer {
         self.serve_request(req)
     }
 
-    /// Accept one connection request and start its thread. Refused (MPA reject) when the credit
-    /// pool cannot give it a grant of 1 plus its DONE slot.
-    pub fn serve_request(&self, req: ConnRequest) -> Result<JoinHandle<()>, RpcError> {
-        let conn = self.accept_with(&self.pool, req)?;
-        // Named so a profile (`perf report --sort comm`) tells the RPC threads from the rest.
-        Ok(thread::Builder::new()
-            .name("rpc-conn".into())
-            .spawn(move || conn.run())?)
+    /// Accept one connection request and serve it. Refused (MPA reject) when the credit pool
+    /// cannot give it a grant of 1 plus its DONE slot.
+    ///
+    /// Where the transport gives the QP a driver thread of its own (kernel TCP, the in-memory
+    /// link), the connection's state machine runs on that thread after each pass of the
+    /// engine ([`Served::OnDriver`]): a call goes from the received bytes to the reply's FPDU
+    /// without a hand-off between threads, and procedures registered as blocking go to the
+    /// handler pool, which wakes the driver when a result is ready. Elsewhere (an undriven
+    /// dataplane) the connection gets a thread of its own ([`Served::Thread`]).
+    pub fn serve_request(&self, req: ConnRequest) -> Result<Served, RpcError> {
+        let mut conn = self.accept_with(&self.pool, req)?;
+        let qp = conn.ep.qp.clone();
+        if qp.accepts_driver_hook() {
+            conn.offload = Some(Offload::new(self.handler_pool()?, Some(qp.waker())));
+        }
+        match qp.attach_driver_hook(conn) {
+            Ok(()) => Ok(Served::OnDriver),
+            Err(mut conn) => {
+                // Blocking handlers run on the connection's own thread.
+                conn.offload = None;
+                // Named so a profile (`perf report --sort comm`) tells the RPC threads from
+                // the rest.
+                Ok(Served::Thread(
+                    thread::Builder::new()
+                        .name("rpc-conn".into())
+                        .spawn(move || conn.run())?,
+                ))
+            }
+        }
     }
 
     /// Accept `req` and hand the connection to the reactor of its worker.
     fn serve_on_reactor(&self, req: ConnRequest, rs: &Reactors) -> Result<(), RpcError> {
         let k = req.worker() % rs.senders.len();
         let mut conn = self.accept_with(&rs.pools[k], req)?;
-        let (done_tx, done) = crossbeam_channel::unbounded();
-        conn.offload = Some(Offload {
-            jobs: rs.handlers.clone(),
-            done_tx,
-            done,
-            waiting: VecDeque::new(),
-        });
+        // The reactor polls without sleeping long: nothing to wake.
+        conn.offload = Some(Offload::new(rs.handlers.clone(), None));
         rs.senders[k]
             .send(conn)
             .map_err(|_| RpcError::Usage("the worker's reactor has stopped"))
@@ -408,6 +472,9 @@ struct PoolJob {
     pulled: Vec<PulledChunk>,
     reg: Arc<Registry>,
     reply_to: crossbeam_channel::Sender<PoolDone>,
+    /// Wakes the thread that serves the connection once the result is sent (a QP's driver
+    /// thread, which may be asleep; a reactor never sleeps long and needs none).
+    wake: Option<QpWaker>,
 }
 
 /// A blocking call's outcome, back to its connection.
@@ -419,13 +486,29 @@ struct PoolDone {
     body: Body,
 }
 
-/// The handler pool's side of a connection served by a reactor.
+/// The handler pool's side of a connection served on the thread that moves its bytes (a
+/// reactor, a QP's driver thread).
 struct Offload {
     jobs: crossbeam_channel::Sender<PoolJob>,
     done_tx: crossbeam_channel::Sender<PoolDone>,
     done: crossbeam_channel::Receiver<PoolDone>,
     /// Calls the full pool queue did not take yet.
     waiting: VecDeque<PoolJob>,
+    /// Given to every job ([`PoolJob::wake`]).
+    wake: Option<QpWaker>,
+}
+
+impl Offload {
+    fn new(jobs: crossbeam_channel::Sender<PoolJob>, wake: Option<QpWaker>) -> Offload {
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        Offload {
+            jobs,
+            done_tx,
+            done,
+            waiting: VecDeque::new(),
+            wake,
+        }
+    }
 }
 
 fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
@@ -445,18 +528,20 @@ fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
             rep: ReplyRepr { xid: j.xid, ..rep },
             body,
         });
+        // After the send: the woken driver's hook finds the result.
+        if let Some(w) = &j.wake {
+            w.wake();
+        }
     }
 }
 
 impl Reactors {
-    fn start(net: &Net, cfg: &ServerConfig, stop: &Arc<AtomicBool>) -> Result<Reactors, RpcError> {
-        let (handlers, jobs) = crossbeam_channel::bounded(HANDLER_QUEUE);
-        for i in 0..cfg.handler_threads.max(1) {
-            let jobs = jobs.clone();
-            thread::Builder::new()
-                .name(format!("rpc-handler{i}"))
-                .spawn(move || handler_thread(jobs))?;
-        }
+    fn start(
+        net: &Net,
+        cfg: &ServerConfig,
+        handlers: crossbeam_channel::Sender<PoolJob>,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Reactors, RpcError> {
         let mut senders = Vec::new();
         let mut pools = Vec::new();
         for k in 0..net.workers() {
@@ -550,8 +635,9 @@ impl Reactor {
 /// One connection's request path as a state machine: fed with the completions of its one CQ
 /// (received calls, finished RDMA Reads, finished Sends), it never waits. A call whose read
 /// chunks must be pulled is parked ([`PullJob`]) while its RDMA Reads are in flight and resumes
-/// when the last one completes; the connection serves other calls meanwhile. Driven by a
-/// [`Reactor`] on a driven dataplane worker's thread, or by its own thread elsewhere.
+/// when the last one completes; the connection serves other calls meanwhile. Driven by its
+/// QP's kernel-transport driver thread (as a [`DriverHook`]), by a [`Reactor`] on a driven
+/// dataplane worker's thread, or by its own thread elsewhere.
 struct ConnServer {
     stats: Arc<ServerStats>,
     ep: Endpoint,
@@ -579,7 +665,8 @@ struct ConnServer {
     /// times `max_chunk`, so a client cannot make the server register unbounded memory).
     pull_bytes: usize,
     last_sweep: Instant,
-    /// Served by a reactor: blocking procedures go to the handler pool.
+    /// Served on the thread that moves the bytes (reactor, QP driver): blocking procedures go
+    /// to the handler pool.
     offload: Option<Offload>,
     /// Messages received so far (their arrival numbers, from 1).
     rx_seq: u64,
@@ -744,6 +831,11 @@ impl ConnServer {
 
     /// The connection is over (`r`: why): disconnect and free what it holds.
     fn end(mut self, r: Result<(), RpcError>) {
+        self.finish(r);
+    }
+
+    /// [`ConnServer::end`] in place (a [`DriverHook`] is dropped by its driver, later).
+    fn finish(&mut self, r: Result<(), RpcError>) {
         match r {
             Ok(()) | Err(RpcError::Closed) => log::info!("rpc-server: connection closed"),
             Err(e) => log::warn!("rpc-server: connection ended: {e}"),
@@ -1238,6 +1330,7 @@ impl ConnServer {
                     pulled,
                     reg: self.reg.clone(),
                     reply_to: off.done_tx.clone(),
+                    wake: off.wake.clone(),
                 });
                 self.poll_offload()?;
                 return Ok(());
@@ -1457,6 +1550,27 @@ impl ConnServer {
             reply: None,
         });
         Ok(self.send_header(xid, body, &[], staged)?)
+    }
+}
+
+/// On kernel TCP and the in-memory link the connection's state machine is a hook of its QP's
+/// driver thread ([`RdmaServer::serve_request`]): polled after each pass of the engine, so the
+/// completions that pass queued are handled, and the replies posted, on that thread.
+impl DriverHook for ConnServer {
+    fn poll(&mut self) -> HookPoll {
+        match ConnServer::poll(self) {
+            Ok(true) => HookPoll::Worked,
+            Ok(false) => HookPoll::Idle,
+            Err(e) => {
+                // Disconnects: the driver closes the stream, then drops us.
+                self.finish(Err(e));
+                HookPoll::Finished
+            }
+        }
+    }
+
+    fn closed(mut self: Box<Self>) {
+        self.finish(Err(RpcError::Closed));
     }
 }
 

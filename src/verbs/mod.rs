@@ -14,7 +14,7 @@
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -283,6 +283,72 @@ pub(crate) struct QpShared {
     /// The ORD negotiated at establishment (RFC 6581 §9.1); `u32::MAX` until then. With ORD 0
     /// `post_send` refuses an RDMA Read at once (`PostError::ZeroOrd`).
     pub(crate) ord: AtomicU32,
+    /// A [`DriverHook`] on its way to the driver thread ([`Qp::attach_driver_hook`]).
+    hook: Mutex<HookSlot>,
+    /// Set while `hook` holds a hook the driver has not taken yet (checked without the lock on
+    /// every pass of the driver).
+    hook_waiting: AtomicBool,
+}
+
+/// Where [`Qp::attach_driver_hook`] leaves a hook for the driver thread. The slot only passes
+/// the hook on: the driver takes it into a local of its own on its next pass, so the QP's
+/// shared state never keeps holding a hook that holds the QP (no `Arc` cycle).
+#[derive(Default)]
+struct HookSlot {
+    /// A driver that runs hooks is moving this QP's connection and takes none yet: set when a
+    /// kernel-transport driver starts, cleared when a hook is attached and when it closes.
+    accepts: bool,
+    hook: Option<Box<dyn DriverHook>>,
+}
+
+/// What one pass of a [`DriverHook`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPoll {
+    /// Nothing to do: the driver may sleep until the peer sends, work is posted or the QP's
+    /// [`QpWaker`] is woken.
+    Idle,
+    /// Did something (handled completions, posted work): the driver runs again at once.
+    Worked,
+    /// Done for good (typically it has called [`Qp::disconnect`]). The driver stops calling it
+    /// and drops it once the connection has closed; a QP handle the hook owns keeps counting
+    /// as an application handle until then, so a hook that finishes without disconnecting
+    /// leaves the connection up until the peer or another handle closes it.
+    Finished,
+}
+
+/// Work that runs on the thread driving a QP's connection, after each pass of its protocol
+/// engine (run to completion: a completion is produced and handled, and the work it posts
+/// picked up, on one thread, without a hand-off or a wake-up between threads).
+///
+/// Only the kernel-TCP backend (and the in-memory link, same driver) runs hooks; see
+/// [`Qp::attach_driver_hook`]. A hook polls its CQs and posts work like any application code,
+/// but it must never wait: it runs between the driver's receive and transmit, so a wait for
+/// a completion (or for anything the driver itself has to do) would never end. Work that may
+/// block belongs on another thread, which wakes the driver through a [`QpWaker`] when it
+/// leaves results for the hook.
+pub trait DriverHook: Send {
+    /// One pass, after the driver moved the completions of its latest pass into the CQs.
+    fn poll(&mut self) -> HookPoll;
+
+    /// The connection has closed ([`Qp::is_closed`] is true; its outstanding work was flushed
+    /// into the CQs); the hook is dropped right after. Not called on a hook that returned
+    /// [`HookPoll::Finished`].
+    fn closed(self: Box<Self>) {}
+}
+
+/// Wakes the driver of a QP from any thread (see [`DriverHook`]): its next pass runs even if
+/// nothing arrived and nothing was posted. Holds no strong reference: waking a QP that is gone
+/// does nothing.
+#[derive(Clone)]
+pub struct QpWaker(Weak<QpShared>);
+
+impl QpWaker {
+    /// Make the driver run a pass soon (at once if it is asleep).
+    pub fn wake(&self) {
+        if let Some(sh) = self.0.upgrade() {
+            sh.kick();
+        }
+    }
 }
 
 impl QpShared {
@@ -302,6 +368,33 @@ impl QpShared {
                 w.notify();
             }
         }
+    }
+
+    fn hook_slot(&self) -> MutexGuard<'_, HookSlot> {
+        self.hook.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A driver that runs [`DriverHook`]s starts moving this QP's connection.
+    pub(crate) fn accept_hooks(&self) {
+        self.hook_slot().accepts = true;
+    }
+
+    /// The hook attached since the last call, if any (the driver keeps it from here on).
+    pub(crate) fn take_hook(&self) -> Option<Box<dyn DriverHook>> {
+        if !self.hook_waiting.load(Ordering::Acquire) {
+            return None;
+        }
+        self.hook_waiting.store(false, Ordering::Release);
+        self.hook_slot().hook.take()
+    }
+
+    /// The driver is ending (after [`QpShared::set_closed`]): no hook is accepted from now on;
+    /// returns one attached since its last pass, which it must still close.
+    pub(crate) fn close_hooks(&self) -> Option<Box<dyn DriverHook>> {
+        let mut slot = self.hook_slot();
+        slot.accepts = false;
+        self.hook_waiting.store(false, Ordering::Release);
+        slot.hook.take()
     }
 
     /// Remember the first TERMINATE among connection events.
@@ -462,6 +555,8 @@ impl Qp {
             post_seq: AtomicU64::new(0),
             sleeping: AtomicBool::new(false),
             ord: AtomicU32::new(u32::MAX),
+            hook: Mutex::new(HookSlot::default()),
+            hook_waiting: AtomicBool::new(false),
         });
         Qp {
             _handle: Arc::new(QpHandle {
@@ -551,6 +646,45 @@ impl Qp {
     /// send CQ ([`Cq::drive_with`]) the wait runs the driver.
     pub fn wait_closed(&self, timeout: Duration) -> bool {
         wait_closed(&self.shared, timeout)
+    }
+
+    /// Run `hook` on the thread that drives this QP's connection, after each pass of the
+    /// protocol engine, until it reports [`HookPoll::Finished`] or the connection closes
+    /// ([`DriverHook::closed`]); it is dropped on that thread once the connection has closed,
+    /// so a hook may own a handle of this very QP (dropping the last handle waits for the
+    /// close, which here has happened already).
+    ///
+    /// Gives `hook` back when no driver can run it: the QP has not been handed to the
+    /// connection manager yet (connect, accept), its connection has closed, a hook is attached
+    /// already, or its backend has no driver thread of its own (the DPDK dataplane, whose
+    /// workers run many QPs: there the application drives the worker instead, see
+    /// `Net::poll_worker`).
+    pub fn attach_driver_hook<H: DriverHook + 'static>(&self, hook: H) -> Result<(), H> {
+        {
+            let mut slot = self.shared.hook_slot();
+            // Under the slot's lock: a driver that has closed cleared `accepts` (after
+            // `set_closed`) before it took what was left here, so a hook is either refused now
+            // or taken and closed by it.
+            if !slot.accepts || self.is_closed() {
+                return Err(hook);
+            }
+            slot.accepts = false;
+            slot.hook = Some(Box::new(hook));
+            self.shared.hook_waiting.store(true, Ordering::Release);
+        }
+        self.shared.kick();
+        Ok(())
+    }
+
+    /// True if [`Qp::attach_driver_hook`] would take a hook now: the QP's connection is moved
+    /// by a driver thread of its own that runs hooks, has not closed, and has no hook yet.
+    pub fn accepts_driver_hook(&self) -> bool {
+        self.shared.hook_slot().accepts && !self.is_closed()
+    }
+
+    /// A handle that wakes this QP's driver from any thread (see [`DriverHook`]).
+    pub fn waker(&self) -> QpWaker {
+        QpWaker(Arc::downgrade(&self.shared))
     }
 
     /// Hand the QP to the connection manager exactly once.

@@ -691,7 +691,7 @@ pub fn run(a: Args) -> Result<(), String> {
                     "rdma": if net.server_cpu().is_some() {
                         "server: a reactor thread drives the server port's worker and serves the connections on it; client: this thread drives the client port's worker"
                     } else {
-                        "kernel TCP: a thread per connection, unpinned"
+                        "kernel TCP: each server connection served on its QP's driver thread, the client waits on its CQ in this thread; unpinned"
                     },
                     "tcp": "server threads on server_cpu, client on client_cpus (as the RDMA side)",
                 },

@@ -107,7 +107,8 @@ pub struct RdmaConfig {
     /// version 0 with markers and CRC both ways).
     pub mpa_rev0: String,
     /// Threads running blocking procedures (the file store's READ/WRITE, NFS) for connections
-    /// served to completion on a driven dataplane worker (default 2).
+    /// served to completion on a driven dataplane worker or a kernel-TCP QP's driver thread
+    /// (default 2), shared by all connections.
     pub handler_threads: usize,
 }
 

@@ -1,0 +1,249 @@
+//! A QP's driver hook (src/verbs, src/cm/kernel.rs): work attached with
+//! `Qp::attach_driver_hook` runs on the thread that drives the QP's connection (kernel TCP, the
+//! in-memory link), handles the completions that thread produced and posts on it; a hook that
+//! owns the QP is dropped there only after the connection closed, and a hook is refused when
+//! no driver can run it.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use dpwarp::cm::ConnParam;
+use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::verbs::{
+    sge, smallvec, Access, Cq, DriverHook, HookPoll, Mr, Opcode, Qp, RecvWr, SendWr, WcOpcode,
+    WcStatus,
+};
+
+/// Echoes the first message received back to the peer, then disconnects and finishes.
+struct Echo {
+    qp: Qp,
+    cq: Cq,
+    buf: Mr,
+    /// The names of the threads `poll` ran on.
+    threads: Arc<Mutex<Vec<String>>>,
+    /// `closed` was called.
+    closed: Arc<AtomicBool>,
+    /// The QP was closed when the hook was dropped.
+    dropped_closed: Arc<Mutex<Option<bool>>>,
+    /// Calls of `poll` after `Finished`.
+    polls_after_finish: Arc<AtomicUsize>,
+    finished: bool,
+}
+
+impl DriverHook for Echo {
+    fn poll(&mut self) -> HookPoll {
+        if self.finished {
+            self.polls_after_finish.fetch_add(1, Ordering::SeqCst);
+        }
+        self.threads
+            .lock()
+            .unwrap()
+            .push(std::thread::current().name().unwrap_or("").to_string());
+        let Some(wc) = self.cq.poll_one() else {
+            return HookPoll::Idle;
+        };
+        if wc.opcode != WcOpcode::Recv || wc.status != WcStatus::Success {
+            return HookPoll::Worked;
+        }
+        let n = wc.byte_len as usize;
+        self.qp
+            .post_send(SendWr {
+                wr_id: 7,
+                opcode: Opcode::Send,
+                sg_list: smallvec![sge(&self.buf, 0, n)],
+                signaled: false,
+            })
+            .expect("post the echo");
+        self.qp.disconnect();
+        self.finished = true;
+        HookPoll::Finished
+    }
+
+    fn closed(self: Box<Self>) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        *self.dropped_closed.lock().unwrap() = Some(self.qp.is_closed());
+    }
+}
+
+type Probes = (
+    Arc<Mutex<Vec<String>>>,
+    Arc<AtomicBool>,
+    Arc<Mutex<Option<bool>>>,
+);
+
+/// An [`Echo`] for `s`; with `post`, its receive buffer is posted.
+fn echo(s: &Side, post: bool) -> (Echo, Probes) {
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let closed = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(Mutex::new(None));
+    let buf = s.pd.reg_mr(256, Access::LOCAL_WRITE);
+    if post {
+        s.qp.post_recv(RecvWr {
+            wr_id: 1,
+            sg_list: smallvec![sge(&buf, 0, 256)],
+        })
+        .unwrap();
+    }
+    let h = Echo {
+        qp: s.qp.clone(),
+        cq: s.cq.clone(),
+        buf,
+        threads: threads.clone(),
+        closed: closed.clone(),
+        dropped_closed: dropped.clone(),
+        polls_after_finish: Arc::new(AtomicUsize::new(0)),
+        finished: false,
+    };
+    (h, (threads, closed, dropped))
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < end, "{what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn hook_runs_on_the_driver(link: Link) {
+    let mut c = Side::new();
+    let mut s = Side::new();
+    // Not connected: no driver to run it.
+    let (early, _) = echo(&s, false);
+    let early =
+        s.qp.attach_driver_hook(early)
+            .expect_err("refused before connect");
+    assert!(!s.qp.accepts_driver_hook());
+    drop(early);
+    connect_sides(
+        link,
+        &mut c,
+        &mut s,
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .unwrap();
+    assert!(s.qp.accepts_driver_hook());
+    let (hook, (threads, closed, dropped)) = echo(&s, true);
+    let polls_after = hook.polls_after_finish.clone();
+    assert!(s.qp.attach_driver_hook(hook).is_ok());
+    // One hook per QP.
+    let (second, _) = echo(&s, false);
+    assert!(s.qp.attach_driver_hook(second).is_err());
+    // The hook holds the QP now; the test's handle goes (the connection stays up).
+    let sqp = s.qp.clone();
+    drop(s);
+
+    let rbuf = c.pd.reg_mr(256, Access::LOCAL_WRITE);
+    c.qp.post_recv(RecvWr {
+        wr_id: 2,
+        sg_list: smallvec![sge(&rbuf, 0, 256)],
+    })
+    .unwrap();
+    let sbuf = c.pd.reg_mr(64, Access::LOCAL_WRITE);
+    sbuf.write_at(0, b"ping through the driver hook");
+    c.qp.post_send(SendWr {
+        wr_id: 3,
+        opcode: Opcode::Send,
+        sg_list: smallvec![sge(&sbuf, 0, 28)],
+        signaled: true,
+    })
+    .unwrap();
+    let mut got = None;
+    for _ in 0..2 {
+        let wc = wc_ok(&c.cq);
+        if wc.opcode == WcOpcode::Recv {
+            got = Some(wc.byte_len);
+        }
+    }
+    assert_eq!(got, Some(28), "the hook echoed the message");
+    assert_eq!(&rbuf.to_vec()[..28], b"ping through the driver hook");
+    // The hook disconnected: the connection closes, and the hook is dropped only after that
+    // (it owns the QP, whose last handle would otherwise wait for this very driver).
+    assert!(c.qp.wait_closed(Duration::from_secs(10)));
+    wait_for("the hook is dropped", || dropped.lock().unwrap().is_some());
+    assert_eq!(*dropped.lock().unwrap(), Some(true));
+    assert!(sqp.is_closed());
+    assert!(
+        !closed.load(Ordering::SeqCst),
+        "a finished hook is not closed"
+    );
+    assert_eq!(polls_after.load(Ordering::SeqCst), 0);
+    let names = threads.lock().unwrap().clone();
+    assert!(!names.is_empty());
+    assert!(
+        names.iter().all(|n| n == "dpwarp-qp"),
+        "the hook ran on the QP's driver thread only: {names:?}"
+    );
+    // Closed: refused.
+    let (late, _) = echo(&c, false);
+    assert!(sqp.attach_driver_hook(late).is_err());
+}
+
+#[test]
+fn hook_runs_on_the_memlink_driver() {
+    hook_runs_on_the_driver(Link::Mem(FaultConfig::default()));
+}
+
+#[test]
+fn hook_runs_on_the_kernel_tcp_driver() {
+    hook_runs_on_the_driver(Link::Kernel);
+}
+
+/// A hook that never finishes is closed when the peer goes, then dropped.
+#[test]
+fn unfinished_hook_is_closed_when_the_peer_goes() {
+    let (c, s) = connect_pair(
+        Link::Mem(FaultConfig::default()),
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .unwrap();
+    struct Idle {
+        qp: Qp,
+        closed: Arc<AtomicBool>,
+        dropped: Arc<AtomicBool>,
+    }
+    impl DriverHook for Idle {
+        fn poll(&mut self) -> HookPoll {
+            HookPoll::Idle
+        }
+        fn closed(self: Box<Self>) {
+            assert!(self.qp.is_closed());
+            self.closed.store(true, Ordering::SeqCst);
+        }
+    }
+    impl Drop for Idle {
+        fn drop(&mut self) {
+            self.dropped.store(true, Ordering::SeqCst);
+        }
+    }
+    let closed = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let waker = s.qp.waker();
+    s.qp.attach_driver_hook(Idle {
+        qp: s.qp.clone(),
+        closed: closed.clone(),
+        dropped: dropped.clone(),
+    })
+    .ok()
+    .expect("attached");
+    waker.wake();
+    drop(s);
+    drop(c);
+    wait_for("the hook is closed and dropped", || {
+        dropped.load(Ordering::SeqCst)
+    });
+    assert!(closed.load(Ordering::SeqCst));
+    // The QP is gone: waking it does nothing.
+    waker.wake();
+}
