@@ -1249,17 +1249,24 @@ fn feed_direct(
     }
     c.ends.clear();
     let ends = &mut c.ends;
+    // Whether the engine was offered room for an FPDU in place: then it wrote all it had
+    // (it cuts a data FPDU to the room), and writing nothing means it has nothing to send.
+    let mut offered = false;
     let direct = s
         .send(|ring| {
             let n = ring.len().min(limit).min(free);
             if n < MIN_DIRECT_FPDU {
                 return (0, 0);
             }
+            offered = true;
             let mut out = SliceBuf::new(&mut ring[..n]);
             let w = conn.transmit_into(&mut out, Some(&mut *ends));
             (w, w)
         })
         .unwrap_or(0);
+    if direct == 0 && offered {
+        return (0, 0, 0);
+    }
     if direct > 0 {
         if align {
             for &e in c.ends.iter() {
