@@ -353,9 +353,52 @@ impl DataplaneConfig {
                     p.device, p.mtu
                 ));
             }
+            if p.device.starts_with("net_memif") && p.mtu > 1500 {
+                let need = usize::from(p.mtu) + 14;
+                let bsize = vdev_arg(&self.eal.args, &p.device, "bsize")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(MEMIF_DEFAULT_BSIZE);
+                if bsize < need {
+                    return Err(format!(
+                        "port {}: mtu {} over net_memif needs bsize={need} or more in its \
+                         --vdev arguments (it has {bsize}): a frame must fit one memif buffer \
+                         (frames chained across buffers arrived merged with the next ones, \
+                         DPDK 22.11)",
+                        p.device, p.mtu
+                    ));
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// net_memif's packet buffer size when its `bsize` devarg is not given.
+const MEMIF_DEFAULT_BSIZE: usize = 2048;
+
+/// The value of `key` in the `--vdev` arguments of `device` among the EAL `args`
+/// (`--vdev=net_memif0,role=server,bsize=9216` or `--vdev net_memif0,...`).
+pub fn vdev_arg<'a>(args: &'a [String], device: &str, key: &str) -> Option<&'a str> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let spec = match a.strip_prefix("--vdev") {
+            Some(rest) if rest.starts_with('=') => &rest[1..],
+            Some("") => it.next().map(String::as_str).unwrap_or(""),
+            _ => continue,
+        };
+        let mut parts = spec.split(',');
+        if parts.next() != Some(device) {
+            continue;
+        }
+        for kv in parts {
+            if let Some((k, v)) = kv.split_once('=') {
+                if k.trim() == key {
+                    return Some(v.trim());
+                }
+            }
+        }
+    }
+    None
 }
 
 /// `a.b.c.d/len`.
@@ -421,6 +464,29 @@ mod tests {
             }
         }
         assert!(n >= 1);
+    }
+
+    #[test]
+    fn memif_jumbo_mtu_needs_a_buffer_per_frame() {
+        let cfg = |vdev: &str, mtu: u16| {
+            DataplaneConfig::parse(&format!(
+                "[eal]\nargs=['-l', '0', '{vdev}']\n[[port]]\ndevice='net_memif0'\n\
+                 ip='10.0.0.1/24'\nmtu={mtu}\n"
+            ))
+        };
+        let e = cfg("--vdev=net_memif0,role=server,socket=/tmp/s", 9000).unwrap_err();
+        assert!(e.contains("bsize=9014"), "{e}");
+        assert!(cfg("--vdev=net_memif0,role=server,bsize=4096", 9000).is_err());
+        assert!(cfg("--vdev=net_memif0,role=server,bsize=9216", 9000).is_ok());
+        assert!(cfg("--vdev=net_memif0,role=server", 1500).is_ok());
+        // Another device's bsize does not count.
+        assert!(cfg("--vdev=net_memif1,bsize=9216", 9000).is_err());
+        let args: Vec<String> = ["--vdev", "net_memif0,bsize=9216,role=client"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(vdev_arg(&args, "net_memif0", "bsize"), Some("9216"));
+        assert_eq!(vdev_arg(&args, "net_memif0", "id"), None);
     }
 
     #[test]

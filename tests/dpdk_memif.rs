@@ -1,22 +1,40 @@
 //! net_memif across two processes: a `dpwarp dpperf --server` and a `dpwarp dpperf` client, each
 //! with its own EAL, connected through a memif socket unique to this test. The client runs
 //! write_bw (its final Send is answered only after every Write arrived) and send_lat
-//! (every ping answered), so success means data flowed both ways over DPDK.
+//! (every ping answered), so success means data flowed both ways over DPDK. The same at MTU
+//! 9000: memif carries jumbo frames although the PMD reports a 1518-octet maximum, and a 64 KiB
+//! Write travels in 8 segments instead of 46.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod memif_common;
-use memif_common::{config, Kill};
+use memif_common::{config_mtu, Kill};
 
 #[test]
 fn memif_two_processes_write_bw_and_send_lat() {
-    let dir = std::env::temp_dir().join(format!("dpwarp-memif-{}", std::process::id()));
+    let bw = two_processes("std", 0);
+    // 64 KiB in 1460-octet segments (MTU 1500).
+    assert!(bw["segments_per_msg"].as_f64().unwrap() > 40.0, "{bw}");
+}
+
+#[test]
+fn memif_two_processes_at_mtu_9000_send_jumbo_frames() {
+    let bw = two_processes("jumbo", 9000);
+    // 64 KiB in 8960-octet segments: 8 (and a few more for the final Send and retransmits).
+    let segs = bw["segments_per_msg"].as_f64().unwrap();
+    assert!((8.0..9.0).contains(&segs), "{bw}");
+}
+
+/// A dpperf server and two client processes (write_bw 64 KiB, send_lat 64 B) over one memif
+/// link at `mtu`; returns the client's write_bw result.
+fn two_processes(tag: &str, mtu: u16) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("dpwarp-memif-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config(&dir, "server", &sock, "10.93.0.1", "02:00:00:93:00:01");
-    let ccfg = config(&dir, "client", &sock, "10.93.0.2", "02:00:00:93:00:02");
+    let scfg = config_mtu(&dir, "server", &sock, "10.93.0.1", "02:00:00:93:00:01", mtu);
+    let ccfg = config_mtu(&dir, "client", &sock, "10.93.0.2", "02:00:00:93:00:02", mtu);
     let bin = env!("CARGO_BIN_EXE_dpwarp");
 
     let mut server = Kill(
@@ -94,4 +112,8 @@ fn memif_two_processes_write_bw_and_send_lat() {
     assert!(srv[0]["copies"]["rx_per_byte"].as_f64().is_some());
     assert_eq!(srv[1]["test"], "send_lat");
     let _ = std::fs::remove_dir_all(&dir);
+    bw.lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .expect("a write_bw JSON line")
 }

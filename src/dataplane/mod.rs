@@ -280,6 +280,24 @@ impl Dataplane {
                 }
                 _ => zc_able,
             };
+            // net_memif reports a 1518-octet maximum frame (DPDK 22.11 `memif_dev_info`), so
+            // `rte_eth_dev_configure` refuses a larger MTU; its data path has no such limit: a
+            // frame longer than a descriptor's buffer goes as a chain of descriptors
+            // (MEMIF_DESC_FLAG_NEXT) and is copied into the receiving mbuf as one frame. The
+            // link MTU of two dpwarp processes over memif is then what both configure; the PMD
+            // keeps its default.
+            let pmd_mtu = if info.driver == "net_memif" && pc.mtu > 1500 {
+                log::info!(
+                    "dataplane: {}: mtu {} used by dpwarp on the link; the PMD keeps its default \
+                     (it reports a 1518-octet maximum frame but carries longer ones in chained \
+                     descriptors)",
+                    pc.device,
+                    pc.mtu
+                );
+                0
+            } else {
+                pc.mtu
+            };
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
             let pool = Mempool::create(eal, &format!("dpw_pool{pi}"), pc.mbufs, 256, room)?;
             port.configure(
@@ -287,7 +305,7 @@ impl Dataplane {
                     queues: nq,
                     rx_desc: pc.rx_desc,
                     tx_desc: pc.tx_desc,
-                    mtu: pc.mtu,
+                    mtu: pmd_mtu,
                     rx_offloads: ck_off.rx_bits(),
                     tx_offloads: ck_off.tx_bits()
                         | if zero_copy {

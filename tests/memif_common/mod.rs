@@ -18,16 +18,28 @@ impl Drop for Kill {
 /// Write `DIR/ROLE.toml`: one net_memif port (`role` server or client on socket `sock`) with
 /// address `ip`/24 and `mac`, no hugepages.
 pub fn config(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str) -> PathBuf {
+    config_mtu(dir, role, sock, ip, mac, 0)
+}
+
+/// [`config`] with `mtu` on the port (0: the default 1500); above 1500 the memif buffers are
+/// made large enough for a frame (`bsize`, see `DataplaneConfig` validation).
+pub fn config_mtu(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str, mtu: u16) -> PathBuf {
+    let bsize = if mtu > 1500 {
+        format!(",bsize={}", (usize::from(mtu) + 14).next_multiple_of(1024))
+    } else {
+        String::new()
+    };
     let text = format!(
         r#"
 [eal]
 args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
-        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no"]
+        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no{bsize}"]
 [[port]]
 device = "net_memif0"
 ip = "{ip}/24"
 mac = "{mac}"
 mbufs = 8191
+mtu = {mtu}
 [worker]
 spin_us = 5
 "#,
