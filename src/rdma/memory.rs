@@ -15,10 +15,11 @@
 //! Each region's bytes sit behind an `RwLock`, so placement from an engine thread and local CPU
 //! access never race. Every address computation a peer influences (TO, lengths) is overflow-checked.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 
 use rand::Rng;
 
@@ -87,6 +88,9 @@ struct Region {
     base: u64,
     len: usize,
     invalidated: AtomicBool,
+    /// Registered: cleared by [`MemoryTable::deregister`] (a thread's [`Recent`] lookups check
+    /// it, as they do not go through the table).
+    live: AtomicBool,
     /// The bytes; shared with other regions over the same memory ([`SharedMem`]).
     data: Arc<RwLock<Box<[u8]>>>,
 }
@@ -184,8 +188,57 @@ impl Table {
 }
 
 struct Inner {
+    /// Tells this table's entries in a thread's [`Recent`] from another table's.
+    id: u64,
     next_pd: AtomicU32,
     table: RwLock<Table>,
+}
+
+/// Source of [`Inner::id`].
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Regions a thread looked up lately (direct-mapped by STag index, [`RECENT_SLOTS`] slots, any
+/// table). The data path names the same regions over and over (a connection's receive and send
+/// buffers, the block store), and the table's lock costs two atomic read-modify-writes per
+/// lookup on top of the region's reference count: a hit here costs one. Entries are weak (a
+/// deregistered region is not kept alive, and [`Mr::into_bytes`] still finds its bytes
+/// unshared) and checked against [`Region::live`], so a lookup never returns a region the table
+/// no longer has.
+struct Recent {
+    slots: Vec<(u64, u32, Weak<Region>)>,
+}
+
+const RECENT_SLOTS: usize = 256;
+
+impl Default for Recent {
+    fn default() -> Self {
+        Recent {
+            slots: vec![(0, 0, Weak::new()); RECENT_SLOTS],
+        }
+    }
+}
+
+impl Recent {
+    /// The STag index is drawn at random (module docs), so its low bits spread the slots.
+    fn slot(stag: u32) -> usize {
+        (stag >> 8) as usize % RECENT_SLOTS
+    }
+
+    fn find(&self, table: u64, stag: u32) -> Option<Arc<Region>> {
+        let (t, s, w) = &self.slots[Self::slot(stag)];
+        if *t != table || *s != stag {
+            return None;
+        }
+        w.upgrade().filter(|r| r.live.load(Ordering::Acquire))
+    }
+
+    fn put(&mut self, table: u64, stag: u32, r: &Arc<Region>) {
+        self.slots[Self::slot(stag)] = (table, stag, Arc::downgrade(r));
+    }
+}
+
+thread_local! {
+    static RECENT: RefCell<Recent> = RefCell::default();
 }
 
 /// Largest STag index (24 bits).
@@ -215,6 +268,7 @@ impl MemoryTable {
     pub fn new() -> Self {
         MemoryTable {
             inner: Arc::new(Inner {
+                id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
                 next_pd: AtomicU32::new(1),
                 table: RwLock::new(Table {
                     regions: IndexMap::default(),
@@ -231,10 +285,19 @@ impl MemoryTable {
         self.inner.table.write().unwrap_or_else(|p| p.into_inner())
     }
     fn region(&self, stag: u32) -> Option<Arc<Region>> {
-        let t = self.table();
-        let r = t.regions.get(&(stag >> 8))?;
-        // The key byte must match too: a stale or guessed key is an invalid STag.
-        (r.stag == stag).then(|| r.clone())
+        let id = self.inner.id;
+        // `try_with`: during thread teardown the cache is gone, the table still answers.
+        if let Ok(Some(r)) = RECENT.try_with(|c| c.borrow().find(id, stag)) {
+            return Some(r);
+        }
+        let r = {
+            let t = self.table();
+            let r = t.regions.get(&(stag >> 8))?;
+            // The key byte must match too: a stale or guessed key is an invalid STag.
+            (r.stag == stag).then(|| r.clone())?
+        };
+        let _ = RECENT.try_with(|c| c.borrow_mut().put(id, stag, &r));
+        Some(r)
     }
     /// A fresh protection domain.
     pub fn alloc_pd(&self) -> PdId {
@@ -286,6 +349,7 @@ impl MemoryTable {
             base,
             len,
             invalidated: AtomicBool::new(false),
+            live: AtomicBool::new(true),
             data,
         });
         t.regions.insert(index, region.clone());
@@ -297,6 +361,7 @@ impl MemoryTable {
         let i = stag >> 8;
         match t.regions.get(&i) {
             Some(r) if r.stag == stag => {
+                r.live.store(false, Ordering::Release);
                 t.regions.remove(&i);
                 t.release(i);
                 true
@@ -618,6 +683,43 @@ mod tests {
     }
 
     const RW: Access = Access(7);
+
+    /// A thread's recent lookups never outlive the registration: after `deregister` the STag
+    /// is invalid at once, though this thread looked it up just before; the same STag value in
+    /// another table is that table's business; and a looked-up region still hands its bytes
+    /// over unshared (the recent entries do not hold it).
+    #[test]
+    fn recent_lookups_follow_the_table() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let mr = m.register(pd, 64, RW);
+        for _ in 0..3 {
+            m.write(mr.stag(), pd, mr.addr(), b"x", RW).unwrap();
+        }
+        assert!(m.get(mr.stag()).is_some());
+        let other = MemoryTable::new();
+        assert!(other.get(mr.stag()).is_none(), "another table's STag");
+        assert!(m.deregister(mr.stag()));
+        assert_eq!(
+            m.write(mr.stag(), pd, mr.addr(), b"x", RW),
+            Err(MemoryError::InvalidStag)
+        );
+        assert!(m.get(mr.stag()).is_none());
+        let v = mr.into_bytes().expect("no handle kept by the lookups");
+        assert_eq!(v[0], b'x');
+        // Many regions through the few recent slots: every one is found, each its own.
+        let mrs: Vec<Mr> = (0..2 * RECENT_SLOTS)
+            .map(|_| m.register(pd, 8, RW))
+            .collect();
+        for _ in 0..2 {
+            for (i, r) in mrs.iter().enumerate() {
+                m.write(r.stag(), pd, r.addr(), &[i as u8], RW).unwrap();
+            }
+        }
+        for (i, r) in mrs.iter().enumerate() {
+            assert_eq!(r.to_vec()[0], i as u8);
+        }
+    }
 
     /// One memory registered in two PDs: each registration checks its own PD, both place into
     /// and gather from the same bytes, and the memory outlives both registrations.
