@@ -656,6 +656,10 @@ struct ConnServer {
     ord: u32,
     /// Reused copy of the message being handled.
     rx_scratch: Vec<u8>,
+    /// Reused buffers of the reply encoder: the RPC reply, and the whole Send (transport
+    /// header + reply) before it goes into a registered send buffer.
+    reply_scratch: Vec<u8>,
+    send_scratch: Vec<u8>,
     /// Calls waiting for their read chunks, in arrival order.
     pulls: VecDeque<PullJob>,
     /// RDMA Reads in flight (at most the ORD window): `wr_id` -> the job they fill.
@@ -799,6 +803,8 @@ impl ConnServer {
             peer_maxrdmaread,
             ord,
             rx_scratch: Vec::new(),
+            reply_scratch: Vec::with_capacity(ENCODE_CAPACITY),
+            send_scratch: Vec::with_capacity(ENCODE_CAPACITY),
             pulls: VecDeque::new(),
             reads: HashMap::new(),
             next_job: 1,
@@ -974,10 +980,12 @@ impl ConnServer {
             credits: step.credits,
             body,
         };
-        let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY + rpc.len());
+        let mut w = XdrWriter::reusing(std::mem::take(&mut self.send_scratch));
         h.emit(&mut w);
         w.put_raw(rpc);
-        self.ep.send(w.as_slice(), hold)
+        let r = self.ep.send(w.as_slice(), hold);
+        self.send_scratch = w.into_vec();
+        r
     }
 
     /// What becomes of a call: answered, or ERR_CHUNK, or the connection ends.
@@ -1443,8 +1451,9 @@ impl ConnServer {
                 }
             }
         }
-        let encode = |padding: Option<(Padding, usize)>| {
-            let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY);
+        let mut scratch = std::mem::take(&mut self.reply_scratch);
+        let mut encode = |padding: Option<(Padding, usize)>| {
+            let mut w = XdrWriter::reusing(std::mem::take(&mut scratch));
             if let Some((p, off)) = padding {
                 w.set_padding(Some(p), off);
             }
@@ -1479,7 +1488,9 @@ impl ConnServer {
         .buffer_len();
         let msg = encode(self.cfg.reply_padding.map(|p| (p, hlen)));
         if hlen + msg.len() <= inline_max {
-            return Ok(self.send_header(xid, inline_body, &msg, staged)?);
+            let r = self.send_header(xid, inline_body, &msg, staged);
+            self.reply_scratch = msg;
+            return Ok(r?);
         }
         let msg = encode(None);
         if let Some(rc) = chunks.reply.as_ref() {

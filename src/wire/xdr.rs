@@ -221,6 +221,16 @@ impl XdrWriter {
         }
     }
 
+    /// An empty writer over `buf`'s allocation (cleared): an encoder that runs once per message
+    /// hands its buffer back with [`XdrWriter::into_vec`] and reuses it for the next one.
+    pub fn reusing(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        XdrWriter {
+            buf,
+            ..Self::default()
+        }
+    }
+
     /// An empty writer whose first byte lands at absolute offset `base` of the message.
     pub fn with_base(base: usize) -> Self {
         XdrWriter {
