@@ -16,7 +16,7 @@ use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 use dpwarp::transport::memlink::{self, FaultConfig};
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, QpTerminate, RecvWr, SendWr};
 use dpwarp::wire::oncrpc::{Auth, CallRepr};
-use dpwarp::wire::rpcrdma::{Body as RdmaBody, Chunks, HeaderRepr};
+use dpwarp::wire::rpcrdma::{Body as RdmaBody, Chunks, HeaderRepr, Segment};
 use dpwarp::wire::terminate::TermCause;
 use dpwarp::wire::xdr::XdrWriter;
 
@@ -393,4 +393,133 @@ fn pipelined_read_chunk_replies_then_a_grant_drop_do_not_deadlock() {
     }
     assert!(c.grant() <= 12);
     assert_eq!(c.stats.over_grant, 0);
+}
+
+/// A client within its grant whose calls each carry a write chunk of 32 segments (one RDMA
+/// Write each, plus the reply's Send; the reply, which echoes the list, still fits inline): a
+/// burst of such READs at a full grant of 64 asks for more work requests (64 x 33) than the
+/// server's send queue takes at once. The
+/// server must pace itself (take the next call once the queue has drained), not fail the
+/// connection: every READ is answered, with the data in every segment.
+#[test]
+fn a_full_grant_of_many_segment_reads_is_paced_not_refused() {
+    const GRANT: u32 = 64;
+    const SEGS: usize = 32;
+    const SEG: usize = 1024;
+    // A reply echoes the write list: 64 segments of 16 octets.
+    const RB: usize = 2048;
+    let cfg = ServerConfig {
+        credit_pool: 4 * GRANT,
+        max_credits: GRANT,
+        ..ServerConfig::default()
+    };
+    let (s, store) = server(cfg);
+    let data: Vec<u8> = (0..SEGS * SEG).map(|i| (i % 253) as u8).collect();
+    store.write(0, &data).unwrap();
+
+    let (ce, se) = memlink::pair(FaultConfig::default());
+    let srv = s.clone();
+    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
+    let dev = Device::open();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(4096);
+    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+    let n = GRANT as usize;
+    let rbuf = pd.reg_mr(RB * (n + 1), Access::LOCAL_WRITE);
+    for i in 0..=n {
+        qp.post_recv(RecvWr {
+            wr_id: 1000 + i as u64,
+            sg_list: smallvec![sge(&rbuf, i * RB, RB)],
+        })
+        .unwrap();
+    }
+    // One sink per call (the warm-up call's last), each of SEGS segments.
+    let sink = pd.reg_mr(
+        (n + 1) * SEGS * SEG,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
+    cm::connect(Box::new(ce), &qp, &ConnParam::default()).unwrap();
+    h.join().unwrap().unwrap();
+    let sbuf = pd.reg_mr(2048 * (n + 1), Access::LOCAL_WRITE);
+    let send_read = |i: usize, xid: u32, credits: u32| {
+        let base = sink.addr() + (i * SEGS * SEG) as u64;
+        let seg_list: Vec<Segment> = (0..SEGS)
+            .map(|k| Segment {
+                handle: sink.stag(),
+                length: SEG as u32,
+                offset: base + (k * SEG) as u64,
+            })
+            .collect();
+        let mut w = XdrWriter::new();
+        HeaderRepr {
+            xid,
+            vers: 1,
+            credits,
+            body: RdmaBody::Msg(Chunks {
+                writes: vec![seg_list],
+                ..Chunks::default()
+            }),
+        }
+        .emit(&mut w);
+        CallRepr {
+            xid,
+            prog: BLOCK_PROG,
+            vers: BLOCK_VERS,
+            proc_: block::PROC_READ,
+            cred: Auth::None,
+            verf: Auth::None,
+        }
+        .emit(&mut w);
+        w.put_u64(0);
+        w.put_u32((SEGS * SEG) as u32);
+        sbuf.write_at(i * 2048, w.as_slice());
+        qp.post_send(SendWr {
+            wr_id: u64::from(xid),
+            opcode: Opcode::Send,
+            sg_list: smallvec![sge(&sbuf, i * 2048, w.len())],
+            signaled: false,
+        })
+        .unwrap();
+    };
+    let next_reply = || loop {
+        let wc = cq.wait(Duration::from_secs(10)).expect("a reply");
+        assert_eq!(wc.status, dpwarp::verbs::WcStatus::Success, "{wc:?}");
+        if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
+            let off = (wc.wr_id - 1000) as usize * RB;
+            let mut msg = vec![0u8; wc.byte_len as usize];
+            rbuf.read_at(off, &mut msg);
+            let (h, _) = HeaderRepr::parse(&msg).unwrap();
+            return (wc.wr_id, h);
+        }
+    };
+    // The first call (grant 1) raises the grant to GRANT.
+    send_read(n, 1, GRANT);
+    let (id, h) = next_reply();
+    assert!(h.credits >= GRANT, "grant {}", h.credits);
+    qp.post_recv(RecvWr {
+        wr_id: id,
+        sg_list: smallvec![sge(&rbuf, (id - 1000) as usize * RB, RB)],
+    })
+    .unwrap();
+    // Then the whole grant at once.
+    for i in 0..n {
+        send_read(i, 100 + i as u32, GRANT);
+    }
+    for _ in 0..n {
+        let (_, h) = next_reply();
+        assert!(
+            matches!(h.body, RdmaBody::Msg(_)),
+            "xid {}: {:?}",
+            h.xid,
+            h.body
+        );
+    }
+    assert!(!qp.is_closed(), "the connection survived the burst");
+    let got = sink.to_vec();
+    for i in 0..n {
+        assert!(
+            got[i * SEGS * SEG..(i + 1) * SEGS * SEG] == data[..],
+            "call {i}: data in every segment"
+        );
+    }
 }

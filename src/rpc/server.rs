@@ -683,6 +683,12 @@ struct ConnServer {
 /// always fits; beyond that, later calls wait their turn.
 const PULL_BUDGET_CHUNKS: usize = 2;
 
+/// Send WRs one completion may make the connection post at most (see `ConnServer::send_room`):
+/// a header holds at most `MAX_SEGMENTS` segments in all its lists, each at most one RDMA Write
+/// or Read, plus the reply's Send; twice that leaves room for the RDMA Reads of a read chunk
+/// being pulled meanwhile (the ORD window).
+const REPLY_WRS: usize = 2 * crate::wire::rpcrdma::MAX_SEGMENTS + 1;
+
 /// Completions handled per [`ConnServer::poll`] (so one busy connection does not starve the
 /// others of its reactor, nor the worker that moves their bytes).
 const POLL_BUDGET: usize = 64;
@@ -822,9 +828,23 @@ impl ConnServer {
         self.end(r);
     }
 
+    /// Room in the send queue for everything one more completion may post (the reply to a
+    /// call: a Send and an RDMA Write per write-chunk or reply-chunk segment; or the RDMA Reads
+    /// of the next read chunk). A call is taken only then, so a client within its grant whose
+    /// calls carry many segments is answered at the pace the send queue drains, never refused
+    /// with `QueueFull` (which would end its connection).
+    fn send_room(&self) -> bool {
+        self.ep.qp.send_queue_room() >= REPLY_WRS
+    }
+
     fn serve_blocking(&mut self) -> Result<(), RpcError> {
         loop {
             if self.poll()? {
+                continue;
+            }
+            if !self.send_room() {
+                // Paced (see `send_room`): the QP's driver thread empties the queue.
+                thread::sleep(Duration::from_micros(20));
                 continue;
             }
             match self.ep.wait_recv(Duration::from_millis(20)) {
@@ -862,6 +882,12 @@ impl ConnServer {
     fn poll(&mut self) -> Result<bool, RpcError> {
         let mut work = false;
         for _ in 0..POLL_BUDGET {
+            if !self.send_room() {
+                // Paced: the worker or driver empties the send queue into the connection on its
+                // next pass; a full connection means TCP is waiting for the peer, and the
+                // driver's nap is then short (it has output pending).
+                break;
+            }
             let Some(wc) = self.ep.rcq.poll_one() else {
                 break;
             };

@@ -618,6 +618,15 @@ impl Qp {
         Ok(())
     }
 
+    /// Send WRs [`Qp::post_send`] takes now before it answers `QueueFull` (free slots of the
+    /// post ring, which the connection's driver empties into the connection between passes).
+    /// For a poster that cannot wait (a driver hook, a reactor): take on new work only when
+    /// the WRs it will post fit.
+    pub fn send_queue_room(&self) -> usize {
+        let q = &self.shared.sq_ring;
+        q.capacity() - q.len()
+    }
+
     /// True once the underlying stream has closed (TERMINATE, disconnect, peer gone).
     pub fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
