@@ -205,6 +205,10 @@ struct Conn {
     eof: bool,
     /// When the connection first wanted to close with output still to stage.
     closing_since: Option<Instant>,
+    /// The pass clock at which `transmit` last found the connection framing in place with its
+    /// timers handled: until the clock moves (or bytes are delivered to the engine) there is
+    /// nothing for that check to do, and its lock is skipped.
+    tx_checked: Option<Instant>,
 }
 
 impl Conn {
@@ -219,6 +223,7 @@ impl Conn {
             state: CState::Live,
             eof: false,
             closing_since: None,
+            tx_checked: None,
         }
     }
 
@@ -434,7 +439,14 @@ impl Worker {
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
         // places straight from the frames (the sockets' rx sinks).
         work |= self.post();
-        work |= self.rx(now);
+        if self.rx(now) {
+            // Bytes placed by the sockets' rx sinks may have queued frames for the staged path
+            // (a TERMINATE): `transmit` looks at every connection again.
+            for c in self.conns.iter_mut() {
+                c.tx_checked = None;
+            }
+            work = true;
+        }
         work |= self.accept(now);
         work |= self.deliver(now);
         work |= self.transmit(now);
@@ -916,6 +928,9 @@ impl Worker {
             if !s.can_recv() && (c.eof || s.may_recv() || s.state() == tcp::State::Established) {
                 continue;
             }
+            // What the engine does with the bytes may queue frames for the staged path (an
+            // MPA Reply, a TERMINATE): `transmit` looks again.
+            c.tx_checked = None;
             let mut guard = sh.lock();
             let QpSlot::Live(conn) = &mut *guard else {
                 continue;
@@ -949,6 +964,9 @@ impl Worker {
             if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
                 continue;
             }
+            if c.tx_checked == Some(now) {
+                continue;
+            }
             let Some(sh) = c.sh.as_ref() else { continue };
             let mut guard = sh.lock();
             let QpSlot::Live(conn) = &mut *guard else {
@@ -962,8 +980,10 @@ impl Worker {
             c.ends.clear();
             if conn.can_transmit_direct() {
                 // FPDUs are framed straight into the socket below (feed_direct).
+                c.tx_checked = Some(now);
                 continue;
             }
+            c.tx_checked = None;
             conn.poll_transmit_records(&mut c.out, &mut c.ends);
             self.tx_staged += c.out.len() as u64;
             work |= !c.out.is_empty();
@@ -1039,7 +1059,9 @@ impl Worker {
                 }
                 CState::Live => {
                     let drained = c.out_pos == c.out.len();
-                    let close = match c.sh.clone() {
+                    // The QP is taken out of the Conn for the reap and put back (no reference
+                    // count traffic on every pass): the worker still holds one reference.
+                    let close = match c.sh.take() {
                         None => drained || !s.may_send(),
                         Some(sh) => {
                             let (w, close) = reap(c, &sh, &mut self.stats.mpa_crc_errors);
@@ -1051,6 +1073,7 @@ impl Worker {
                                 self.tx_staged += n as u64;
                                 n > 0
                             };
+                            c.sh = Some(sh);
                             work |= more;
                             c.eof || (close && drained && !more)
                         }
@@ -1176,8 +1199,8 @@ fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) 
         return (false, true);
     };
     let work = pump::events(sh, conn, |ev| forward(&c.events, crc_errors, ev));
-    // Two references are the worker's: the caller's clone and the Conn's.
-    (work, pump::close_wanted(sh, conn, 2))
+    // One reference is the worker's (the caller took it out of the Conn).
+    (work, pump::close_wanted(sh, conn, 1))
 }
 
 /// An event to the connection manager's waiter, counting TERMINATEs for MPA CRC errors.
