@@ -395,59 +395,59 @@ fn pipelined_read_chunk_replies_then_a_grant_drop_do_not_deadlock() {
     assert_eq!(c.stats.over_grant, 0);
 }
 
-/// A client within its grant whose calls each carry a write chunk of 32 segments (one RDMA
-/// Write each, plus the reply's Send; the reply, which echoes the list, still fits inline): a
-/// burst of such READs at a full grant of 64 asks for more work requests (64 x 33) than the
-/// server's send queue takes at once. The
-/// server must pace itself (take the next call once the queue has drained), not fail the
-/// connection: every READ is answered, with the data in every segment.
-#[test]
-fn a_full_grant_of_many_segment_reads_is_paced_not_refused() {
-    const GRANT: u32 = 64;
-    const SEGS: usize = 32;
-    const SEG: usize = 1024;
-    // A reply echoes the write list: 64 segments of 16 octets.
-    const RB: usize = 2048;
-    let cfg = ServerConfig {
-        credit_pool: 4 * GRANT,
-        max_credits: GRANT,
-        ..ServerConfig::default()
-    };
-    let (s, store) = server(cfg);
-    let data: Vec<u8> = (0..SEGS * SEG).map(|i| (i % 253) as u8).collect();
-    store.write(0, &data).unwrap();
+/// A raw RPC-over-RDMA client over the in-memory link: `slots` receive buffers of [`RB`]
+/// octets, a sink region of `sink_len` for write chunks, and READ calls with a write chunk of
+/// `segs` segments of `seg` octets at a given sink offset.
+struct RawClient {
+    qp: Qp,
+    cq: Cq,
+    rbuf: dpwarp::verbs::Mr,
+    sbuf: dpwarp::verbs::Mr,
+    sink: dpwarp::verbs::Mr,
+}
 
-    let (ce, se) = memlink::pair(FaultConfig::default());
-    let srv = s.clone();
-    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let dev = Device::open();
-    let pd = dev.alloc_pd();
-    let cq = Cq::new(4096);
-    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
-    let n = GRANT as usize;
-    let rbuf = pd.reg_mr(RB * (n + 1), Access::LOCAL_WRITE);
-    for i in 0..=n {
-        qp.post_recv(RecvWr {
-            wr_id: 1000 + i as u64,
-            sg_list: smallvec![sge(&rbuf, i * RB, RB)],
-        })
-        .unwrap();
+/// A reply echoes the write list (16 octets a segment).
+const RB: usize = 2048;
+
+impl RawClient {
+    fn connect(s: &RdmaServer, slots: usize, sink_len: usize) -> RawClient {
+        let (ce, se) = memlink::pair(FaultConfig::default());
+        let srv = s.clone();
+        let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
+        let dev = Device::open();
+        let pd = dev.alloc_pd();
+        let cq = Cq::new(4096);
+        let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+        let rbuf = pd.reg_mr(RB * slots, Access::LOCAL_WRITE);
+        for i in 0..slots {
+            qp.post_recv(RecvWr {
+                wr_id: 1000 + i as u64,
+                sg_list: smallvec![sge(&rbuf, i * RB, RB)],
+            })
+            .unwrap();
+        }
+        let sink = pd.reg_mr(sink_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        cm::connect(Box::new(ce), &qp, &ConnParam::default()).unwrap();
+        h.join().unwrap().unwrap();
+        let sbuf = pd.reg_mr(2048 * slots, Access::LOCAL_WRITE);
+        RawClient {
+            qp,
+            cq,
+            rbuf,
+            sbuf,
+            sink,
+        }
     }
-    // One sink per call (the warm-up call's last), each of SEGS segments.
-    let sink = pd.reg_mr(
-        (n + 1) * SEGS * SEG,
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-    );
-    cm::connect(Box::new(ce), &qp, &ConnParam::default()).unwrap();
-    h.join().unwrap().unwrap();
-    let sbuf = pd.reg_mr(2048 * (n + 1), Access::LOCAL_WRITE);
-    let send_read = |i: usize, xid: u32, credits: u32| {
-        let base = sink.addr() + (i * SEGS * SEG) as u64;
-        let seg_list: Vec<Segment> = (0..SEGS)
+
+    /// READ `segs * seg` octets from offset 0 of the store into the sink at `at`, through
+    /// send slot `slot`.
+    fn read(&self, slot: usize, xid: u32, credits: u32, at: usize, segs: usize, seg: usize) {
+        let base = self.sink.addr() + at as u64;
+        let seg_list: Vec<Segment> = (0..segs)
             .map(|k| Segment {
-                handle: sink.stag(),
-                length: SEG as u32,
-                offset: base + (k * SEG) as u64,
+                handle: self.sink.stag(),
+                length: seg as u32,
+                offset: base + (k * seg) as u64,
             })
             .collect();
         let mut w = XdrWriter::new();
@@ -471,42 +471,73 @@ fn a_full_grant_of_many_segment_reads_is_paced_not_refused() {
         }
         .emit(&mut w);
         w.put_u64(0);
-        w.put_u32((SEGS * SEG) as u32);
-        sbuf.write_at(i * 2048, w.as_slice());
-        qp.post_send(SendWr {
-            wr_id: u64::from(xid),
-            opcode: Opcode::Send,
-            sg_list: smallvec![sge(&sbuf, i * 2048, w.len())],
-            signaled: false,
-        })
-        .unwrap();
-    };
-    let next_reply = || loop {
-        let wc = cq.wait(Duration::from_secs(10)).expect("a reply");
-        assert_eq!(wc.status, dpwarp::verbs::WcStatus::Success, "{wc:?}");
-        if wc.opcode == dpwarp::verbs::WcOpcode::Recv {
+        w.put_u32((segs * seg) as u32);
+        self.sbuf.write_at(slot * 2048, w.as_slice());
+        self.qp
+            .post_send(SendWr {
+                wr_id: u64::from(xid),
+                opcode: Opcode::Send,
+                sg_list: smallvec![sge(&self.sbuf, slot * 2048, w.len())],
+                signaled: false,
+            })
+            .unwrap();
+    }
+
+    /// The next reply's transport header (it must parse), and the receive slot it used, which
+    /// is posted again.
+    fn next_reply(&self) -> HeaderRepr {
+        loop {
+            let wc = self.cq.wait(Duration::from_secs(10)).expect("a reply");
+            assert_eq!(wc.status, dpwarp::verbs::WcStatus::Success, "{wc:?}");
+            if wc.opcode != dpwarp::verbs::WcOpcode::Recv {
+                continue;
+            }
             let off = (wc.wr_id - 1000) as usize * RB;
             let mut msg = vec![0u8; wc.byte_len as usize];
-            rbuf.read_at(off, &mut msg);
-            let (h, _) = HeaderRepr::parse(&msg).unwrap();
-            return (wc.wr_id, h);
+            self.rbuf.read_at(off, &mut msg);
+            let (h, _) = HeaderRepr::parse(&msg).expect("a reply header the client can parse");
+            self.qp
+                .post_recv(RecvWr {
+                    wr_id: wc.wr_id,
+                    sg_list: smallvec![sge(&self.rbuf, off, RB)],
+                })
+                .unwrap();
+            return h;
         }
+    }
+}
+
+/// A client within its grant whose calls each carry a write chunk of 32 segments (one RDMA
+/// Write each, plus the reply's Send; the reply, which echoes the list, still fits inline): a
+/// burst of such READs at a full grant of 64 asks for more work requests (64 x 33) than the
+/// server's send queue takes at once. The server must pace itself (take the next call once the
+/// queue has drained), not fail the connection: every READ is answered, with the data in every
+/// segment.
+#[test]
+fn a_full_grant_of_many_segment_reads_is_paced_not_refused() {
+    const GRANT: u32 = 64;
+    const SEGS: usize = 32;
+    const SEG: usize = 1024;
+    let cfg = ServerConfig {
+        credit_pool: 4 * GRANT,
+        max_credits: GRANT,
+        ..ServerConfig::default()
     };
+    let (s, store) = server(cfg);
+    let data: Vec<u8> = (0..SEGS * SEG).map(|i| (i % 253) as u8).collect();
+    store.write(0, &data).unwrap();
+    let n = GRANT as usize;
+    let c = RawClient::connect(&s, n + 1, (n + 1) * SEGS * SEG);
     // The first call (grant 1) raises the grant to GRANT.
-    send_read(n, 1, GRANT);
-    let (id, h) = next_reply();
+    c.read(n, 1, GRANT, n * SEGS * SEG, SEGS, SEG);
+    let h = c.next_reply();
     assert!(h.credits >= GRANT, "grant {}", h.credits);
-    qp.post_recv(RecvWr {
-        wr_id: id,
-        sg_list: smallvec![sge(&rbuf, (id - 1000) as usize * RB, RB)],
-    })
-    .unwrap();
     // Then the whole grant at once.
     for i in 0..n {
-        send_read(i, 100 + i as u32, GRANT);
+        c.read(i, 100 + i as u32, GRANT, i * SEGS * SEG, SEGS, SEG);
     }
     for _ in 0..n {
-        let (_, h) = next_reply();
+        let h = c.next_reply();
         assert!(
             matches!(h.body, RdmaBody::Msg(_)),
             "xid {}: {:?}",
@@ -514,12 +545,28 @@ fn a_full_grant_of_many_segment_reads_is_paced_not_refused() {
             h.body
         );
     }
-    assert!(!qp.is_closed(), "the connection survived the burst");
-    let got = sink.to_vec();
+    assert!(!c.qp.is_closed(), "the connection survived the burst");
+    let got = c.sink.to_vec();
     for i in 0..n {
         assert!(
             got[i * SEGS * SEG..(i + 1) * SEGS * SEG] == data[..],
             "call {i}: data in every segment"
         );
     }
+}
+
+/// A READ whose write list holds all 64 segments a header may carry, with a reply too long for
+/// the inline threshold and no reply chunk: the draft's answer, a position-zero read chunk,
+/// would make a reply header of 65 segments (which a client's parser bounded like ours
+/// refuses). The server answers ERR_CHUNK instead (RFC 8166 §4.5.3), in a header that parses.
+#[test]
+fn a_long_reply_that_would_exceed_the_header_segment_limit_is_err_chunk() {
+    const SEGS: usize = dpwarp::wire::rpcrdma::MAX_SEGMENTS;
+    let (s, _store) = server(ServerConfig::default());
+    let c = RawClient::connect(&s, 2, SEGS * 64);
+    c.read(0, 7, 1, 0, SEGS, 64);
+    let h = c.next_reply();
+    assert_eq!(h.xid, 7);
+    assert!(matches!(h.body, RdmaBody::ErrChunk), "{:?}", h.body);
+    assert!(!c.qp.is_closed(), "an ERR_CHUNK leaves the connection up");
 }

@@ -41,7 +41,7 @@ use crate::verbs::{
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
     Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadChunk, ReadSegment, Segment,
-    RPCRDMA_VERSION,
+    MAX_SEGMENTS, RPCRDMA_VERSION,
 };
 use crate::wire::rpcrdma_cpd::CpdRepr;
 use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
@@ -687,7 +687,7 @@ const PULL_BUDGET_CHUNKS: usize = 2;
 /// a header holds at most `MAX_SEGMENTS` segments in all its lists, each at most one RDMA Write
 /// or Read, plus the reply's Send; twice that leaves room for the RDMA Reads of a read chunk
 /// being pulled meanwhile (the ORD window).
-const REPLY_WRS: usize = 2 * crate::wire::rpcrdma::MAX_SEGMENTS + 1;
+const REPLY_WRS: usize = 2 * MAX_SEGMENTS + 1;
 
 /// Completions handled per [`ConnServer::poll`] (so one busy connection does not starve the
 /// others of its reactor, nor the worker that moves their bytes).
@@ -1548,7 +1548,20 @@ impl ConnServer {
             return Ok(self.send_header(xid, RdmaBody::ErrChunk, &[], staged)?);
         }
         // Long reply without (a large enough) reply chunk: the draft's read chunk in the reply,
-        // released by the client's RDMA_DONE (§3.8).
+        // released by the client's RDMA_DONE (§3.8). Its one segment joins the returned write
+        // list in the header: a header beyond MAX_SEGMENTS is one the client's parser may refuse
+        // (ours does), so that reply is not possible either.
+        let returned_segs: usize = returned.iter().map(Vec::len).sum();
+        if returned_segs + 1 > MAX_SEGMENTS {
+            log::warn!(
+                "rpc-server: xid {xid:#x}: long reply of {} octets needs a read chunk, but the \
+                 write list already holds {returned_segs} segments ({MAX_SEGMENTS} at most in a \
+                 header); answering ERR_CHUNK",
+                msg.len()
+            );
+            bump(&self.stats.err_chunk, 1);
+            return Ok(self.send_header(xid, RdmaBody::ErrChunk, &[], staged)?);
+        }
         if msg.len() > self.cfg.max_chunk {
             return Err(Fail::Chunk("reply longer than the server's chunk limit"));
         }
