@@ -17,6 +17,10 @@
 //!
 //! net_memif (scripts/bench) adds the PMD's two copies per byte (mbuf -> shared memory ->
 //! mbuf); this is what the same code does without them (docs/dataplane.md "Measurements").
+//!
+//! Each round also runs a 64 B Send ping-pong (`--lat-iters`, default 20000; one-way = RTT/2,
+//! p50) over the same pair, and the kernel TCP ping-pong busy-polled (MSG_DONTWAIT, TCP_NODELAY)
+//! between two threads pinned the same way: dpwarp's latency without memif's hop.
 
 use dpwarp::verbs::smallvec;
 use std::io::{Read, Write};
@@ -39,6 +43,7 @@ struct Args {
     mib: usize,
     json: Option<String>,
     zero_copy: String,
+    lat_iters: usize,
 }
 
 fn args() -> Args {
@@ -48,6 +53,7 @@ fn args() -> Args {
         size: 65536,
         mib: 1024,
         json: None,
+        lat_iters: 20000,
         zero_copy: "auto".into(),
     };
     let mut it = std::env::args().skip(1);
@@ -60,6 +66,7 @@ fn args() -> Args {
             "--mib" => a.mib = v().parse().expect("--mib N"),
             "--json" => a.json = Some(v()),
             "--tx-zero-copy" => a.zero_copy = v(),
+            "--lat-iters" => a.lat_iters = v().parse().expect("--lat-iters N"),
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
             // this binary has none.
@@ -223,6 +230,171 @@ fn rdma_round(
     )
 }
 
+/// 64 B Send ping-pong over the pair, `iters` round trips after 1000 warm-up ones; returns the
+/// one-way p50 (RTT/2) in microseconds. Each side is one thread driving its own worker.
+fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
+    const SIZE: usize = 64;
+    const WARM: usize = 1000;
+    let sd: Driver = dp.port_drivers(0)[0].clone();
+    let cd: Driver = dp.port_drivers(1)[0].clone();
+    let server_ep = dp.endpoint(0).unwrap();
+    let client_ep = dp.endpoint(1).unwrap();
+    let server_ip = server_ep.ip();
+    let dev = Device::open();
+    let spd = dev.alloc_pd();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let total = WARM + iters;
+    let server = thread::spawn(move || {
+        sd.attach();
+        let cq = Cq::new(64);
+        let qp = Qp::new(&spd, &QpInitAttr::new(&cq));
+        let buf = spd.reg_mr(SIZE, Access::LOCAL_WRITE);
+        let post_recv = |id| {
+            qp.post_recv(RecvWr {
+                wr_id: id,
+                sg_list: smallvec![sge(&buf, 0, SIZE)],
+            })
+            .unwrap()
+        };
+        post_recv(0);
+        let listener = server_ep.listen(port).unwrap();
+        ready_tx.send(()).unwrap();
+        let req = listener.get_request(Duration::from_secs(10)).unwrap();
+        req.accept(&qp, &ConnParam::default()).unwrap();
+        let mut answered = 0;
+        while answered < total {
+            match cq.poll_one() {
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    assert_eq!(wc.status, WcStatus::Success);
+                    post_recv(0);
+                    qp.post_send(SendWr {
+                        wr_id: 1,
+                        opcode: Opcode::Send,
+                        sg_list: smallvec![sge(&buf, 0, SIZE)],
+                        signaled: false,
+                    })
+                    .unwrap();
+                    answered += 1;
+                }
+                Some(wc) => assert_eq!(wc.status, WcStatus::Success),
+                None => {
+                    sd.poll();
+                }
+            }
+        }
+        let end = Instant::now() + Duration::from_secs(5);
+        while !qp.is_closed() && Instant::now() < end {
+            sd.poll();
+        }
+    });
+    cd.attach();
+    let pd = dev.alloc_pd();
+    let cq = Cq::new(64);
+    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+    let buf = pd.reg_mr(SIZE, Access::LOCAL_WRITE);
+    ready_rx.recv().unwrap();
+    client_ep
+        .connect(
+            SocketAddrV4::new(server_ip, port),
+            &qp,
+            &ConnParam::default(),
+        )
+        .expect("connect");
+    let mut lat = Vec::with_capacity(iters);
+    for i in 0..total {
+        qp.post_recv(RecvWr {
+            wr_id: 0,
+            sg_list: smallvec![sge(&buf, 0, SIZE)],
+        })
+        .unwrap();
+        let t = Instant::now();
+        qp.post_send(SendWr {
+            wr_id: 1,
+            opcode: Opcode::Send,
+            sg_list: smallvec![sge(&buf, 0, SIZE)],
+            signaled: false,
+        })
+        .unwrap();
+        loop {
+            match cq.poll_one() {
+                Some(wc) if wc.opcode == WcOpcode::Recv => {
+                    assert_eq!(wc.status, WcStatus::Success);
+                    break;
+                }
+                Some(wc) => assert_eq!(wc.status, WcStatus::Success),
+                None => {
+                    cd.poll();
+                }
+            }
+        }
+        if i >= WARM {
+            lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    qp.disconnect();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !qp.is_closed() && Instant::now() < end {
+        cd.poll();
+    }
+    server.join().unwrap();
+    median(&mut lat)
+}
+
+/// Kernel TCP loopback 64 B ping-pong, busy-polled (MSG_DONTWAIT) with TCP_NODELAY, server on
+/// CPU 0, client on CPU 1; one-way p50 (RTT/2) in microseconds.
+fn kernel_pingpong(iters: usize) -> f64 {
+    const SIZE: usize = 64;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    fn read_full(s: &mut TcpStream, mut b: &mut [u8]) {
+        while !b.is_empty() {
+            match s.read(b) {
+                Ok(0) => panic!("eof"),
+                Ok(k) => b = &mut b[k..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    fn write_full(s: &mut TcpStream, mut b: &[u8]) {
+        while !b.is_empty() {
+            match s.write(b) {
+                Ok(k) => b = &b[k..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let total = 1000 + iters;
+    let srv = thread::spawn(move || {
+        pin(0);
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; SIZE];
+        for _ in 0..total {
+            read_full(&mut s, &mut b);
+            write_full(&mut s, &b);
+        }
+    });
+    pin(1);
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let mut b = [1u8; SIZE];
+    let mut lat = Vec::with_capacity(iters);
+    for i in 0..total {
+        let t = Instant::now();
+        write_full(&mut s, &b);
+        read_full(&mut s, &mut b);
+        if i >= 1000 {
+            lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    srv.join().unwrap();
+    median(&mut lat)
+}
+
 /// Kernel TCP loopback: `total` bytes in `size`-byte writes, receiver on CPU 0, sender on CPU 1.
 /// `busy`: the receiver spins on MSG_DONTWAIT reads instead of blocking.
 fn kernel_round(size: usize, total: usize, busy: bool) -> f64 {
@@ -277,11 +449,22 @@ fn main() {
     let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
     let total = a.mib << 20;
     let (mut d, mut kb, mut kp) = (vec![], vec![], vec![]);
+    let (mut dl, mut kl) = (vec![], vec![]);
     let (mut ctx, mut srx, mut segs) = (CopyStats::default(), CopyStats::default(), 0u64);
     for r in 0..a.rounds {
         // Rotate the order so no side always runs first (caches, frequency).
-        for k in 0..3 {
-            match (r + k) % 3 {
+        for k in 0..5 {
+            match (r + k) % 5 {
+                3 => {
+                    let l = lat_round(&dp, 5900 + r as u16, a.lat_iters);
+                    eprintln!("dp_ring: round {r}: dpwarp net_ring send_lat 64 B p50 {l:.2} us");
+                    dl.push(l);
+                }
+                4 => {
+                    let l = kernel_pingpong(a.lat_iters);
+                    eprintln!("dp_ring: round {r}: kernel TCP busy ping-pong 64 B p50 {l:.2} us");
+                    kl.push(l);
+                }
                 0 => {
                     let (g, c, s, n) = rdma_round(&dp, 4900 + r as u16, a.size, total);
                     eprintln!(
@@ -307,6 +490,7 @@ fn main() {
         }
     }
     let (dm, kbm, kpm) = (median(&mut d), median(&mut kb), median(&mut kp));
+    let (dlm, klm) = (median(&mut dl), median(&mut kl));
     let best = kbm.max(kpm);
     let msgs = (a.rounds * (total / a.size)) as f64;
     let out = serde_json::json!({
@@ -325,6 +509,9 @@ fn main() {
             "rx": srx.rx_per_byte(),
         },
         "segments_per_msg": segs as f64 / msgs,
+        "send_lat_p50_us_dpdk_ring": dlm,
+        "pingpong_p50_us_kernel_busy": klm,
+        "send_lat_ratio_vs_kernel_busy": dlm / klm,
         "cpus": {"server": 0, "client": 1},
     });
     println!("{out}");
