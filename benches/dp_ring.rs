@@ -288,7 +288,8 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
         }
     });
     cd.attach();
-    let pd = dev.alloc_pd();
+    let cdev = Device::open();
+    let pd = cdev.alloc_pd();
     let cq = Cq::new(64);
     let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
     let buf = pd.reg_mr(SIZE, Access::LOCAL_WRITE);
