@@ -103,6 +103,33 @@ fn pin(cpu: usize) {
     dpwarp::affinity::set_thread_cpus(&[cpu]).expect("pin thread");
 }
 
+/// Drive `d` until `qp` has closed (at most 5 s): a driven worker sends the FIN, and sees the
+/// peer's, only when polled.
+fn drive_until_closed(d: &Driver, qp: &Qp) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !qp.is_closed() && Instant::now() < end {
+        d.poll();
+    }
+}
+
+/// Wait for the next receive completion on `cq`, driving `d` meanwhile; every completion must
+/// be a success.
+fn next_recv(d: &Driver, cq: &Cq) {
+    loop {
+        match cq.poll_one() {
+            Some(wc) => {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                if wc.opcode == WcOpcode::Recv {
+                    return;
+                }
+            }
+            None => {
+                d.poll();
+            }
+        }
+    }
+}
+
 /// One RDMA Write stream of `total` bytes in `size`-byte Writes (32 in flight), then a Send.
 /// Returns (Gbit/s at the receiver, client copy stats, server copy stats, segments sent).
 fn rdma_round(
@@ -136,24 +163,10 @@ fn rdma_round(
         adv_tx.send((target.addr(), target.stag())).unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
         req.accept(&qp, &ConnParam::default()).unwrap();
-        loop {
-            match cq.poll_one() {
-                Some(wc) if wc.opcode == WcOpcode::Recv => {
-                    assert_eq!(wc.status, WcStatus::Success);
-                    break;
-                }
-                Some(_) => {}
-                None => {
-                    sd.poll();
-                }
-            }
-        }
+        next_recv(&sd, &cq);
         let t_end = Instant::now();
         done_tx.send(t_end).unwrap();
-        let end = Instant::now() + Duration::from_secs(5);
-        while !qp.is_closed() && Instant::now() < end {
-            sd.poll();
-        }
+        drive_until_closed(&sd, &qp);
         sd.stats().copies.since(&before)
     });
 
@@ -215,10 +228,7 @@ fn rdma_round(
         while cq.poll_one().is_some() {}
     };
     qp.disconnect();
-    let end = Instant::now() + Duration::from_secs(5);
-    while !qp.is_closed() && Instant::now() < end {
-        cd.poll();
-    }
+    drive_until_closed(&cd, &qp);
     let after = cd.stats();
     let server_copies = server.join().unwrap();
     let secs = t_end.duration_since(t0).as_secs_f64();
@@ -261,31 +271,18 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
         ready_tx.send(()).unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
         req.accept(&qp, &ConnParam::default()).unwrap();
-        let mut answered = 0;
-        while answered < total {
-            match cq.poll_one() {
-                Some(wc) if wc.opcode == WcOpcode::Recv => {
-                    assert_eq!(wc.status, WcStatus::Success);
-                    post_recv(0);
-                    qp.post_send(SendWr {
-                        wr_id: 1,
-                        opcode: Opcode::Send,
-                        sg_list: smallvec![sge(&buf, 0, SIZE)],
-                        signaled: false,
-                    })
-                    .unwrap();
-                    answered += 1;
-                }
-                Some(wc) => assert_eq!(wc.status, WcStatus::Success),
-                None => {
-                    sd.poll();
-                }
-            }
+        for _ in 0..total {
+            next_recv(&sd, &cq);
+            post_recv(0);
+            qp.post_send(SendWr {
+                wr_id: 1,
+                opcode: Opcode::Send,
+                sg_list: smallvec![sge(&buf, 0, SIZE)],
+                signaled: false,
+            })
+            .unwrap();
         }
-        let end = Instant::now() + Duration::from_secs(5);
-        while !qp.is_closed() && Instant::now() < end {
-            sd.poll();
-        }
+        drive_until_closed(&sd, &qp);
     });
     cd.attach();
     let cdev = Device::open();
@@ -316,27 +313,13 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
             signaled: false,
         })
         .unwrap();
-        loop {
-            match cq.poll_one() {
-                Some(wc) if wc.opcode == WcOpcode::Recv => {
-                    assert_eq!(wc.status, WcStatus::Success);
-                    break;
-                }
-                Some(wc) => assert_eq!(wc.status, WcStatus::Success),
-                None => {
-                    cd.poll();
-                }
-            }
-        }
+        next_recv(&cd, &cq);
         if i >= WARM {
             lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
     }
     qp.disconnect();
-    let end = Instant::now() + Duration::from_secs(5);
-    while !qp.is_closed() && Instant::now() < end {
-        cd.poll();
-    }
+    drive_until_closed(&cd, &qp);
     server.join().unwrap();
     median(&mut lat)
 }

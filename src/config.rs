@@ -378,7 +378,7 @@ const MEMIF_DEFAULT_BSIZE: usize = 2048;
 
 /// The value of `key` in the `--vdev` arguments of `device` among the EAL `args`
 /// (`--vdev=net_memif0,role=server,bsize=9216` or `--vdev net_memif0,...`).
-pub fn vdev_arg<'a>(args: &'a [String], device: &str, key: &str) -> Option<&'a str> {
+fn vdev_arg<'a>(args: &'a [String], device: &str, key: &str) -> Option<&'a str> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let spec = match a.strip_prefix("--vdev") {

@@ -231,24 +231,8 @@ fn client_exceeding_its_grant_is_terminated_alone() {
 
     // A raw verbs client that ignores credits: 10 calls to a slow procedure at once, while the
     // server holds 2 receive buffers for it (grant 1 + the DONE slot).
-    let (ce, se) = memlink::pair(FaultConfig::default());
-    let srv = s.clone();
-    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let dev = Device::open();
-    let pd = dev.alloc_pd();
-    let cq = Cq::new(256);
-    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
-    let rbuf = pd.reg_mr(4096 * 16, Access::LOCAL_WRITE);
-    for i in 0..16 {
-        qp.post_recv(RecvWr {
-            wr_id: i,
-            sg_list: smallvec![sge(&rbuf, i as usize * 4096, 4096)],
-        })
-        .unwrap();
-    }
-    cm::connect(Box::new(ce), &qp, &ConnParam::default()).unwrap();
-    h.join().unwrap().unwrap();
-    let sbuf = pd.reg_mr(4096 * 10, Access::LOCAL_WRITE);
+    let raw = RawClient::connect(&s, 16, 0);
+    let (qp, sbuf) = (&raw.qp, &raw.sbuf);
     for i in 0..10u32 {
         let mut w = XdrWriter::new();
         HeaderRepr {
@@ -267,7 +251,7 @@ fn client_exceeding_its_grant_is_terminated_alone() {
             verf: Auth::None,
         }
         .emit(&mut w);
-        sbuf.write_at(i as usize * 4096, w.as_slice());
+        sbuf.write_at(i as usize * 2048, w.as_slice());
         // The server's TERMINATE may arrive while the burst is still being posted: the QP
         // has left RTS and refuses the rest (as an RNIC would). Only an overrun causes it, so
         // at least three Sends (grant 1 + the DONE slot + one too many) went out first.
@@ -275,7 +259,7 @@ fn client_exceeding_its_grant_is_terminated_alone() {
             .post_send(SendWr {
                 wr_id: u64::from(i),
                 opcode: Opcode::Send,
-                sg_list: smallvec![sge(&sbuf, i as usize * 4096, w.len())],
+                sg_list: smallvec![sge(sbuf, i as usize * 2048, w.len())],
                 signaled: true,
             })
             .is_err()

@@ -114,13 +114,13 @@ impl CreditPool {
         let deadline = Instant::now() + wait;
         let mut s = self.lock();
         let mut counted = false;
-        while s.total - s.reserved < 2 {
+        let admitted = loop {
+            if s.total - s.reserved >= 2 {
+                break true;
+            }
             let now = Instant::now();
             if now >= deadline || s.conns == 0 {
-                if counted {
-                    s.waiting -= 1;
-                }
-                return None;
+                break false;
             }
             if !counted {
                 s.waiting += 1;
@@ -132,9 +132,12 @@ impl CreditPool {
                 .wait_timeout(s, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-        }
+        };
         if counted {
             s.waiting -= 1;
+        }
+        if !admitted {
+            return None;
         }
         s.reserved += 2;
         s.conns += 1;

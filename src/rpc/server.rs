@@ -1534,32 +1534,29 @@ impl ConnServer {
                 return Ok(self.send_header(xid, body, &[], staged)?);
             }
         }
-        // An RFC 8166 requester cannot release a reply read chunk (no RDMA_DONE): no RPC-level
-        // reply is possible (RFC 8166 §4.5.3: ERR_CHUNK).
-        if self.rfc8166_peer {
+        // Otherwise the draft's read chunk in the reply, released by the client's RDMA_DONE
+        // (§3.8), unless that is impossible too: an RFC 8166 requester has no RDMA_DONE to
+        // release it with, and its one segment must fit the header beside the returned write
+        // list (at most MAX_SEGMENTS in all; a client's parser bounded like ours refuses more).
+        // Then no RPC-level reply is possible (RFC 8166 §4.5.3: ERR_CHUNK).
+        let returned_segs: usize = returned.iter().map(Vec::len).sum();
+        let no_read_chunk = if self.rfc8166_peer {
+            Some("an RFC 8166 client cannot release a reply read chunk")
+        } else if returned_segs + 1 > MAX_SEGMENTS {
+            Some("a reply read chunk would put the header over its segment limit")
+        } else {
+            None
+        };
+        if let Some(why) = no_read_chunk {
             log::warn!(
                 "rpc-server: xid {xid:#x}: reply of {} octets exceeds the client's inline \
-                 threshold and no large enough reply chunk was offered; answering ERR_CHUNK",
+                 threshold and no large enough reply chunk was offered; {why} \
+                 ({returned_segs} write-list segments); answering ERR_CHUNK",
                 msg.len()
             );
             bump(&self.stats.err_chunk, 1);
             // The write-chunk RDMA Writes already posted keep their sources until this Send
             // completes.
-            return Ok(self.send_header(xid, RdmaBody::ErrChunk, &[], staged)?);
-        }
-        // Long reply without (a large enough) reply chunk: the draft's read chunk in the reply,
-        // released by the client's RDMA_DONE (§3.8). Its one segment joins the returned write
-        // list in the header: a header beyond MAX_SEGMENTS is one the client's parser may refuse
-        // (ours does), so that reply is not possible either.
-        let returned_segs: usize = returned.iter().map(Vec::len).sum();
-        if returned_segs + 1 > MAX_SEGMENTS {
-            log::warn!(
-                "rpc-server: xid {xid:#x}: long reply of {} octets needs a read chunk, but the \
-                 write list already holds {returned_segs} segments ({MAX_SEGMENTS} at most in a \
-                 header); answering ERR_CHUNK",
-                msg.len()
-            );
-            bump(&self.stats.err_chunk, 1);
             return Ok(self.send_header(xid, RdmaBody::ErrChunk, &[], staged)?);
         }
         if msg.len() > self.cfg.max_chunk {
