@@ -1,0 +1,222 @@
+//! The latency floor of a DPDK virtual device: a raw frame ping-pong with no protocol at all,
+//! between two threads pinned to CPUs 0 and 1, each with its own port and mbuf pool. Each turn
+//! is what any stack on that device must do at least: allocate an mbuf, write a frame, hand
+//! it to the PMD; on the other side receive it, read it (its sequence number), free it.
+//!
+//! ```text
+//! cargo bench --bench pmd_floor -- [--iters 200000] [--frame 142] [--json FILE]
+//! ```
+//!
+//! Two devices: `net_memif` (a server and a client port in this process on one socket; the
+//! PMD copies each frame into and out of the shared-memory ring, as between two processes)
+//! and a `net_ring` pair (the ring passes mbuf pointers). The default frame is the size of
+//! the frame that carries dpwarp's 64 B Send: Ethernet, IPv4 and TCP headers (54) and the FPDU
+//! (2 length + 18 untagged DDP/RDMAP header + 64 + 0 pad + 4 CRC = 88, as dpperf's copy
+//! counters show per segment; RFC 5044 §4, RFC 5041 §4.3). One-way = RTT / 2; p50 and p99
+//! of per-turn samples. Beside them the same ping-pong of one cache line between the two CPUs
+//! (a store and a spin on each side): what one cross-core transfer costs on this host.
+//!
+//! `scripts/bench` runs it and puts the figures beside dpwarp's send_lat and the kernel's
+//! ping-pong (docs/dataplane.md "The latency floor").
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dpwarp::dpdk::{Eal, Mempool, Port, PortConf, Queue};
+
+struct Args {
+    iters: usize,
+    frame: usize,
+    json: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        iters: 200_000,
+        frame: 142,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().unwrap_or_else(|| panic!("{k} needs a value"));
+        match k.as_str() {
+            "--iters" => a.iters = v().parse().expect("--iters N"),
+            "--frame" => a.frame = v().parse().expect("--frame OCTETS"),
+            "--json" => a.json = Some(v()),
+            "--bench" => {}
+            _ => panic!("unknown argument {k}"),
+        }
+    }
+    assert!((60..=1514).contains(&a.frame), "--frame 60..=1514");
+    a
+}
+
+fn pin(cpu: usize) {
+    dpwarp::affinity::set_thread_cpus(&[cpu]).expect("pin thread");
+}
+
+/// One-way latency in µs (RTT / 2): p50 and p99 of the samples.
+fn percentiles(mut rtts: Vec<Duration>) -> (f64, f64) {
+    rtts.sort();
+    let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6 / 2.0;
+    (at(0.5), at(0.99))
+}
+
+/// Send frame `seq` (written into its first octets after the Ethernet header) on `q`.
+fn send(q: &mut Queue, pool: &'static Mempool, out: &mut Vec<dpwarp::dpdk::Mbuf>, frame: usize, seq: u64) {
+    let mut m = pool.alloc().expect("mbuf");
+    let b = m.append(frame as u16).expect("room for the frame");
+    b[..12].fill(0xff);
+    b[12..14].copy_from_slice(&0x88b5u16.to_be_bytes()); // IEEE local experimental ethertype
+    b[14..22].copy_from_slice(&seq.to_le_bytes());
+    out.push(m);
+    while !out.is_empty() {
+        q.tx_burst(out);
+    }
+}
+
+/// Wait for the next frame on `q`; returns its sequence number.
+fn recv(q: &mut Queue, inb: &mut Vec<dpwarp::dpdk::Mbuf>, stop: &AtomicU64) -> Option<u64> {
+    loop {
+        if inb.is_empty() {
+            q.rx_burst(inb, 32);
+        }
+        if let Some(m) = inb.pop() {
+            let d = m.data();
+            let seq = d.get(14..22).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
+            return seq;
+        }
+        if stop.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+    }
+}
+
+/// RTT samples of `iters` turns between (port a, CPU 0: the initiator) and (port b, CPU 1).
+fn pingpong(eal: &'static Eal, name: &str, a: Port, b: Port, iters: usize, frame: usize) -> Vec<Duration> {
+    let conf = PortConf::default();
+    let pa = Mempool::create(eal, &format!("{name}a"), 4095, 256, 2176).expect("pool a");
+    let pb = Mempool::create(eal, &format!("{name}b"), 4095, 256, 2176).expect("pool b");
+    a.configure(&conf, pa).expect("configure a");
+    b.configure(&conf, pb).expect("configure b");
+    a.start().expect("start a");
+    b.start().expect("start b");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(a.link().map(|l| l.1).unwrap_or(false) && b.link().map(|l| l.1).unwrap_or(false)) {
+        assert!(Instant::now() < deadline, "{name}: link did not come up");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let stop = Arc::new(AtomicU64::new(0));
+    let mut qb = b.claim_queue(0).expect("queue b");
+    let st = stop.clone();
+    let echo = thread::spawn(move || {
+        pin(1);
+        dpwarp::dpdk::register_thread();
+        let (mut inb, mut out) = (Vec::with_capacity(32), Vec::with_capacity(4));
+        while let Some(seq) = recv(&mut qb, &mut inb, &st) {
+            inb.clear();
+            send(&mut qb, pb, &mut out, frame, seq);
+        }
+    });
+    let mut qa = a.claim_queue(0).expect("queue a");
+    pin(0);
+    dpwarp::dpdk::register_thread();
+    let (mut inb, mut out) = (Vec::with_capacity(32), Vec::with_capacity(4));
+    let warm = iters / 10;
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 0..(warm + iters) as u64 {
+        let t = Instant::now();
+        send(&mut qa, pa, &mut out, frame, i);
+        let got = recv(&mut qa, &mut inb, &stop).expect("echo");
+        inb.clear();
+        assert_eq!(got, i, "{name}: frames out of order");
+        if i as usize >= warm {
+            rtts.push(t.elapsed());
+        }
+    }
+    stop.store(1, Ordering::Relaxed);
+    echo.join().expect("echo thread");
+    rtts
+}
+
+/// RTT samples of one cache line passed back and forth between CPUs 0 and 1.
+fn cacheline(iters: usize) -> Vec<Duration> {
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    let (ping, pong) = (Arc::new(Line(AtomicU64::new(0))), Arc::new(Line(AtomicU64::new(0))));
+    let (pi, po) = (ping.clone(), pong.clone());
+    let n = iters as u64;
+    let echo = thread::spawn(move || {
+        pin(1);
+        for i in 1..=n {
+            while pi.0.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            po.0.store(i, Ordering::Release);
+        }
+    });
+    pin(0);
+    let mut rtts = Vec::with_capacity(iters);
+    for i in 1..=n {
+        let t = Instant::now();
+        ping.0.store(i, Ordering::Release);
+        while pong.0.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+        }
+        rtts.push(t.elapsed());
+    }
+    echo.join().expect("echo thread");
+    rtts
+}
+
+fn main() {
+    let a = args();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cpus < 2 {
+        println!("pmd_floor: needs 2 CPUs, this host has {cpus}; nothing measured");
+        return;
+    }
+    let sock = format!("/tmp/dpwarp-pmd-floor-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&sock);
+    let eal_args = vec![
+        "-l".to_string(),
+        "0".into(),
+        "--no-huge".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-shconf".into(),
+        "--no-pci".into(),
+        "--log-level=*:warning".into(),
+        format!("--vdev=net_memif0,role=server,id=0,socket={sock},socket-abstract=no"),
+        format!("--vdev=net_memif1,role=client,id=0,socket={sock},socket-abstract=no"),
+    ];
+    let eal = Eal::init(&eal_args).expect("EAL init");
+    let mut doc = vec![format!("\"frame\":{}", a.frame), format!("\"iters\":{}", a.iters)];
+
+    let (p50, p99) = percentiles(cacheline(a.iters));
+    println!("pmd_floor: one cache line between CPU 0 and 1: one-way p50 {p50:.3} us, p99 {p99:.3} us");
+    doc.push(format!("\"cacheline_p50_us\":{p50:.4},\"cacheline_p99_us\":{p99:.4}"));
+
+    let m0 = Port::by_name(eal, "net_memif0").expect("net_memif0");
+    let m1 = Port::by_name(eal, "net_memif1").expect("net_memif1");
+    let (p50, p99) = percentiles(pingpong(eal, "memif", m1, m0, a.iters, a.frame));
+    println!(
+        "pmd_floor: net_memif, {} octet frames, no protocol: one-way p50 {p50:.3} us, p99 {p99:.3} us",
+        a.frame
+    );
+    doc.push(format!("\"memif_p50_us\":{p50:.4},\"memif_p99_us\":{p99:.4}"));
+
+    let (r0, r1) = Port::ring_pair(eal, "floor", 1, 1024).expect("net_ring pair");
+    let (p50, p99) = percentiles(pingpong(eal, "ring", r0, r1, a.iters, a.frame));
+    println!(
+        "pmd_floor: net_ring, {} octet frames, no protocol: one-way p50 {p50:.3} us, p99 {p99:.3} us",
+        a.frame
+    );
+    doc.push(format!("\"ring_p50_us\":{p50:.4},\"ring_p99_us\":{p99:.4}"));
+    let _ = std::fs::remove_file(&sock);
+    if let Some(path) = a.json {
+        std::fs::write(&path, format!("{{{}}}\n", doc.join(","))).expect("write --json");
+    }
+}
