@@ -65,7 +65,13 @@ fn percentiles(mut rtts: Vec<Duration>) -> (f64, f64) {
 }
 
 /// Send frame `seq` (written into its first octets after the Ethernet header) on `q`.
-fn send(q: &mut Queue, pool: &'static Mempool, out: &mut Vec<dpwarp::dpdk::Mbuf>, frame: usize, seq: u64) {
+fn send(
+    q: &mut Queue,
+    pool: &'static Mempool,
+    out: &mut Vec<dpwarp::dpdk::Mbuf>,
+    frame: usize,
+    seq: u64,
+) {
     let mut m = pool.alloc().expect("mbuf");
     let b = m.append(frame as u16).expect("room for the frame");
     b[..12].fill(0xff);
@@ -85,7 +91,9 @@ fn recv(q: &mut Queue, inb: &mut Vec<dpwarp::dpdk::Mbuf>, stop: &AtomicU64) -> O
         }
         if let Some(m) = inb.pop() {
             let d = m.data();
-            let seq = d.get(14..22).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
+            let seq = d
+                .get(14..22)
+                .map(|s| u64::from_le_bytes(s.try_into().unwrap()));
             return seq;
         }
         if stop.load(Ordering::Relaxed) != 0 {
@@ -95,7 +103,14 @@ fn recv(q: &mut Queue, inb: &mut Vec<dpwarp::dpdk::Mbuf>, stop: &AtomicU64) -> O
 }
 
 /// RTT samples of `iters` turns between (port a, CPU 0: the initiator) and (port b, CPU 1).
-fn pingpong(eal: &'static Eal, name: &str, a: Port, b: Port, iters: usize, frame: usize) -> Vec<Duration> {
+fn pingpong(
+    eal: &'static Eal,
+    name: &str,
+    a: Port,
+    b: Port,
+    iters: usize,
+    frame: usize,
+) -> Vec<Duration> {
     let conf = PortConf::default();
     let pa = Mempool::create(eal, &format!("{name}a"), 4095, 256, 2176).expect("pool a");
     let pb = Mempool::create(eal, &format!("{name}b"), 4095, 256, 2176).expect("pool b");
@@ -145,7 +160,10 @@ fn pingpong(eal: &'static Eal, name: &str, a: Port, b: Port, iters: usize, frame
 fn cacheline(iters: usize) -> Vec<Duration> {
     #[repr(align(128))]
     struct Line(AtomicU64);
-    let (ping, pong) = (Arc::new(Line(AtomicU64::new(0))), Arc::new(Line(AtomicU64::new(0))));
+    let (ping, pong) = (
+        Arc::new(Line(AtomicU64::new(0))),
+        Arc::new(Line(AtomicU64::new(0))),
+    );
     let (pi, po) = (ping.clone(), pong.clone());
     let n = iters as u64;
     let echo = thread::spawn(move || {
@@ -173,7 +191,9 @@ fn cacheline(iters: usize) -> Vec<Duration> {
 
 fn main() {
     let a = args();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     if cpus < 2 {
         println!("pmd_floor: needs 2 CPUs, this host has {cpus}; nothing measured");
         return;
@@ -193,11 +213,18 @@ fn main() {
         format!("--vdev=net_memif1,role=client,id=0,socket={sock},socket-abstract=no"),
     ];
     let eal = Eal::init(&eal_args).expect("EAL init");
-    let mut doc = vec![format!("\"frame\":{}", a.frame), format!("\"iters\":{}", a.iters)];
+    let mut doc = vec![
+        format!("\"frame\":{}", a.frame),
+        format!("\"iters\":{}", a.iters),
+    ];
 
     let (p50, p99) = percentiles(cacheline(a.iters));
-    println!("pmd_floor: one cache line between CPU 0 and 1: one-way p50 {p50:.3} us, p99 {p99:.3} us");
-    doc.push(format!("\"cacheline_p50_us\":{p50:.4},\"cacheline_p99_us\":{p99:.4}"));
+    println!(
+        "pmd_floor: one cache line between CPU 0 and 1: one-way p50 {p50:.3} us, p99 {p99:.3} us"
+    );
+    doc.push(format!(
+        "\"cacheline_p50_us\":{p50:.4},\"cacheline_p99_us\":{p99:.4}"
+    ));
 
     let m0 = Port::by_name(eal, "net_memif0").expect("net_memif0");
     let m1 = Port::by_name(eal, "net_memif1").expect("net_memif1");
@@ -206,7 +233,9 @@ fn main() {
         "pmd_floor: net_memif, {} octet frames, no protocol: one-way p50 {p50:.3} us, p99 {p99:.3} us",
         a.frame
     );
-    doc.push(format!("\"memif_p50_us\":{p50:.4},\"memif_p99_us\":{p99:.4}"));
+    doc.push(format!(
+        "\"memif_p50_us\":{p50:.4},\"memif_p99_us\":{p99:.4}"
+    ));
 
     let (r0, r1) = Port::ring_pair(eal, "floor", 1, 1024).expect("net_ring pair");
     let (p50, p99) = percentiles(pingpong(eal, "ring", r0, r1, a.iters, a.frame));
