@@ -988,12 +988,14 @@ impl Worker {
             self.tx_staged += c.out.len() as u64;
             work |= !c.out.is_empty();
         }
-        // smoltcp emits at most one segment per socket per egress pass: repeat until nothing
-        // is left to send (bounded; the device refuses when its tx queue is full).
+        // One pass frames what each window admits and smoltcp sends up to a burst of segments
+        // per socket; another pass only while something is left that a pass can move now
+        // (`again` below), bounded (the device refuses when its tx queue is full).
         let ts = st_at(self.t0, now);
         let align = self.tcp.fpdu_alignment;
         for _ in 0..EGRESS_PASSES {
             let mut fed = false;
+            let mut wrapped = false;
             for c in self.conns.iter_mut() {
                 if !matches!(c.state, CState::Live) {
                     continue;
@@ -1012,7 +1014,8 @@ impl Worker {
                         feed_all(c, s, room)
                     }
                 } else {
-                    let (direct, staged, fed) = feed_direct(c, s, self.emss, align, &mut self.dev);
+                    let (direct, staged, fed) =
+                        feed_direct(c, s, self.emss, align, &mut self.dev, &mut wrapped);
                     self.tx_staged += staged as u64;
                     direct + fed
                 };
@@ -1027,6 +1030,18 @@ impl Worker {
                 break;
             }
             work = true;
+            // Again only for staged bytes (fed a segment per pass), framing that stopped at the
+            // end of the ring with more room after its wrap, or octets smoltcp left unsent (its
+            // burst ended): a window or a ring that was full stays so until the next rx phase.
+            let again = wrapped
+                || self.conns.iter().any(|c| {
+                    matches!(c.state, CState::Live)
+                        && (c.out_pos < c.out.len()
+                            || self.sockets.get::<tcp::Socket>(c.h).send_unsent() > 0)
+                });
+            if !again {
+                break;
+            }
         }
         if self.dev.flush() > 0 {
             work = true;
@@ -1226,13 +1241,15 @@ const MIN_DIRECT_FPDU: usize = MIN_ULPDU_ROOM + 8;
 /// than a full one. Where the ring wraps with less than [`MIN_DIRECT_FPDU`] contiguous, one
 /// segment's FPDUs are framed into the connection's staging buffer instead and sent from there
 /// (smoltcp gathers a segment across the wrap). Returns (octets framed into the ring, octets
-/// framed into the staging buffer, octets of those written to the ring).
+/// framed into the staging buffer, octets of those written to the ring); sets `wrapped` when
+/// framing stopped at the end of the ring's contiguous room with more room after the wrap.
 fn feed_direct(
     c: &mut Conn,
     s: &mut tcp::Socket<'static>,
     emss: usize,
     align: bool,
     dev: &mut DpdkDevice,
+    wrapped: &mut bool,
 ) -> (usize, usize, usize) {
     let Some(sh) = c.sh.as_ref() else {
         return (0, 0, 0);
@@ -1284,6 +1301,9 @@ fn feed_direct(
             offered = true;
             let mut out = SliceBuf::new(&mut ring[..n]);
             let w = conn.transmit_into(&mut out, Some(&mut *ends));
+            // Stopped by the end of the ring's contiguous room, not by the window or the free
+            // room: the next call frames on after the wrap.
+            *wrapped |= w > 0 && ring.len() < limit.min(free);
             (w, w)
         })
         .unwrap_or(0);
