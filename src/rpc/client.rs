@@ -13,7 +13,8 @@
 //!   no later call, the server frees the chunk at its timeout). Calls never wait for DONEs, so
 //!   no grant, even 1, can deadlock.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -320,8 +321,9 @@ pub struct RdmaClient {
     ep: Endpoint,
     cfg: ClientConfig,
     grant: u32,
-    outstanding: HashMap<u32, Pending>,
-    done: HashMap<u32, Result<Reply, RpcError>>,
+    /// Keyed by XIDs this client chose (FxHash: a server cannot add keys).
+    outstanding: FxHashMap<u32, Pending>,
+    done: FxHashMap<u32, Result<Reply, RpcError>>,
     unconfirmed_dones: VecDeque<u64>,
     queued_dones: VecDeque<u32>,
     seq: u64,
@@ -384,8 +386,8 @@ impl RdmaClient {
             server_private_data: n.peer_private_data.clone(),
             ep,
             grant: 1,
-            outstanding: HashMap::new(),
-            done: HashMap::new(),
+            outstanding: FxHashMap::default(),
+            done: FxHashMap::default(),
             unconfirmed_dones: VecDeque::new(),
             queued_dones: VecDeque::new(),
             seq: 0,

@@ -8,7 +8,7 @@
 //! when it transmits, not when the work request is posted.
 
 use crate::verbs::smallvec;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::time::Duration;
 
 use super::RpcError;
@@ -52,7 +52,7 @@ pub(crate) struct Endpoint {
     next_wr: u64,
     /// Per signaled Send: its send buffer and the regions it holds. Kept apart so the common
     /// Send with nothing else held allocates no vector.
-    pending: HashMap<u64, (Mr, Vec<Res>)>,
+    pending: FxHashMap<u64, (Mr, Vec<Res>)>,
     pub timeout: Duration,
     /// Busy-poll the receive CQ this long before sleeping on it.
     pub spin: Duration,
@@ -111,7 +111,7 @@ impl Endpoint {
             stage_free: Vec::new(),
             shared: Vec::new(),
             next_wr: 1,
-            pending: HashMap::new(),
+            pending: FxHashMap::default(),
             timeout: Duration::from_secs(10),
             spin: Duration::ZERO,
             one_cq: false,

@@ -22,6 +22,7 @@
 //!    position-zero read chunk the client pulls and acknowledges with RDMA_DONE (freed on DONE or
 //!    after `done_timeout`).
 
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -664,7 +665,7 @@ struct ConnServer {
     /// Calls waiting for their read chunks, in arrival order.
     pulls: VecDeque<PullJob>,
     /// RDMA Reads in flight (at most the ORD window): `wr_id` -> the job they fill.
-    reads: HashMap<u64, u64>,
+    reads: FxHashMap<u64, u64>,
     next_job: u64,
     /// Bytes of read-chunk regions held by parked calls (bounded by [`PULL_BUDGET_CHUNKS`]
     /// times `max_chunk`, so a client cannot make the server register unbounded memory).
@@ -824,7 +825,7 @@ impl ConnServer {
             reply_scratch: Vec::with_capacity(ENCODE_CAPACITY),
             send_scratch: Vec::with_capacity(ENCODE_CAPACITY),
             pulls: VecDeque::new(),
-            reads: HashMap::new(),
+            reads: FxHashMap::default(),
             next_job: 1,
             pull_bytes: 0,
             last_sweep: Instant::now(),

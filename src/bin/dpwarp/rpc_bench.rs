@@ -12,7 +12,7 @@
 //! on the kernel TCP stack (in-process on loopback unless `--tcp-server` names one).
 
 use dpwarp::verbs::smallvec;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -469,7 +469,7 @@ fn bench_rdma(
         check_reply("write", size, Check::Full, &mut rr)?;
     }
     let mut st = Stats::default();
-    let mut started: HashMap<u32, Instant> = HashMap::new();
+    let mut started: FxHashMap<u32, Instant> = FxHashMap::default();
     let t0 = Instant::now();
     let dur = Duration::from_secs_f64(secs);
     loop {
