@@ -152,6 +152,18 @@ impl Chunks {
         Ok(c)
     }
 
+    /// Encoded length of the three lists (what `emit` writes): a read segment is a
+    /// discriminator, a position and a 16-octet segment; a write chunk or the reply chunk a
+    /// discriminator, a count and its segments; each list ends with a FALSE discriminator
+    /// (the reply chunk's absence is one).
+    fn buffer_len(&self) -> usize {
+        const SEG: usize = 16;
+        let reads = self.reads.len() * (8 + SEG) + 4;
+        let writes: usize = self.writes.iter().map(|a| 8 + a.len() * SEG).sum::<usize>() + 4;
+        let reply = self.reply.as_ref().map_or(4, |a| 8 + a.len() * SEG);
+        reads + writes + reply
+    }
+
     fn emit(&self, w: &mut XdrWriter) {
         for s in &self.reads {
             w.put_bool(true);
@@ -329,11 +341,17 @@ impl HeaderRepr {
         ))
     }
 
-    /// Encoded length.
+    /// Encoded length (what [`HeaderRepr::emit`] writes), counted without encoding: the
+    /// client and the server size every call and reply header with it.
     pub fn buffer_len(&self) -> usize {
-        let mut w = XdrWriter::new();
-        self.emit(&mut w);
-        w.len()
+        // xid, vers, credits, proc (RFC 8166 §4.2).
+        16 + match &self.body {
+            Body::Msg(c) | Body::NoMsg(c) => c.buffer_len(),
+            Body::MsgP { chunks, .. } => 8 + chunks.buffer_len(),
+            Body::Done => 0,
+            Body::ErrVers { .. } => 12,
+            Body::ErrChunk => 4,
+        }
     }
 
     /// Append the header.
