@@ -350,6 +350,27 @@ impl Connection {
         }
     }
 
+    /// [`Connection::post_send`] of a WR `validate_send` passed already (the verbs post ring):
+    /// not checked against the memory table a second time once established.
+    pub(crate) fn post_send_checked(
+        &mut self,
+        wr: SendWr,
+        checked: crate::rdma::qp::SendChecked,
+    ) -> Result<(), PostError> {
+        match self.data.as_mut() {
+            Some(d) => d.qp.post_send_checked(wr, checked),
+            None => self.post_send(wr),
+        }
+    }
+
+    /// [`Connection::post_recv`] of a WR `validate_recv` passed already (capacity `cap`).
+    pub(crate) fn post_recv_checked(&mut self, wr: RecvWr, cap: u64) -> Result<(), PostError> {
+        match self.data.as_mut() {
+            Some(d) => d.qp.post_recv_checked(wr, cap),
+            None => self.post_recv(wr),
+        }
+    }
+
     /// How many more send-queue WRs [`Connection::post_send`] takes now (any number when it
     /// would refuse them anyway: closed, terminated).
     pub fn send_room(&self) -> usize {

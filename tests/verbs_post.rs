@@ -113,3 +113,43 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
     };
     assert_eq!(c.qp.post_send(late), Err(PostError::BadState));
 }
+
+/// A WR is checked against the memory table when it is posted, not again when the driver
+/// hands it to the connection: a region deregistered in between is caught where its bytes
+/// would be gathered, and the WR completes in error (nothing of it reaches the peer).
+#[test]
+fn a_region_deregistered_after_the_post_fails_the_wr() {
+    let mut c = Side::new();
+    let mut s = Side::new();
+    let src = c.pd.reg_mr(4096, Access::LOCAL_WRITE);
+    src.write_at(0, &pattern(7, 4096));
+    let dst = s.pd.reg_mr(4096, Access::LOCAL_WRITE);
+    s.qp.post_recv(RecvWr {
+        wr_id: 10,
+        sg_list: smallvec![sge(&dst, 0, 4096)],
+    })
+    .unwrap();
+    c.qp.post_send(SendWr {
+        wr_id: 1,
+        opcode: Opcode::Send,
+        sg_list: smallvec![sge(&src, 0, 4096)],
+        signaled: true,
+    })
+    .unwrap();
+    assert!(c.pd.dereg_mr(&src));
+    connect_sides(
+        Link::Mem(FaultConfig::default()),
+        &mut c,
+        &mut s,
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .expect("connect");
+    let wc = c.cq.wait(Duration::from_secs(10)).expect("a completion");
+    assert_eq!(wc.wr_id, 1);
+    assert_ne!(wc.status, dpwarp::verbs::WcStatus::Success, "{wc:?}");
+    if let Some(wc) = s.cq.wait(Duration::from_millis(200)) {
+        assert_ne!(wc.status, dpwarp::verbs::WcStatus::Success, "{wc:?}");
+    }
+    assert!(dst.to_vec().iter().all(|&b| b == 0));
+}

@@ -347,7 +347,35 @@ impl QpEngine {
             log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
             return Err(PostError::ZeroOrd);
         }
-        let (total, opcode, ident) = validate_send(&self.mem, self.cfg.pd, &wr)?;
+        let checked = validate_send(&self.mem, self.cfg.pd, &wr)?;
+        self.enqueue_send(wr, checked);
+        Ok(())
+    }
+
+    /// [`QpEngine::post_send`] of a WR [`validate_send`] passed already (the verbs layer checks
+    /// a WR when the application posts it, before the driver hands it over): the state and
+    /// queue checks, not the memory lookups again. A region deregistered since is caught
+    /// where its bytes are gathered or placed.
+    pub(crate) fn post_send_checked(
+        &mut self,
+        wr: SendWr,
+        checked: SendChecked,
+    ) -> Result<(), PostError> {
+        if self.state == QpState::Terminated {
+            return Err(PostError::BadState);
+        }
+        if self.inflight.len() >= self.cfg.sq_depth {
+            return Err(PostError::QueueFull);
+        }
+        if self.cfg.ord == 0 && matches!(wr.opcode, Opcode::Read { .. }) {
+            log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
+            return Err(PostError::ZeroOrd);
+        }
+        self.enqueue_send(wr, checked);
+        Ok(())
+    }
+
+    fn enqueue_send(&mut self, wr: SendWr, (total, opcode, ident): SendChecked) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.inflight.push_back(Inflight {
@@ -360,7 +388,6 @@ impl QpEngine {
             ident,
         });
         self.sq.push_back((seq, wr));
-        Ok(())
     }
 
     /// Post a receive buffer for one untagged message on QN 0 (RFC 5041 §5.3).
@@ -372,6 +399,18 @@ impl QpEngine {
             return Err(PostError::QueueFull);
         }
         let cap = self.check_sges(&wr.sg_list, Access::LOCAL_WRITE)?;
+        self.post_recv_checked(wr, cap)
+    }
+
+    /// [`QpEngine::post_recv`] of a WR [`validate_recv`] passed already (with the capacity it
+    /// returned), as [`QpEngine::post_send_checked`].
+    pub(crate) fn post_recv_checked(&mut self, wr: RecvWr, cap: u64) -> Result<(), PostError> {
+        if self.state == QpState::Terminated {
+            return Err(PostError::BadState);
+        }
+        if self.rq.len() >= self.cfg.rq_depth {
+            return Err(PostError::QueueFull);
+        }
         self.rq.push_back(PostedRecv {
             wr,
             cap,
@@ -1353,11 +1392,14 @@ fn check_sges(mem: &MemoryTable, pd: PdId, sges: &[Sge], need: Access) -> Result
 /// `mem` for `pd`, message length, remote range, RDMA Read sink shape), for a poster that
 /// queues WRs elsewhere first (the verbs layer's post ring) and wants its errors at once.
 /// Returns the message length and the completion's opcode and identity.
+/// What [`validate_send`] found: the message length, the completion's opcode and identity.
+pub(crate) type SendChecked = (u32, WcOpcode, Option<TxIdent>);
+
 pub(crate) fn validate_send(
     mem: &MemoryTable,
     pd: PdId,
     wr: &SendWr,
-) -> Result<(u32, WcOpcode, Option<TxIdent>), PostError> {
+) -> Result<SendChecked, PostError> {
     let need = match wr.opcode {
         Opcode::Read { .. } => Access::LOCAL_WRITE,
         _ => Access(0),

@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_queue::ArrayQueue;
 
 use crate::conn::{ConnEvent, Connection};
-use crate::rdma::qp::{validate_recv, validate_send};
+use crate::rdma::qp::{validate_recv, validate_send, SendChecked};
 pub use crate::rdma::{
     smallvec, Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr,
     SendWr, SgList, Sge, SharedMem, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
@@ -260,9 +260,10 @@ pub(crate) struct QpShared {
     /// Send WRs posted by the application, not yet handed to the connection: a bounded
     /// lock-free ring (capacity `cap.max_send_wr`) the driver drains, so posting never waits
     /// for the driver's lock.
-    pub(crate) sq_ring: ArrayQueue<SendWr>,
-    /// Receive WRs likewise (capacity `cap.max_recv_wr`).
-    pub(crate) rq_ring: ArrayQueue<RecvWr>,
+    /// Each with what `validate_send` found when it was posted (not looked up again).
+    pub(crate) sq_ring: ArrayQueue<(SendWr, SendChecked)>,
+    /// Receive WRs likewise (capacity `cap.max_recv_wr`), each with its capacity.
+    pub(crate) rq_ring: ArrayQueue<(RecvWr, u64)>,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     /// Set once the QP was handed to the connection manager.
@@ -414,25 +415,31 @@ impl QpShared {
     /// Hand the WRs waiting in the post rings to the connection, as many as it takes now (send
     /// ring first: a Send popped here was posted after every receive posted before it, which
     /// the receive ring then holds, so those buffers are in place before that Send's answer can
-    /// arrive). A WR the connection refuses (closed, or its region went away since the post)
-    /// completes with an error instead.
+    /// arrive). The WRs were checked against the memory table when posted and are not looked
+    /// up again here (a region deregistered since fails where its bytes are gathered or
+    /// placed). A WR the connection refuses (closed, terminated) completes with an error
+    /// instead.
     pub(crate) fn drain_posts(&self, conn: &mut Connection) {
         let mut room = conn.send_room();
         while room > 0 {
-            let Some(wr) = self.sq_ring.pop() else { break };
+            let Some((wr, checked)) = self.sq_ring.pop() else {
+                break;
+            };
             room -= 1;
             let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
-            if let Err(e) = conn.post_send(wr) {
+            if let Err(e) = conn.post_send_checked(wr, checked) {
                 log::warn!("verbs: send WR {wr_id} refused when handed to the connection: {e}");
                 self.send_cq.push(error_wc(wr_id, opcode, &e));
             }
         }
         let mut room = conn.recv_room();
         while room > 0 {
-            let Some(wr) = self.rq_ring.pop() else { break };
+            let Some((wr, cap)) = self.rq_ring.pop() else {
+                break;
+            };
             room -= 1;
             let wr_id = wr.wr_id;
-            if let Err(e) = conn.post_recv(wr) {
+            if let Err(e) = conn.post_recv_checked(wr, cap) {
                 log::warn!("verbs: receive WR {wr_id} refused when handed to the connection: {e}");
                 self.recv_cq
                     .push(error_wc(wr_id, WcOpcode::Recv, &PostError::BadState));
@@ -449,12 +456,12 @@ impl QpShared {
 
     /// Complete every WR still in the post rings with `WrFlushErr`.
     pub(crate) fn flush_rings(&self) {
-        while let Some(wr) = self.sq_ring.pop() {
+        while let Some((wr, _)) = self.sq_ring.pop() {
             let op = send_wc_opcode(&wr.opcode);
             self.send_cq
                 .push(error_wc(wr.wr_id, op, &PostError::BadState));
         }
-        while let Some(wr) = self.rq_ring.pop() {
+        while let Some((wr, _)) = self.rq_ring.pop() {
             self.recv_cq
                 .push(error_wc(wr.wr_id, WcOpcode::Recv, &PostError::BadState));
         }
@@ -587,10 +594,10 @@ impl Qp {
         {
             return Err(PostError::ZeroOrd);
         }
-        validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
+        let checked = validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
         self.shared
             .sq_ring
-            .push(wr)
+            .push((wr, checked))
             .map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
         if self.is_closed() {
@@ -606,10 +613,10 @@ impl Qp {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
-        validate_recv(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
+        let cap = validate_recv(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
         self.shared
             .rq_ring
-            .push(wr)
+            .push((wr, cap))
             .map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
         if self.is_closed() {
