@@ -6,9 +6,16 @@
 //! only when the completion of the Send that used it (or that follows the RDMA Writes that
 //! used it — send-queue completions are in order) arrives, because the engine gathers the bytes
 //! when it transmits, not when the work request is posted.
+//!
+//! Sends are signaled selectively (verbs' selective signaling): one in [`SIGNAL_EVERY`], each
+//! that holds resources besides its buffer, and each that takes the last free buffer. A
+//! completion tells that every earlier work request of the send queue completed too (they
+//! complete in order; an unsignaled one that fails still completes, in error), so it hands
+//! back the buffers of the unsignaled Sends before it: a completion to make, queue and reap
+//! per 16 Sends instead of one per Send.
 
 use crate::verbs::smallvec;
-use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::RpcError;
@@ -31,6 +38,8 @@ pub(crate) enum Res {
 
 /// Send buffers kept at most.
 const MAX_SEND_BUFS: usize = 256;
+/// One Send in this many is signaled (module docs).
+const SIGNAL_EVERY: usize = 16;
 /// Staging regions kept for reuse.
 const MAX_STAGE_CACHE: usize = 16;
 /// Registrations of shared memory (a block store) kept per connection.
@@ -50,9 +59,11 @@ pub(crate) struct Endpoint {
     /// Shared memory registered in this PD ([`Endpoint::shared`]), deregistered on drop.
     shared: Vec<(SharedMem, Mr)>,
     next_wr: u64,
-    /// Per signaled Send: its send buffer and the regions it holds. Kept apart so the common
-    /// Send with nothing else held allocates no vector.
-    pending: FxHashMap<u64, (Mr, Vec<Res>)>,
+    /// Per Send not known complete, in posting order: its `wr_id`, its send buffer and the
+    /// regions it holds (the common Send holds nothing else and allocates no vector).
+    pending: VecDeque<(u64, Mr, Vec<Res>)>,
+    /// Sends posted unsignaled since the last signaled one.
+    unsignaled: usize,
     pub timeout: Duration,
     /// Busy-poll the receive CQ this long before sleeping on it.
     pub spin: Duration,
@@ -111,7 +122,8 @@ impl Endpoint {
             stage_free: Vec::new(),
             shared: Vec::new(),
             next_wr: 1,
-            pending: FxHashMap::default(),
+            pending: VecDeque::new(),
+            unsignaled: 0,
             timeout: Duration::from_secs(10),
             spin: Duration::ZERO,
             one_cq: false,
@@ -255,7 +267,12 @@ impl Endpoint {
 
     /// Handle one send-queue completion: free what its request held.
     pub fn on_send_wc(&mut self, wc: &WorkCompletion) -> Result<(), RpcError> {
-        if let Some((buf, res)) = self.pending.remove(&wc.wr_id) {
+        // Send-queue completions come in posting order: this one, signaled or failed, says
+        // every earlier work request is done too.
+        while self.pending.front().is_some_and(|p| p.0 <= wc.wr_id) {
+            let Some((_, buf, res)) = self.pending.pop_front() else {
+                break;
+            };
             if self.send_free.len() < MAX_SEND_BUFS {
                 self.send_free.push(buf);
             } else {
@@ -315,15 +332,20 @@ impl Endpoint {
         let mr = self.send_buf()?;
         mr.write_at(0, bytes);
         let id = self.wr_id();
+        // Signaled when it holds more than its buffer, once in SIGNAL_EVERY, and when no free
+        // buffer is left (a later `send_buf` may wait for this completion).
+        let signaled =
+            !extra.is_empty() || self.unsignaled + 1 >= SIGNAL_EVERY || self.send_free.is_empty();
         let r = self.qp.post_send(SendWr {
             wr_id: id,
             opcode: Opcode::Send,
             sg_list: smallvec![sge(&mr, 0, bytes.len())],
-            signaled: true,
+            signaled,
         });
         match r {
             Ok(()) => {
-                self.pending.insert(id, (mr, extra));
+                self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+                self.pending.push_back((id, mr, extra));
                 Ok(())
             }
             Err(e) => {
