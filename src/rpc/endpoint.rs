@@ -166,8 +166,7 @@ impl Endpoint {
             return false;
         };
         let n = (wc.byte_len as usize).min(mr.len());
-        out.resize(n, 0);
-        mr.read_at(0, out);
+        out.extend_from_slice(&mr.bytes()[..n]);
         true
     }
 
