@@ -45,8 +45,18 @@ fn args() -> Args {
             "--iters" => a.iters = v().parse().expect("--iters N"),
             "--frame" => a.frame = v().parse().expect("--frame OCTETS"),
             "--json" => a.json = Some(v()),
-            "--bench" => {}
-            _ => panic!("unknown argument {k}"),
+            // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
+            // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
+            // this binary has none.
+            "--bench" | "--exact" | "--ignored" | "--nocapture" => {}
+            "--format" => {
+                v();
+            }
+            "--list" => std::process::exit(0),
+            other => {
+                eprintln!("pmd_floor: unknown option {other} (see the module doc)");
+                std::process::exit(2)
+            }
         }
     }
     assert!((60..=1514).contains(&a.frame), "--frame 60..=1514");
