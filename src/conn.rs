@@ -17,8 +17,8 @@ use crate::mpa::{
 };
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
-    MemoryTable, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr, RtrKind, RtrRole,
-    SendWr, WcStatus, WorkCompletion,
+    InlineData, MemoryTable, Opcode, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr,
+    RtrKind, RtrRole, SendWr, SgList, WcStatus, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::TxBuf;
@@ -103,7 +103,7 @@ pub struct Connection {
     data: Option<DataPhase>,
     /// Work requests posted before the QP engine exists (ibverbs allows post_recv in INIT/RTR).
     early_recv: VecDeque<RecvWr>,
-    early_send: VecDeque<SendWr>,
+    early_send: VecDeque<(SendWr, Option<InlineData>)>,
     /// Completions of early send WRs the QP engine refused at establishment (e.g. a Read when
     /// the negotiated ORD is 0): they complete in error rather than vanish.
     refused: VecDeque<WorkCompletion>,
@@ -344,10 +344,30 @@ impl Connection {
             None if self.close => Err(PostError::BadState),
             None if self.early_send.len() >= self.cfg.sq_depth => Err(PostError::QueueFull),
             None => {
-                self.early_send.push_back(wr);
+                self.early_send.push_back((wr, None));
                 Ok(())
             }
         }
+    }
+
+    /// Post a Send or RDMA Write carrying `data` itself (`IBV_SEND_INLINE`, at most
+    /// [`crate::rdma::MAX_INLINE_DATA`] octets; [`QpEngine::post_send_inline`]); queued until
+    /// the connection is established, like [`Connection::post_send`].
+    pub fn post_send_inline(
+        &mut self,
+        wr_id: u64,
+        opcode: Opcode,
+        data: &[u8],
+        signaled: bool,
+    ) -> Result<(), PostError> {
+        let checked = crate::rdma::qp::validate_inline(&opcode, data.len())?;
+        let wr = SendWr {
+            wr_id,
+            opcode,
+            sg_list: SgList::new(),
+            signaled,
+        };
+        self.post_send_checked(wr, checked, Some(InlineData::from_slice(data)))
     }
 
     /// [`Connection::post_send`] of a WR `validate_send` passed already (the verbs post ring):
@@ -356,10 +376,17 @@ impl Connection {
         &mut self,
         wr: SendWr,
         checked: crate::rdma::qp::SendChecked,
+        inline: Option<InlineData>,
     ) -> Result<(), PostError> {
         match self.data.as_mut() {
-            Some(d) => d.qp.post_send_checked(wr, checked),
-            None => self.post_send(wr),
+            Some(d) => d.qp.post_send_checked(wr, checked, inline),
+            None if inline.is_none() => self.post_send(wr),
+            None if self.close => Err(PostError::BadState),
+            None if self.early_send.len() >= self.cfg.sq_depth => Err(PostError::QueueFull),
+            None => {
+                self.early_send.push_back((wr, inline));
+                Ok(())
+            }
         }
     }
 
@@ -552,9 +579,13 @@ impl Connection {
                 log::warn!("conn: receive posted before establishment refused: {e}");
             }
         }
-        for wr in self.early_send.drain(..) {
+        for (wr, inline) in self.early_send.drain(..) {
             let (wr_id, opcode) = (wr.wr_id, wr.opcode.wc_opcode());
-            if let Err(e) = qp.post_send(wr) {
+            let r = match inline {
+                Some(d) => qp.post_send_inline(wr.wr_id, wr.opcode, &d, wr.signaled),
+                None => qp.post_send(wr),
+            };
+            if let Err(e) = r {
                 log::warn!("conn: send WR {wr_id} posted before establishment refused: {e}");
                 self.refused.push_back(WorkCompletion {
                     wr_id,

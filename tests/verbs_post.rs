@@ -153,3 +153,96 @@ fn a_region_deregistered_after_the_post_fails_the_wr() {
     }
     assert!(dst.to_vec().iter().all(|&b| b == 0));
 }
+
+/// `post_send_inline` (IBV_SEND_INLINE): the payload is copied into the work request when
+/// posted, so the caller's buffer is free at once and no local region is involved; Sends and
+/// RDMA Writes arrive as posted, before and after the connection is established; an RDMA Read
+/// or more than MAX_INLINE_DATA octets is refused at once.
+#[test]
+fn inline_sends_and_writes_carry_their_payload() {
+    use dpwarp::verbs::MAX_INLINE_DATA;
+    let mut c = Side::new();
+    let mut s = Side::new();
+    let dst = s.pd.reg_mr(8192, Access::LOCAL_WRITE);
+    let sink =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    for i in 0..3u64 {
+        s.qp.post_recv(RecvWr {
+            wr_id: 10 + i,
+            sg_list: smallvec![sge(&dst, 1024 * i as usize, 1024)],
+        })
+        .unwrap();
+    }
+    // Before the connection exists: held with the WR, sent once established.
+    let mut buf = pattern(1, 100);
+    c.qp.post_send_inline(1, Opcode::Send, &buf, true).unwrap();
+    buf.fill(0); // the payload was copied when posted
+    assert!(matches!(
+        c.qp.post_send_inline(
+            9,
+            Opcode::Read {
+                remote_addr: sink.addr(),
+                rkey: sink.stag()
+            },
+            &[],
+            true
+        ),
+        Err(PostError::Invalid(_))
+    ));
+    assert!(matches!(
+        c.qp.post_send_inline(9, Opcode::Send, &vec![0u8; MAX_INLINE_DATA + 1], true),
+        Err(PostError::Invalid(_))
+    ));
+    connect_sides(
+        Link::Mem(FaultConfig::default()),
+        &mut c,
+        &mut s,
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .expect("connect");
+    let wc = wc_ok(&c.cq);
+    assert_eq!((wc.wr_id, wc.opcode), (1, WcOpcode::Send));
+    let wc = wc_ok(&s.cq);
+    assert_eq!((wc.wr_id, wc.byte_len), (10, 100));
+
+    // After: the largest inline Send, an unsignaled one, and an RDMA Write.
+    let big = pattern(2, MAX_INLINE_DATA);
+    c.qp.post_send_inline(2, Opcode::Send, &big, true).unwrap();
+    c.qp.post_send_inline(3, Opcode::Send, &pattern(3, 7), false)
+        .unwrap();
+    c.qp.post_send_inline(
+        4,
+        Opcode::Write {
+            remote_addr: sink.addr() + 100,
+            rkey: sink.stag(),
+        },
+        &pattern(4, 300),
+        true,
+    )
+    .unwrap();
+    let wc = wc_ok(&c.cq);
+    assert_eq!((wc.wr_id, wc.opcode), (2, WcOpcode::Send));
+    // The unsignaled Send makes no completion: the Write's is next.
+    let wc = wc_ok(&c.cq);
+    assert_eq!((wc.wr_id, wc.opcode), (4, WcOpcode::Write));
+    let wc = wc_ok(&s.cq);
+    assert_eq!((wc.wr_id, wc.byte_len), (11, MAX_INLINE_DATA as u32));
+    let wc = wc_ok(&s.cq);
+    assert_eq!((wc.wr_id, wc.byte_len), (12, 7));
+    let got = dst.to_vec();
+    assert_eq!(&got[..100], &pattern(1, 100)[..]);
+    assert_eq!(&got[1024..1024 + MAX_INLINE_DATA], &big[..]);
+    assert_eq!(&got[2048..2055], &pattern(3, 7)[..]);
+    // Placed in order before the Send that follows it (RFC 5040 §5.5), so it is there now.
+    s.qp.post_recv(RecvWr {
+        wr_id: 13,
+        sg_list: smallvec![sge(&dst, 4096, 64)],
+    })
+    .unwrap();
+    c.qp.post_send_inline(5, Opcode::Send, b"after", true)
+        .unwrap();
+    wc_ok(&c.cq);
+    wc_ok(&s.cq);
+    assert_eq!(&sink.to_vec()[100..400], &pattern(4, 300)[..]);
+}

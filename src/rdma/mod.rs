@@ -14,5 +14,6 @@ pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId
 pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrRole, MIN_ULPDU_ROOM};
 pub use smallvec::smallvec;
 pub use wr::{
-    Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
+    InlineData, Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
+    MAX_INLINE_DATA, SG_INLINE,
 };

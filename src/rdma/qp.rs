@@ -21,7 +21,10 @@
 use std::collections::VecDeque;
 
 use super::memory::{Access, MemoryError, MemoryTable, PdId};
-use super::wr::{Opcode, PostError, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use super::wr::{
+    InlineData, Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
+    MAX_INLINE_DATA,
+};
 use crate::mpa::RtrKind;
 use crate::wire::ddp::{
     BufferRepr, HeaderRepr, Segment, DDP_VERSION, QN_READ_REQUEST, QN_SEND, QN_TERMINATE,
@@ -123,6 +126,8 @@ struct TxMsg {
     msn: u32,
     inv_stag: u32,
     sges: crate::rdma::wr::SgList,
+    /// The payload itself, posted inline ([`QpEngine::post_send_inline`]), instead of SGEs.
+    inline: Option<InlineData>,
     /// Fixed payload (Read Request header) instead of SGEs.
     fixed: Option<ReadRequestRepr>,
     len: u32,
@@ -167,7 +172,7 @@ pub struct QpEngine {
     next_seq: u64,
     inflight: VecDeque<Inflight>,
     /// Posted, not yet started (seq, wr).
-    sq: VecDeque<(u64, SendWr)>,
+    sq: VecDeque<(u64, SendWr, Option<InlineData>)>,
     tx_cur: Option<TxMsg>,
     out_reads: VecDeque<OutRead>,
     irrq: VecDeque<InRead>,
@@ -348,8 +353,29 @@ impl QpEngine {
             return Err(PostError::ZeroOrd);
         }
         let checked = validate_send(&self.mem, self.cfg.pd, &wr)?;
-        self.enqueue_send(wr, checked);
+        self.enqueue_send(wr, checked, None);
         Ok(())
+    }
+
+    /// Post a Send (any Send opcode) or an RDMA Write whose payload is `data` itself
+    /// (`IBV_SEND_INLINE`): at most [`MAX_INLINE_DATA`] octets, copied into the work request now,
+    /// so nothing of it is read from registered memory later. An RDMA Read carries no payload
+    /// and is refused (`Invalid`).
+    pub fn post_send_inline(
+        &mut self,
+        wr_id: u64,
+        opcode: Opcode,
+        data: &[u8],
+        signaled: bool,
+    ) -> Result<(), PostError> {
+        let checked = validate_inline(&opcode, data.len())?;
+        let wr = SendWr {
+            wr_id,
+            opcode,
+            sg_list: SgList::new(),
+            signaled,
+        };
+        self.post_send_checked(wr, checked, Some(InlineData::from_slice(data)))
     }
 
     /// [`QpEngine::post_send`] of a WR [`validate_send`] passed already (the verbs layer checks
@@ -360,6 +386,7 @@ impl QpEngine {
         &mut self,
         wr: SendWr,
         checked: SendChecked,
+        inline: Option<InlineData>,
     ) -> Result<(), PostError> {
         if self.state == QpState::Terminated {
             return Err(PostError::BadState);
@@ -371,11 +398,16 @@ impl QpEngine {
             log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
             return Err(PostError::ZeroOrd);
         }
-        self.enqueue_send(wr, checked);
+        self.enqueue_send(wr, checked, inline);
         Ok(())
     }
 
-    fn enqueue_send(&mut self, wr: SendWr, (total, opcode, ident): SendChecked) {
+    fn enqueue_send(
+        &mut self,
+        wr: SendWr,
+        (total, opcode, ident): SendChecked,
+        inline: Option<InlineData>,
+    ) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.inflight.push_back(Inflight {
@@ -387,7 +419,7 @@ impl QpEngine {
             done: None,
             ident,
         });
-        self.sq.push_back((seq, wr));
+        self.sq.push_back((seq, wr, inline));
     }
 
     /// Post a receive buffer for one untagged message on QN 0 (RFC 5041 §5.3).
@@ -635,7 +667,7 @@ impl QpEngine {
             return true;
         }
         let sq_ready = self.tx_cur.is_some()
-            || self.sq.front().is_some_and(|(_, wr)| {
+            || self.sq.front().is_some_and(|(_, wr, _)| {
                 !matches!(wr.opcode, Opcode::Read { .. }) || self.out_reads.len() < self.ord()
             });
         let resp_ready = !self.irrq.is_empty();
@@ -648,7 +680,7 @@ impl QpEngine {
                 && self
                     .sq
                     .front()
-                    .is_some_and(|(_, wr)| matches!(wr.opcode, Opcode::Write { .. })));
+                    .is_some_and(|(_, wr, _)| matches!(wr.opcode, Opcode::Write { .. })));
         let resp_started = self.irrq.front().is_some_and(|r| r.sent > 0);
         let sq_ok = sq_ready && !(next_tagged && resp_started);
         let resp_ok = resp_ready && !cur_tagged;
@@ -737,8 +769,12 @@ impl QpEngine {
 
     /// Start the next SQ WR as a message.
     fn start_sq(&mut self) -> Option<TxMsg> {
-        let (seq, wr) = self.sq.pop_front()?;
-        let len: u32 = wr.sg_list.iter().map(|s| s.length).sum();
+        let (seq, wr, inline) = self.sq.pop_front()?;
+        let len: u32 = match &inline {
+            // At most MAX_INLINE_DATA (validate_inline).
+            Some(d) => d.len() as u32,
+            None => wr.sg_list.iter().map(|s| s.length).sum(),
+        };
         let mut m = TxMsg {
             seq: Some(seq),
             opcode: RdmapOpcode::Send,
@@ -748,6 +784,7 @@ impl QpEngine {
             msn: 0,
             inv_stag: 0,
             sges: wr.sg_list,
+            inline,
             fixed: None,
             len,
             sent: 0,
@@ -855,6 +892,9 @@ impl QpEngine {
         if let Some(f) = &m.fixed {
             // Emitted straight into the outgoing FPDU (no buffer per Read Request).
             f.emit_to(out);
+        } else if let Some(d) = &m.inline {
+            let from = m.sent as usize;
+            out.put(&d[from..from + chunk as usize]);
         } else {
             // Gather `chunk` bytes from the SGE list.
             let mut left = chunk;
@@ -1430,6 +1470,27 @@ pub(crate) fn validate_send(
         _ => (WcOpcode::Send, None),
     };
     Ok((total, opcode, ident))
+}
+
+/// The checks of an inline post ([`QpEngine::post_send_inline`]): a Send or an RDMA Write of
+/// at most [`MAX_INLINE_DATA`] octets, its remote range not wrapping.
+pub(crate) fn validate_inline(opcode: &Opcode, len: usize) -> Result<SendChecked, PostError> {
+    if len > MAX_INLINE_DATA {
+        return Err(PostError::Invalid(
+            "inline data longer than MAX_INLINE_DATA",
+        ));
+    }
+    let total = len as u32;
+    match *opcode {
+        Opcode::Read { .. } => Err(PostError::Invalid("an RDMA Read carries no inline data")),
+        Opcode::Write { remote_addr, rkey } => {
+            if remote_addr.checked_add(u64::from(total)).is_none() {
+                return Err(PostError::Invalid("remote address + length wraps"));
+            }
+            Ok((total, WcOpcode::Write, Some(TxIdent::Tagged { stag: rkey })))
+        }
+        _ => Ok((total, WcOpcode::Send, None)),
+    }
 }
 
 /// The checks `QpEngine::post_recv` makes (local SGEs writable, in `pd`); returns the capacity.

@@ -28,6 +28,18 @@ impl From<Sge> for SgList {
     }
 }
 
+/// Most octets a send-queue work request may carry in itself (`IBV_SEND_INLINE`,
+/// `max_inline_data`): a Send or RDMA Write of that much is posted with its payload, so no
+/// registered memory is written, looked up or held for it (`Qp::post_send_inline`).
+pub const MAX_INLINE_DATA: usize = 512;
+
+/// Inline payload held in the work request itself up to [`INLINE_HELD`] octets (beyond, on the
+/// heap), as posted with `Qp::post_send_inline`.
+pub type InlineData = smallvec::SmallVec<[u8; INLINE_HELD]>;
+
+/// Octets of [`InlineData`] held without an allocation.
+pub const INLINE_HELD: usize = 128;
+
 /// The operation of a send-queue work request (RFC 5040 §4.3 opcodes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opcode {

@@ -7,6 +7,9 @@
 //! used it — send-queue completions are in order) arrives, because the engine gathers the bytes
 //! when it transmits, not when the work request is posted.
 //!
+//! Messages of at most [`MAX_INLINE_DATA`] octets that hold nothing else go inline
+//! (`Qp::post_send_inline`, `IBV_SEND_INLINE`): no send buffer at all.
+//!
 //! Sends are signaled selectively (verbs' selective signaling): one in [`SIGNAL_EVERY`], each
 //! that holds resources besides its buffer, and each that takes the last free buffer. A
 //! completion tells that every earlier work request of the send queue completed too (they
@@ -21,7 +24,7 @@ use std::time::Duration;
 use super::RpcError;
 use crate::verbs::{
     sge, Access, Cq, CqDriver, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem,
-    WcStatus, WorkCompletion,
+    WcStatus, WorkCompletion, MAX_INLINE_DATA,
 };
 use crate::wire::rpcrdma::Segment;
 
@@ -327,6 +330,13 @@ impl Endpoint {
     pub fn send(&mut self, bytes: &[u8], extra: Vec<Res>) -> Result<(), RpcError> {
         if bytes.len() > self.send_size {
             return Err(RpcError::Usage("message longer than the send buffer"));
+        }
+        if extra.is_empty() && bytes.len() <= MAX_INLINE_DATA {
+            // A small message holding nothing goes inline (IBV_SEND_INLINE): no send buffer
+            // to write, look up, hold until a completion and hand back. Unsignaled: a failure
+            // still completes (in error), and the order of completions stays the wr_ids'.
+            let id = self.wr_id();
+            return Ok(self.qp.post_send_inline(id, Opcode::Send, bytes, false)?);
         }
         let mr = self.send_buf()?;
         mr.write_at(0, bytes);

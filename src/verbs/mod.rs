@@ -21,10 +21,11 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_queue::ArrayQueue;
 
 use crate::conn::{ConnEvent, Connection};
-use crate::rdma::qp::{validate_recv, validate_send, SendChecked};
+use crate::rdma::qp::{validate_inline, validate_recv, validate_send, SendChecked};
 pub use crate::rdma::{
-    smallvec, Access, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError, RecvWr,
-    SendWr, SgList, Sge, SharedMem, WcOpcode, WcStatus, WorkCompletion, SG_INLINE,
+    smallvec, Access, InlineData, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError,
+    RecvWr, SendWr, SgList, Sge, SharedMem, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
+    SG_INLINE,
 };
 use crate::wake::Wakeup;
 use crate::wire::terminate::TermCause;
@@ -260,8 +261,9 @@ pub(crate) struct QpShared {
     /// Send WRs posted by the application, not yet handed to the connection: a bounded
     /// lock-free ring (capacity `cap.max_send_wr`) the driver drains, so posting never waits
     /// for the driver's lock.
-    /// Each with what `validate_send` found when it was posted (not looked up again).
-    pub(crate) sq_ring: ArrayQueue<(SendWr, SendChecked)>,
+    /// Each with what `validate_send` found when it was posted (not looked up again), and its
+    /// payload when posted inline.
+    pub(crate) sq_ring: ArrayQueue<(SendWr, SendChecked, Option<InlineData>)>,
     /// Receive WRs likewise (capacity `cap.max_recv_wr`), each with its capacity.
     pub(crate) rq_ring: ArrayQueue<(RecvWr, u64)>,
     pub(crate) send_cq: Cq,
@@ -422,12 +424,12 @@ impl QpShared {
     pub(crate) fn drain_posts(&self, conn: &mut Connection) {
         let mut room = conn.send_room();
         while room > 0 {
-            let Some((wr, checked)) = self.sq_ring.pop() else {
+            let Some((wr, checked, inline)) = self.sq_ring.pop() else {
                 break;
             };
             room -= 1;
             let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
-            if let Err(e) = conn.post_send_checked(wr, checked) {
+            if let Err(e) = conn.post_send_checked(wr, checked, inline) {
                 log::warn!("verbs: send WR {wr_id} refused when handed to the connection: {e}");
                 self.send_cq.push(error_wc(wr_id, opcode, &e));
             }
@@ -456,7 +458,7 @@ impl QpShared {
 
     /// Complete every WR still in the post rings with `WrFlushErr`.
     pub(crate) fn flush_rings(&self) {
-        while let Some((wr, _)) = self.sq_ring.pop() {
+        while let Some((wr, _, _)) = self.sq_ring.pop() {
             let op = send_wc_opcode(&wr.opcode);
             self.send_cq
                 .push(error_wc(wr.wr_id, op, &PostError::BadState));
@@ -595,9 +597,44 @@ impl Qp {
             return Err(PostError::ZeroOrd);
         }
         let checked = validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
+        self.push_send(wr, checked, None)
+    }
+
+    /// Post a Send (any Send opcode) or an RDMA Write whose payload is `data` itself
+    /// (`ibv_post_send` with `IBV_SEND_INLINE`): at most [`MAX_INLINE_DATA`] octets, copied
+    /// into the work request now, so the caller may reuse `data` at once and no registered
+    /// memory is written, looked up or held for the message (small messages: an RPC call or
+    /// reply). Errors as [`Qp::post_send`]; an RDMA Read, or more than `MAX_INLINE_DATA`
+    /// octets, is `Invalid`.
+    pub fn post_send_inline(
+        &self,
+        wr_id: u64,
+        opcode: Opcode,
+        data: &[u8],
+        signaled: bool,
+    ) -> Result<(), PostError> {
+        if self.is_closed() {
+            return Err(PostError::BadState);
+        }
+        let checked = validate_inline(&opcode, data.len())?;
+        let wr = SendWr {
+            wr_id,
+            opcode,
+            sg_list: SgList::new(),
+            signaled,
+        };
+        self.push_send(wr, checked, Some(InlineData::from_slice(data)))
+    }
+
+    fn push_send(
+        &self,
+        wr: SendWr,
+        checked: SendChecked,
+        inline: Option<InlineData>,
+    ) -> Result<(), PostError> {
         self.shared
             .sq_ring
-            .push((wr, checked))
+            .push((wr, checked, inline))
             .map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
         if self.is_closed() {
