@@ -18,7 +18,7 @@ use crate::mpa::{
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
     InlineData, MemoryTable, Opcode, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr,
-    RtrKind, RtrRole, SendWr, SgList, WcStatus, WorkCompletion,
+    RtrKind, RtrRole, SendWr, WcStatus, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::TxBuf;
@@ -360,14 +360,8 @@ impl Connection {
         data: &[u8],
         signaled: bool,
     ) -> Result<(), PostError> {
-        let checked = crate::rdma::qp::validate_inline(&opcode, data.len())?;
-        let wr = SendWr {
-            wr_id,
-            opcode,
-            sg_list: SgList::new(),
-            signaled,
-        };
-        self.post_send_checked(wr, checked, Some(InlineData::from_slice(data)))
+        let (wr, checked, data) = crate::rdma::qp::inline_wr(wr_id, opcode, data, signaled)?;
+        self.post_send_checked(wr, checked, Some(data))
     }
 
     /// [`Connection::post_send`] of a WR `validate_send` passed already (the verbs post ring):

@@ -24,6 +24,18 @@ fn small_qp(side: &mut Side, send: usize, recv: usize) {
     side.qp = Qp::new(&side.pd, &attr);
 }
 
+/// Connect `c` to `s` over the in-memory link, default parameters.
+fn connect_mem(c: &mut Side, s: &mut Side) {
+    connect_sides(
+        Link::Mem(FaultConfig::default()),
+        c,
+        s,
+        ConnParam::default(),
+        ConnParam::default(),
+    )
+    .expect("connect");
+}
+
 #[test]
 fn posts_before_connect_are_checked_bounded_and_delivered() {
     let mut c = Side::new();
@@ -86,14 +98,7 @@ fn posts_before_connect_are_checked_bounded_and_delivered() {
         Err(PostError::QueueFull)
     );
 
-    connect_sides(
-        Link::Mem(FaultConfig::default()),
-        &mut c,
-        &mut s,
-        ConnParam::default(),
-        ConnParam::default(),
-    )
-    .expect("connect");
+    connect_mem(&mut c, &mut s);
     for i in 0..2u64 {
         let wc = wc_ok(&c.cq);
         assert_eq!((wc.wr_id, wc.opcode), (i, WcOpcode::Send));
@@ -137,14 +142,7 @@ fn a_region_deregistered_after_the_post_fails_the_wr() {
     })
     .unwrap();
     assert!(c.pd.dereg_mr(&src));
-    connect_sides(
-        Link::Mem(FaultConfig::default()),
-        &mut c,
-        &mut s,
-        ConnParam::default(),
-        ConnParam::default(),
-    )
-    .expect("connect");
+    connect_mem(&mut c, &mut s);
     let wc = c.cq.wait(Duration::from_secs(10)).expect("a completion");
     assert_eq!(wc.wr_id, 1);
     assert_ne!(wc.status, dpwarp::verbs::WcStatus::Success, "{wc:?}");
@@ -193,14 +191,7 @@ fn inline_sends_and_writes_carry_their_payload() {
         c.qp.post_send_inline(9, Opcode::Send, &vec![0u8; MAX_INLINE_DATA + 1], true),
         Err(PostError::Invalid(_))
     ));
-    connect_sides(
-        Link::Mem(FaultConfig::default()),
-        &mut c,
-        &mut s,
-        ConnParam::default(),
-        ConnParam::default(),
-    )
-    .expect("connect");
+    connect_mem(&mut c, &mut s);
     let wc = wc_ok(&c.cq);
     assert_eq!((wc.wr_id, wc.opcode), (1, WcOpcode::Send));
     let wc = wc_ok(&s.cq);

@@ -342,18 +342,25 @@ impl QpEngine {
 
     /// Post a send-queue WR (RFC 5040 §5). SGEs are validated now; see the module docs.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        self.admit_send(&wr.opcode)?;
+        let checked = validate_send(&self.mem, self.cfg.pd, &wr)?;
+        self.enqueue_send(wr, checked, None);
+        Ok(())
+    }
+
+    /// Whether the send queue takes a WR of `opcode` now: not terminated, not full, and no
+    /// RDMA Read on a connection that negotiated ORD 0.
+    fn admit_send(&self, opcode: &Opcode) -> Result<(), PostError> {
         if self.state == QpState::Terminated {
             return Err(PostError::BadState);
         }
         if self.inflight.len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        if self.cfg.ord == 0 && matches!(wr.opcode, Opcode::Read { .. }) {
+        if self.cfg.ord == 0 && matches!(opcode, Opcode::Read { .. }) {
             log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
             return Err(PostError::ZeroOrd);
         }
-        let checked = validate_send(&self.mem, self.cfg.pd, &wr)?;
-        self.enqueue_send(wr, checked, None);
         Ok(())
     }
 
@@ -368,14 +375,8 @@ impl QpEngine {
         data: &[u8],
         signaled: bool,
     ) -> Result<(), PostError> {
-        let checked = validate_inline(&opcode, data.len())?;
-        let wr = SendWr {
-            wr_id,
-            opcode,
-            sg_list: SgList::new(),
-            signaled,
-        };
-        self.post_send_checked(wr, checked, Some(InlineData::from_slice(data)))
+        let (wr, checked, data) = inline_wr(wr_id, opcode, data, signaled)?;
+        self.post_send_checked(wr, checked, Some(data))
     }
 
     /// [`QpEngine::post_send`] of a WR [`validate_send`] passed already (the verbs layer checks
@@ -388,16 +389,7 @@ impl QpEngine {
         checked: SendChecked,
         inline: Option<InlineData>,
     ) -> Result<(), PostError> {
-        if self.state == QpState::Terminated {
-            return Err(PostError::BadState);
-        }
-        if self.inflight.len() >= self.cfg.sq_depth {
-            return Err(PostError::QueueFull);
-        }
-        if self.cfg.ord == 0 && matches!(wr.opcode, Opcode::Read { .. }) {
-            log::warn!("rdmap: RDMA Read refused: the negotiated ORD is 0");
-            return Err(PostError::ZeroOrd);
-        }
+        self.admit_send(&wr.opcode)?;
         self.enqueue_send(wr, checked, inline);
         Ok(())
     }
@@ -424,25 +416,26 @@ impl QpEngine {
 
     /// Post a receive buffer for one untagged message on QN 0 (RFC 5041 §5.3).
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        self.admit_recv()?;
+        let cap = self.check_sges(&wr.sg_list, Access::LOCAL_WRITE)?;
+        self.post_recv_checked(wr, cap)
+    }
+
+    /// Whether the receive queue takes a WR now: not terminated, not full.
+    fn admit_recv(&self) -> Result<(), PostError> {
         if self.state == QpState::Terminated {
             return Err(PostError::BadState);
         }
         if self.rq.len() >= self.cfg.rq_depth {
             return Err(PostError::QueueFull);
         }
-        let cap = self.check_sges(&wr.sg_list, Access::LOCAL_WRITE)?;
-        self.post_recv_checked(wr, cap)
+        Ok(())
     }
 
     /// [`QpEngine::post_recv`] of a WR [`validate_recv`] passed already (with the capacity it
     /// returned), as [`QpEngine::post_send_checked`].
     pub(crate) fn post_recv_checked(&mut self, wr: RecvWr, cap: u64) -> Result<(), PostError> {
-        if self.state == QpState::Terminated {
-            return Err(PostError::BadState);
-        }
-        if self.rq.len() >= self.cfg.rq_depth {
-            return Err(PostError::QueueFull);
-        }
+        self.admit_recv()?;
         self.rq.push_back(PostedRecv {
             wr,
             cap,
@@ -1470,6 +1463,23 @@ pub(crate) fn validate_send(
         _ => (WcOpcode::Send, None),
     };
     Ok((total, opcode, ident))
+}
+
+/// The work request of an inline post, checked ([`validate_inline`]), with its payload copied.
+pub(crate) fn inline_wr(
+    wr_id: u64,
+    opcode: Opcode,
+    data: &[u8],
+    signaled: bool,
+) -> Result<(SendWr, SendChecked, InlineData), PostError> {
+    let checked = validate_inline(&opcode, data.len())?;
+    let wr = SendWr {
+        wr_id,
+        opcode,
+        sg_list: SgList::new(),
+        signaled,
+    };
+    Ok((wr, checked, InlineData::from_slice(data)))
 }
 
 /// The checks of an inline post ([`QpEngine::post_send_inline`]): a Send or an RDMA Write of

@@ -21,7 +21,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_queue::ArrayQueue;
 
 use crate::conn::{ConnEvent, Connection};
-use crate::rdma::qp::{validate_inline, validate_recv, validate_send, SendChecked};
+use crate::rdma::qp::{inline_wr, validate_recv, validate_send, SendChecked};
 pub use crate::rdma::{
     smallvec, Access, InlineData, MemoryTable, Mr, MrBytes, MrBytesMut, Opcode, PdId, PostError,
     RecvWr, SendWr, SgList, Sge, SharedMem, WcOpcode, WcStatus, WorkCompletion, MAX_INLINE_DATA,
@@ -616,14 +616,8 @@ impl Qp {
         if self.is_closed() {
             return Err(PostError::BadState);
         }
-        let checked = validate_inline(&opcode, data.len())?;
-        let wr = SendWr {
-            wr_id,
-            opcode,
-            sg_list: SgList::new(),
-            signaled,
-        };
-        self.push_send(wr, checked, Some(InlineData::from_slice(data)))
+        let (wr, checked, data) = inline_wr(wr_id, opcode, data, signaled)?;
+        self.push_send(wr, checked, Some(data))
     }
 
     fn push_send(
