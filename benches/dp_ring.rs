@@ -33,7 +33,7 @@ use dpwarp::cm::ConnParam;
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::{CopyStats, Dataplane, Driver, WorkerMode};
 use dpwarp::verbs::{
-    sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+    sge, Access, Cq, Device, Mr, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
 };
 
 struct Args {
@@ -259,28 +259,15 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
         let cq = Cq::new(64);
         let qp = Qp::new(&spd, &QpInitAttr::new(&cq));
         let buf = spd.reg_mr(SIZE, Access::LOCAL_WRITE);
-        let post_recv = |id| {
-            qp.post_recv(RecvWr {
-                wr_id: id,
-                sg_list: smallvec![sge(&buf, 0, SIZE)],
-            })
-            .unwrap()
-        };
-        post_recv(0);
+        post_ping_recv(&qp, &buf);
         let listener = server_ep.listen(port).unwrap();
         ready_tx.send(()).unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
         req.accept(&qp, &ConnParam::default()).unwrap();
         for _ in 0..total {
             next_recv(&sd, &cq);
-            post_recv(0);
-            qp.post_send(SendWr {
-                wr_id: 1,
-                opcode: Opcode::Send,
-                sg_list: smallvec![sge(&buf, 0, SIZE)],
-                signaled: false,
-            })
-            .unwrap();
+            post_ping_recv(&qp, &buf);
+            post_ping_send(&qp, &buf);
         }
         drive_until_closed(&sd, &qp);
     });
@@ -300,19 +287,9 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
         .expect("connect");
     let mut lat = Vec::with_capacity(iters);
     for i in 0..total {
-        qp.post_recv(RecvWr {
-            wr_id: 0,
-            sg_list: smallvec![sge(&buf, 0, SIZE)],
-        })
-        .unwrap();
+        post_ping_recv(&qp, &buf);
         let t = Instant::now();
-        qp.post_send(SendWr {
-            wr_id: 1,
-            opcode: Opcode::Send,
-            sg_list: smallvec![sge(&buf, 0, SIZE)],
-            signaled: false,
-        })
-        .unwrap();
+        post_ping_send(&qp, &buf);
         next_recv(&cd, &cq);
         if i >= WARM {
             lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
@@ -322,6 +299,26 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
     drive_until_closed(&cd, &qp);
     server.join().unwrap();
     median(&mut lat)
+}
+
+/// The ping-pong's receive buffer: all of `buf` (its size is the message size).
+fn post_ping_recv(qp: &Qp, buf: &Mr) {
+    qp.post_recv(RecvWr {
+        wr_id: 0,
+        sg_list: smallvec![sge(buf, 0, buf.len())],
+    })
+    .unwrap();
+}
+
+/// The ping-pong's message: all of `buf`, unsignaled (the peer's answer is the completion).
+fn post_ping_send(qp: &Qp, buf: &Mr) {
+    qp.post_send(SendWr {
+        wr_id: 1,
+        opcode: Opcode::Send,
+        sg_list: smallvec![sge(buf, 0, buf.len())],
+        signaled: false,
+    })
+    .unwrap();
 }
 
 /// Kernel TCP loopback 64 B ping-pong, busy-polled (MSG_DONTWAIT) with TCP_NODELAY, server on

@@ -341,13 +341,25 @@ impl Connection {
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
         match self.data.as_mut() {
             Some(d) => d.qp.post_send(wr),
-            None if self.close => Err(PostError::BadState),
-            None if self.early_send.len() >= self.cfg.sq_depth => Err(PostError::QueueFull),
-            None => {
-                self.early_send.push_back((wr, None));
-                Ok(())
-            }
+            None => self.queue_early_send(wr, None),
         }
+    }
+
+    /// Hold a send WR (and its inline payload) until the connection is established; it is
+    /// checked and posted then.
+    fn queue_early_send(
+        &mut self,
+        wr: SendWr,
+        inline: Option<InlineData>,
+    ) -> Result<(), PostError> {
+        if self.close {
+            return Err(PostError::BadState);
+        }
+        if self.early_send.len() >= self.cfg.sq_depth {
+            return Err(PostError::QueueFull);
+        }
+        self.early_send.push_back((wr, inline));
+        Ok(())
     }
 
     /// Post a Send or RDMA Write carrying `data` itself (`IBV_SEND_INLINE`, at most
@@ -374,13 +386,7 @@ impl Connection {
     ) -> Result<(), PostError> {
         match self.data.as_mut() {
             Some(d) => d.qp.post_send_checked(wr, checked, inline),
-            None if inline.is_none() => self.post_send(wr),
-            None if self.close => Err(PostError::BadState),
-            None if self.early_send.len() >= self.cfg.sq_depth => Err(PostError::QueueFull),
-            None => {
-                self.early_send.push_back((wr, inline));
-                Ok(())
-            }
+            None => self.queue_early_send(wr, inline),
         }
     }
 

@@ -1425,9 +1425,6 @@ fn check_sges(mem: &MemoryTable, pd: PdId, sges: &[Sge], need: Access) -> Result
 /// `mem` for `pd`, message length, remote range, RDMA Read sink shape), for a poster that
 /// queues WRs elsewhere first (the verbs layer's post ring) and wants its errors at once.
 /// Returns the message length and the completion's opcode and identity.
-/// What [`validate_send`] found: the message length, the completion's opcode and identity.
-pub(crate) type SendChecked = (u32, WcOpcode, Option<TxIdent>);
-
 pub(crate) fn validate_send(
     mem: &MemoryTable,
     pd: PdId,
@@ -1464,6 +1461,9 @@ pub(crate) fn validate_send(
     };
     Ok((total, opcode, ident))
 }
+
+/// What [`validate_send`] found: the message length, the completion's opcode and identity.
+pub(crate) type SendChecked = (u32, WcOpcode, Option<TxIdent>);
 
 /// The work request of an inline post, checked ([`validate_inline`]), with its payload copied.
 pub(crate) fn inline_wr(

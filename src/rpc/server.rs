@@ -659,7 +659,8 @@ struct ConnServer {
     /// Reused copy of the message being handled.
     rx_scratch: Vec<u8>,
     /// Reused buffers of the reply encoder: the RPC reply, and the whole Send (transport
-    /// header + reply) before it goes into a registered send buffer.
+    /// header + reply) before it is copied into the work request (inline) or a registered
+    /// send buffer.
     reply_scratch: Vec<u8>,
     send_scratch: Vec<u8>,
     /// Calls waiting for their read chunks, in arrival order.

@@ -597,7 +597,7 @@ impl Qp {
             return Err(PostError::ZeroOrd);
         }
         let checked = validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
-        self.push_send(wr, checked, None)
+        self.push_posted(&self.shared.sq_ring, (wr, checked, None))
     }
 
     /// Post a Send (any Send opcode) or an RDMA Write whose payload is `data` itself
@@ -617,19 +617,12 @@ impl Qp {
             return Err(PostError::BadState);
         }
         let (wr, checked, data) = inline_wr(wr_id, opcode, data, signaled)?;
-        self.push_send(wr, checked, Some(data))
+        self.push_posted(&self.shared.sq_ring, (wr, checked, Some(data)))
     }
 
-    fn push_send(
-        &self,
-        wr: SendWr,
-        checked: SendChecked,
-        inline: Option<InlineData>,
-    ) -> Result<(), PostError> {
-        self.shared
-            .sq_ring
-            .push((wr, checked, inline))
-            .map_err(|_| PostError::QueueFull)?;
+    /// Put a checked WR into its post ring (`QueueFull` when the ring is) and wake the driver.
+    fn push_posted<T>(&self, ring: &ArrayQueue<T>, posted: T) -> Result<(), PostError> {
+        ring.push(posted).map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
         if self.is_closed() {
             // The driver finished while we pushed: nobody else will drain the ring.
@@ -645,15 +638,7 @@ impl Qp {
             return Err(PostError::BadState);
         }
         let cap = validate_recv(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
-        self.shared
-            .rq_ring
-            .push((wr, cap))
-            .map_err(|_| PostError::QueueFull)?;
-        self.shared.kick();
-        if self.is_closed() {
-            self.shared.flush_rings();
-        }
-        Ok(())
+        self.push_posted(&self.shared.rq_ring, (wr, cap))
     }
 
     /// Send WRs [`Qp::post_send`] takes now before it answers `QueueFull` (free slots of the
