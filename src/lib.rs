@@ -20,8 +20,9 @@
 //! - [`latency`]: the latency summary (one percentile definition) of every tool.
 //! - [`wake`]: the eventfd with which the verbs layer wakes a connection driver.
 //!
-//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence): the protocol core,
-//! memory regions and transports are safe Rust.
+//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence) and one prefetch
+//! hint in the memory-region code (`rdma::memory`): the protocol core, memory regions and
+//! transports are otherwise safe Rust.
 #![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

@@ -19,7 +19,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{sys, Mbuf};
@@ -35,8 +35,6 @@ struct PinSlot {
     busy: AtomicBool,
     start: AtomicUsize,
     len: AtomicUsize,
-    /// The table the slot belongs to (one `Arc` count held per busy slot).
-    owner: AtomicPtr<PinShared>,
 }
 
 // SAFETY: `shinfo` is written by the owning worker only while `busy` is false (no mbuf refers
@@ -62,14 +60,15 @@ pub struct TxPins {
 /// Runs when the last reference to an external buffer goes (PMD, peer or fault injector,
 /// any thread).
 unsafe extern "C" fn release_pin(_addr: *mut c_void, opaque: *mut c_void) {
-    // SAFETY: `opaque` is the `PinSlot` this buffer was attached with (`TxPins::chain`); the
-    // slot lives in `PinShared`, kept alive by the count `chain` took and released here
-    // (after the last use of the slot).
+    // SAFETY: `opaque` is the `PinSlot` this buffer was attached with (`TxPins::chain`). The
+    // slot lives in `PinShared`, which outlives every busy slot: `TxPins` frees it only when it
+    // sees no slot busy, and leaks it otherwise (`Drop for TxPins`). DPDK is done with the
+    // slot's shared info when it calls this, and the store below is the slot's last use here.
+    // No reference count is taken per pin: a count shared by both cores cost two cache-line
+    // transfers per frame.
     unsafe {
         let slot = &*(opaque as *const PinSlot);
-        let owner = slot.owner.load(Ordering::Relaxed);
         slot.busy.store(false, Ordering::Release);
-        drop(Arc::from_raw(owner as *const PinShared));
     }
 }
 
@@ -89,7 +88,6 @@ impl TxPins {
                 busy: AtomicBool::new(false),
                 start: AtomicUsize::new(0),
                 len: AtomicUsize::new(0),
-                owner: AtomicPtr::new(std::ptr::null_mut()),
             })
             .collect();
         let n = slots.len();
@@ -165,8 +163,6 @@ impl TxPins {
         let slot = &self.shared.slots[i];
         slot.start.store(offset, Ordering::Relaxed);
         slot.len.store(payload.len(), Ordering::Relaxed);
-        let owner = Arc::into_raw(self.shared.clone());
-        slot.owner.store(owner as *mut PinShared, Ordering::Relaxed);
         slot.busy.store(true, Ordering::Relaxed);
         if !self.listed[i] {
             self.listed[i] = true;
@@ -178,7 +174,7 @@ impl TxPins {
         // not busy, so no mbuf refers to it) and attaches `ext` to `payload`, which the
         // module contract keeps allocated and unmodified until `release_pin` runs for this
         // slot. On success the chain owns `ext`; on failure `ext` is ours again, and freeing
-        // it runs `release_pin`, which releases the slot and the `Arc` count taken above.
+        // it runs `release_pin`, which releases the slot.
         let rc = unsafe {
             sys::dpw_chain_extbuf(
                 head.ptr.as_ptr(),
@@ -195,6 +191,16 @@ impl TxPins {
             return Err(None);
         }
         Ok(())
+    }
+}
+
+impl Drop for TxPins {
+    /// The slots stay allocated for as long as a frame may still free one: when some slot is
+    /// busy, the shared part is leaked (as the ring itself is, docs/dataplane.md "Copies").
+    fn drop(&mut self) {
+        if self.outstanding() > 0 {
+            std::mem::forget(Arc::clone(&self.shared));
+        }
     }
 }
 
@@ -219,7 +225,7 @@ impl TxPins {
         i
     }
 
-    /// What the free callback does for slot `i`, without the `Arc` count a real pin holds.
+    /// What the free callback does for slot `i`.
     fn release_for_test(&self, i: usize) {
         self.shared.slots[i].busy.store(false, Ordering::Release);
     }

@@ -95,6 +95,33 @@ struct Region {
     data: Arc<RwLock<Box<[u8]>>>,
 }
 
+/// Placements this large are taken as part of a stream (a multi-segment tagged message).
+const PREFETCH_MIN: usize = 512;
+
+/// Ask the CPU to fetch `bytes`' cache lines for writing, without waiting.
+fn prefetch_for_write(bytes: &[u8]) {
+    for line in bytes.chunks(64) {
+        prefetch_line_for_write(line.as_ptr());
+    }
+}
+
+/// Ask the CPU to fetch the cache line holding `p` for writing (`prefetchw`) without waiting:
+/// a later store to it finds the line owned instead of waiting for another core to give it
+/// up. Any address is fine; nothing is read or written.
+#[allow(unsafe_code)]
+#[inline]
+pub(crate) fn prefetch_line_for_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetchw` is a hint. It loads nothing into a register, never faults (not even
+    // on an unmapped address) and changes no memory the program sees; CPUs without PRFCHW
+    // decode its opcode (0F 0D) as a no-op.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 impl Region {
     fn bytes(&self) -> std::sync::RwLockReadGuard<'_, Box<[u8]>> {
         // A poisoned lock only means a panic elsewhere while holding it; bytes are plain data.
@@ -430,7 +457,16 @@ impl MemoryTable {
     ) -> Result<(), MemoryError> {
         let (r, off) = self.checked(stag, pd, addr, data.len(), need)?;
         if !data.is_empty() {
-            r.bytes_mut()[off..off + data.len()].copy_from_slice(data);
+            let mut bytes = r.bytes_mut();
+            let end = off + data.len();
+            bytes[off..end].copy_from_slice(data);
+            // Tagged messages arrive in order (RFC 5041 §5.1: each DDP segment continues the
+            // last), so the next segment of a large message lands right after this one.
+            // Fetching those lines for ownership now lets the next copy hit the cache instead
+            // of waiting for the lines while the lock's release drains the stores.
+            if data.len() >= PREFETCH_MIN {
+                prefetch_for_write(&bytes[end..bytes.len().min(end + data.len())]);
+            }
         }
         Ok(())
     }
