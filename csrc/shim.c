@@ -32,6 +32,18 @@ uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uin
 
 struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
 
+int dpw_mbuf_raw_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **out, unsigned n)
+{
+	return rte_mempool_get_bulk(mp, (void **)out, n);
+}
+
+void dpw_pktmbuf_reset(struct rte_mbuf *m) { rte_pktmbuf_reset(m); }
+
+unsigned dpw_pool_data_offset(struct rte_mempool *mp)
+{
+	return sizeof(struct rte_mbuf) + rte_pktmbuf_priv_size(mp) + RTE_PKTMBUF_HEADROOM;
+}
+
 void dpw_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 
 uint8_t *dpw_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, uint8_t *); }

@@ -28,6 +28,12 @@ const char *dpw_strerror(int e);
 uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp);
+/* n mbufs from mp, not reset (rte_mempool_get_bulk): 0, or nonzero and none taken. */
+int dpw_mbuf_raw_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **out, unsigned n);
+/* rte_pktmbuf_reset: an mbuf from dpw_mbuf_raw_alloc_bulk made ready as rte_pktmbuf_alloc's. */
+void dpw_pktmbuf_reset(struct rte_mbuf *m);
+/* Offset from an mbuf of mp to its data after a reset (header, private area, headroom). */
+unsigned dpw_pool_data_offset(struct rte_mempool *mp);
 void dpw_pktmbuf_free(struct rte_mbuf *m);
 uint8_t *dpw_mtod(struct rte_mbuf *m);
 uint16_t dpw_data_len(const struct rte_mbuf *m);

@@ -34,7 +34,7 @@ use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
 use super::fault::{FaultStats, Faults, Frame};
 use crate::config::FaultConfig;
-use crate::dpdk::{offload, CksumVerdict, Mbuf, Mempool, Queue, TxPins};
+use crate::dpdk::{offload, CksumVerdict, Mbuf, MbufStash, Mempool, Queue, TxPins};
 
 /// IPv4/TCP checksum handling of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,8 +298,11 @@ pub struct DeviceStats {
     pub rx_linearized: u64,
     /// Free mbufs in the port's pool when the counters were taken (with the mbufs of the
     /// port's other queues; a leak shows as a count that does not come back once traffic is
-    /// over).
+    /// over). Mbufs in a queue's transmit stash are not free: see `tx_stashed`.
     pub pool_free: u32,
+    /// Mbufs this queue took from the pool ahead of transmitting ([`crate::dpdk::MbufStash`],
+    /// at most 64): not in use, not free either.
+    pub tx_stashed: u32,
     /// Fault injection counters (all zero on a port without `faults`).
     pub faults: FaultStats,
 }
@@ -309,6 +312,8 @@ pub struct DpdkDevice {
     /// The port queue this device owns (no other thread can burst on it).
     queue: Queue,
     pool: &'static Mempool,
+    /// Where frames to send get their mbufs: taken from `pool` a batch ahead.
+    stash: MbufStash,
     batch: usize,
     mtu: usize,
     /// The current rx burst, reversed so frames are taken in arrival order with `pop`.
@@ -427,6 +432,7 @@ impl DpdkDevice {
         DpdkDevice {
             queue,
             pool,
+            stash: pool.stash(),
             batch,
             mtu,
             rx: Vec::with_capacity(batch),
@@ -562,6 +568,7 @@ impl DpdkDevice {
     pub fn stats(&self) -> DeviceStats {
         let mut s = self.stats;
         s.pool_free = self.pool.available();
+        s.tx_stashed = self.stash.len() as u32;
         if let Some(f) = &self.faults {
             s.faults = f.stats;
         }
@@ -695,7 +702,7 @@ impl DpdkDevice {
             self.stats.tx_backpressure += 1;
             return None;
         }
-        match self.pool.alloc() {
+        match self.stash.take() {
             Some(m) => Some(DpdkTxToken {
                 dev: self,
                 m: Some(m),
@@ -856,7 +863,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        let Some(mut m) = self.m.or_else(|| self.dev.pool.alloc()) else {
+        let Some(mut m) = self.m.or_else(|| self.dev.stash.take()) else {
             log::warn!("dpdk: mbuf pool empty; a {len}-byte reply frame lost");
             self.dev.stats.tx_no_mbuf += 1;
             let mut scratch = vec![0u8; len];
@@ -904,13 +911,13 @@ impl phy::TxToken for DpdkTxToken<'_> {
         let Some(base) = ring else {
             return copy(dev, m, f);
         };
-        let Some(mut m) = m.or_else(|| dev.pool.alloc()) else {
+        let Some(mut m) = m.or_else(|| dev.stash.take()) else {
             return copy(dev, None, f);
         };
         if header_len + payload.len() > usize::from(m.tailroom()) {
             return copy(dev, Some(m), f);
         }
-        let Some(ext) = dev.pool.alloc() else {
+        let Some(ext) = dev.stash.take() else {
             return copy(dev, Some(m), f);
         };
         let buf = m.append(header_len as u16).expect("tailroom checked");

@@ -293,6 +293,17 @@ impl Mempool {
         NonNull::new(m).map(|ptr| Mbuf { ptr })
     }
 
+    /// Mbufs for transmit taken ahead of use (see [`MbufStash`]).
+    pub fn stash(&'static self) -> MbufStash {
+        // SAFETY: valid pool pointer; a plain computation from the pool's private data.
+        let data_offset = unsafe { sys::dpw_pool_data_offset(self.ptr.as_ptr()) } as usize;
+        MbufStash {
+            pool: self,
+            ready: std::collections::VecDeque::with_capacity(2 * STASH_BATCH),
+            data_offset,
+        }
+    }
+
     /// Free mbufs in the pool.
     pub fn available(&self) -> u32 {
         // SAFETY: valid pool pointer.
@@ -307,6 +318,75 @@ impl Mempool {
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// Mbufs taken in a batch at least [`STASH_BATCH`] ahead of their use.
+const STASH_BATCH: usize = 32;
+
+/// Mbufs taken from a pool ahead of use, each with its header lines and the lines its frame's
+/// headers go to already asked for (`prefetchw`). A transmitting worker writes every mbuf it
+/// allocates, and on `net_ring` (or any PMD freeing on another core) each one was last
+/// written by the other core: allocated one at a time, every frame waited for those lines in
+/// turn (about 10 % of the transmitting thread at MTU 1500); asked for a batch ahead, they
+/// arrive together while earlier frames are built.
+pub struct MbufStash {
+    pool: &'static Mempool,
+    /// Taken from the pool, not yet reset (`rte_mbuf_raw_alloc` state: direct, refcnt 1,
+    /// one segment), in the order their lines were asked for.
+    ready: std::collections::VecDeque<Mbuf>,
+    data_offset: usize,
+}
+
+impl MbufStash {
+    /// One mbuf as [`Mempool::alloc`] gives it (None when the pool is empty).
+    #[inline]
+    pub fn take(&mut self) -> Option<Mbuf> {
+        if self.ready.len() <= STASH_BATCH {
+            self.refill();
+        }
+        let Some(m) = self.ready.pop_front() else {
+            return self.pool.alloc();
+        };
+        // SAFETY: `m` is ours, fresh from the pool (raw state); the reset makes it what
+        // rte_pktmbuf_alloc returns.
+        unsafe { sys::dpw_pktmbuf_reset(m.ptr.as_ptr()) };
+        Some(m)
+    }
+
+    /// Mbufs taken from the pool and not handed out yet.
+    pub fn len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Nothing taken ahead (yet).
+    pub fn is_empty(&self) -> bool {
+        self.ready.is_empty()
+    }
+
+    fn refill(&mut self) {
+        let mut raw = [std::ptr::null_mut::<sys::rte_mbuf>(); STASH_BATCH];
+        // SAFETY: valid pool pointer; `raw` has room for STASH_BATCH pointers, all written on
+        // success (0), none taken otherwise.
+        let rc = unsafe {
+            sys::dpw_mbuf_raw_alloc_bulk(
+                self.pool.ptr.as_ptr(),
+                raw.as_mut_ptr(),
+                STASH_BATCH as u32,
+            )
+        };
+        if rc != 0 {
+            return;
+        }
+        for p in raw {
+            let Some(ptr) = NonNull::new(p) else { continue };
+            let b = p as *const u8;
+            crate::rdma::memory::prefetch_line_for_write(b);
+            crate::rdma::memory::prefetch_line_for_write(b.wrapping_add(64));
+            crate::rdma::memory::prefetch_line_for_write(b.wrapping_add(self.data_offset));
+            // Owned from here: dropping it frees it back (a raw mbuf is a valid one to free).
+            self.ready.push_back(Mbuf { ptr });
+        }
     }
 }
 
