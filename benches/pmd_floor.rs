@@ -4,7 +4,7 @@
 //! it to the PMD; on the other side receive it, read it (its sequence number), free it.
 //!
 //! ```text
-//! cargo bench --bench pmd_floor -- [--iters 200000] [--frame 142] [--json FILE]
+//! cargo bench --bench pmd_floor -- [--iters 200000] [--frame 142] [--stream-ms 1000] [--json FILE]
 //! ```
 //!
 //! Two devices: `net_memif` (a server and a client port in this process on one socket; the
@@ -16,8 +16,15 @@
 //! of per-turn samples. Beside them the same ping-pong of one cache line between the two CPUs
 //! (a store and a spin on each side): what one cross-core transfer costs on this host.
 //!
+//! The bandwidth floor (a ceiling, really) of `net_memif` at MTU 1500 comes after: CPU 1 sends
+//! full-size frames (1514 octets: an MTU 1500 TCP segment with its Ethernet header) in bursts
+//! of 32 for `--stream-ms`, CPU 0 receives and frees them. Only the headers are written, as
+//! a sender by reference does; the PMD copies each frame into the shared ring and out again.
+//! Reported as frames per second and as TCP payload (1460 octets a frame) in Gbit/s: no
+//! stack over this device can move more at this frame size.
+//!
 //! `scripts/bench` runs it and puts the figures beside dpwarp's send_lat and the kernel's
-//! ping-pong (docs/dataplane.md "The latency floor").
+//! ping-pong (docs/dataplane.md "The latency floor"), and beside write_bw at MTU 1500.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +36,7 @@ use dpwarp::dpdk::{Eal, Mempool, Port, PortConf, Queue};
 struct Args {
     iters: usize,
     frame: usize,
+    stream_ms: u64,
     json: Option<String>,
 }
 
@@ -36,6 +44,7 @@ fn args() -> Args {
     let mut a = Args {
         iters: 200_000,
         frame: 142,
+        stream_ms: 1000,
         json: None,
     };
     let mut it = std::env::args().skip(1);
@@ -44,6 +53,7 @@ fn args() -> Args {
         match k.as_str() {
             "--iters" => a.iters = v().parse().expect("--iters N"),
             "--frame" => a.frame = v().parse().expect("--frame OCTETS"),
+            "--stream-ms" => a.stream_ms = v().parse().expect("--stream-ms MS"),
             "--json" => a.json = Some(v()),
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
@@ -166,6 +176,72 @@ fn pingpong(
     rtts
 }
 
+/// Full-size frames one way: the sender on CPU 1 (port `tx`) writes only the headers of each
+/// frame; the receiver on CPU 0 (port `rx`) frees what arrives. Returns (frames received,
+/// seconds) over the last `ms` milliseconds of the stream (after a warm-up of a tenth).
+fn stream(eal: &'static Eal, name: &str, tx: Port, rx: Port, ms: u64) -> (u64, f64) {
+    const FRAME: u16 = 1514;
+    let conf = PortConf::default();
+    let pt = Mempool::create(eal, &format!("{name}t"), 8191, 256, 2176).expect("pool tx");
+    let pr = Mempool::create(eal, &format!("{name}r"), 8191, 256, 2176).expect("pool rx");
+    tx.configure(&conf, pt).expect("configure tx");
+    rx.configure(&conf, pr).expect("configure rx");
+    tx.start().expect("start tx");
+    rx.start().expect("start rx");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(tx.link().map(|l| l.1).unwrap_or(false) && rx.link().map(|l| l.1).unwrap_or(false)) {
+        assert!(Instant::now() < deadline, "{name}: link did not come up");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let stop = Arc::new(AtomicU64::new(0));
+    let mut qt = tx.claim_queue(0).expect("queue tx");
+    let st = stop.clone();
+    let sender = thread::spawn(move || {
+        pin(1);
+        dpwarp::dpdk::register_thread();
+        let mut out = Vec::with_capacity(32);
+        while st.load(Ordering::Relaxed) == 0 {
+            while out.len() < 32 {
+                let Some(mut m) = pt.alloc() else { break };
+                let b = m.append(FRAME).expect("room for the frame");
+                b[..12].fill(0xff);
+                b[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+                out.push(m);
+            }
+            qt.tx_burst(&mut out);
+        }
+    });
+    let mut qr = rx.claim_queue(0).expect("queue rx");
+    pin(0);
+    dpwarp::dpdk::register_thread();
+    let mut inb = Vec::with_capacity(32);
+    let (warm, total) = (
+        Duration::from_millis(ms / 10),
+        Duration::from_millis(ms + ms / 10),
+    );
+    let t0 = Instant::now();
+    let (mut n, mut start) = (0u64, None);
+    loop {
+        let now = Instant::now();
+        if now - t0 >= total {
+            break;
+        }
+        let got = qr.rx_burst(&mut inb, 32) as u64;
+        for m in inb.drain(..) {
+            debug_assert_eq!(m.pkt_len(), u32::from(FRAME));
+        }
+        match start {
+            None if now - t0 >= warm => start = Some((now, n)),
+            _ => {}
+        }
+        n += got;
+    }
+    stop.store(1, Ordering::Relaxed);
+    sender.join().expect("sender thread");
+    let (s, n0) = start.expect("stream ran past its warm-up");
+    (n - n0, s.elapsed().as_secs_f64())
+}
+
 /// RTT samples of one cache line passed back and forth between CPUs 0 and 1.
 fn cacheline(iters: usize) -> Vec<Duration> {
     #[repr(align(128))]
@@ -221,6 +297,8 @@ fn main() {
         "--log-level=*:warning".into(),
         format!("--vdev=net_memif0,role=server,id=0,socket={sock},socket-abstract=no"),
         format!("--vdev=net_memif1,role=client,id=0,socket={sock},socket-abstract=no"),
+        format!("--vdev=net_memif2,role=server,id=1,socket={sock},socket-abstract=no"),
+        format!("--vdev=net_memif3,role=client,id=1,socket={sock},socket-abstract=no"),
     ];
     let eal = Eal::init(&eal_args).expect("EAL init");
     let mut doc = vec![
@@ -254,6 +332,21 @@ fn main() {
         a.frame
     );
     doc.push(format!("\"ring_p50_us\":{p50:.4},\"ring_p99_us\":{p99:.4}"));
+
+    let m2 = Port::by_name(eal, "net_memif2").expect("net_memif2");
+    let m3 = Port::by_name(eal, "net_memif3").expect("net_memif3");
+    let (frames, secs) = stream(eal, "mstream", m3, m2, a.stream_ms);
+    let fps = frames as f64 / secs;
+    let gbps = fps * 1460.0 * 8.0 / 1e9;
+    println!(
+        "pmd_floor: net_memif stream of 1514 octet frames, no protocol: {:.3} Mpps = {gbps:.2} \
+         Gbit/s of TCP payload (1460 a frame)",
+        fps / 1e6
+    );
+    doc.push(format!(
+        "\"memif_stream_mpps\":{:.4},\"memif_stream_payload_gbps\":{gbps:.3}",
+        fps / 1e6
+    ));
     let _ = std::fs::remove_file(&sock);
     if let Some(path) = a.json {
         std::fs::write(&path, format!("{{{}}}\n", doc.join(","))).expect("write --json");
