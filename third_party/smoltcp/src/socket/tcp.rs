@@ -511,6 +511,9 @@ pub struct Socket<'a> {
     /// dpwarp: sequence numbers just past each record (an MPA FPDU) queued for sending, in
     /// order; `dispatch` cuts segments at the last record end that fits (None: off).
     tx_records: Option<alloc::collections::VecDeque<TcpSeqNumber>>,
+    /// dpwarp: index in `tx_records` of the first end past SND.NXT when last cut (segments go
+    /// out in order, so the next cut starts there instead of searching every end in flight).
+    tx_record_next: usize,
 }
 
 /// dpwarp: the most record ends a socket remembers (beyond, segments are cut as usual).
@@ -580,6 +583,7 @@ impl<'a> Socket<'a> {
             rx_sink: None,
             tx_linear: alloc::vec::Vec::new(),
             tx_records: None,
+            tx_record_next: 0,
         }
     }
 
@@ -864,6 +868,7 @@ impl<'a> Socket<'a> {
         if let Some(r) = self.tx_records.as_mut() {
             r.clear();
         }
+        self.tx_record_next = 0;
         self.rx_buffer.clear();
         self.rx_fin_received = false;
         self.listen_endpoint = IpListenEndpoint::default();
@@ -1378,6 +1383,7 @@ impl<'a> Socket<'a> {
     /// retransmissions included.
     pub fn set_tx_records(&mut self, on: bool) {
         self.tx_records = on.then(alloc::collections::VecDeque::new);
+        self.tx_record_next = 0;
     }
 
     /// dpwarp: the octets queued so far end a record (see [`Socket::set_tx_records`]).
@@ -1408,13 +1414,39 @@ impl<'a> Socket<'a> {
         let Some(r) = self.tx_records.as_mut() else {
             return size;
         };
+        let mut next = self.tx_record_next;
         while r.front().is_some_and(|&e| e <= una) {
             r.pop_front();
+            next = next.saturating_sub(1);
         }
-        // The ends are ascending: the last one at or before the limit, if after the start.
+        // The ends are ascending. The first one past the start: where the last cut left off,
+        // unless SND.NXT went back (a retransmission) or ran far ahead; then a search.
+        next = next.min(r.len());
+        if next > 0 && r[next - 1] > start {
+            next = r.partition_point(|&e| e <= start);
+        }
+        let mut steps = 0;
+        while next < r.len() && r[next] <= start {
+            next += 1;
+            steps += 1;
+            if steps == 16 {
+                next = r.partition_point(|&e| e <= start);
+                break;
+            }
+        }
+        self.tx_record_next = next;
+        // The last end at or before the limit, if after the start (a segment usually holds
+        // a few records: walk, and search when it holds many).
         let limit = start + size;
-        let i = r.partition_point(|&e| e <= limit);
-        match i.checked_sub(1).map(|i| r[i]) {
+        let mut last = next;
+        while last < r.len() && r[last] <= limit {
+            last += 1;
+            if last - next == 16 {
+                last = r.partition_point(|&e| e <= limit);
+                break;
+            }
+        }
+        match last.checked_sub(1).filter(|&i| i >= next).map(|i| r[i]) {
             Some(e) if e > start => e - start,
             _ => size,
         }
@@ -3088,6 +3120,53 @@ mod test {
 
     fn socket_established() -> TestSocket {
         socket_established_with_buffer_sizes(64, 64)
+    }
+
+    /// dpwarp: the cut from the remembered position equals a search of every record end, as
+    /// segments go out in order, go back for a retransmission, and records are acknowledged.
+    #[test]
+    fn test_cut_at_record_matches_a_full_search() {
+        let mut s = socket_established();
+        s.set_tx_records(true);
+        let base = s.local_seq_no;
+        // Records of 1 to 200 octets (many to a segment) and some larger than one.
+        let mut end = 0usize;
+        let mut x = 7u32;
+        for _ in 0..4000 {
+            x = x.wrapping_mul(1103515245).wrapping_add(12345);
+            end += if x % 10 == 0 { 3000 } else { 1 + (x >> 8) as usize % 200 };
+            s.tx_records.as_mut().unwrap().push_back(base + end);
+        }
+        let reference = |s: &Socket, size: usize| {
+            let (una, start) = (s.local_seq_no, s.remote_last_seq);
+            let r = s.tx_records.as_ref().unwrap();
+            let i = r.partition_point(|&e| e <= start + size);
+            match i.checked_sub(1).map(|i| r[i]) {
+                Some(e) if e > start && e > una => e - start,
+                _ => size,
+            }
+        };
+        let mut sent = 0usize;
+        let mut step = 0u32;
+        while sent < end {
+            step += 1;
+            let size = [1448usize, 8948, 64, 300][step as usize % 4];
+            let want = reference(&s, size);
+            let got = s.cut_at_record(size);
+            assert_eq!(got, want, "step {step}: start {sent}, size {size}");
+            sent += got.min(end - sent);
+            s.remote_last_seq = base + sent;
+            if step % 7 == 0 {
+                // Half of what is in flight acknowledged.
+                let acked = (s.remote_last_seq - s.local_seq_no) / 2;
+                s.local_seq_no = s.local_seq_no + acked;
+            }
+            if step % 23 == 0 {
+                // Go back: retransmit from the oldest unacknowledged octet.
+                s.remote_last_seq = s.local_seq_no;
+                sent = s.local_seq_no - base;
+            }
+        }
     }
 
     fn socket_fin_wait_1() -> TestSocket {
@@ -7381,23 +7460,15 @@ mod test {
         assert_eq!(s.tx_buffer.dequeue_many(3), &b"xxx"[..]);
         assert_eq!(s.tx_buffer.len(), 3);
 
-        // "abcdef" not contiguous in tx buffer
+        // "abcdef" not contiguous in tx buffer. dpwarp: a segment across the ring's wrap is
+        // gathered (`tx_linear`), not cut at the wrap (upstream sent "yyyabc" then "def").
         assert_eq!(s.send_slice(b"abcdef"), Ok(6));
         recv!(
             s,
             Ok(TcpRepr {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 1),
-                payload: &b"yyyabc"[..],
-                ..RECV_TEMPL
-            })
-        );
-        recv!(
-            s,
-            Ok(TcpRepr {
-                seq_number: LOCAL_SEQ + 1 + 6,
-                ack_number: Some(REMOTE_SEQ + 1),
-                payload: &b"def"[..],
+                payload: &b"yyyabcdef"[..],
                 ..RECV_TEMPL
             })
         );
