@@ -66,11 +66,15 @@ pub struct PerfResult {
     pub copies: Option<CopyStats>,
     /// DPDK only: TCP segments with payload this side sent during the test.
     pub segments: Option<u64>,
+    /// DPDK only: the share of this side's worker time in passes that did work (near 1: this
+    /// side is the bottleneck).
+    pub worker_busy: Option<f64>,
 }
 
 impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
-    /// p50, p99, p999, max, avg}}` and, on DPDK, `copies`, `segments`, `segments_per_msg`.
+    /// p50, p99, p999, max, avg}}` and, on DPDK, `copies`, `segments`, `segments_per_msg`,
+    /// `worker_busy`.
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
             transport,
@@ -90,6 +94,7 @@ impl PerfResult {
             copies: self.copies.as_ref().map(CopiesJson::from),
             segments: self.segments,
             segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
+            worker_busy: self.worker_busy,
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
@@ -111,6 +116,8 @@ struct ResultJson<'a> {
     segments: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     segments_per_msg: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_busy: Option<f64>,
 }
 
 #[derive(serde::Serialize)]
@@ -153,16 +160,30 @@ impl From<&CopyStats> for CopiesJson {
 #[derive(serde::Serialize)]
 struct ServerJson {
     copies: CopiesJson,
+    /// The share of the server's worker time in passes that did work during the test.
+    worker_busy: Option<f64>,
     role: &'static str,
     size: usize,
     test: &'static str,
 }
 
-/// The copy counts and payload segments sent, summed over the workers of `dp`.
-pub fn dp_counts(dp: &Dataplane) -> (CopyStats, u64) {
+/// The copy counts and payload segments sent, summed over the workers of `dp`, and their
+/// time in passes that did work and in the rest (`WorkerStats::busy_ns`, `idle_ns`).
+pub fn dp_counts(dp: &Dataplane) -> (CopyStats, u64, (u64, u64)) {
     let st = dp.stats();
     let c = CopyStats::sum(st.iter().map(|w| &w.copies));
-    (c, st.iter().map(|w| w.device.tx_tcp_segments).sum())
+    let time = (
+        st.iter().map(|w| w.busy_ns).sum(),
+        st.iter().map(|w| w.idle_ns).sum(),
+    );
+    (c, st.iter().map(|w| w.device.tx_tcp_segments).sum(), time)
+}
+
+/// The share of worker time in passes that did work between two [`dp_counts`] (None without
+/// any time counted).
+fn busy_share(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let (busy, idle) = (after.0 - before.0, after.1 - before.1);
+    (busy + idle > 0).then(|| busy as f64 / (busy + idle) as f64)
 }
 
 /// Print perftest's table ([`crate::table`], as `dpwarp perf` prints it) for `results` of one
@@ -643,10 +664,11 @@ pub fn run(a: Args) -> Result<(), String> {
                     match serve_one(req, &pd, &net) {
                         Err(e) => eprintln!("perf server: {e}"),
                         Ok((test, size)) => {
-                            if let (true, Some(dp), Some((b, _))) = (a.json, &_dp, before) {
-                                let (c, _) = dp_counts(dp);
+                            if let (true, Some(dp), Some((b, _, bt))) = (a.json, &_dp, before) {
+                                let (c, _, t) = dp_counts(dp);
                                 let v = ServerJson {
                                     copies: CopiesJson::from(&c.since(&b)),
+                                    worker_busy: busy_share(bt, t),
                                     role: "server",
                                     size,
                                     test: test.name(),
@@ -676,10 +698,11 @@ pub fn run(a: Args) -> Result<(), String> {
         crate::cli::progress_phase(format!("dpperf: {} {size} B", test.name()));
         let mut r = run_client(&net, a.addr, &pd, test, size, a.iters)?;
         crate::cli::progress_clear();
-        if let (Some(dp), Some((bc, bs))) = (&_dp, before) {
-            let (c, segs) = dp_counts(dp);
+        if let (Some(dp), Some((bc, bs, bt))) = (&_dp, before) {
+            let (c, segs, t) = dp_counts(dp);
             r.copies = Some(c.since(&bc));
             r.segments = Some(segs - bs);
+            r.worker_busy = busy_share(bt, t);
         }
         if a.json {
             println!("{}", r.json(transport));
