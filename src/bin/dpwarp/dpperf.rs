@@ -163,6 +163,8 @@ struct ServerJson {
     /// The share of the server's worker time in passes that did work during the test.
     worker_busy: Option<f64>,
     role: &'static str,
+    /// Always "dpdk" (scripts/bench retags it with the link it measured).
+    transport: &'static str,
     size: usize,
     test: &'static str,
 }
@@ -669,6 +671,7 @@ pub fn run(a: Args) -> Result<(), String> {
                                 let v = ServerJson {
                                     copies: CopiesJson::from(&c.since(&b)),
                                     worker_busy: busy_share(bt, t),
+                                    transport: "dpdk",
                                     role: "server",
                                     size,
                                     test: test.name(),
