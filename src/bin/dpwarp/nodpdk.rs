@@ -112,6 +112,8 @@ impl CopyStats {
 pub struct WorkerStats {
     pub device: DeviceStats,
     pub copies: CopyStats,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
 }
 
 /// Mirrors the fields of `dataplane::device::DeviceStats` the tools print.
