@@ -77,6 +77,29 @@ fn pin(cpu: usize) {
     dpwarp::affinity::set_thread_cpus(&[cpu]).expect("pin thread");
 }
 
+/// Configure and start ports `a` and `b`, each with a pool of `mbufs`, and wait for both links.
+fn bring_up(
+    eal: &'static Eal,
+    name: &str,
+    a: &Port,
+    b: &Port,
+    mbufs: u32,
+) -> (&'static Mempool, &'static Mempool) {
+    let conf = PortConf::default();
+    let pa = Mempool::create(eal, &format!("{name}a"), mbufs, 256, 2176).expect("pool a");
+    let pb = Mempool::create(eal, &format!("{name}b"), mbufs, 256, 2176).expect("pool b");
+    a.configure(&conf, pa).expect("configure a");
+    b.configure(&conf, pb).expect("configure b");
+    a.start().expect("start a");
+    b.start().expect("start b");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(a.link().map(|l| l.1).unwrap_or(false) && b.link().map(|l| l.1).unwrap_or(false)) {
+        assert!(Instant::now() < deadline, "{name}: link did not come up");
+        thread::sleep(Duration::from_millis(10));
+    }
+    (pa, pb)
+}
+
 /// One-way latency in µs (RTT / 2): p50 and p99 of the samples.
 fn percentiles(mut rtts: Vec<Duration>) -> (f64, f64) {
     rtts.sort();
@@ -131,18 +154,7 @@ fn pingpong(
     iters: usize,
     frame: usize,
 ) -> Vec<Duration> {
-    let conf = PortConf::default();
-    let pa = Mempool::create(eal, &format!("{name}a"), 4095, 256, 2176).expect("pool a");
-    let pb = Mempool::create(eal, &format!("{name}b"), 4095, 256, 2176).expect("pool b");
-    a.configure(&conf, pa).expect("configure a");
-    b.configure(&conf, pb).expect("configure b");
-    a.start().expect("start a");
-    b.start().expect("start b");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !(a.link().map(|l| l.1).unwrap_or(false) && b.link().map(|l| l.1).unwrap_or(false)) {
-        assert!(Instant::now() < deadline, "{name}: link did not come up");
-        thread::sleep(Duration::from_millis(10));
-    }
+    let (pa, pb) = bring_up(eal, name, &a, &b, 4095);
     let stop = Arc::new(AtomicU64::new(0));
     let mut qb = b.claim_queue(0).expect("queue b");
     let st = stop.clone();
@@ -181,18 +193,7 @@ fn pingpong(
 /// seconds) over the last `ms` milliseconds of the stream (after a warm-up of a tenth).
 fn stream(eal: &'static Eal, name: &str, tx: Port, rx: Port, ms: u64) -> (u64, f64) {
     const FRAME: u16 = 1514;
-    let conf = PortConf::default();
-    let pt = Mempool::create(eal, &format!("{name}t"), 8191, 256, 2176).expect("pool tx");
-    let pr = Mempool::create(eal, &format!("{name}r"), 8191, 256, 2176).expect("pool rx");
-    tx.configure(&conf, pt).expect("configure tx");
-    rx.configure(&conf, pr).expect("configure rx");
-    tx.start().expect("start tx");
-    rx.start().expect("start rx");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !(tx.link().map(|l| l.1).unwrap_or(false) && rx.link().map(|l| l.1).unwrap_or(false)) {
-        assert!(Instant::now() < deadline, "{name}: link did not come up");
-        thread::sleep(Duration::from_millis(10));
-    }
+    let (pt, _) = bring_up(eal, name, &tx, &rx, 8191);
     let stop = Arc::new(AtomicU64::new(0));
     let mut qt = tx.claim_queue(0).expect("queue tx");
     let st = stop.clone();
