@@ -353,6 +353,16 @@ impl DataplaneConfig {
                     p.device, p.mtu
                 ));
             }
+            if p.tx_zero_copy == "on" && self.memif_zero_copy_client(&p.device) {
+                return Err(format!(
+                    "port {}: tx_zero_copy = \"on\" with memif's zero-copy=yes: memif describes \
+                     each frame to its peer by offset into this process's EAL memory, and a \
+                     payload sent by reference lies outside it (in a TCP transmit ring); use \
+                     \"auto\" (payloads are then copied into the mbufs, and memif copies nothing \
+                     on this side) or drop zero-copy=yes",
+                    p.device
+                ));
+            }
             if p.device.starts_with("net_memif") && p.mtu > 1500 {
                 let need = usize::from(p.mtu) + 14;
                 let bsize = vdev_arg(&self.eal.args, &p.device, "bsize")
@@ -370,6 +380,20 @@ impl DataplaneConfig {
             }
         }
         Ok(())
+    }
+}
+
+impl DataplaneConfig {
+    /// Whether `device` is a net_memif client in memif's zero-copy mode (`zero-copy=yes` in
+    /// its `--vdev` arguments, `role=client`; DPDK ignores the flag on a server, and `role`
+    /// defaults to server). Its transmit descriptors then point into the client's own EAL
+    /// memory by offset (DPDK 22.11 `eth_memif_tx_zc`: always region 1, the first memory
+    /// segment list), so every transmitted octet must lie in an mbuf from a pool, not in
+    /// memory outside EAL such as a TCP transmit ring.
+    pub fn memif_zero_copy_client(&self, device: &str) -> bool {
+        device.starts_with("net_memif")
+            && vdev_arg(&self.eal.args, device, "zero-copy").is_some_and(|v| v.contains("yes"))
+            && vdev_arg(&self.eal.args, device, "role") == Some("client")
     }
 }
 
@@ -487,6 +511,31 @@ mod tests {
             .collect();
         assert_eq!(vdev_arg(&args, "net_memif0", "bsize"), Some("9216"));
         assert_eq!(vdev_arg(&args, "net_memif0", "id"), None);
+    }
+
+    #[test]
+    fn memif_zero_copy_client_refuses_transmit_by_reference() {
+        let cfg = |vdev: &str, zc: &str| {
+            DataplaneConfig::parse(&format!(
+                "[eal]\nargs=['-l', '0', '--single-file-segments', '{vdev}']\n[[port]]\n\
+                 device='net_memif0'\nip='10.0.0.1/24'\ntx_zero_copy='{zc}'\n"
+            ))
+        };
+        let client = "--vdev=net_memif0,role=client,zero-copy=yes";
+        let e = cfg(client, "on").unwrap_err();
+        assert!(e.contains("zero-copy=yes"), "{e}");
+        let c = cfg(client, "auto").unwrap();
+        assert!(c.memif_zero_copy_client("net_memif0"));
+        assert!(!c.memif_zero_copy_client("net_memif1"));
+        // DPDK ignores zero-copy on a server (its default role), and "no" is no.
+        for v in [
+            "--vdev=net_memif0,role=server,zero-copy=yes",
+            "--vdev=net_memif0,zero-copy=yes",
+            "--vdev=net_memif0,role=client,zero-copy=no",
+        ] {
+            let c = cfg(v, "on").unwrap();
+            assert!(!c.memif_zero_copy_client("net_memif0"), "{v}");
+        }
     }
 
     #[test]

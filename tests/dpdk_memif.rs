@@ -10,31 +10,64 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod memif_common;
-use memif_common::{config_mtu, Kill};
+use memif_common::{config_zc, Kill};
 
 #[test]
 fn memif_two_processes_write_bw_and_send_lat() {
-    let bw = two_processes("std", 0);
+    let bw = two_processes("std", 0, false);
     // 64 KiB in 1460-octet segments (MTU 1500).
     assert!(bw["segments_per_msg"].as_f64().unwrap() > 40.0, "{bw}");
 }
 
 #[test]
 fn memif_two_processes_at_mtu_9000_send_jumbo_frames() {
-    let bw = two_processes("jumbo", 9000);
+    let bw = two_processes("jumbo", 9000, false);
     // 64 KiB in 8960-octet segments: 8 (and a few more for the final Send and retransmits).
     let segs = bw["segments_per_msg"].as_f64().unwrap();
     assert!((8.0..9.0).contains(&segs), "{bw}");
 }
 
+/// memif's zero-copy client (`zero-copy=yes`): the client's mbufs are the shared memory, and
+/// its transmit descriptors point into them by offset from the first EAL memory segment list.
+/// A frame whose payload lay in a TCP ring outside EAL memory (transmit by reference) would
+/// hand the peer an offset outside the region: the server process crashed reading it. So
+/// such a port copies each payload into its mbuf (one segment per frame): data flows both
+/// ways, at MTU 1500 and 9000.
+#[test]
+fn memif_zero_copy_client_copies_payload_into_its_mbufs() {
+    for mtu in [0, 9000] {
+        let bw = two_processes(&format!("zc{mtu}"), mtu, true);
+        // Gathered into the TCP ring, then copied into the mbuf: not sent by reference.
+        let tx = bw["copies"]["tx_per_byte"].as_f64().unwrap();
+        assert!((1.99..2.01).contains(&tx), "{bw}");
+    }
+}
+
 /// A dpperf server and two client processes (write_bw 64 KiB, send_lat 64 B) over one memif
-/// link at `mtu`; returns the client's write_bw result.
-fn two_processes(tag: &str, mtu: u16) -> serde_json::Value {
+/// link at `mtu` (the client in memif's zero-copy mode with `client_zc`); returns the client's
+/// write_bw result.
+fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
     let dir = std::env::temp_dir().join(format!("dpwarp-memif-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config_mtu(&dir, "server", &sock, "10.93.0.1", "02:00:00:93:00:01", mtu);
-    let ccfg = config_mtu(&dir, "client", &sock, "10.93.0.2", "02:00:00:93:00:02", mtu);
+    let scfg = config_zc(
+        &dir,
+        "server",
+        &sock,
+        "10.93.0.1",
+        "02:00:00:93:00:01",
+        mtu,
+        false,
+    );
+    let ccfg = config_zc(
+        &dir,
+        "client",
+        &sock,
+        "10.93.0.2",
+        "02:00:00:93:00:02",
+        mtu,
+        client_zc,
+    );
     let bin = env!("CARGO_BIN_EXE_dpwarp");
 
     let mut server = Kill(

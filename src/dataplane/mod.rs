@@ -263,10 +263,16 @@ impl Dataplane {
             // Transmit by reference (config `tx_zero_copy`): PMDs that take chained mbufs
             // and read them in software (no IOVA is set on the external buffers), and no
             // transmit checksum offload (not tried over chains).
+            // Not on memif's zero-copy client: its descriptors describe frames by offset into
+            // this process's EAL memory, which a TCP transmit ring is not in (`DataplaneConfig::
+            // memif_zero_copy_client`); payloads are copied into pool mbufs there instead, and
+            // memif copies nothing on this side.
+            let memif_zc = info.driver == "net_memif" && cfg.memif_zero_copy_client(&pc.device);
             let zc_able = ["net_ring", "net_memif", "net_af_packet"]
                 .contains(&info.driver.as_str())
                 && info.tx_offload_capa & crate::dpdk::offload::TX_MULTI_SEGS != 0
-                && ck_off.tx_bits() == 0;
+                && ck_off.tx_bits() == 0
+                && !memif_zc;
             let zero_copy = match pc.tx_zero_copy.as_str() {
                 "off" => false,
                 "on" if !zc_able => {
@@ -353,6 +359,9 @@ impl Dataplane {
                 pc.tx_zero_copy,
                 if zero_copy {
                     "sent by reference (external mbufs over the transmit rings)"
+                } else if memif_zc {
+                    "copied into each mbuf (memif zero-copy=yes: frames must lie in EAL memory; \
+                     memif copies nothing on this side)"
                 } else {
                     "copied into each mbuf"
                 }

@@ -24,6 +24,25 @@ pub fn config(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str) -> PathB
 /// [`config`] with `mtu` on the port (0: the default 1500); above 1500 the memif buffers are
 /// made large enough for a frame (`bsize`, see `DataplaneConfig` validation).
 pub fn config_mtu(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str, mtu: u16) -> PathBuf {
+    config_zc(dir, role, sock, ip, mac, mtu, false)
+}
+
+/// [`config_mtu`], and with `zero_copy` the memif devarg `zero-copy=yes` (which DPDK takes
+/// from a client only, and only with the EAL option `--single-file-segments`).
+pub fn config_zc(
+    dir: &Path,
+    role: &str,
+    sock: &Path,
+    ip: &str,
+    mac: &str,
+    mtu: u16,
+    zero_copy: bool,
+) -> PathBuf {
+    let (zc, sfs) = if zero_copy {
+        (",zero-copy=yes", "\"--single-file-segments\", ")
+    } else {
+        ("", "")
+    };
     let bsize = if mtu > 1500 {
         format!(",bsize={}", (usize::from(mtu) + 14).next_multiple_of(1024))
     } else {
@@ -32,8 +51,8 @@ pub fn config_mtu(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str, mtu:
     let text = format!(
         r#"
 [eal]
-args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--log-level=*:warning",
-        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no{bsize}"]
+args = ["-l", "0", "--no-huge", "-m", "256", "--no-shconf", {sfs}"--no-pci", "--log-level=*:warning",
+        "--vdev=net_memif0,role={role},id=0,socket={sock},socket-abstract=no{bsize}{zc}"]
 [[port]]
 device = "net_memif0"
 ip = "{ip}/24"
