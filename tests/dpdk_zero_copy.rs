@@ -88,7 +88,11 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
             ..ConnParam::default()
         };
         req.accept(&qp, &param).unwrap();
-        let wc = cq.wait(Duration::from_secs(60)).expect("final send");
+        // The final Send comes after every Write and the Read: 16-24 s alone here (2 % of the
+        // client's frames dropped, most recovered by retransmission timeouts), more than 60 s
+        // once in a full parallel test run on two cores. The test asserts what arrives, not
+        // how fast.
+        let wc = cq.wait(Duration::from_secs(300)).expect("final send");
         assert_eq!(wc.status, WcStatus::Success);
         assert!(
             qp.wait_closed(Duration::from_secs(30)),
@@ -112,7 +116,7 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     let mut expect = vec![0u8; REGION];
     let (mut off, mut posted, mut done) = (0, 0, 0);
     let wait = |what: &str| {
-        let wc = cq.wait(Duration::from_secs(30)).expect(what);
+        let wc = cq.wait(Duration::from_secs(120)).expect(what);
         assert_eq!(wc.status, WcStatus::Success, "{what}");
     };
     for i in 0..WRITES {
