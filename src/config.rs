@@ -353,6 +353,19 @@ impl DataplaneConfig {
                     p.device, p.mtu
                 ));
             }
+            if p.device.starts_with("net_memif")
+                && vdev_arg(&self.eal.args, &p.device, "zero-copy")
+                    .is_some_and(|v| v.contains("yes"))
+                && !self.eal.args.iter().any(|a| a == "--single-file-segments")
+            {
+                // DPDK 22.11 `memif_set_zc` refuses the devarg then ("Zero-copy doesn't support
+                // multi-file segments") and the port does not exist.
+                return Err(format!(
+                    "port {}: memif's zero-copy=yes needs the EAL option --single-file-segments \
+                     (its shared memory is this process's EAL memory, one file per segment list)",
+                    p.device
+                ));
+            }
             if p.tx_zero_copy == "on" && self.memif_zero_copy_client(&p.device) {
                 return Err(format!(
                     "port {}: tx_zero_copy = \"on\" with memif's zero-copy=yes: memif describes \
@@ -526,6 +539,12 @@ mod tests {
         assert!(e.contains("zero-copy=yes"), "{e}");
         let c = cfg(client, "auto").unwrap();
         assert!(c.memif_zero_copy_client("net_memif0"));
+        // DPDK refuses zero-copy=yes without --single-file-segments: so does the config.
+        let e = DataplaneConfig::parse(&format!(
+            "[eal]\nargs=['-l', '0', '{client}']\n[[port]]\ndevice='net_memif0'\nip='10.0.0.1/24'\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("--single-file-segments"), "{e}");
         assert!(!c.memif_zero_copy_client("net_memif1"));
         // DPDK ignores zero-copy on a server (its default role), and "no" is no.
         for v in [
