@@ -304,6 +304,24 @@ fn d_backlog() -> usize {
 }
 
 impl DataplaneConfig {
+    /// Whether `device` is a net_memif client in memif's zero-copy mode (`zero-copy=yes` in
+    /// its `--vdev` arguments, `role=client`; DPDK ignores the flag on a server, and `role`
+    /// defaults to server). Its transmit descriptors then point into the client's own EAL
+    /// memory by offset (DPDK 22.11 `eth_memif_tx_zc`: always region 1, the first memory
+    /// segment list), so every transmitted octet must lie in an mbuf from a pool, not in
+    /// memory outside EAL such as a TCP transmit ring.
+    pub fn memif_zero_copy_client(&self, device: &str) -> bool {
+        self.memif_zero_copy_asked(device)
+            && vdev_arg(&self.eal.args, device, "role") == Some("client")
+    }
+
+    /// `zero-copy=yes` among `device`'s net_memif `--vdev` arguments (DPDK's `memif_set_zc`
+    /// looks for "yes" in the value).
+    fn memif_zero_copy_asked(&self, device: &str) -> bool {
+        device.starts_with("net_memif")
+            && vdev_arg(&self.eal.args, device, "zero-copy").is_some_and(|v| v.contains("yes"))
+    }
+
     /// Parse a TOML text.
     pub fn parse(text: &str) -> Result<Self, String> {
         let c: DataplaneConfig = toml::from_str(text).map_err(|e| e.to_string())?;
@@ -353,9 +371,7 @@ impl DataplaneConfig {
                     p.device, p.mtu
                 ));
             }
-            if p.device.starts_with("net_memif")
-                && vdev_arg(&self.eal.args, &p.device, "zero-copy")
-                    .is_some_and(|v| v.contains("yes"))
+            if self.memif_zero_copy_asked(&p.device)
                 && !self.eal.args.iter().any(|a| a == "--single-file-segments")
             {
                 // DPDK 22.11 `memif_set_zc` refuses the devarg then ("Zero-copy doesn't support
@@ -393,20 +409,6 @@ impl DataplaneConfig {
             }
         }
         Ok(())
-    }
-}
-
-impl DataplaneConfig {
-    /// Whether `device` is a net_memif client in memif's zero-copy mode (`zero-copy=yes` in
-    /// its `--vdev` arguments, `role=client`; DPDK ignores the flag on a server, and `role`
-    /// defaults to server). Its transmit descriptors then point into the client's own EAL
-    /// memory by offset (DPDK 22.11 `eth_memif_tx_zc`: always region 1, the first memory
-    /// segment list), so every transmitted octet must lie in an mbuf from a pool, not in
-    /// memory outside EAL such as a TCP transmit ring.
-    pub fn memif_zero_copy_client(&self, device: &str) -> bool {
-        device.starts_with("net_memif")
-            && vdev_arg(&self.eal.args, device, "zero-copy").is_some_and(|v| v.contains("yes"))
-            && vdev_arg(&self.eal.args, device, "role") == Some("client")
     }
 }
 
