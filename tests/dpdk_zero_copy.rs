@@ -94,8 +94,11 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
         // how fast.
         let wc = cq.wait(Duration::from_secs(300)).expect("final send");
         assert_eq!(wc.status, WcStatus::Success);
+        // The close goes through the same 2 % loss; after a run of losses smoltcp's
+        // retransmission timeout can have grown to seconds (up to 10 s each), and a loaded
+        // host inflates the RTT samples it grows from.
         assert!(
-            qp.wait_closed(Duration::from_secs(30)),
+            qp.wait_closed(Duration::from_secs(120)),
             "client did not disconnect"
         );
     });
