@@ -516,6 +516,24 @@ pub struct Socket<'a> {
     tx_record_next: usize,
 }
 
+/// dpwarp: the index of the first record end after `bound`, from `from` on (the ends are
+/// ascending, and those before `from` are at or before `bound`): a walk of up to 16 ends, then
+/// a binary search.
+fn first_end_past(
+    r: &alloc::collections::VecDeque<TcpSeqNumber>,
+    from: usize,
+    bound: TcpSeqNumber,
+) -> usize {
+    let mut i = from;
+    while i < r.len() && r[i] <= bound {
+        i += 1;
+        if i - from == 16 {
+            return r.partition_point(|&e| e <= bound);
+        }
+    }
+    i
+}
+
 /// dpwarp: the most record ends a socket remembers (beyond, segments are cut as usual).
 const MAX_TX_RECORDS: usize = 1 << 16;
 
@@ -1425,27 +1443,11 @@ impl<'a> Socket<'a> {
         if next > 0 && r[next - 1] > start {
             next = r.partition_point(|&e| e <= start);
         }
-        let mut steps = 0;
-        while next < r.len() && r[next] <= start {
-            next += 1;
-            steps += 1;
-            if steps == 16 {
-                next = r.partition_point(|&e| e <= start);
-                break;
-            }
-        }
+        let next = first_end_past(r, next, start);
         self.tx_record_next = next;
         // The last end at or before the limit, if after the start (a segment usually holds
         // a few records: walk, and search when it holds many).
-        let limit = start + size;
-        let mut last = next;
-        while last < r.len() && r[last] <= limit {
-            last += 1;
-            if last - next == 16 {
-                last = r.partition_point(|&e| e <= limit);
-                break;
-            }
-        }
+        let last = first_end_past(r, next, start + size);
         match last.checked_sub(1).filter(|&i| i >= next).map(|i| r[i]) {
             Some(e) if e > start => e - start,
             _ => size,
