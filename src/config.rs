@@ -138,6 +138,10 @@ pub struct FaultConfig {
     /// §8). For tests of the CRC path.
     #[serde(default)]
     pub corrupt_neutral: f64,
+    /// Drop a TCP segment that carries FIN (a peer whose every FIN is lost, for tests of how
+    /// a close ends then).
+    #[serde(default)]
+    pub drop_fin: f64,
     /// Received frames, sent frames or both.
     #[serde(default)]
     pub direction: FaultDirection,
@@ -153,6 +157,7 @@ impl Default for FaultConfig {
             corrupt: 0.0,
             corrupt_bytes: d_corrupt_bytes(),
             corrupt_neutral: 0.0,
+            drop_fin: 0.0,
             direction: FaultDirection::Rx,
         }
     }
@@ -163,6 +168,7 @@ impl FaultConfig {
     pub fn validate(&self) -> Result<(), String> {
         for (k, v) in [
             ("drop", self.drop),
+            ("drop_fin", self.drop_fin),
             ("duplicate", self.duplicate),
             ("reorder", self.reorder),
             ("corrupt", self.corrupt),

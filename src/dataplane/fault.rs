@@ -277,7 +277,11 @@ impl<F: Frame> Faults<F> {
         } else {
             self.stats.tx_frames += 1;
         }
-        if self.rng.chance(self.cfg.drop) {
+        if self.rng.chance(self.cfg.drop)
+            || (self.cfg.drop_fin > 0.0
+                && carries_fin(f.bytes())
+                && self.rng.chance(self.cfg.drop_fin))
+        {
             self.stats.dropped += 1;
             return;
         }
@@ -383,6 +387,22 @@ impl<F: Frame> Faults<F> {
 
 /// Flip one TCP payload octet of an Ethernet/IPv4/TCP frame and recompute the TCP checksum so
 /// that no checksum notices. False (nothing done) for anything without TCP payload.
+/// Whether `frame` is an IPv4 TCP segment with FIN set.
+fn carries_fin(frame: &[u8]) -> bool {
+    use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return false;
+    };
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return false;
+    }
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        return false;
+    };
+    ip.next_header() == IpProtocol::Tcp
+        && TcpPacket::new_checked(ip.payload()).is_ok_and(|t| t.fin())
+}
+
 fn corrupt_neutral(rng: &mut Rng, b: &mut [u8]) -> bool {
     if b.len() < 14 || b[12..14] != [0x08, 0x00] {
         return false;

@@ -1072,6 +1072,9 @@ impl Worker {
         let mut work = false;
         let mut closed = false;
         let mut newly_closed = Vec::new();
+        // Closing sockets still open when CLOSE_LINGER ran out (their FIN not acknowledged):
+        // aborted, and removed only after the egress below has sent their RST.
+        let mut lingered = Vec::new();
         let mut i = 0;
         while i < self.conns.len() {
             let c = &mut self.conns[i];
@@ -1129,18 +1132,30 @@ impl Worker {
             };
             if remove {
                 let c = self.conns.swap_remove(i);
-                self.sockets.get_mut::<tcp::Socket>(c.h).abort();
-                self.dev.zc_retire(self.sockets.remove(c.h));
+                let s = self.sockets.get_mut::<tcp::Socket>(c.h);
+                let open = s.is_open();
+                s.abort();
+                if open {
+                    lingered.push(c.h);
+                } else {
+                    self.dev.zc_retire(self.sockets.remove(c.h));
+                }
             } else {
                 i += 1;
             }
         }
-        if closed {
+        if closed || !lingered.is_empty() {
             // The FIN goes out now: the QP reads as closed from here on, and a driving
-            // application may stop polling as soon as it sees that.
+            // application may stop polling as soon as it sees that. An aborted socket sends
+            // its RST here (smoltcp sends it from CLOSED on the next dispatch): removed at
+            // once, it sent nothing, and a peer whose FINs were all lost (a lossy link) was
+            // left with a connection open for good.
             let ts = st_now(self.t0);
             self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets);
             self.dev.flush();
+        }
+        for h in lingered {
+            self.dev.zc_retire(self.sockets.remove(h));
         }
         for sh in newly_closed {
             sh.set_closed();
