@@ -280,6 +280,12 @@ impl Connection {
         self.tx.is_empty() && matches!(&self.data, Some(d) if !d.framer.markers_enabled())
     }
 
+    /// Whether [`Connection::transmit_into`] may write anything now: false only when the
+    /// engine certainly has nothing to frame and no event to report (a driver skips the call).
+    pub fn has_tx_work(&self) -> bool {
+        !self.tx.is_empty() || self.data.as_ref().is_some_and(|d| d.qp.has_ulpdu())
+    }
+
     /// Frame whole FPDUs into `out` until its room cannot hold one more of at least
     /// [`MIN_ULPDU_ROOM`] octets of ULPDU: each ULPDU is gathered from registered memory
     /// straight into place and the CRC computed there (RFC 5044 §4.1), so over a [`SliceBuf`]

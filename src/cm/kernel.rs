@@ -264,6 +264,8 @@ fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result
 fn spawn_driver(transport: Box<dyn Transport>, qp: &Qp) -> Events {
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
     let sh = qp.shared.clone();
+    sh.sleepy_driver
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     sh.accept_hooks();
     thread::Builder::new()
         .name("dpwarp-qp".into())

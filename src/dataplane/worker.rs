@@ -219,6 +219,13 @@ struct Conn {
     /// timers handled: until the clock moves (or bytes are delivered to the engine) there is
     /// nothing for that check to do, and its lock is skipped.
     tx_checked: Option<Instant>,
+    /// At that check the engine had nothing to frame ([`Connection::has_tx_work`]): the
+    /// egress passes skip offering it ring room (and the QP lock) until something that can
+    /// give it work happens (posted WRs, received bytes, its timers).
+    tx_idle: bool,
+    /// The engine was touched since its completions and events were last reaped; a clean
+    /// connection is reaped only when the application asked to close or left.
+    dirty: bool,
 }
 
 impl Conn {
@@ -234,6 +241,8 @@ impl Conn {
             eof: false,
             closing_since: None,
             tx_checked: None,
+            tx_idle: false,
+            dirty: true,
         }
     }
 
@@ -462,6 +471,8 @@ impl Worker {
             // (a TERMINATE): `transmit` looks at every connection again.
             for c in self.conns.iter_mut() {
                 c.tx_checked = None;
+                c.tx_idle = false;
+                c.dirty = true;
             }
             work = true;
         }
@@ -537,6 +548,12 @@ impl Worker {
 
     // --- phase 1: commands ----------------------------------------------------------------------
     fn commands(&mut self) -> bool {
+        // crossbeam's `try_recv` on an empty channel issues a full fence (`mfence`); the
+        // emptiness check is two plain loads. Every 64th pass still calls it, which is how a
+        // channel whose senders are all gone (the endpoint dropped) is noticed.
+        if self.stats.loops % 64 != 0 && self.cmds.is_empty() {
+            return false;
+        }
         let mut work = false;
         loop {
             let cmd = match self.cmds.try_recv() {
@@ -909,7 +926,7 @@ impl Worker {
     // --- phase 4: posted work requests into the engines -------------------------------------------
     fn post(&mut self) -> bool {
         let mut work = false;
-        for c in self.conns.iter() {
+        for c in self.conns.iter_mut() {
             if !matches!(c.state, CState::Live) {
                 continue;
             }
@@ -919,6 +936,9 @@ impl Worker {
             }
             if let QpSlot::Live(conn) = &mut *sh.lock() {
                 sh.drain_posts(conn);
+                c.tx_checked = None;
+                c.tx_idle = false;
+                c.dirty = true;
                 work = true;
             }
         }
@@ -949,6 +969,8 @@ impl Worker {
             // What the engine does with the bytes may queue frames for the staged path (an
             // MPA Reply, a TERMINATE): `transmit` looks again.
             c.tx_checked = None;
+            c.tx_idle = false;
+            c.dirty = true;
             let mut guard = sh.lock();
             let QpSlot::Live(conn) = &mut *guard else {
                 continue;
@@ -992,6 +1014,7 @@ impl Worker {
             };
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
+                c.dirty = true;
             }
             c.out.clear();
             c.out_pos = 0;
@@ -999,9 +1022,12 @@ impl Worker {
             if conn.can_transmit_direct() {
                 // FPDUs are framed straight into the socket below (feed_direct).
                 c.tx_checked = Some(now);
+                c.tx_idle = !conn.has_tx_work();
                 continue;
             }
             c.tx_checked = None;
+            c.tx_idle = false;
+            c.dirty = true;
             conn.poll_transmit_records(&mut c.out, &mut c.ends);
             self.tx_staged += c.out.len() as u64;
             work |= !c.out.is_empty();
@@ -1031,7 +1057,10 @@ impl Worker {
                     } else {
                         feed_all(c, s, room)
                     }
+                } else if c.tx_idle {
+                    0
                 } else {
+                    c.dirty = true;
                     let (direct, staged, fed) =
                         feed_direct(c, s, self.emss, align, &mut self.dev, &mut wrapped);
                     self.tx_staged += staged as u64;
@@ -1100,7 +1129,17 @@ impl Worker {
                     let close = match c.sh.take() {
                         None => drained || !s.may_send(),
                         Some(sh) => {
-                            let (w, close) = reap(c, &sh, &mut self.stats.mpa_crc_errors);
+                            // A connection nothing touched since its last reap has no new
+                            // completion or event; only the application can want it closed.
+                            let (w, close) = if c.dirty
+                                || sh.disconnect.load(Ordering::Acquire)
+                                || Arc::strong_count(&sh) <= 1
+                            {
+                                c.dirty = false;
+                                reap(c, &sh, &mut self.stats.mpa_crc_errors)
+                            } else {
+                                (false, false)
+                            };
                             work |= w;
                             // What the engine queued while the staged bytes waited for the
                             // socket (a TERMINATE, RFC 5040 §7.1) goes out before the FIN.

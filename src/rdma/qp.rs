@@ -630,6 +630,20 @@ impl QpEngine {
         self.poll_ulpdu_max(out, usize::MAX)
     }
 
+    /// Whether [`QpEngine::poll_ulpdu_max`] may have a ULPDU to write, or an event waits:
+    /// false only when it certainly has neither (no TERMINATE or RTR queued, no message in
+    /// progress or posted, no Read Response owed). A driver that knows this skips offering
+    /// transmit room (and the locks that go with it) on passes with nothing to send.
+    pub fn has_ulpdu(&self) -> bool {
+        self.term_out.is_some()
+            || !self.events.is_empty()
+            || (self.state == QpState::Rts
+                && (self.rtr_send.is_some()
+                    || self.tx_cur.is_some()
+                    || !self.sq.is_empty()
+                    || !self.irrq.is_empty()))
+    }
+
     /// [`QpEngine::poll_ulpdu`] with the ULPDU also no larger than `max` octets (at least
     /// [`MIN_ULPDU_ROOM`], which every fixed-size ULPDU — TERMINATE, Read Request, RTR — fits):
     /// the framer asks for a smaller FPDU where the room left in the TCP transmit ring or

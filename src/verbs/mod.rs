@@ -142,16 +142,26 @@ impl Cq {
 
     /// Take one completion without waiting.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        if let Ok(wc) = self.rx.try_recv() {
+        if let Some(wc) = self.take() {
             return Some(wc);
         }
         self.drive();
+        self.take()
+    }
+
+    /// One queued completion. The emptiness check comes first: crossbeam's `try_recv` on an
+    /// empty channel issues a full fence (`mfence`), which a spinning poller would pay on
+    /// every empty poll; `is_empty` is two plain loads.
+    fn take(&self) -> Option<WorkCompletion> {
+        if self.rx.is_empty() {
+            return None;
+        }
         self.rx.try_recv().ok()
     }
 
     /// Take one completion already queued, without running the driver.
     pub fn try_poll_one(&self) -> Option<WorkCompletion> {
-        self.rx.try_recv().ok()
+        self.take()
     }
 
     /// Wait up to `timeout` for one completion.
@@ -164,7 +174,7 @@ impl Cq {
         // much as a clock read, and a timeout needs no better precision.
         let mut passes = 0u32;
         loop {
-            if let Ok(wc) = self.rx.try_recv() {
+            if let Some(wc) = self.take() {
                 return Some(wc);
             }
             let worked = d();
@@ -281,6 +291,10 @@ pub(crate) struct QpShared {
     pub(crate) wake: Option<Wakeup>,
     /// Bumped on every post; with `sleeping` it tells the driver whether it may sleep.
     pub(crate) post_seq: AtomicU64,
+    /// Set (before its first pass) by a driver that may sleep waiting for posts (the kernel
+    /// transport's thread): only then do posts bump `post_seq` and look at `sleeping`, two
+    /// ordered atomics a poll-mode driver (DPDK, driven or not) has no use for.
+    pub(crate) sleepy_driver: AtomicBool,
     /// Set by the driver just before it sleeps in its transport's wait.
     pub(crate) sleeping: AtomicBool,
     /// The ORD negotiated at establishment (RFC 6581 §9.1); `u32::MAX` until then. With ORD 0
@@ -365,6 +379,11 @@ impl QpShared {
     /// `sleeping` then re-reads `post_seq`; we bump `post_seq` then read `sleeping`, both SeqCst,
     /// so at least one of us sees the other.)
     pub(crate) fn kick(&self) {
+        // The WR was pushed before this load: a driver that sets the flag afterwards drains
+        // the rings in its first pass, after setting it.
+        if !self.sleepy_driver.load(Ordering::SeqCst) {
+            return;
+        }
         self.post_seq.fetch_add(1, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) {
             if let Some(w) = &self.wake {
@@ -562,6 +581,7 @@ impl Qp {
                 .map_err(|e| log::warn!("verbs: no eventfd for the QP driver: {e}"))
                 .ok(),
             post_seq: AtomicU64::new(0),
+            sleepy_driver: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             ord: AtomicU32::new(u32::MAX),
             hook: Mutex::new(HookSlot::default()),

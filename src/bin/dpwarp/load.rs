@@ -34,7 +34,9 @@ impl Wait {
         match self {
             Wait::Block => cq.wait(slice),
             Wait::Spin => {
-                let end = Instant::now() + slice;
+                // The clock is read only once the first polls found nothing: a completion
+                // already there (a ping-pong's turn) costs no clock read.
+                let mut end = None;
                 // A driven queue's poll is the worker's pass: yielding between passes would add
                 // a system call to every idle pass of the thread that moves the bytes.
                 let driven = cq.is_driven();
@@ -44,7 +46,9 @@ impl Wait {
                         return Some(wc);
                     }
                     n = n.wrapping_add(1);
-                    if n % 256 == 0 && Instant::now() >= end {
+                    if n % 256 == 0
+                        && Instant::now() >= *end.get_or_insert_with(|| Instant::now() + slice)
+                    {
                         return None;
                     }
                     if driven {
@@ -61,7 +65,8 @@ impl Wait {
 /// The next completion of `qp`'s `cq`: an error for a failed one, a closed QP or
 /// [`STALLED`] without any.
 pub fn next_ok(qp: &Qp, cq: &Cq, wait: Wait, what: &str) -> Result<WorkCompletion, String> {
-    let end = Instant::now() + STALLED;
+    // Read the clock only once a slice passed with nothing (not per completion).
+    let mut end = None;
     loop {
         match wait.next(cq, Duration::from_millis(20)) {
             Some(wc) if wc.status != WcStatus::Success => {
@@ -72,7 +77,7 @@ pub fn next_ok(qp: &Qp, cq: &Cq, wait: Wait, what: &str) -> Result<WorkCompletio
             }
             Some(wc) => return Ok(wc),
             None if qp.is_closed() => return Err(format!("{what}: connection closed")),
-            None if Instant::now() > end => {
+            None if Instant::now() > *end.get_or_insert_with(|| Instant::now() + STALLED) => {
                 return Err(format!("{what}: no completion for {STALLED:?}"))
             }
             None => {}
