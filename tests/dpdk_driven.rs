@@ -2,8 +2,10 @@
 //! client each drive their own port's worker from their own thread, pinned to the worker's
 //! core, interleaving `Driver::poll` with their own posts and CQ polls (no hand-off between an
 //! application thread and a worker thread). A Send ping-pong and an RDMA Write are verified
-//! byte for byte, and the counters show where the work ran. One EAL per process: the only EAL
-//! test of this binary.
+//! byte for byte, and the counters show where the work ran. The client's QP rings its
+//! worker's doorbell (`Qp::drive_with(Driver::poll_transmit)`): each ping leaves during its
+//! `post_send`, before any poll; the server's QP has none and its pongs go out on its next
+//! poll. One EAL per process: the only EAL test of this binary.
 
 use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
@@ -134,6 +136,8 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     }
     let cq = Cq::new(256);
     let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
+    let doorbell = cd.clone();
+    qp.drive_with(std::sync::Arc::new(move || doorbell.poll_transmit()));
     let rbuf = pd.reg_mr(64, Access::LOCAL_WRITE);
     let sbuf = pd.reg_mr(N, Access::LOCAL_WRITE);
     qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
@@ -147,6 +151,7 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     let (raddr, rkey) = advertised(&neg.peer_private_data);
     for i in 0..PINGS {
         sbuf.write_at(0, &(i as u64).to_le_bytes());
+        let sent = cd.stats().device.tx_packets;
         qp.post_send(SendWr {
             wr_id: 2,
             opcode: Opcode::Send,
@@ -154,6 +159,10 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
             signaled: true,
         })
         .unwrap();
+        assert!(
+            cd.stats().device.tx_packets > sent,
+            "ping {i} did not leave during post_send (the doorbell)"
+        );
         loop {
             if next_wc(&cq, &cd).opcode == WcOpcode::Recv {
                 break;

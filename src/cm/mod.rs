@@ -167,6 +167,10 @@ pub(crate) trait NetBackend: Send + Sync {
     fn is_driven(&self) -> bool {
         false
     }
+    /// See [`Net::poll_transmit`].
+    fn poll_transmit(&self) -> bool {
+        false
+    }
     /// See [`Net::workers`].
     fn workers(&self) -> usize {
         1
@@ -229,6 +233,13 @@ impl Net {
         self.0.poll()
     }
 
+    /// Only the send side of [`Net::poll`]: posted WRs into the connections, FPDUs framed and
+    /// handed to the PMD (driven mode; false otherwise). What a QP's doorbell runs
+    /// ([`Net::qp_driver`]).
+    pub fn poll_transmit(&self) -> bool {
+        self.0.poll_transmit()
+    }
+
     /// Whether completions only come when some thread calls [`Net::poll`] (driven dataplane
     /// workers).
     pub fn is_driven(&self) -> bool {
@@ -265,6 +276,17 @@ impl Net {
         }
         let net = self.clone();
         Some(Arc::new(move || net.poll()))
+    }
+
+    /// For a QP on a driven worker: what `post_send` runs after queuing
+    /// ([`crate::verbs::Qp::drive_with`], [`Net::poll_transmit`]); `None` when a worker or
+    /// driver thread picks posts up on its own.
+    pub fn qp_driver(&self) -> Option<crate::verbs::CqDriver> {
+        if !self.is_driven() {
+            return None;
+        }
+        let net = self.clone();
+        Some(Arc::new(move || net.poll_transmit()))
     }
 
     /// The transport's name: `kernel` or `dpdk`.

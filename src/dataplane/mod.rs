@@ -103,6 +103,16 @@ impl Driver {
         poll_driven(&self.worker)
     }
 
+    /// The send side of a pass only ([`Worker::poll_transmit`]): what a QP's doorbell runs
+    /// (`Qp::drive_with`). A no-op while another thread polls the worker.
+    pub fn poll_transmit(&self) -> bool {
+        match self.worker.try_lock() {
+            Ok(mut w) => w.poll_transmit(),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().poll_transmit(),
+        }
+    }
+
     /// The worker's counters.
     pub fn stats(&self) -> WorkerStats {
         self.worker
@@ -656,6 +666,18 @@ impl Endpoint {
         work
     }
 
+    /// The send side of [`Endpoint::poll`] ([`Worker::poll_transmit`]): what a QP's doorbell
+    /// runs (`cm::Net::qp_driver`). A worker another thread is polling right now is left to it.
+    pub fn poll_transmit(&self) -> bool {
+        let mut work = false;
+        for w in self.driven.iter() {
+            if let Ok(mut w) = w.try_lock() {
+                work |= w.poll_transmit();
+            }
+        }
+        work
+    }
+
     /// Turn packet fault injection on (`Some`) or off on every queue of this port
     /// ([`fault`], docs/dataplane.md "Fault injection and the soak"). The port must compute and verify
     /// checksums in software: started with a `[port.faults]` table (all probabilities may be
@@ -822,6 +844,10 @@ impl cm::NetBackend for Endpoint {
 
     fn is_driven(&self) -> bool {
         Endpoint::is_driven(self)
+    }
+
+    fn poll_transmit(&self) -> bool {
+        Endpoint::poll_transmit(self)
     }
 
     fn workers(&self) -> usize {

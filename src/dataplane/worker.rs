@@ -489,6 +489,24 @@ impl Worker {
         work
     }
 
+    /// The send side of a pass only: posted work into the engines, then FPDUs framed into
+    /// the sockets, egress and the tx burst (a QP's doorbell in driven mode,
+    /// `Endpoint::poll_transmit`). No receive, no completions: the next [`Worker::poll_once`]
+    /// does those. Timers see the clock of the last pass.
+    pub fn poll_transmit(&mut self) -> bool {
+        if self.stopped {
+            return false;
+        }
+        let now = self.pass_clock;
+        let mut work = self.post();
+        work |= self.transmit(now);
+        if work {
+            // The next pass reads the clock and counts this as busy time.
+            self.idle_passes = 0;
+        }
+        work
+    }
+
     /// Counters, with the placement of the calling thread.
     pub fn stats(&mut self) -> WorkerStats {
         self.stats.device = self.dev.stats();

@@ -278,6 +278,9 @@ pub(crate) struct QpShared {
     pub(crate) rq_ring: ArrayQueue<(RecvWr, u64)>,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
+    /// Run by `post_send` after queuing a WR ([`Qp::drive_with`]): the doorbell of a driven
+    /// dataplane worker.
+    pub(crate) post_driver: std::sync::OnceLock<CqDriver>,
     /// Set once the QP was handed to the connection manager.
     pub(crate) connecting: AtomicBool,
     /// Set when the connection is gone (stream closed); posts fail afterwards.
@@ -573,6 +576,7 @@ impl Qp {
             rq_ring: ArrayQueue::new(attr.cap.max_recv_wr.max(1)),
             send_cq: attr.send_cq.clone(),
             recv_cq: attr.recv_cq.clone(),
+            post_driver: std::sync::OnceLock::new(),
             connecting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             disconnect: AtomicBool::new(false),
@@ -617,7 +621,24 @@ impl Qp {
             return Err(PostError::ZeroOrd);
         }
         let checked = validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
-        self.push_posted(&self.shared.sq_ring, (wr, checked, None))
+        self.push_posted(&self.shared.sq_ring, (wr, checked, None))?;
+        self.ring_doorbell();
+        Ok(())
+    }
+
+    /// Run to completion on the send side: after queuing a send WR, `post_send` and
+    /// `post_send_inline` run `driver` (a driven DPDK worker's transmit phases,
+    /// `cm::Net::qp_driver`), so the WR is framed and its first frames handed to the PMD
+    /// during the call, as an RNIC starts on a WR when its doorbell is rung, instead of on
+    /// the worker's next pass. Set once; later calls are ignored.
+    pub fn drive_with(&self, driver: CqDriver) {
+        let _ = self.shared.post_driver.set(driver);
+    }
+
+    fn ring_doorbell(&self) {
+        if let Some(d) = self.shared.post_driver.get() {
+            d();
+        }
     }
 
     /// Post a Send (any Send opcode) or an RDMA Write whose payload is `data` itself
@@ -637,7 +658,9 @@ impl Qp {
             return Err(PostError::BadState);
         }
         let (wr, checked, data) = inline_wr(wr_id, opcode, data, signaled)?;
-        self.push_posted(&self.shared.sq_ring, (wr, checked, Some(data)))
+        self.push_posted(&self.shared.sq_ring, (wr, checked, Some(data)))?;
+        self.ring_doorbell();
+        Ok(())
     }
 
     /// Put a checked WR into its post ring (`QueueFull` when the ring is) and wake the driver.

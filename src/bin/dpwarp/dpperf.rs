@@ -251,6 +251,16 @@ fn new_cq(net: &Net) -> Cq {
     cq
 }
 
+/// A QP on `cq`; with driven dataplane workers, posting a send WR runs their transmit phases
+/// (`Qp::drive_with`, the doorbell).
+fn new_qp(pd: &Pd, net: &Net, cq: &Cq) -> Qp {
+    let qp = Qp::new(pd, &attr(cq));
+    if let Some(d) = net.qp_driver() {
+        qp.drive_with(d);
+    }
+    qp
+}
+
 fn attr(cq: &Cq) -> QpInitAttr {
     let mut a = QpInitAttr::new(cq);
     a.cap = QpCap {
@@ -279,7 +289,7 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), 
     let (test, size, iters) =
         decode_req(req.private_data()).ok_or("not a dpwarp dpperf request")?;
     let cq = new_cq(net);
-    let qp = Qp::new(pd, &attr(&cq));
+    let qp = new_qp(pd, net, &cq);
     let mr = pd.reg_mr(
         size.max(64),
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
@@ -347,7 +357,7 @@ pub fn run_client(
     iters: usize,
 ) -> Result<PerfResult, String> {
     let cq = new_cq(net);
-    let qp = Qp::new(pd, &attr(&cq));
+    let qp = new_qp(pd, net, &cq);
     let src = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
     let rbuf = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
     let nrecv = if test == Test::SendLat { DEPTH } else { 1 };

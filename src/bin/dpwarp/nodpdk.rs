@@ -143,6 +143,9 @@ impl Endpoint {
     pub fn is_driven(&self) -> bool {
         match self.0 {}
     }
+    pub fn poll_transmit(&self) -> bool {
+        match self.0 {}
+    }
 }
 
 /// `Net::from(endpoint)` of a `dpdk` build.

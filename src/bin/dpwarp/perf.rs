@@ -152,6 +152,8 @@ pub struct Args {
 
 /// Driven DPDK workers: every CQ the tool makes runs this when polled empty.
 static CQ_DRIVER: std::sync::OnceLock<dpwarp::verbs::CqDriver> = std::sync::OnceLock::new();
+/// With driven workers, what a QP's `post_send` runs (`Qp::drive_with`, the doorbell).
+static QP_DRIVER: std::sync::OnceLock<dpwarp::verbs::CqDriver> = std::sync::OnceLock::new();
 
 /// A new progress phase: one size of the test.
 fn progress_phase(a: &Args, size: usize) {
@@ -210,6 +212,8 @@ pub fn run(a: Args) -> Result<(), String> {
         if ep.is_driven() {
             let e = ep.clone();
             let _ = CQ_DRIVER.set(std::sync::Arc::new(move || e.poll()));
+            let e = ep.clone();
+            let _ = QP_DRIVER.set(std::sync::Arc::new(move || e.poll_transmit()));
         }
         // perftest's client starts connecting at once; on DPDK the port's link must be up first.
         let up = Duration::from_secs(30);
@@ -287,6 +291,9 @@ fn endpoint(dev: &Device, recvs: usize) -> Ep {
             },
         },
     );
+    if let Some(d) = QP_DRIVER.get() {
+        qp.drive_with(d.clone());
+    }
     Ep { pd, cq, qp }
 }
 
