@@ -337,6 +337,9 @@ pub(crate) struct Worker {
     idle_passes: u32,
     /// The clock as last read by `poll_once`.
     pass_clock: Instant,
+    /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
+    /// something reaches the sockets, another egress would find nothing to send either.
+    egress_idle_at: Option<Instant>,
 }
 
 fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
@@ -423,6 +426,7 @@ impl Worker {
             cpu,
             idle_passes: 0,
             pass_clock: t0,
+            egress_idle_at: None,
         }
     }
 
@@ -478,6 +482,9 @@ impl Worker {
         }
         work |= self.accept(now);
         work |= self.deliver(now);
+        if work {
+            self.egress_idle_at = None;
+        }
         work |= self.transmit(now);
         work |= self.completions(now);
         if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
@@ -499,6 +506,9 @@ impl Worker {
         }
         let now = self.pass_clock;
         let mut work = self.post();
+        if work {
+            self.egress_idle_at = None;
+        }
         work |= self.transmit(now);
         if work {
             // The next pass reads the clock and counts this as busy time.
@@ -1089,11 +1099,23 @@ impl Worker {
                     self.tx_fed += n as u64;
                 }
             }
+            // An idle pass (nothing received, posted or fed, the clock unchanged since an
+            // egress that sent nothing) skips smoltcp's walk over every socket: its timers
+            // are millisecond ones and the clock moves every 16 idle passes.
+            if !fed && self.egress_idle_at == Some(now) {
+                break;
+            }
             if self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets) == PollResult::None
                 && !fed
             {
+                // Only when the device took everything: a full tx queue is no proof that
+                // smoltcp has nothing to send.
+                if self.dev.tx_pending() == 0 {
+                    self.egress_idle_at = Some(now);
+                }
                 break;
             }
+            self.egress_idle_at = None;
             work = true;
             // Again only for staged bytes (fed a segment per pass), framing that stopped at the
             // end of the ring with more room after its wrap, or octets smoltcp left unsent (its
