@@ -100,17 +100,13 @@ impl Driver {
     /// One pass of the worker's phases (rx, deliver, post, transmit, completions); true if
     /// anything happened. A thread that already polls it (another clone) makes this a no-op.
     pub fn poll(&self) -> bool {
-        poll_driven(&self.worker)
+        poll_driven(&self.worker, Worker::poll_once)
     }
 
     /// The send side of a pass only ([`Worker::poll_transmit`]): what a QP's doorbell runs
     /// (`Qp::drive_with`). A no-op while another thread polls the worker.
     pub fn poll_transmit(&self) -> bool {
-        match self.worker.try_lock() {
-            Ok(mut w) => w.poll_transmit(),
-            Err(std::sync::TryLockError::WouldBlock) => false,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().poll_transmit(),
-        }
+        poll_driven(&self.worker, Worker::poll_transmit)
     }
 
     /// The worker's counters.
@@ -132,13 +128,14 @@ impl Driver {
     }
 }
 
-/// One pass of a driven worker, unless another thread is polling it right now (a poisoned
-/// lock, left by a panicking driver, still holds a consistent worker).
-fn poll_driven(worker: &Mutex<Worker>) -> bool {
+/// `pass` (a whole pass or its send side) over a driven worker, unless another thread is
+/// polling it right now (a poisoned lock, left by a panicking driver, still holds a
+/// consistent worker).
+fn poll_driven(worker: &Mutex<Worker>, pass: fn(&mut Worker) -> bool) -> bool {
     match worker.try_lock() {
-        Ok(mut w) => w.poll_once(),
+        Ok(mut w) => pass(&mut w),
         Err(std::sync::TryLockError::WouldBlock) => false,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().poll_once(),
+        Err(std::sync::TryLockError::Poisoned(p)) => pass(&mut p.into_inner()),
     }
 }
 
@@ -657,25 +654,17 @@ fn recv_pumping<T>(
 impl Endpoint {
     /// Poll this endpoint's driven workers once ([`WorkerMode::Driven`]; nothing otherwise).
     pub fn poll(&self) -> bool {
-        let mut work = false;
-        for w in self.driven.iter() {
-            if let Ok(mut w) = w.try_lock() {
-                work |= w.poll_once();
-            }
-        }
-        work
+        self.driven
+            .iter()
+            .fold(false, |work, w| poll_driven(w, Worker::poll_once) | work)
     }
 
     /// The send side of [`Endpoint::poll`] ([`Worker::poll_transmit`]): what a QP's doorbell
     /// runs (`cm::Net::qp_driver`). A worker another thread is polling right now is left to it.
     pub fn poll_transmit(&self) -> bool {
-        let mut work = false;
-        for w in self.driven.iter() {
-            if let Ok(mut w) = w.try_lock() {
-                work |= w.poll_transmit();
-            }
-        }
-        work
+        self.driven.iter().fold(false, |work, w| {
+            poll_driven(w, Worker::poll_transmit) | work
+        })
     }
 
     /// Turn packet fault injection on (`Some`) or off on every queue of this port
@@ -710,7 +699,9 @@ impl Endpoint {
     /// Poll this endpoint's `k`-th driven worker once (false if it did nothing, is polled by
     /// another thread right now, or the workers run in the background).
     pub fn poll_worker(&self, k: usize) -> bool {
-        self.driven.get(k).is_some_and(|w| poll_driven(w))
+        self.driven
+            .get(k)
+            .is_some_and(|w| poll_driven(w, Worker::poll_once))
     }
 
     /// The CPU of this endpoint's `k`-th worker.

@@ -47,8 +47,15 @@ use crate::wire::txbuf::{SliceBuf, TxBuf};
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a closing connection keeps sending what its engine still queues.
 const CLOSE_FLUSH: Duration = Duration::from_secs(1);
-/// How long a closing socket may linger before it is aborted.
+/// How long a closing socket may linger, once everything it sent before its FIN has been
+/// acknowledged, before it is aborted (its FIN or the peer's not acknowledged: a lost FIN,
+/// a peer gone).
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// How long a closing socket keeps retransmitting data the peer has not acknowledged yet
+/// before it is aborted: what was accepted before the close (a final Send) is not given up
+/// after a few lost segments (smoltcp's retransmission timeout backs off to seconds), and a
+/// peer that is gone still frees the socket in the end.
+const CLOSE_DATA_LINGER: Duration = Duration::from_secs(60);
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
 const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
@@ -215,6 +222,9 @@ struct Conn {
     eof: bool,
     /// When the connection first wanted to close with output still to stage.
     closing_since: Option<Instant>,
+    /// When a closing socket had nothing left unacknowledged but its FIN ([`CLOSE_LINGER`]
+    /// counts from here).
+    close_drained: Option<Instant>,
     /// The pass clock at which `transmit` last found the connection framing in place with its
     /// timers handled: until the clock moves (or bytes are delivered to the engine) there is
     /// nothing for that check to do, and its lock is skipped.
@@ -240,6 +250,7 @@ impl Conn {
             state: CState::Live,
             eof: false,
             closing_since: None,
+            close_drained: None,
             tx_checked: None,
             tx_idle: false,
             dirty: true,
@@ -1150,8 +1161,18 @@ impl Worker {
             let s = self.sockets.get_mut::<tcp::Socket>(c.h);
             let remove = match c.state {
                 // Keep a closing socket (also in TIME-WAIT, so the peer's FIN still gets
-                // its ACK) until it is closed or CLOSE_LINGER has passed.
-                CState::Closing(since) => !s.is_open() || now.duration_since(since) > CLOSE_LINGER,
+                // its ACK) until it is closed, or CLOSE_LINGER has passed since all its data
+                // was acknowledged (CLOSE_DATA_LINGER since the close while some is not).
+                CState::Closing(since) => {
+                    if !s.is_open() {
+                        true
+                    } else if s.send_queue() > 0 {
+                        now.duration_since(since) > CLOSE_DATA_LINGER
+                    } else {
+                        let drained = *c.close_drained.get_or_insert(now);
+                        now.duration_since(drained) > CLOSE_LINGER
+                    }
+                }
                 CState::Connecting => {
                     let sh = c.sh.as_ref().expect("connecting has a QP");
                     if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
