@@ -59,14 +59,20 @@ impl Pair {
         for _ in 0..100_000 {
             let mut moved = false;
             let mut u = Vec::new();
+            // `has_ulpdu` false must mean nothing to send: the dataplane skips offering
+            // transmit room on that answer (`Connection::has_tx_work`).
+            let has_a = self.a.qp.has_ulpdu();
             if self.a.qp.poll_ulpdu(&mut u) {
+                assert!(has_a, "A wrote a ULPDU after has_ulpdu said none: {u:02x?}");
                 assert!(u.len() <= 1024);
                 self.b.qp.on_ulpdu(&u);
                 self.a_sent.push(u);
                 moved = true;
             }
             let mut u = Vec::new();
+            let has_b = self.b.qp.has_ulpdu();
             if self.b.qp.poll_ulpdu(&mut u) {
+                assert!(has_b, "B wrote a ULPDU after has_ulpdu said none: {u:02x?}");
                 self.a.qp.on_ulpdu(&u);
                 moved = true;
             }
@@ -811,4 +817,32 @@ fn rfc5041_s7_1_hostile_ulpdus_never_panic() {
     }
     p.b.qp.on_ulpdu(&[]);
     assert_eq!(p.b.qp.state(), QpState::Terminated);
+}
+
+/// The dataplane reads `has_ulpdu` after the engine's events were taken (the connection turns
+/// them into its own events as it goes): a TERMINATE queued for the peer must still count
+/// then (RFC 5040 §7.1: it MUST be sent), or the worker would never offer room for it.
+#[test]
+fn has_ulpdu_counts_a_queued_terminate_after_its_event_was_taken() {
+    let mut p = Pair::new();
+    let t = target(&mut p, RW);
+    let src = p.a.mem.register(p.a.pd, 64, RW);
+    send(
+        &mut p,
+        1,
+        Opcode::Write {
+            remote_addr: t.addr(),
+            rkey: t.stag() ^ 0x100,
+        },
+        vec![sge(&src, 0, 64)],
+    );
+    let mut u = Vec::new();
+    assert!(p.a.qp.poll_ulpdu(&mut u), "the Write's ULPDU");
+    p.b.qp.on_ulpdu(&u);
+    let events = evs(&mut p.b.qp);
+    assert_eq!(sent_term(&events), Some(TermCause::DDP_TAGGED_INVALID_STAG));
+    assert!(p.b.qp.has_ulpdu(), "the queued TERMINATE is not counted");
+    let mut term = Vec::new();
+    assert!(p.b.qp.poll_ulpdu(&mut term), "the TERMINATE");
+    assert!(!p.b.qp.has_ulpdu(), "nothing is left after the TERMINATE");
 }
