@@ -4,7 +4,9 @@
 //! application thread and a worker thread). A Send ping-pong and an RDMA Write are verified
 //! byte for byte, and the counters show where the work ran. The client's QP rings its
 //! worker's doorbell (`Qp::drive_with(Driver::poll_transmit)`): each ping leaves during its
-//! `post_send`, before any poll; the server's QP has none and its pongs go out on its next
+//! `post_send`, before any poll, and so does the Write posted on an idle stream; the Send
+//! posted right behind it, with the Write's octets still in flight, does not ring (it waits
+//! for the next pass); the server's QP has no doorbell and its pongs go out on its next
 //! poll. One EAL per process: the only EAL test of this binary.
 
 use dpwarp::verbs::smallvec;
@@ -174,6 +176,7 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
         qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
     }
     sbuf.write_at(0, &pattern(4, N));
+    let before_write = cd.stats().device.tx_packets;
     qp.post_send(SendWr {
         wr_id: 3,
         opcode: Opcode::Write {
@@ -184,6 +187,11 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
         signaled: true,
     })
     .unwrap();
+    let after_write = cd.stats().device.tx_packets;
+    assert!(
+        after_write > before_write,
+        "the Write did not leave during post_send"
+    );
     qp.post_send(SendWr {
         wr_id: 4,
         opcode: Opcode::Send,
@@ -191,6 +199,14 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
         signaled: true,
     })
     .unwrap();
+    // The Write's octets are still unacknowledged (this thread has not polled since): the
+    // doorbell stays silent and the Send waits for the next pass, batched with what else
+    // is due, instead of a transmit pass of its own per post.
+    assert_eq!(
+        cd.stats().device.tx_packets,
+        after_write,
+        "the doorbell rang with data in flight"
+    );
     let mut done = 0;
     while done < 2 {
         let wc = next_wc(&cq, &cd);

@@ -1144,6 +1144,17 @@ impl Worker {
         if self.dev.flush() > 0 {
             work = true;
         }
+        // For the doorbell (`Qp::drive_with`), which rings only while nothing is in flight:
+        // after this phase (ACKs came in the rx phase before it, new data went out in it).
+        // Stored only on a change: the application thread reads it on every post.
+        for c in self.conns.iter() {
+            if let (CState::Live, Some(sh)) = (&c.state, &c.sh) {
+                let idle = self.sockets.get::<tcp::Socket>(c.h).send_queue() == 0;
+                if sh.stream_idle.load(Ordering::Relaxed) != idle {
+                    sh.stream_idle.store(idle, Ordering::Relaxed);
+                }
+            }
+        }
         work
     }
 

@@ -298,6 +298,10 @@ pub(crate) struct QpShared {
     /// transport's thread): only then do posts bump `post_seq` and look at `sleeping`, two
     /// ordered atomics a poll-mode driver (DPDK, driven or not) has no use for.
     pub(crate) sleepy_driver: AtomicBool,
+    /// Everything the connection sent has been acknowledged (kept by a dataplane worker each
+    /// pass): the doorbell ([`Qp::drive_with`]) rings only then. With data in flight a pass
+    /// is coming anyway, and framing each post on its own would cost the batching.
+    pub(crate) stream_idle: AtomicBool,
     /// Set by the driver just before it sleeps in its transport's wait.
     pub(crate) sleeping: AtomicBool,
     /// The ORD negotiated at establishment (RFC 6581 §9.1); `u32::MAX` until then. With ORD 0
@@ -586,6 +590,7 @@ impl Qp {
                 .ok(),
             post_seq: AtomicU64::new(0),
             sleepy_driver: AtomicBool::new(false),
+            stream_idle: AtomicBool::new(true),
             sleeping: AtomicBool::new(false),
             ord: AtomicU32::new(u32::MAX),
             hook: Mutex::new(HookSlot::default()),
@@ -637,7 +642,9 @@ impl Qp {
 
     fn ring_doorbell(&self) {
         if let Some(d) = self.shared.post_driver.get() {
-            d();
+            if self.shared.stream_idle.load(Ordering::Relaxed) {
+                d();
+            }
         }
     }
 
