@@ -385,8 +385,6 @@ impl<F: Frame> Faults<F> {
     }
 }
 
-/// Flip one TCP payload octet of an Ethernet/IPv4/TCP frame and recompute the TCP checksum so
-/// that no checksum notices. False (nothing done) for anything without TCP payload.
 /// Whether `frame` is an IPv4 TCP segment with FIN set.
 fn carries_fin(frame: &[u8]) -> bool {
     use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
@@ -403,6 +401,8 @@ fn carries_fin(frame: &[u8]) -> bool {
         && TcpPacket::new_checked(ip.payload()).is_ok_and(|t| t.fin())
 }
 
+/// Flip one TCP payload octet of an Ethernet/IPv4/TCP frame and recompute the TCP checksum so
+/// that no checksum notices. False (nothing done) for anything without TCP payload.
 fn corrupt_neutral(rng: &mut Rng, b: &mut [u8]) -> bool {
     if b.len() < 14 || b[12..14] != [0x08, 0x00] {
         return false;
