@@ -225,6 +225,13 @@ struct Conn {
     /// When a closing socket had nothing left unacknowledged but its FIN ([`CLOSE_LINGER`]
     /// counts from here).
     close_drained: Option<Instant>,
+    /// What the worker knows of the engine since it last looked (locks it may skip).
+    marks: EngineMarks,
+}
+
+/// What a worker remembers of a connection's engine between passes, so that passes where
+/// nothing reached it skip its QP lock.
+struct EngineMarks {
     /// The pass clock at which `transmit` last found the connection framing in place with its
     /// timers handled: until the clock moves (or bytes are delivered to the engine) there is
     /// nothing for that check to do, and its lock is skipped.
@@ -236,6 +243,17 @@ struct Conn {
     /// The engine was touched since its completions and events were last reaped; a clean
     /// connection is reaped only when the application asked to close or left.
     dirty: bool,
+}
+
+impl EngineMarks {
+    /// Something may have given the engine work, completions or events (posts drained, bytes
+    /// received or delivered, a staged frame): `transmit` checks it again under its lock, and
+    /// `completions` reaps it.
+    fn look_again(&mut self) {
+        self.tx_checked = None;
+        self.tx_idle = false;
+        self.dirty = true;
+    }
 }
 
 impl Conn {
@@ -251,9 +269,11 @@ impl Conn {
             eof: false,
             closing_since: None,
             close_drained: None,
-            tx_checked: None,
-            tx_idle: false,
-            dirty: true,
+            marks: EngineMarks {
+                tx_checked: None,
+                tx_idle: false,
+                dirty: true,
+            },
         }
     }
 
@@ -485,9 +505,7 @@ impl Worker {
             // Bytes placed by the sockets' rx sinks may have queued frames for the staged path
             // (a TERMINATE): `transmit` looks at every connection again.
             for c in self.conns.iter_mut() {
-                c.tx_checked = None;
-                c.tx_idle = false;
-                c.dirty = true;
+                c.marks.look_again();
             }
             work = true;
         }
@@ -975,9 +993,7 @@ impl Worker {
             }
             if let QpSlot::Live(conn) = &mut *sh.lock() {
                 sh.drain_posts(conn);
-                c.tx_checked = None;
-                c.tx_idle = false;
-                c.dirty = true;
+                c.marks.look_again();
                 work = true;
             }
         }
@@ -1007,9 +1023,7 @@ impl Worker {
             }
             // What the engine does with the bytes may queue frames for the staged path (an
             // MPA Reply, a TERMINATE): `transmit` looks again.
-            c.tx_checked = None;
-            c.tx_idle = false;
-            c.dirty = true;
+            c.marks.look_again();
             let mut guard = sh.lock();
             let QpSlot::Live(conn) = &mut *guard else {
                 continue;
@@ -1043,7 +1057,7 @@ impl Worker {
             if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
                 continue;
             }
-            if c.tx_checked == Some(now) {
+            if c.marks.tx_checked == Some(now) {
                 continue;
             }
             let Some(sh) = c.sh.as_ref() else { continue };
@@ -1053,20 +1067,18 @@ impl Worker {
             };
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
-                c.dirty = true;
+                c.marks.dirty = true;
             }
             c.out.clear();
             c.out_pos = 0;
             c.ends.clear();
             if conn.can_transmit_direct() {
                 // FPDUs are framed straight into the socket below (feed_direct).
-                c.tx_checked = Some(now);
-                c.tx_idle = !conn.has_tx_work();
+                c.marks.tx_checked = Some(now);
+                c.marks.tx_idle = !conn.has_tx_work();
                 continue;
             }
-            c.tx_checked = None;
-            c.tx_idle = false;
-            c.dirty = true;
+            c.marks.look_again();
             conn.poll_transmit_records(&mut c.out, &mut c.ends);
             self.tx_staged += c.out.len() as u64;
             work |= !c.out.is_empty();
@@ -1096,10 +1108,10 @@ impl Worker {
                     } else {
                         feed_all(c, s, room)
                     }
-                } else if c.tx_idle {
+                } else if c.marks.tx_idle {
                     0
                 } else {
-                    c.dirty = true;
+                    c.marks.dirty = true;
                     let (direct, staged, fed) =
                         feed_direct(c, s, self.emss, align, &mut self.dev, &mut wrapped);
                     self.tx_staged += staged as u64;
@@ -1203,11 +1215,11 @@ impl Worker {
                         Some(sh) => {
                             // A connection nothing touched since its last reap has no new
                             // completion or event; only the application can want it closed.
-                            let (w, close) = if c.dirty
+                            let (w, close) = if c.marks.dirty
                                 || sh.disconnect.load(Ordering::Acquire)
                                 || Arc::strong_count(&sh) <= 1
                             {
-                                c.dirty = false;
+                                c.marks.dirty = false;
                                 reap(c, &sh, &mut self.stats.mpa_crc_errors)
                             } else {
                                 (false, false)
