@@ -626,26 +626,30 @@ impl Qp {
             return Err(PostError::ZeroOrd);
         }
         let checked = validate_send(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
-        self.push_posted(&self.shared.sq_ring, (wr, checked, None))?;
-        self.ring_doorbell();
-        Ok(())
+        self.post_sq((wr, checked, None))
     }
 
-    /// Run to completion on the send side: after queuing a send WR, `post_send` and
-    /// `post_send_inline` run `driver` (a driven DPDK worker's transmit phases,
-    /// `cm::Net::qp_driver`), so the WR is framed and its first frames handed to the PMD
-    /// during the call, as an RNIC starts on a WR when its doorbell is rung, instead of on
-    /// the worker's next pass. Set once; later calls are ignored.
+    /// Run to completion on the send side: after queuing a send WR on a stream with nothing
+    /// in flight (everything sent acknowledged), `post_send` and `post_send_inline` run
+    /// `driver` (a driven DPDK worker's transmit phases, `cm::Net::qp_driver`), so the WR is
+    /// framed and its first frames handed to the PMD during the call, as an RNIC starts on a
+    /// WR when its doorbell is rung, instead of on the worker's next pass. With data in
+    /// flight the WR waits for that pass, batched with the others. Set once; later calls are
+    /// ignored.
     pub fn drive_with(&self, driver: CqDriver) {
         let _ = self.shared.post_driver.set(driver);
     }
 
-    fn ring_doorbell(&self) {
+    /// Queue a checked send WR, then ring the doorbell ([`Qp::drive_with`]) if the stream is
+    /// idle.
+    fn post_sq(&self, posted: (SendWr, SendChecked, Option<InlineData>)) -> Result<(), PostError> {
+        self.push_posted(&self.shared.sq_ring, posted)?;
         if let Some(d) = self.shared.post_driver.get() {
             if self.shared.stream_idle.load(Ordering::Relaxed) {
                 d();
             }
         }
+        Ok(())
     }
 
     /// Post a Send (any Send opcode) or an RDMA Write whose payload is `data` itself
@@ -665,9 +669,7 @@ impl Qp {
             return Err(PostError::BadState);
         }
         let (wr, checked, data) = inline_wr(wr_id, opcode, data, signaled)?;
-        self.push_posted(&self.shared.sq_ring, (wr, checked, Some(data)))?;
-        self.ring_doorbell();
-        Ok(())
+        self.post_sq((wr, checked, Some(data)))
     }
 
     /// Put a checked WR into its post ring (`QueueFull` when the ring is) and wake the driver.
