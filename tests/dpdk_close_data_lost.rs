@@ -20,15 +20,12 @@ use dpwarp::verbs::{
 };
 
 mod dp_common;
-use dp_common::{pattern, shipped_config, unique};
+use dp_common::{pattern, ring_config};
 
 #[test]
 fn data_sent_before_a_close_survives_a_long_outage() {
-    let mut cfg = shipped_config("net_ring.toml", &[("dpwring", &unique("dpwcdl"))]);
-    for p in cfg.ports.iter_mut() {
-        // Fault injection needs software checksums.
-        p.checksum = "software".into();
-    }
+    // Fault injection needs software checksums.
+    let cfg = ring_config("dpwcdl", |p| p.checksum = "software".into());
     let dp = Dataplane::start(&cfg).expect("dataplane");
     let server_ep = dp.endpoint(0).unwrap();
     let client_ep = dp.endpoint(1).unwrap();

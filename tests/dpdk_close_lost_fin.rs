@@ -15,14 +15,11 @@ use dpwarp::dataplane::Dataplane;
 use dpwarp::verbs::{Cq, Device, Qp, QpInitAttr};
 
 mod dp_common;
-use dp_common::{shipped_config, unique};
+use dp_common::ring_config;
 
 #[test]
 fn a_close_whose_fins_are_lost_ends_with_a_rst() {
-    let mut cfg = shipped_config("net_ring.toml", &[("dpwring", &unique("dpwfin"))]);
-    for p in cfg.ports.iter_mut() {
-        p.checksum = "software".into();
-    }
+    let cfg = ring_config("dpwfin", |p| p.checksum = "software".into());
     let dp = Dataplane::start(&cfg).expect("dataplane");
     let server_ep = dp.endpoint(0).unwrap();
     let client_ep = dp.endpoint(1).unwrap();

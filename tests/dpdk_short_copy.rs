@@ -17,7 +17,7 @@ use dpwarp::verbs::{
 };
 
 mod dp_common;
-use dp_common::{advertise, advertised, pattern, shipped_config, unique};
+use dp_common::{advertise, advertised, pattern, ring_config};
 
 const SHORT: usize = 64;
 const TURNS: u64 = 200;
@@ -36,10 +36,7 @@ fn by_reference(ws: &[WorkerStats]) -> (u64, u64, u64) {
 
 #[test]
 fn short_payloads_are_copied_long_ones_go_by_reference() {
-    let mut cfg = shipped_config("net_ring.toml", &[("dpwring", &unique("dpwsc"))]);
-    for p in cfg.ports.iter_mut() {
-        p.tx_zero_copy = "on".into();
-    }
+    let cfg = ring_config("dpwsc", |p| p.tx_zero_copy = "on".into());
     let dp = Dataplane::start(&cfg).expect("dataplane");
     let server_ep = dp.endpoint(0).unwrap();
     let client_ep = dp.endpoint(1).unwrap();

@@ -25,7 +25,7 @@ use dpwarp::verbs::{
 };
 
 mod dp_common;
-use dp_common::{advertise, advertised, pattern, shipped_config, unique};
+use dp_common::{advertise, advertised, pattern, ring_config};
 
 const REGION: usize = 1 << 20;
 const SIZES: [usize; 3] = [65536, 10000, 33333];
@@ -45,10 +45,7 @@ fn sum(ws: &[WorkerStats]) -> (u64, u64, f64, f64, usize, usize) {
 
 #[test]
 fn payload_sent_by_reference_survives_loss_and_is_released() {
-    let mut cfg = shipped_config("net_ring.toml", &[("dpwring", &unique("dpwzc"))]);
-    for p in cfg.ports.iter_mut() {
-        p.checksum = "software".into();
-    }
+    let mut cfg = ring_config("dpwzc", |p| p.checksum = "software".into());
     cfg.ports[0].tx_zero_copy = "off".into(); // server
     cfg.ports[1].tx_zero_copy = "on".into(); // client
     let dp = Dataplane::start(&cfg).expect("dataplane");

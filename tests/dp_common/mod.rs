@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use dpwarp::config::DataplaneConfig;
+use dpwarp::config::{DataplaneConfig, PortConfig};
 use dpwarp::verbs::Mr;
 
 /// `configs/<file>` with each `(from, to)` replaced (unique ring names, MTU, cores, ...).
@@ -17,6 +17,14 @@ pub fn shipped_config(file: &str, edits: &[(&str, &str)]) -> DataplaneConfig {
         text = text.replace(from, to);
     }
     DataplaneConfig::parse(&text).unwrap()
+}
+
+/// `configs/net_ring.toml` with its rings named uniquely for this process (`tag`) and `edit`
+/// applied to both ports (software checksums for fault injection, `tx_zero_copy`, ...).
+pub fn ring_config(tag: &str, edit: impl Fn(&mut PortConfig)) -> DataplaneConfig {
+    let mut cfg = shipped_config("net_ring.toml", &[("dpwring", &unique(tag))]);
+    cfg.ports.iter_mut().for_each(edit);
+    cfg
 }
 
 /// A ring name unique to this test process (tests run in parallel, each with its own EAL).
