@@ -397,6 +397,8 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
                 "64",
                 "--iters",
                 "200",
+                "--warmup",
+                "300",
             ]));
             if o.status.success() || t.elapsed() > Duration::from_secs(20) {
                 break o;
@@ -441,6 +443,12 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
     let l = &lines[1]["lat_us"];
     assert!(l["min"].as_f64().unwrap() <= l["p50"].as_f64().unwrap());
     assert!(l["p999"].as_f64().unwrap() <= l["max"].as_f64().unwrap());
+    // The 300 warm-up round trips were exchanged (the server ran 500 and finished) and left
+    // out of the figures: 200 samples.
+    assert_eq!(lines[1]["iters"], 200);
+    assert_eq!(lines[1]["warmup"], 300);
+    assert_eq!(l["count"], 200);
+    assert!(lines[0].get("warmup").is_none(), "write_bw has no warm-up");
 
     let o = run(&mut cmd(&[
         "tcp-baseline",
@@ -451,6 +459,8 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
         "4194304",
         "--iters",
         "200",
+        "--warmup",
+        "50",
     ]));
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v = json_lines(&text(&o.stdout));
@@ -462,6 +472,8 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
         &v[1],
         &["size", "iters", "gbps", "lat_us.p50", "lat_us.p99"],
     );
+    assert_eq!(v[1]["warmup"], 50);
+    assert_eq!(v[1]["lat_us"]["count"], 200, "the warm-up is not counted");
 }
 
 #[test]

@@ -377,9 +377,11 @@ pub fn run(a: Args) -> Result<(), String> {
             perf::Test::WriteBw,
             &[4096, 65536],
             2000,
+            0,
         )?;
         perf::print_table(&format!("RDMA Write BW ({transport})"), &bw);
-        let lat = perf::local_pair(ns, &nc, addr, perf::Test::SendLat, &[64, 4096], 2000)?;
+        // 200 round trips of warm-up ahead of the 2000 shown, as in `dpwarp dpperf`.
+        let lat = perf::local_pair(ns, &nc, addr, perf::Test::SendLat, &[64, 4096], 2000, 200)?;
         perf::print_table(
             &format!("Send latency ({transport}, one-way = RTT/2)"),
             &lat,

@@ -62,6 +62,8 @@ pub struct PerfResult {
     pub mpps: f64,
     /// One-way latency in microseconds (send_lat, tcp_pingpong; all 0 for the others).
     pub lat: Summary,
+    /// Latency tests: the round trips exchanged before the measured ones and left out.
+    pub warmup: Option<usize>,
     /// DPDK only: octets copied inside dpwarp on this side during the test.
     pub copies: Option<CopyStats>,
     /// DPDK only: TCP segments with payload this side sent during the test.
@@ -73,8 +75,8 @@ pub struct PerfResult {
 
 impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
-    /// p50, p99, p999, max, avg}}` and, on DPDK, `copies`, `segments`, `segments_per_msg`,
-    /// `worker_busy`.
+    /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup`, and, on DPDK, `copies`,
+    /// `segments`, `segments_per_msg`, `worker_busy`.
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
             transport,
@@ -90,7 +92,9 @@ impl PerfResult {
                 p999: self.lat.p999_us,
                 max: self.lat.max_us,
                 avg: self.lat.mean_us,
+                count: self.lat.count,
             },
+            warmup: self.warmup,
             copies: self.copies.as_ref().map(CopiesJson::from),
             segments: self.segments,
             segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
@@ -111,6 +115,8 @@ struct ResultJson<'a> {
     mpps: f64,
     lat_us: LatUs,
     #[serde(skip_serializing_if = "Option::is_none")]
+    warmup: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     copies: Option<CopiesJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     segments: Option<u64>,
@@ -128,6 +134,8 @@ struct LatUs {
     p999: f64,
     max: f64,
     avg: f64,
+    /// Samples behind the figures (the measured round trips).
+    count: u64,
 }
 
 /// Copy counts as JSON: the raw octets and copies per payload octet each way.
@@ -240,6 +248,10 @@ fn decode_req(pd: &[u8]) -> Option<(Test, usize, usize)> {
 
 const DEPTH: usize = 128;
 
+/// Default `--warmup` of send_lat and the kernel ping-pong: as many round trips as
+/// benches/dp_ring runs before its measured ones.
+pub const WARMUP: usize = 1000;
+
 /// A CQ for one test connection; with driven dataplane workers, polling or waiting on it runs
 /// them (`Cq::drive_with`).
 fn new_cq(net: &Net) -> Cq {
@@ -348,6 +360,9 @@ fn post(qp: &Qp, opcode: Opcode, mr: &dpwarp::verbs::Mr, len: usize) -> Result<(
 }
 
 /// Run one test as the client against `addr`.
+///
+/// send_lat runs `warmup` round trips first and leaves them out of the figures (the server
+/// learns the total from the request).
 pub fn run_client(
     net: &Net,
     addr: SocketAddr,
@@ -355,7 +370,12 @@ pub fn run_client(
     test: Test,
     size: usize,
     iters: usize,
+    warmup: usize,
 ) -> Result<PerfResult, String> {
+    let wire_iters = match test {
+        Test::SendLat => iters + warmup,
+        Test::WriteBw => iters,
+    };
     let cq = new_cq(net);
     let qp = new_qp(pd, net, &cq);
     let src = pd.reg_mr(size.max(64), Access::LOCAL_WRITE);
@@ -369,7 +389,7 @@ pub fn run_client(
         .map_err(|e| e.to_string())?;
     }
     let p = ConnParam {
-        private_data: encode_req(test, size, iters),
+        private_data: encode_req(test, size, wire_iters),
         ..ConnParam::default()
     };
     let n = net
@@ -421,9 +441,22 @@ pub fn run_client(
         }
         Test::SendLat => {
             r.test = "send_lat".into();
-            let lat =
-                load::send_pingpong(&qp, &cq, Wait::Spin, true, &rbuf, size, iters as u64, true)?;
-            let us: Vec<f64> = lat.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+            let lat = load::send_pingpong(
+                &qp,
+                &cq,
+                Wait::Spin,
+                true,
+                &rbuf,
+                size,
+                wire_iters as u64,
+                true,
+            )?;
+            let us: Vec<f64> = lat
+                .iter()
+                .skip(warmup)
+                .map(|d| d.as_secs_f64() * 1e6)
+                .collect();
+            r.warmup = Some(warmup);
             fill_lat(&mut r, &us);
         }
     }
@@ -557,8 +590,13 @@ pub fn tcp_stream(size: usize, total: usize, wait: KernelWait) -> Result<PerfRes
 }
 
 /// Plain kernel TCP over loopback: `size`-byte ping-pong with TCP_NODELAY; one-way = RTT/2.
-/// Client and server on their own CPUs.
-pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfResult, String> {
+/// Client and server on their own CPUs; `warmup` round trips first, not counted.
+pub fn tcp_pingpong(
+    size: usize,
+    iters: usize,
+    warmup: usize,
+    wait: KernelWait,
+) -> Result<PerfResult, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let srv = std::thread::spawn(move || -> std::io::Result<()> {
@@ -567,7 +605,7 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
         s.set_nodelay(true)?;
         s.set_nonblocking(wait == KernelWait::Busy)?;
         let mut buf = vec![0u8; size];
-        for _ in 0..iters {
+        for _ in 0..iters + warmup {
             read_exact(&mut s, &mut buf, wait)?;
             write_all(&mut s, &buf, wait)?;
         }
@@ -582,11 +620,13 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
             .map_err(|e| e.to_string())?;
         let mut buf = vec![1u8; size];
         let mut lat = Vec::with_capacity(iters);
-        for _ in 0..iters {
+        for i in 0..iters + warmup {
             let t = Instant::now();
             write_all(&mut s, &buf, wait).map_err(|e| e.to_string())?;
             read_exact(&mut s, &mut buf, wait).map_err(|e| e.to_string())?;
-            lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+            if i >= warmup {
+                lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
         }
         Ok(lat)
     })();
@@ -599,6 +639,7 @@ pub fn tcp_pingpong(size: usize, iters: usize, wait: KernelWait) -> Result<PerfR
         test: "tcp_pingpong".into(),
         size,
         iters,
+        warmup: Some(warmup),
         ..Default::default()
     };
     fill_lat(&mut r, &lat);
@@ -629,6 +670,11 @@ pub struct Args {
     /// Iterations per size (client).
     #[arg(long, default_value_t = 1000)]
     pub iters: usize,
+    /// send_lat: round trips before the `--iters` measured ones, left out of the figures (the
+    /// first round trips of a fresh connection run on cold caches and predictors and would
+    /// inflate p99; sockperf warms up the same way). 0 measures from the first.
+    #[arg(long, default_value_t = WARMUP)]
+    pub warmup: usize,
     /// Print one JSON line per result (client; a server prints its copy counts per
     /// connection).
     #[arg(long)]
@@ -709,7 +755,7 @@ pub fn run(a: Args) -> Result<(), String> {
     for &size in &a.size {
         let before = _dp.as_ref().map(dp_counts);
         crate::cli::progress_phase(format!("dpperf: {} {size} B", test.name()));
-        let mut r = run_client(&net, a.addr, &pd, test, size, a.iters)?;
+        let mut r = run_client(&net, a.addr, &pd, test, size, a.iters, a.warmup)?;
         crate::cli::progress_clear();
         if let (Some(dp), Some((bc, bs, bt))) = (&_dp, before) {
             let (c, segs, t) = dp_counts(dp);
@@ -739,6 +785,7 @@ pub fn local_pair(
     test: Test,
     sizes: &[usize],
     iters: usize,
+    warmup: usize,
 ) -> Result<Vec<PerfResult>, String> {
     let l = net_s
         .listen(addr)
@@ -758,7 +805,7 @@ pub fn local_pair(
     let pd = dev.alloc_pd();
     let mut out = Vec::new();
     for &s in sizes {
-        out.push(run_client(net_c, addr, &pd, test, s, iters)?);
+        out.push(run_client(net_c, addr, &pd, test, s, iters, warmup)?);
     }
     srv.join().map_err(|_| "perf server panicked")??;
     let _ = SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
@@ -777,6 +824,10 @@ pub struct TcpArgs {
     /// Ping-pong iterations.
     #[arg(long, default_value_t = 20000)]
     pub iters: usize,
+    /// Ping-pong round trips before the measured ones, left out of the figures (as dpperf's
+    /// `--warmup`).
+    #[arg(long, default_value_t = WARMUP)]
+    pub warmup: usize,
     /// Print one JSON line per result.
     #[arg(long)]
     pub json: bool,
@@ -807,7 +858,7 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
     for &s in &a.size {
         // At most a million writes per size: small writes are syscall-bound and slow.
         bw.push(tcp_stream(s, a.total.min(s * 1_000_000).max(s), wait)?);
-        lat.push(tcp_pingpong(s, a.iters, wait)?);
+        lat.push(tcp_pingpong(s, a.iters, a.warmup, wait)?);
     }
     if a.json {
         for r in bw.iter().chain(lat.iter()) {
