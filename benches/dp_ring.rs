@@ -7,7 +7,7 @@
 //! RDMA Writes being placed in order before it, RFC 5040 §5.5).
 //!
 //! ```text
-//! cargo bench --bench dp_ring -- [--mtu 1500|9000] [--rounds 3] [--size 65536] [--mib 1024]
+//! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
 //!     [--tx-zero-copy auto|off] [--json FILE]
 //! ```
 //!
@@ -92,6 +92,10 @@ fn config(mtu: u16, zero_copy: &str) -> DataplaneConfig {
     for (i, p) in cfg.ports.iter_mut().enumerate() {
         p.cores = vec![i];
         p.mtu = mtu;
+        if mtu > 9000 {
+            // The net_ring config's 16383 mbufs of up to 64 KiB would not fit its `-m 512`.
+            p.mbufs = 2047;
+        }
         p.tx_zero_copy = zero_copy.into();
     }
     cfg.tcp.rx_buffer = 2 << 20;

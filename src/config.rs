@@ -58,7 +58,8 @@ pub struct PortConfig {
     /// Descriptors per tx queue (`nb_tx_desc` of `rte_eth_tx_queue_setup`; default 1024).
     #[serde(default = "d_desc")]
     pub tx_desc: u16,
-    /// IP MTU; 0 = the device default (1500). Up to 9000 where the vdev allows.
+    /// IP MTU; 0 = the device default (1500). Up to [`MAX_MTU`] where the vdev allows (its
+    /// `max_mtu`; net_ring has none, net_memif needs `bsize` >= MTU + 14).
     #[serde(default)]
     pub mtu: u16,
     /// Mbufs in the port's pool.
@@ -341,7 +342,9 @@ impl DataplaneConfig {
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Check the settings as [`DataplaneConfig::parse`] does; `Dataplane::start` checks again,
+    /// so a config edited in code after parsing gets the same checks as a file.
+    pub fn validate(&self) -> Result<(), String> {
         if self.ports.is_empty() {
             return Err("no [[port]]".into());
         }
@@ -371,9 +374,10 @@ impl DataplaneConfig {
                 f.validate()
                     .map_err(|e| format!("port {}: {e}", p.device))?;
             }
-            if p.mtu != 0 && !(576..=9000).contains(&p.mtu) {
+            if p.mtu != 0 && !(576..=MAX_MTU).contains(&p.mtu) {
                 return Err(format!(
-                    "port {}: mtu {} not in 576..=9000",
+                    "port {}: mtu {} not in 576..={MAX_MTU} (a frame is one mbuf, whose data \
+                     room, 128 octets of headroom included, is at most 65535)",
                     p.device, p.mtu
                 ));
             }
@@ -417,6 +421,12 @@ impl DataplaneConfig {
         Ok(())
     }
 }
+
+/// The largest `mtu` a port takes: a received frame is one mbuf, and an mbuf's data room (a
+/// 16-bit field) holds DPDK's 128-octet headroom, the Ethernet header, the IP packet and 4
+/// octets for a CRC: 128 + 14 + 65389 + 4 = 65535. That also keeps an IPv4 packet within its
+/// 16-bit total length and a net_memif buffer (`bsize`, 16 bits) able to hold the frame.
+pub const MAX_MTU: u16 = 65535 - 128 - 14 - 4;
 
 /// net_memif's packet buffer size when its `bsize` devarg is not given.
 const MEMIF_DEFAULT_BSIZE: usize = 2048;
@@ -512,6 +522,26 @@ mod tests {
     }
 
     #[test]
+    fn mtu_goes_up_to_what_one_mbuf_holds() {
+        let cfg = |dev: &str, mtu: u16| {
+            DataplaneConfig::parse(&format!(
+                "[eal]\nargs=['-l', '0', '--vdev={dev},role=server,bsize=65535']\n[[port]]\n\
+                 device='{dev}'\nip='10.0.0.1/24'\nmtu={mtu}\n"
+            ))
+        };
+        for dev in ["net_ring0", "net_memif0"] {
+            assert!(cfg(dev, MAX_MTU).is_ok(), "{dev}");
+            assert!(cfg(dev, 575).is_err(), "{dev}");
+            let e = cfg(dev, MAX_MTU + 1).unwrap_err();
+            assert!(e.contains("not in 576..=65389"), "{e}");
+        }
+        // A config changed in code after parsing is checked again (Dataplane::start).
+        let mut c = cfg("net_ring0", 9000).unwrap();
+        c.ports[0].mtu = MAX_MTU + 1;
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
     fn memif_jumbo_mtu_needs_a_buffer_per_frame() {
         let cfg = |vdev: &str, mtu: u16| {
             DataplaneConfig::parse(&format!(
@@ -570,7 +600,7 @@ mod tests {
         let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\n";
         assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\n")).is_ok());
         assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4'\n")).is_err());
-        assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmtu=9001\n")).is_err());
+        assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmtu=65390\n")).is_err());
         assert!(DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nmac='zz'\n")).is_err());
         assert!(
             DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='off'\n")).is_err()

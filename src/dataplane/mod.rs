@@ -39,6 +39,9 @@ pub use worker::{CopyStats, WorkerStats};
 
 /// RTE_PKTMBUF_HEADROOM in the Debian DPDK 22.11 build.
 const MBUF_HEADROOM: u16 = 128;
+// The largest MTU's frame fits one mbuf's 16-bit data room (`crate::config::MAX_MTU`).
+const _: () =
+    assert!(MBUF_HEADROOM as u32 + crate::config::MAX_MTU as u32 + 14 + 4 <= u16::MAX as u32);
 
 /// Why the dataplane could not start.
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +187,7 @@ impl Dataplane {
         cfg: &DataplaneConfig,
         mode: WorkerMode,
     ) -> Result<Dataplane, DataplaneError> {
+        cfg.validate().map_err(DataplaneError::Config)?;
         remove_stale_memif_sockets(&cfg.eal.args);
         let eal = Eal::init(&cfg.eal.args)?;
         let mut rings: HashMap<String, (Port, Port)> = HashMap::new();

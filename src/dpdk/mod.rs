@@ -275,7 +275,11 @@ impl Mempool {
         // (the &Eal proves it).
         let p = unsafe { sys::dpw_pool_create(cname.as_ptr(), n, cache, data_room, -1) };
         let ptr = NonNull::new(p).ok_or_else(|| DpdkError {
-            what: format!("rte_pktmbuf_pool_create({name}, n={n}, data_room={data_room})"),
+            what: format!(
+                "rte_pktmbuf_pool_create({name}, n={n}, data_room={data_room}): about {} MiB; \
+                 with a large mtu lower the port's `mbufs` or give the EAL more memory (-m)",
+                (u64::from(n) * (u64::from(data_room) + 192)) >> 20
+            ),
             errno: rte_errno(),
         })?;
         Ok(Box::leak(Box::new(Mempool {

@@ -1,9 +1,11 @@
 //! Shared pieces of the in-process dataplane tests (dpdk_ring, dpdk_align, dpdk_jumbo,
-//! dpdk_multi): a shipped config with test-specific edits, the target advertisement the server
+//! dpdk_jumbo_max, dpdk_multi): a shipped config with test-specific edits, the target advertisement the server
 //! puts in its MPA private data (addr then STag, big endian, like rping's `rping_rdma_info`),
 //! and a data pattern.
 
 #![allow(dead_code)]
+
+pub mod jumbo;
 
 use dpwarp::config::{DataplaneConfig, PortConfig};
 use dpwarp::verbs::Mr;
