@@ -8,8 +8,12 @@
 //!
 //! ```text
 //! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
-//!     [--tx-zero-copy auto|off] [--json FILE]
+//!     [--tx-zero-copy auto|off] [--idle N] [--json FILE]
 //! ```
+//!
+//! `--idle N` first opens N more connections between the two ports that then carry nothing
+//! (a storage target's quiet clients) and keeps them open through the rounds: the measured
+//! connection shares each worker with them.
 //!
 //! `--tx-zero-copy off` sends every segment's payload copied into its mbuf (the ports'
 //! `tx_zero_copy`; default auto: by reference, docs/dataplane.md "Copies"). The receiving
@@ -44,6 +48,7 @@ struct Args {
     json: Option<String>,
     zero_copy: String,
     lat_iters: usize,
+    idle: usize,
 }
 
 fn args() -> Args {
@@ -55,6 +60,7 @@ fn args() -> Args {
         json: None,
         lat_iters: 20000,
         zero_copy: "auto".into(),
+        idle: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -67,6 +73,7 @@ fn args() -> Args {
             "--json" => a.json = Some(v()),
             "--tx-zero-copy" => a.zero_copy = v(),
             "--lat-iters" => a.lat_iters = v().parse().expect("--lat-iters N"),
+            "--idle" => a.idle = v().parse().expect("--idle N"),
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
             // this binary has none.
@@ -415,6 +422,47 @@ fn kernel_round(size: usize, total: usize, busy: bool) -> f64 {
     got as f64 * 8.0 / t_end.duration_since(t_start).as_secs_f64() / 1e9
 }
 
+/// `n` established connections between the two ports that carry nothing (a storage target's
+/// other clients, quiet for now): every measured segment shares its worker with them. Returns
+/// both ends' QPs; drop them to close.
+fn idle_connections(dp: &Dataplane, n: usize) -> (Vec<Qp>, Vec<Qp>) {
+    let sd: Driver = dp.port_drivers(0)[0].clone();
+    let cd: Driver = dp.port_drivers(1)[0].clone();
+    let server_ep = dp.endpoint(0).unwrap();
+    let client_ep = dp.endpoint(1).unwrap();
+    let server_ip = server_ep.ip();
+    let dev = Device::open();
+    let spd = dev.alloc_pd();
+    let listener = server_ep.listen(6900).unwrap();
+    let server = thread::spawn(move || {
+        sd.attach();
+        let mut qps = Vec::with_capacity(n);
+        for _ in 0..n {
+            let qp = Qp::new(&spd, &QpInitAttr::new(&Cq::new(4)));
+            let req = listener.get_request(Duration::from_secs(10)).unwrap();
+            req.accept(&qp, &ConnParam::default()).unwrap();
+            qps.push(qp);
+        }
+        qps
+    });
+    cd.attach();
+    let pd = dev.alloc_pd();
+    let mut qps = Vec::with_capacity(n);
+    for _ in 0..n {
+        let qp = Qp::new(&pd, &QpInitAttr::new(&Cq::new(4)));
+        client_ep
+            .connect(
+                SocketAddrV4::new(server_ip, 6900),
+                &qp,
+                &ConnParam::default(),
+            )
+            .expect("connect an idle connection");
+        qps.push(qp);
+    }
+    let sq = server.join().unwrap();
+    (sq, qps)
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -432,6 +480,13 @@ fn main() {
     assert!(ncpu >= 2, "needs two CPUs (server CPU 0, client CPU 1)");
     let cfg = config(a.mtu, &a.zero_copy);
     let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
+    let _idle = idle_connections(&dp, a.idle);
+    if a.idle > 0 {
+        eprintln!(
+            "dp_ring: {} idle connections beside the measured one",
+            a.idle
+        );
+    }
     let total = a.mib << 20;
     let (mut d, mut kb, mut kp) = (vec![], vec![], vec![]);
     let (mut dl, mut kl) = (vec![], vec![]);
@@ -498,6 +553,7 @@ fn main() {
         "pingpong_p50_us_kernel_busy": klm,
         "send_lat_ratio_vs_kernel_busy": dlm / klm,
         "cpus": {"server": 0, "client": 1},
+        "idle_connections": a.idle,
     });
     println!("{out}");
     if let Some(f) = a.json {

@@ -150,6 +150,14 @@ pub struct WorkerStats {
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
     pub mpa_crc_errors: u64,
+    /// Times the transmit phase locked a connection's QP to look for work (timers, framing
+    /// in place or staged). A connection is looked at after something reached its engine
+    /// (posts, received bytes) or when its timer is due, not on every pass: quiet
+    /// connections cost a pass nothing here.
+    pub engine_checks: u64,
+    /// Passes that visited every connection (the sweep, every millisecond at most) rather
+    /// than only those with something new.
+    pub sweeps: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -227,18 +235,27 @@ struct Conn {
     close_drained: Option<Instant>,
     /// What the worker knows of the engine since it last looked (locks it may skip).
     marks: EngineMarks,
+    /// Its socket processed an incoming segment this pass (smoltcp's `take_touched`), or the
+    /// connection is new: the per-connection steps that look at the socket (deliver, the
+    /// doorbell's `stream_idle`) visit it. The others wait for a sweep ([`SWEEP`]), so a
+    /// pass costs the same with 1 or 200 quiet connections beside the busy one.
+    touched: bool,
 }
 
 /// What a worker remembers of a connection's engine between passes, so that passes where
 /// nothing reached it skip its QP lock.
 struct EngineMarks {
     /// The pass clock at which `transmit` last found the connection framing in place with its
-    /// timers handled: until the clock moves (or bytes are delivered to the engine) there is
-    /// nothing for that check to do, and its lock is skipped.
+    /// timers handled: until something reaches the engine (posts, received bytes:
+    /// [`EngineMarks::look_again`]) or its timer is due (`timer_at`) there is nothing for that
+    /// check to do, and its lock is skipped.
     tx_checked: Option<Instant>,
-    /// At that check the engine had nothing to frame ([`Connection::has_tx_work`]): the
-    /// egress passes skip offering it ring room (and the QP lock) until something that can
-    /// give it work happens (posted WRs, received bytes, its timers).
+    /// The engine's next timer ([`Connection::poll_timeout`]) as of that check.
+    timer_at: Option<Instant>,
+    /// At that check, or when it last framed in place, the engine had nothing to frame
+    /// ([`Connection::has_tx_work`]): the egress passes skip offering it ring room (and the QP
+    /// lock) until something that can give it work happens (posted WRs, received bytes, its
+    /// timers).
     tx_idle: bool,
     /// The engine was touched since its completions and events were last reaped; a clean
     /// connection is reaped only when the application asked to close or left.
@@ -271,9 +288,11 @@ impl Conn {
             close_drained: None,
             marks: EngineMarks {
                 tx_checked: None,
+                timer_at: None,
                 tx_idle: false,
                 dirty: true,
             },
+            touched: true,
         }
     }
 
@@ -371,7 +390,30 @@ pub(crate) struct Worker {
     /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
     /// something reaches the sockets, another egress would find nothing to send either.
     egress_idle_at: Option<Instant>,
+    /// When the next pass that visits every connection is due ([`SWEEP`]).
+    sweep_at: Instant,
+    /// This pass visits every connection.
+    sweeping: bool,
+    /// Socket slot (`SocketHandle::index`) -> index in `conns` (`u32::MAX`: none), rebuilt
+    /// when `conns` changed (`conn_index_stale`).
+    conn_index: Vec<u32>,
+    conn_index_stale: bool,
+    /// Scratch for smoltcp's touched sockets.
+    touched: Vec<SocketHandle>,
+    /// Indices in `conns` marked `touched` this pass (their flags are cleared at its end).
+    touched_conns: Vec<usize>,
+    /// This pass's egress visits every socket (a sweep, a command, an MPA startup step), not
+    /// only those with something new (`egress_handles`).
+    egress_all: bool,
+    /// The sockets this pass's egress visits otherwise: those that took segments and those
+    /// of the connections fed.
+    egress_handles: Vec<SocketHandle>,
 }
+
+/// How often a pass visits every connection, not only those with something new: the
+/// steps that catch what no frame or post announces (a socket smoltcp closed on a timer) run
+/// at least this often, and smoltcp's timers are millisecond ones anyway.
+const SWEEP: Duration = Duration::from_millis(1);
 
 fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
     let rx = tcp::SocketBuffer::new(vec![0u8; tcp_cfg.rx_buffer]);
@@ -458,6 +500,14 @@ impl Worker {
             idle_passes: 0,
             pass_clock: t0,
             egress_idle_at: None,
+            sweep_at: t0,
+            sweeping: true,
+            conn_index: Vec::new(),
+            conn_index_stale: true,
+            touched: Vec::new(),
+            touched_conns: Vec::new(),
+            egress_all: true,
+            egress_handles: Vec::new(),
         }
     }
 
@@ -481,6 +531,9 @@ impl Worker {
         if self.stopped {
             return true;
         }
+        // Commands (connect, listen, accept) and MPA startups change which sockets have
+        // something to send in ways the egress below does not track: it then visits them all.
+        self.egress_all |= work;
         // The clock is read when the previous pass did work, and every 16th idle pass: an idle
         // pass costs little more than a clock read, and smoltcp's timers are millisecond ones.
         let now = if self.idle_passes % 16 == 0 {
@@ -500,16 +553,25 @@ impl Worker {
         };
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
         // places straight from the frames (the sockets' rx sinks).
+        self.sweeping = now >= self.sweep_at;
+        if self.sweeping {
+            self.sweep_at = now + SWEEP;
+            self.stats.sweeps += 1;
+        }
         work |= self.post();
         if self.rx(now) {
             // Bytes placed by the sockets' rx sinks may have queued frames for the staged path
-            // (a TERMINATE): `transmit` looks at every connection again.
-            for c in self.conns.iter_mut() {
-                c.marks.look_again();
-            }
+            // (a TERMINATE): `transmit` looks again at every connection that took a segment.
+            self.mark_touched();
             work = true;
         }
-        work |= self.accept(now);
+        // An MPA startup in progress (or its end: a RST, a Reply) is sent by an egress that
+        // visits every socket; startups are short and few.
+        let accepted = self.accept(now);
+        if accepted || !self.probes.is_empty() || !self.awaiting.is_empty() {
+            self.egress_all = true;
+        }
+        work |= accepted;
         work |= self.deliver(now);
         if work {
             self.egress_idle_at = None;
@@ -658,7 +720,8 @@ impl Worker {
                 Cmd::Accept { id, sh, events } => match self.awaiting.remove(&id) {
                     Some((h, _)) => {
                         self.set_rx_sink(h, &sh);
-                        self.conns.push(Conn::new(h, Some(sh), Some(events)))
+                        self.conns.push(Conn::new(h, Some(sh), Some(events)));
+                        self.conn_index_stale = true;
                     }
                     None => {
                         let _ = events.try_send(ConnEvent::Closed);
@@ -670,6 +733,7 @@ impl Worker {
                         let mut c = Conn::new(h, None, None);
                         c.out = bytes;
                         self.conns.push(c);
+                        self.conn_index_stale = true;
                     }
                 }
             }
@@ -742,6 +806,7 @@ impl Worker {
                 let mut c = Conn::new(h, Some(sh), Some(events));
                 c.state = CState::Connecting;
                 self.conns.push(c);
+                self.conn_index_stale = true;
             }
             Err(e) => {
                 log::warn!("dataplane: connect to {remote}: {e}");
@@ -803,6 +868,39 @@ impl Worker {
         true
     }
 
+    /// The connections whose sockets took segments in the rx phase (smoltcp's
+    /// `take_touched`): marked `touched`, and their engines looked at again.
+    fn mark_touched(&mut self) {
+        self.sockets.take_touched(&mut self.touched);
+        if self.touched.is_empty() {
+            return;
+        }
+        if self.conn_index_stale {
+            self.conn_index.clear();
+            for (i, c) in self.conns.iter().enumerate() {
+                let slot = c.h.index();
+                if self.conn_index.len() <= slot {
+                    self.conn_index.resize(slot + 1, u32::MAX);
+                }
+                self.conn_index[slot] = i as u32;
+            }
+            self.conn_index_stale = false;
+        }
+        for h in self.touched.iter() {
+            if let Some(&i) = self.conn_index.get(h.index()) {
+                if i == u32::MAX {
+                    continue;
+                }
+                let c = &mut self.conns[i as usize];
+                c.marks.look_again();
+                if !c.touched {
+                    c.touched = true;
+                    self.touched_conns.push(i as usize);
+                }
+            }
+        }
+    }
+
     // --- phase 3: listeners and MPA Requests -----------------------------------------------------
     fn accept(&mut self, now: Instant) -> bool {
         let mut work = false;
@@ -834,6 +932,8 @@ impl Worker {
                     }
                     self.stats.refused += 1;
                     s.abort();
+                    // Its RST goes out in this pass's egress, which must visit it.
+                    self.egress_all = true;
                     continue;
                 }
                 if st != tcp::State::Listen {
@@ -846,6 +946,7 @@ impl Worker {
                         );
                         self.stats.refused += 1;
                         s.abort();
+                        self.egress_all = true;
                         continue;
                     }
                     held += 1;
@@ -956,7 +1057,9 @@ impl Worker {
                     let p = self.probes.swap_remove(i);
                     if !reported {
                         self.sockets.get_mut::<tcp::Socket>(p.h).abort();
+                        self.egress_all = true;
                         self.conns.push(Conn::closing(p.h, now));
+                        self.conn_index_stale = true;
                     }
                 }
             }
@@ -973,7 +1076,9 @@ impl Worker {
                 if let Some((h, _)) = self.awaiting.remove(&id) {
                     log::warn!("dataplane: connection request {id} neither accepted nor rejected");
                     self.sockets.get_mut::<tcp::Socket>(h).abort();
+                    self.egress_all = true;
                     self.conns.push(Conn::closing(h, now));
+                    self.conn_index_stale = true;
                 }
             }
         }
@@ -1004,6 +1109,11 @@ impl Worker {
     fn deliver(&mut self, now: Instant) -> bool {
         let mut work = false;
         for c in self.conns.iter_mut() {
+            // Bytes, a FIN or the handshake's end come with a segment: a socket that took
+            // none this pass has nothing new, unless smoltcp changed it on a timer (the sweep).
+            if !c.touched && !self.sweeping {
+                continue;
+            }
             let s = self.sockets.get_mut::<tcp::Socket>(c.h);
             match c.state {
                 CState::Live => {}
@@ -1057,10 +1167,11 @@ impl Worker {
             if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
                 continue;
             }
-            if c.marks.tx_checked == Some(now) {
+            if c.marks.tx_checked.is_some() && c.marks.timer_at.map_or(true, |t| now < t) {
                 continue;
             }
             let Some(sh) = c.sh.as_ref() else { continue };
+            self.stats.engine_checks += 1;
             let mut guard = sh.lock();
             let QpSlot::Live(conn) = &mut *guard else {
                 continue;
@@ -1075,6 +1186,7 @@ impl Worker {
             if conn.can_transmit_direct() {
                 // FPDUs are framed straight into the socket below (feed_direct).
                 c.marks.tx_checked = Some(now);
+                c.marks.timer_at = conn.poll_timeout();
                 c.marks.tx_idle = !conn.has_tx_work();
                 continue;
             }
@@ -1091,8 +1203,10 @@ impl Worker {
         for _ in 0..EGRESS_PASSES {
             let mut fed = false;
             let mut wrapped = false;
-            for c in self.conns.iter_mut() {
-                if !matches!(c.state, CState::Live) {
+            for (i, c) in self.conns.iter_mut().enumerate() {
+                if !matches!(c.state, CState::Live)
+                    || (c.marks.tx_idle && c.sh.is_some() && c.out_pos >= c.out.len())
+                {
                     continue;
                 }
                 let s = self.sockets.get_mut::<tcp::Socket>(c.h);
@@ -1120,6 +1234,10 @@ impl Worker {
                 if n > 0 {
                     fed = true;
                     self.tx_fed += n as u64;
+                    if !c.touched {
+                        c.touched = true;
+                        self.touched_conns.push(i);
+                    }
                 }
             }
             // An idle pass (nothing received, posted or fed, the clock unchanged since an
@@ -1128,9 +1246,29 @@ impl Worker {
             if !fed && self.egress_idle_at == Some(now) {
                 break;
             }
-            if self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets) == PollResult::None
-                && !fed
-            {
+            let sent = if self.egress_all || self.sweeping {
+                self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets)
+            } else {
+                // Only the sockets with something new: those that took segments (ACKs,
+                // window updates, handshake replies) and those fed above.
+                self.egress_handles.clear();
+                self.egress_handles.extend_from_slice(&self.touched);
+                for &i in self.touched_conns.iter() {
+                    if let Some(c) = self.conns.get(i) {
+                        // Fed, and not already listed for a segment it took.
+                        if !self.touched.contains(&c.h) {
+                            self.egress_handles.push(c.h);
+                        }
+                    }
+                }
+                self.iface.poll_egress_sockets(
+                    ts,
+                    &mut self.dev,
+                    &mut self.sockets,
+                    &self.egress_handles,
+                )
+            };
+            if sent == PollResult::None && !fed {
                 // Only when the device took everything: a full tx queue is no proof that
                 // smoltcp has nothing to send.
                 if self.dev.tx_pending() == 0 {
@@ -1143,11 +1281,15 @@ impl Worker {
             // Again only for staged bytes (fed a segment per pass), framing that stopped at the
             // end of the ring with more room after its wrap, or octets smoltcp left unsent (its
             // burst ended): a window or a ring that was full stays so until the next rx phase.
+            // A quiet connection (nothing to frame, no segment this pass) has nothing a second
+            // pass could move.
+            let sweeping = self.sweeping;
             let again = wrapped
                 || self.conns.iter().any(|c| {
                     matches!(c.state, CState::Live)
                         && (c.out_pos < c.out.len()
-                            || self.sockets.get::<tcp::Socket>(c.h).send_unsent() > 0)
+                            || ((c.touched || !c.marks.tx_idle || sweeping)
+                                && self.sockets.get::<tcp::Socket>(c.h).send_unsent() > 0))
                 });
             if !again {
                 break;
@@ -1159,7 +1301,15 @@ impl Worker {
         // For the doorbell (`Qp::drive_with`), which rings only while nothing is in flight:
         // after this phase (ACKs came in the rx phase before it, new data went out in it).
         // Stored only on a change: the application thread reads it on every post.
-        for c in self.conns.iter() {
+        // What is in flight changes with an ACK (a segment) or new data (fed), both of which
+        // mark the connection `touched`; quiet connections are left to the sweep.
+        for c in self.conns.iter_mut() {
+            if !(c.touched || self.sweeping) {
+                continue;
+            }
+            if self.sweeping {
+                c.touched = false;
+            }
             if let (CState::Live, Some(sh)) = (&c.state, &c.sh) {
                 let idle = self.sockets.get::<tcp::Socket>(c.h).send_queue() == 0;
                 if sh.stream_idle.load(Ordering::Relaxed) != idle {
@@ -1167,6 +1317,14 @@ impl Worker {
                 }
             }
         }
+        for &i in self.touched_conns.iter() {
+            if let Some(c) = self.conns.get_mut(i) {
+                c.touched = false;
+            }
+        }
+        self.touched_conns.clear();
+        self.touched.clear();
+        self.egress_all = false;
         work
     }
 
@@ -1255,6 +1413,7 @@ impl Worker {
             };
             if remove {
                 let c = self.conns.swap_remove(i);
+                self.conn_index_stale = true;
                 let s = self.sockets.get_mut::<tcp::Socket>(c.h);
                 let open = s.is_open();
                 s.abort();
@@ -1463,6 +1622,11 @@ fn feed_direct(
             (w, w)
         })
         .unwrap_or(0);
+    // Offered room, the engine framed what it had: with nothing left, the egress passes stop
+    // offering it room (and taking its lock) until something gives it work.
+    if offered {
+        c.marks.tx_idle = !conn.has_tx_work();
+    }
     if direct == 0 && offered {
         return (0, 0, 0);
     }

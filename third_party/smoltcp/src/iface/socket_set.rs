@@ -29,6 +29,13 @@ pub(crate) struct Item<'a> {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SocketHandle(usize);
 
+impl SocketHandle {
+    /// dpwarp: the handle's slot in its set (small, dense: fit to index a table by).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
 impl fmt::Display for SocketHandle {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "#{}", self.0)
@@ -40,9 +47,23 @@ impl fmt::Display for SocketHandle {
 /// The lifetime `'a` is used when storing a `Socket<'a>`.  If you're using
 /// owned buffers for your sockets (passed in as `Vec`s) you can use
 /// `SocketSet<'static>`.
+/// dpwarp: socket slots up to which `process_tcp_repr` only scans (no hint table).
+#[cfg(feature = "alloc")]
+const HINT_MIN_SLOTS: usize = 8;
+
 #[derive(Debug)]
 pub struct SocketSet<'a> {
     sockets: ManagedSlice<'a, SocketStorage<'a>>,
+    /// dpwarp: the sockets that processed an incoming segment since the last
+    /// [`SocketSet::take_touched`] (consecutive repeats recorded once).
+    #[cfg(feature = "alloc")]
+    touched: alloc::vec::Vec<SocketHandle>,
+    /// dpwarp: where the connected TCP socket of a (remote address, remote port, local port)
+    /// was last found, by a hash of the three (slot index + 1; 0 empty). Only a hint: a hit is
+    /// checked with the socket's own `accepts`, a miss or a stale entry falls back to the scan
+    /// over every socket, so the table needs no upkeep when sockets come and go.
+    #[cfg(feature = "alloc")]
+    tcp_hint: alloc::vec::Vec<u32>,
 }
 
 impl<'a> SocketSet<'a> {
@@ -52,7 +73,74 @@ impl<'a> SocketSet<'a> {
         SocketsT: Into<ManagedSlice<'a, SocketStorage<'a>>>,
     {
         let sockets = sockets.into();
-        SocketSet { sockets }
+        SocketSet {
+            sockets,
+            #[cfg(feature = "alloc")]
+            touched: alloc::vec::Vec::new(),
+            #[cfg(feature = "alloc")]
+            tcp_hint: alloc::vec::Vec::new(),
+        }
+    }
+
+    /// dpwarp: move the handles of the sockets that processed incoming segments since the
+    /// last call into `out` (cleared first), in the order they did; a socket that took several
+    /// segments in a row appears once, one that took segments between others' may appear
+    /// more than once.
+    #[cfg(feature = "alloc")]
+    pub fn take_touched(&mut self, out: &mut alloc::vec::Vec<SocketHandle>) {
+        out.clear();
+        core::mem::swap(out, &mut self.touched);
+    }
+
+    #[cfg(feature = "alloc")]
+    pub(crate) fn touch(&mut self, handle: SocketHandle) {
+        if self.touched.last() != Some(&handle) {
+            self.touched.push(handle);
+        }
+    }
+
+    /// dpwarp: the slot a hint table entry for `key` names, if any (see `tcp_hint`). With
+    /// a handful of socket slots the scan is as quick, and no hint is kept.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn tcp_hint(&self, key: u64) -> Option<usize> {
+        if self.tcp_hint.is_empty() || self.sockets.len() <= HINT_MIN_SLOTS {
+            return None;
+        }
+        let slot = self.tcp_hint[Self::hint_index(key, self.tcp_hint.len())];
+        (slot != 0).then(|| slot as usize - 1)
+    }
+
+    /// dpwarp: remember that the socket in slot `index` took a segment of `key`. The table
+    /// keeps about four entries per socket slot (a power of two), so collisions are few.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn set_tcp_hint(&mut self, key: u64, index: usize) {
+        if self.sockets.len() <= HINT_MIN_SLOTS {
+            return;
+        }
+        let want = (self.sockets.len() * 4).next_power_of_two().max(16);
+        if self.tcp_hint.len() < want {
+            self.tcp_hint.clear();
+            self.tcp_hint.resize(want, 0);
+        }
+        let i = Self::hint_index(key, self.tcp_hint.len());
+        self.tcp_hint[i] = u32::try_from(index + 1).unwrap_or(0);
+    }
+
+    #[cfg(feature = "alloc")]
+    fn hint_index(key: u64, len: usize) -> usize {
+        // Fibonacci hashing: the top bits of the product, as many as the table needs.
+        let bits = len.trailing_zeros();
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+
+    /// dpwarp: the socket of `handle` with its metadata, if it is still in the set.
+    pub(crate) fn item_mut(&mut self, handle: SocketHandle) -> Option<&mut Item<'a>> {
+        self.item_at_mut(handle.0)
+    }
+
+    /// dpwarp: the socket in slot `index` with its handle, if the slot holds one.
+    pub(crate) fn item_at_mut(&mut self, index: usize) -> Option<&mut Item<'a>> {
+        self.sockets.get_mut(index).and_then(|x| x.inner.as_mut())
     }
 
     /// Add a socket to the set, and return its handle.
@@ -147,5 +235,64 @@ impl<'a> SocketSet<'a> {
     /// Iterate every socket in this set.
     pub(crate) fn items_mut(&mut self) -> impl Iterator<Item = &mut Item<'a>> + '_ {
         self.sockets.iter_mut().filter_map(|x| x.inner.as_mut())
+    }
+
+    /// dpwarp: like `items_mut`, with each item's slot index.
+    pub(crate) fn indexed_items_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (usize, &mut Item<'a>)> + '_ {
+        self.sockets
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, x)| x.inner.as_mut().map(|item| (i, item)))
+    }
+}
+
+/// dpwarp: the touched list and the TCP hint table.
+#[cfg(all(test, feature = "alloc", feature = "socket-tcp"))]
+mod dpwarp_tests {
+    use super::*;
+    use crate::socket::tcp;
+
+    fn tcp_socket() -> tcp::Socket<'static> {
+        tcp::Socket::new(
+            tcp::SocketBuffer::new(alloc::vec![0; 64]),
+            tcp::SocketBuffer::new(alloc::vec![0; 64]),
+        )
+    }
+
+    #[test]
+    fn touched_handles_come_out_once_per_run_and_only_once() {
+        let mut set = SocketSet::new(alloc::vec![]);
+        let a = set.add(tcp_socket());
+        let b = set.add(tcp_socket());
+        set.touch(a);
+        set.touch(a);
+        set.touch(b);
+        set.touch(a);
+        let mut out = alloc::vec![b];
+        set.take_touched(&mut out);
+        assert_eq!(out, [a, b, a]);
+        set.take_touched(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn hints_are_kept_only_beyond_a_handful_of_sockets() {
+        let mut set = SocketSet::new(alloc::vec![]);
+        let handles: alloc::vec::Vec<_> = (0..4).map(|_| set.add(tcp_socket())).collect();
+        set.set_tcp_hint(7, handles[2].index());
+        assert_eq!(set.tcp_hint(7), None, "a small set is scanned");
+        for _ in 0..HINT_MIN_SLOTS {
+            set.add(tcp_socket());
+        }
+        set.set_tcp_hint(7, handles[2].index());
+        set.set_tcp_hint(8, handles[3].index());
+        assert_eq!(set.tcp_hint(7), Some(handles[2].index()));
+        assert_eq!(set.tcp_hint(8), Some(handles[3].index()));
+        assert!(set.item_mut(handles[2]).is_some());
+        set.remove(handles[2]);
+        // A stale hint still names the slot; the item is gone, so the caller scans.
+        assert!(set.item_mut(handles[2]).is_none());
     }
 }

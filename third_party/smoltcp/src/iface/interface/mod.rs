@@ -673,19 +673,57 @@ impl Interface {
     ) -> PollResult {
         let _caps = device.capabilities();
 
+        let mut result = PollResult::None;
+        for item in sockets.items_mut() {
+            if !self.socket_egress_item(device, item, &mut result) {
+                break;
+            }
+        }
+        result
+    }
+
+    /// dpwarp: [`Interface::poll_egress`] for the sockets of `handles` only (a handle of a
+    /// removed socket is skipped, a repeated one dispatched again): a caller that knows which
+    /// sockets have something new (segments they processed, data it queued) sends it without
+    /// visiting every socket of the set; it must still run the full `poll_egress` often
+    /// enough for the others' timers (retransmission, delayed ACK, keep-alive).
+    pub fn poll_egress_sockets(
+        &mut self,
+        timestamp: Instant,
+        device: &mut (impl Device + ?Sized),
+        sockets: &mut SocketSet<'_>,
+        handles: &[crate::iface::SocketHandle],
+    ) -> PollResult {
+        self.inner.now = timestamp;
+        let mut result = PollResult::None;
+        for &h in handles {
+            let Some(item) = sockets.item_mut(h) else {
+                continue;
+            };
+            if !self.socket_egress_item(device, item, &mut result) {
+                break;
+            }
+        }
+        result
+    }
+
+    /// One socket's part of `socket_egress`; false when the device is out of buffers.
+    fn socket_egress_item(
+        &mut self,
+        device: &mut (impl Device + ?Sized),
+        item: &mut crate::iface::socket_set::Item<'_>,
+        result: &mut PollResult,
+    ) -> bool {
         enum EgressError {
             Exhausted,
             Dispatch,
         }
-
-        let mut result = PollResult::None;
-        for item in sockets.items_mut() {
-            if !item
-                .meta
-                .egress_permitted(self.inner.now, |ip_addr| self.inner.has_neighbor(&ip_addr))
-            {
-                continue;
-            }
+        if !item
+            .meta
+            .egress_permitted(self.inner.now, |ip_addr| self.inner.has_neighbor(&ip_addr))
+        {
+            return true;
+        }
 
             let mut neighbor_addr = None;
             let mut respond = |inner: &mut InterfaceInner, meta: PacketMeta, response: Packet| {
@@ -699,7 +737,7 @@ impl Interface {
                     .dispatch_ip(t, meta, response, &mut self.fragmenter)
                     .map_err(|_| EgressError::Dispatch)?;
 
-                result = PollResult::SocketStateChanged;
+                *result = PollResult::SocketStateChanged;
 
                 Ok(())
             };
@@ -780,7 +818,7 @@ impl Interface {
             };
 
             match result {
-                Err(EgressError::Exhausted) => break, // Device buffer full.
+                Err(EgressError::Exhausted) => return false, // Device buffer full.
                 Err(EgressError::Dispatch) => {
                     // `NeighborCache` already takes care of rate limiting the neighbor discovery
                     // requests from the socket. However, without an additional rate limiting
@@ -793,8 +831,7 @@ impl Interface {
                 }
                 Ok(()) => {}
             }
-        }
-        result
+        true
     }
 }
 

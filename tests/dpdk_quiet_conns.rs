@@ -1,0 +1,161 @@
+//! A worker's pass costs what its busy connections need, not what it holds: a storage target
+//! keeps many clients connected while few are active. 32 quiet connections sit beside a busy
+//! one on a net_ring pair (background workers); during 2000 Send ping-pongs on the busy one,
+//! each worker locks a QP to look for work (`WorkerStats::engine_checks`) a few times per
+//! round trip, not once per connection per pass (before: every connection on every pass whose
+//! clock had moved, tens of thousands here). Afterwards every quiet connection still carries a
+//! Send each way (the egress that visits only sockets with something new did not forget
+//! them). One EAL per process: the only EAL test of this binary.
+
+use dpwarp::verbs::smallvec;
+use std::net::SocketAddrV4;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use dpwarp::cm::ConnParam;
+use dpwarp::dataplane::Dataplane;
+use dpwarp::verbs::{
+    sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+};
+
+mod dp_common;
+use dp_common::{pattern, ring_config};
+
+const QUIET: usize = 32;
+const PINGS: usize = 2000;
+const PORT: u16 = 4810;
+
+struct End {
+    qp: Qp,
+    cq: Cq,
+    buf: Mr,
+}
+
+impl End {
+    fn new(pd: &Pd) -> End {
+        let cq = Cq::new(64);
+        let qp = Qp::new(pd, &QpInitAttr::new(&cq));
+        let buf = pd.reg_mr(64, Access::LOCAL_WRITE);
+        End { qp, cq, buf }
+    }
+
+    fn post_recv(&self) {
+        self.qp
+            .post_recv(RecvWr {
+                wr_id: 0,
+                sg_list: smallvec![sge(&self.buf, 0, 64)],
+            })
+            .unwrap();
+    }
+
+    fn send(&self, seed: u8) {
+        self.buf.write_at(0, &pattern(seed, 64));
+        self.qp
+            .post_send(SendWr {
+                wr_id: 1,
+                opcode: Opcode::Send,
+                sg_list: smallvec![sge(&self.buf, 0, 64)],
+                signaled: true,
+            })
+            .unwrap();
+    }
+
+    /// The next receive (Send completions on the way are taken too); checks its bytes.
+    fn recv(&self, seed: u8) {
+        loop {
+            let wc = self.cq.wait(Duration::from_secs(20)).expect("a completion");
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            if wc.opcode == WcOpcode::Recv {
+                assert_eq!(self.buf.to_vec(), pattern(seed, 64));
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
+    let cfg = ring_config("dpwqc", |_| {});
+    let dp = Dataplane::start(&cfg).expect("dataplane");
+    let server_ep = dp.endpoint(0).unwrap();
+    let client_ep = dp.endpoint(1).unwrap();
+    let dev = Device::open();
+    let listener = server_ep.listen(PORT).unwrap();
+    let server_addr = SocketAddrV4::new(server_ep.ip(), PORT);
+
+    // The server: accepts the quiet connections and the busy one, answers every ping, then
+    // takes one Send on each quiet connection and answers it.
+    let spd = dev.alloc_pd();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        let mut quiet = Vec::new();
+        for _ in 0..QUIET + 1 {
+            let e = End::new(&spd);
+            e.post_recv();
+            let req = listener.get_request(Duration::from_secs(10)).unwrap();
+            req.accept(&e.qp, &ConnParam::default()).unwrap();
+            quiet.push(e);
+        }
+        let busy = quiet.pop().unwrap();
+        for i in 0..PINGS {
+            busy.recv(i as u8);
+            busy.post_recv();
+            busy.send(i as u8 ^ 0xff);
+        }
+        go_rx.recv().unwrap();
+        for (i, e) in quiet.iter().enumerate() {
+            e.recv(100 + i as u8);
+            e.send(200 + i as u8);
+        }
+        // Keep every QP until the client has its answers.
+        go_rx.recv().unwrap();
+    });
+
+    let pd = dev.alloc_pd();
+    let mut quiet = Vec::new();
+    for _ in 0..QUIET {
+        let e = End::new(&pd);
+        client_ep
+            .connect(server_addr, &e.qp, &ConnParam::default())
+            .expect("connect a quiet connection");
+        quiet.push(e);
+    }
+    let busy = End::new(&pd);
+    busy.post_recv();
+    client_ep
+        .connect(server_addr, &busy.qp, &ConnParam::default())
+        .expect("connect the busy connection");
+
+    let checks =
+        |dp: &Dataplane| -> Vec<u64> { dp.stats().iter().map(|w| w.engine_checks).collect() };
+    let before = checks(&dp);
+    for i in 0..PINGS {
+        busy.send(i as u8);
+        busy.recv(i as u8 ^ 0xff);
+        busy.post_recv();
+    }
+    let after = checks(&dp);
+    let sweeps: u64 = dp.stats().iter().map(|w| w.sweeps).sum();
+    for (w, (b, a)) in before.iter().zip(&after).enumerate() {
+        let n = a - b;
+        eprintln!("worker {w}: {n} engine checks for {PINGS} round trips ({sweeps} sweeps so far)");
+        assert!(
+            n <= 6 * PINGS as u64,
+            "worker {w} looked at engines {n} times for {PINGS} round trips with {QUIET} quiet \
+             connections: the quiet ones are being looked at too"
+        );
+    }
+
+    // The quiet connections still carry data both ways.
+    for e in &quiet {
+        e.post_recv();
+    }
+    go_tx.send(()).unwrap();
+    for (i, e) in quiet.iter().enumerate() {
+        e.send(100 + i as u8);
+        e.recv(200 + i as u8);
+    }
+    go_tx.send(()).unwrap();
+    server.join().unwrap();
+}
