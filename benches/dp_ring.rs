@@ -463,6 +463,22 @@ fn idle_connections(dp: &Dataplane, n: usize) -> (Vec<Qp>, Vec<Qp>) {
     (sq, qps)
 }
 
+/// Close the idle connections, driving both workers until every QP reads closed (at most
+/// 10 s): dropping a QP whose connection is open waits for its close, which a driven worker
+/// only makes when polled.
+fn close_idle(dp: &Dataplane, (sq, cq): (Vec<Qp>, Vec<Qp>)) {
+    let drivers: Vec<Driver> = (0..2).map(|p| dp.port_drivers(p)[0].clone()).collect();
+    for qp in sq.iter().chain(&cq) {
+        qp.disconnect();
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while sq.iter().chain(&cq).any(|q| !q.is_closed()) && Instant::now() < end {
+        for d in &drivers {
+            d.poll();
+        }
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -480,7 +496,7 @@ fn main() {
     assert!(ncpu >= 2, "needs two CPUs (server CPU 0, client CPU 1)");
     let cfg = config(a.mtu, &a.zero_copy);
     let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
-    let _idle = idle_connections(&dp, a.idle);
+    let idle = idle_connections(&dp, a.idle);
     if a.idle > 0 {
         eprintln!(
             "dp_ring: {} idle connections beside the measured one",
@@ -555,6 +571,7 @@ fn main() {
         "cpus": {"server": 0, "client": 1},
         "idle_connections": a.idle,
     });
+    close_idle(&dp, idle);
     println!("{out}");
     if let Some(f) = a.json {
         std::fs::write(&f, format!("{out}\n")).expect("write --json file");

@@ -1339,6 +1339,16 @@ impl Worker {
         let mut i = 0;
         while i < self.conns.len() {
             let c = &mut self.conns[i];
+            // A live connection nothing touched since its last reap, that has not seen EOF
+            // and whose application neither asked to close nor left, has nothing here: skip it
+            // without reading its socket (the Live arm below would find the same).
+            if let (CState::Live, Some(sh), false, false) = (&c.state, &c.sh, c.marks.dirty, c.eof)
+            {
+                if !sh.disconnect.load(Ordering::Acquire) && Arc::strong_count(sh) > 1 {
+                    i += 1;
+                    continue;
+                }
+            }
             let s = self.sockets.get_mut::<tcp::Socket>(c.h);
             let remove = match c.state {
                 // Keep a closing socket (also in TIME-WAIT, so the peer's FIN still gets
