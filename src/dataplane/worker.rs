@@ -720,8 +720,7 @@ impl Worker {
                 Cmd::Accept { id, sh, events } => match self.awaiting.remove(&id) {
                     Some((h, _)) => {
                         self.set_rx_sink(h, &sh);
-                        self.conns.push(Conn::new(h, Some(sh), Some(events)));
-                        self.conn_index_stale = true;
+                        self.add_conn(Conn::new(h, Some(sh), Some(events)));
                     }
                     None => {
                         let _ = events.try_send(ConnEvent::Closed);
@@ -732,8 +731,7 @@ impl Worker {
                     if let Some((h, _)) = self.awaiting.remove(&id) {
                         let mut c = Conn::new(h, None, None);
                         c.out = bytes;
-                        self.conns.push(c);
-                        self.conn_index_stale = true;
+                        self.add_conn(c);
                     }
                 }
             }
@@ -805,8 +803,7 @@ impl Worker {
                 self.set_rx_sink(h, &sh);
                 let mut c = Conn::new(h, Some(sh), Some(events));
                 c.state = CState::Connecting;
-                self.conns.push(c);
-                self.conn_index_stale = true;
+                self.add_conn(c);
             }
             Err(e) => {
                 log::warn!("dataplane: connect to {remote}: {e}");
@@ -866,6 +863,12 @@ impl Worker {
             != PollIngressSingleResult::None
         {}
         true
+    }
+
+    /// Hold `c` (`conn_index` is rebuilt before its next use).
+    fn add_conn(&mut self, c: Conn) {
+        self.conns.push(c);
+        self.conn_index_stale = true;
     }
 
     /// The connections whose sockets took segments in the rx phase (smoltcp's
@@ -1058,8 +1061,7 @@ impl Worker {
                     if !reported {
                         self.sockets.get_mut::<tcp::Socket>(p.h).abort();
                         self.egress_all = true;
-                        self.conns.push(Conn::closing(p.h, now));
-                        self.conn_index_stale = true;
+                        self.add_conn(Conn::closing(p.h, now));
                     }
                 }
             }
@@ -1077,8 +1079,7 @@ impl Worker {
                     log::warn!("dataplane: connection request {id} neither accepted nor rejected");
                     self.sockets.get_mut::<tcp::Socket>(h).abort();
                     self.egress_all = true;
-                    self.conns.push(Conn::closing(h, now));
-                    self.conn_index_stale = true;
+                    self.add_conn(Conn::closing(h, now));
                 }
             }
         }
@@ -1283,12 +1284,11 @@ impl Worker {
             // burst ended): a window or a ring that was full stays so until the next rx phase.
             // A quiet connection (nothing to frame, no segment this pass) has nothing a second
             // pass could move.
-            let sweeping = self.sweeping;
             let again = wrapped
                 || self.conns.iter().any(|c| {
                     matches!(c.state, CState::Live)
                         && (c.out_pos < c.out.len()
-                            || ((c.touched || !c.marks.tx_idle || sweeping)
+                            || ((c.touched || !c.marks.tx_idle || self.sweeping)
                                 && self.sockets.get::<tcp::Socket>(c.h).send_unsent() > 0))
                 });
             if !again {
@@ -1342,9 +1342,8 @@ impl Worker {
             // A live connection nothing touched since its last reap, that has not seen EOF
             // and whose application neither asked to close nor left, has nothing here: skip it
             // without reading its socket (the Live arm below would find the same).
-            if let (CState::Live, Some(sh), false, false) = (&c.state, &c.sh, c.marks.dirty, c.eof)
-            {
-                if !sh.disconnect.load(Ordering::Acquire) && Arc::strong_count(sh) > 1 {
+            if let (CState::Live, Some(sh), false) = (&c.state, &c.sh, c.eof) {
+                if !needs_reap(c, sh) {
                     i += 1;
                     continue;
                 }
@@ -1383,10 +1382,7 @@ impl Worker {
                         Some(sh) => {
                             // A connection nothing touched since its last reap has no new
                             // completion or event; only the application can want it closed.
-                            let (w, close) = if c.marks.dirty
-                                || sh.disconnect.load(Ordering::Acquire)
-                                || Arc::strong_count(&sh) <= 1
-                            {
+                            let (w, close) = if needs_reap(c, &sh) {
                                 c.marks.dirty = false;
                                 reap(c, &sh, &mut self.stats.mpa_crc_errors)
                             } else {
@@ -1533,6 +1529,12 @@ fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
 /// connection should close once its bytes are out).
+/// Whether `completions` must reap `c` (with its QP `sh`, taken out of it or not): something
+/// touched its engine since the last reap, or its application asked to close or left.
+fn needs_reap(c: &Conn, sh: &Arc<QpShared>) -> bool {
+    c.marks.dirty || sh.disconnect.load(Ordering::Acquire) || Arc::strong_count(sh) <= 1
+}
+
 fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
