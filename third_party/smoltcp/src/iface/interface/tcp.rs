@@ -28,62 +28,37 @@ impl InterfaceInner {
         tcp_repr: TcpRepr<'frame>,
     ) -> Option<Packet<'frame>> {
         // dpwarp: a segment of a connection goes first to the socket that took the last one of
-        // the same remote endpoint and local port (`SocketSet::tcp_hint`), if it still accepts
-        // it: finding it no longer costs a look at every socket of the set. A connection
-        // request (SYN without ACK) takes the scan as upstream, so a listening socket earlier
-        // in the set is found as before.
-        #[cfg(feature = "alloc")]
+        // the same remote endpoint and local port (`SocketSet::tcp_hint`), if it is still
+        // connected and accepts it: finding it no longer costs a look at every socket of the
+        // set. Otherwise (a connection request, SYN without ACK, among them: no key) the scan
+        // finds the first socket that accepts it, as upstream does.
         let key = hint_key(&ip_repr, &tcp_repr);
-        #[cfg(feature = "alloc")]
-        if let Some(key) = key {
-            if let Some(index) = sockets.tcp_hint(key) {
-                let mut hit = None;
-                if let Some(item) = sockets.item_at_mut(index) {
-                    let handle = item.meta.handle;
-                    if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
-                        if tcp_socket.remote_endpoint().is_some()
-                            && tcp_socket.accepts(self, &ip_repr, &tcp_repr)
-                        {
-                            hit = Some((
-                                handle,
-                                tcp_socket
-                                    .process(self, &ip_repr, &tcp_repr)
-                                    .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp))),
-                            ));
-                        }
-                    }
-                }
-                if let Some((handle, reply)) = hit {
-                    sockets.touch(handle);
-                    return reply;
-                }
-            }
-        }
-        let mut found = None;
-        for (index, item) in sockets.indexed_items_mut() {
+        let hinted = key
+            .and_then(|k| sockets.tcp_hint(k))
+            .filter(|&i| {
+                sockets
+                    .item_at_mut(i)
+                    .is_some_and(|item| tcp_accepts(self, item, &ip_repr, &tcp_repr, true))
+            });
+        let index = hinted.or_else(|| {
+            sockets
+                .indexed_items_mut()
+                .find(|(_, item)| tcp_accepts(self, item, &ip_repr, &tcp_repr, false))
+                .map(|(i, _)| i)
+        });
+        if let Some(item) = index.and_then(|i| sockets.item_at_mut(i)) {
             let handle = item.meta.handle;
-            let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) else {
-                continue;
-            };
-            if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
+            if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
                 let reply = tcp_socket
                     .process(self, &ip_repr, &tcp_repr)
                     .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
                 let connected = tcp_socket.remote_endpoint().is_some();
-                found = Some((index, handle, connected, reply));
-                break;
-            }
-        }
-        if let Some((_index, handle, _connected, reply)) = found {
-            #[cfg(feature = "alloc")]
-            {
                 sockets.touch(handle);
-                if let (Some(key), true) = (key, _connected) {
-                    sockets.set_tcp_hint(key, _index);
+                if let (Some(key), Some(index), None, true) = (key, index, hinted, connected) {
+                    sockets.set_tcp_hint(key, index);
                 }
+                return reply;
             }
-            let _ = handle;
-            return reply;
         }
 
         if tcp_repr.control == TcpControl::Rst
@@ -101,10 +76,23 @@ impl InterfaceInner {
     }
 }
 
+/// dpwarp: whether the socket of `item` is a TCP socket that accepts the segment (and, with
+/// `connected`, has its remote endpoint: a hint never names a listening socket).
+fn tcp_accepts(
+    cx: &mut InterfaceInner,
+    item: &crate::iface::socket_set::Item<'_>,
+    ip_repr: &IpRepr,
+    tcp_repr: &TcpRepr,
+    connected: bool,
+) -> bool {
+    Socket::downcast(&item.socket).is_some_and(|s| {
+        (!connected || s.remote_endpoint().is_some()) && s.accepts(cx, ip_repr, tcp_repr)
+    })
+}
+
 /// dpwarp: the `SocketSet::tcp_hint` key of a segment that is not a connection request: its
 /// remote address and port and its local port (one interface: the local address is the
 /// interface's), or None.
-#[cfg(feature = "alloc")]
 fn hint_key(ip_repr: &IpRepr, tcp_repr: &TcpRepr) -> Option<u64> {
     if tcp_repr.control == TcpControl::Syn && tcp_repr.ack_number.is_none() {
         return None;
