@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use dpwarp::cm::ConnParam;
 use dpwarp::config::DataplaneConfig;
-use dpwarp::dataplane::{CopyStats, Dataplane, Driver, WorkerMode};
+use dpwarp::dataplane::{CopyStats, Dataplane, Driver, Endpoint, WorkerMode};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
 };
@@ -114,6 +114,11 @@ fn pin(cpu: usize) {
     dpwarp::affinity::set_thread_cpus(&[cpu]).expect("pin thread");
 }
 
+/// Port `p`'s worker driver and endpoint (port 0 the server side, port 1 the client side).
+fn side(dp: &Dataplane, p: usize) -> (Driver, Endpoint) {
+    (dp.port_drivers(p)[0].clone(), dp.endpoint(p).unwrap())
+}
+
 /// Drive `d` until `qp` has closed (at most 5 s): a driven worker sends the FIN, and sees the
 /// peer's, only when polled.
 fn drive_until_closed(d: &Driver, qp: &Qp) {
@@ -149,10 +154,7 @@ fn rdma_round(
     size: usize,
     total: usize,
 ) -> (f64, CopyStats, CopyStats, u64) {
-    let sd: Driver = dp.port_drivers(0)[0].clone();
-    let cd: Driver = dp.port_drivers(1)[0].clone();
-    let server_ep = dp.endpoint(0).unwrap();
-    let client_ep = dp.endpoint(1).unwrap();
+    let ((sd, server_ep), (cd, client_ep)) = (side(dp, 0), side(dp, 1));
     let server_ip = server_ep.ip();
     let dev = Device::open();
     let spd = dev.alloc_pd();
@@ -256,10 +258,7 @@ fn rdma_round(
 fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
     const SIZE: usize = 64;
     const WARM: usize = 1000;
-    let sd: Driver = dp.port_drivers(0)[0].clone();
-    let cd: Driver = dp.port_drivers(1)[0].clone();
-    let server_ep = dp.endpoint(0).unwrap();
-    let client_ep = dp.endpoint(1).unwrap();
+    let ((sd, server_ep), (cd, client_ep)) = (side(dp, 0), side(dp, 1));
     let server_ip = server_ep.ip();
     let dev = Device::open();
     let spd = dev.alloc_pd();
@@ -426,10 +425,7 @@ fn kernel_round(size: usize, total: usize, busy: bool) -> f64 {
 /// other clients, quiet for now): every measured segment shares its worker with them. Returns
 /// both ends' QPs; drop them to close.
 fn idle_connections(dp: &Dataplane, n: usize) -> (Vec<Qp>, Vec<Qp>) {
-    let sd: Driver = dp.port_drivers(0)[0].clone();
-    let cd: Driver = dp.port_drivers(1)[0].clone();
-    let server_ep = dp.endpoint(0).unwrap();
-    let client_ep = dp.endpoint(1).unwrap();
+    let ((sd, server_ep), (cd, client_ep)) = (side(dp, 0), side(dp, 1));
     let server_ip = server_ep.ip();
     let dev = Device::open();
     let spd = dev.alloc_pd();
@@ -467,7 +463,7 @@ fn idle_connections(dp: &Dataplane, n: usize) -> (Vec<Qp>, Vec<Qp>) {
 /// 10 s): dropping a QP whose connection is open waits for its close, which a driven worker
 /// only makes when polled.
 fn close_idle(dp: &Dataplane, (sq, cq): (Vec<Qp>, Vec<Qp>)) {
-    let drivers: Vec<Driver> = (0..2).map(|p| dp.port_drivers(p)[0].clone()).collect();
+    let drivers = [side(dp, 0).0, side(dp, 1).0];
     for qp in sq.iter().chain(&cq) {
         qp.disconnect();
     }
