@@ -3,7 +3,8 @@
 //! one on a net_ring pair (background workers); during 2000 Send ping-pongs on the busy one,
 //! each worker locks a QP to look for work (`WorkerStats::engine_checks`) a few times per
 //! round trip, not once per connection per pass (before: every connection on every pass whose
-//! clock had moved, tens of thousands here). Afterwards every quiet connection still carries a
+//! clock had moved, tens of thousands here), and reads the post rings only of QPs posted to
+//! (`WorkerStats::post_ring_reads`; before: every QP's on every pass). Afterwards every quiet connection still carries a
 //! Send each way (the egress that visits only sockets with something new did not forget
 //! them). One EAL per process: the only EAL test of this binary.
 
@@ -127,23 +128,38 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
         .connect(server_addr, &busy.qp, &ConnParam::default())
         .expect("connect the busy connection");
 
-    let checks =
-        |dp: &Dataplane| -> Vec<u64> { dp.stats().iter().map(|w| w.engine_checks).collect() };
-    let before = checks(&dp);
+    // Per worker: engine checks, post ring reads, sweeps.
+    let counts = |dp: &Dataplane| -> Vec<[u64; 3]> {
+        dp.stats()
+            .iter()
+            .map(|w| [w.engine_checks, w.post_ring_reads, w.sweeps])
+            .collect()
+    };
+    let before = counts(&dp);
     for i in 0..PINGS {
         busy.send(i as u8);
         busy.recv(i as u8 ^ 0xff);
         busy.post_recv();
     }
-    let after = checks(&dp);
-    let sweeps: u64 = dp.stats().iter().map(|w| w.sweeps).sum();
+    let after = counts(&dp);
     for (w, (b, a)) in before.iter().zip(&after).enumerate() {
-        let n = a - b;
-        eprintln!("worker {w}: {n} engine checks for {PINGS} round trips ({sweeps} sweeps so far)");
+        let [checks, reads, sweeps] = [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
+        eprintln!(
+            "worker {w}: {checks} engine checks, {reads} post ring reads for {PINGS} round \
+             trips ({sweeps} sweeps meanwhile)"
+        );
         assert!(
-            n <= 6 * PINGS as u64,
-            "worker {w} looked at engines {n} times for {PINGS} round trips with {QUIET} quiet \
-             connections: the quiet ones are being looked at too"
+            checks <= 6 * PINGS as u64,
+            "worker {w} looked at engines {checks} times for {PINGS} round trips with {QUIET} \
+             quiet connections: the quiet ones are being looked at too"
+        );
+        // A sweep reads every QP's rings; otherwise only those posted to are read.
+        let allowed = 6 * PINGS as u64 + sweeps * (QUIET as u64 + 1);
+        assert!(
+            reads <= allowed,
+            "worker {w} read post rings {reads} times for {PINGS} round trips with {QUIET} \
+             quiet connections ({sweeps} sweeps, at most {allowed} expected): the quiet ones' \
+             rings are being read on every pass"
         );
     }
 

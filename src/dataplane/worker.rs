@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::rdma::MIN_ULPDU_ROOM;
-use crate::verbs::{QpShared, QpSlot};
+use crate::verbs::{PostFlag, QpShared, QpSlot};
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::{SliceBuf, TxBuf};
 
@@ -158,6 +158,9 @@ pub struct WorkerStats {
     /// Passes that visited every connection (the sweep, every millisecond at most) rather
     /// than only those with something new.
     pub sweeps: u64,
+    /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
+    /// QPs posted to since (their post flags), so quiet connections cost it nothing.
+    pub post_ring_reads: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -240,6 +243,8 @@ struct Conn {
     /// doorbell's `stream_idle`) visit it. The others wait for a sweep ([`SWEEP`]), so a
     /// pass costs the same with 1 or 200 quiet connections beside the busy one.
     touched: bool,
+    /// Its QP raises this worker's post flag of its socket slot (`Worker::post_flags`).
+    post_flag: bool,
 }
 
 /// What a worker remembers of a connection's engine between passes, so that passes where
@@ -293,6 +298,7 @@ impl Conn {
                 dirty: true,
             },
             touched: true,
+            post_flag: false,
         }
     }
 
@@ -408,6 +414,22 @@ pub(crate) struct Worker {
     /// The sockets this pass's egress visits otherwise: those that took segments and those
     /// of the connections fed.
     egress_handles: Vec<SocketHandle>,
+    /// One flag per socket slot (`SocketHandle::index`), raised by every post to the QP of
+    /// the connection on that socket (`QpShared::post_flag`, `kick`): the post phase reads the
+    /// post rings of those QPs only, not of every QP it holds.
+    post_flags: Arc<[AtomicBool]>,
+    /// Connections whose QP has no flag here (its socket slot beyond `post_flags`, or the QP
+    /// took a flag elsewhere earlier): their rings are read on every pass.
+    unflagged: usize,
+}
+
+/// A worker's post flags: one for every socket slot it is likely to use (its connections,
+/// their MPA startups and lingering closes, listeners), at most 65536.
+fn post_flag_slots(max_connections: usize) -> usize {
+    max_connections
+        .saturating_add(64)
+        .saturating_mul(2)
+        .min(1 << 16)
 }
 
 /// How often a pass visits every connection, not only those with something new: the
@@ -451,6 +473,9 @@ impl Worker {
             wcfg,
             tcp,
         } = p;
+        let post_flags = (0..post_flag_slots(tcp.max_connections))
+            .map(|_| AtomicBool::new(false))
+            .collect();
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
@@ -508,6 +533,8 @@ impl Worker {
             touched_conns: Vec::new(),
             egress_all: true,
             egress_handles: Vec::new(),
+            post_flags,
+            unflagged: 0,
         }
     }
 
@@ -865,10 +892,43 @@ impl Worker {
         true
     }
 
-    /// Hold `c` (`conn_index` is rebuilt before its next use).
-    fn add_conn(&mut self, c: Conn) {
+    /// Hold `c` (`conn_index` is rebuilt before its next use). Its QP's posts raise the flag
+    /// of its socket slot from now on; the flag starts raised, for WRs posted before.
+    fn add_conn(&mut self, mut c: Conn) {
+        if let Some(sh) = &c.sh {
+            let slot = c.h.index();
+            if let Some(f) = PostFlag::new(self.post_flags.clone(), slot) {
+                // Set once: a QP connects once.
+                let _ = sh.post_flag.set(f);
+            }
+            c.post_flag = sh
+                .post_flag
+                .get()
+                .is_some_and(|f| f.is(&self.post_flags, slot));
+            if c.post_flag {
+                self.post_flags[slot].store(true, Ordering::Relaxed);
+            } else {
+                self.unflagged += 1;
+            }
+        }
         self.conns.push(c);
         self.conn_index_stale = true;
+    }
+
+    /// `conn_index` up to date.
+    fn index_conns(&mut self) {
+        if !self.conn_index_stale {
+            return;
+        }
+        self.conn_index.clear();
+        for (i, c) in self.conns.iter().enumerate() {
+            let slot = c.h.index();
+            if self.conn_index.len() <= slot {
+                self.conn_index.resize(slot + 1, u32::MAX);
+            }
+            self.conn_index[slot] = i as u32;
+        }
+        self.conn_index_stale = false;
     }
 
     /// The connections whose sockets took segments in the rx phase (smoltcp's
@@ -878,17 +938,7 @@ impl Worker {
         if self.touched.is_empty() {
             return;
         }
-        if self.conn_index_stale {
-            self.conn_index.clear();
-            for (i, c) in self.conns.iter().enumerate() {
-                let slot = c.h.index();
-                if self.conn_index.len() <= slot {
-                    self.conn_index.resize(slot + 1, u32::MAX);
-                }
-                self.conn_index[slot] = i as u32;
-            }
-            self.conn_index_stale = false;
-        }
+        self.index_conns();
         for h in self.touched.iter() {
             if let Some(&i) = self.conn_index.get(h.index()) {
                 if i == u32::MAX {
@@ -1089,18 +1139,41 @@ impl Worker {
     // --- phase 4: posted work requests into the engines -------------------------------------------
     fn post(&mut self) -> bool {
         let mut work = false;
-        for c in self.conns.iter_mut() {
-            if !matches!(c.state, CState::Live) {
+        if self.sweeping {
+            // Every QP's rings, as a safety net (a post that raced with the QP's adoption and
+            // found no flag to raise): the flags raised meanwhile are taken with them.
+            let slots = self.conn_index.len().min(self.post_flags.len());
+            for f in self.post_flags[..slots].iter() {
+                if f.load(Ordering::Relaxed) {
+                    f.swap(false, Ordering::Acquire);
+                }
+            }
+            for c in self.conns.iter_mut() {
+                work |= drain_posted(c, &mut self.stats.post_ring_reads);
+            }
+            return work;
+        }
+        self.index_conns();
+        let slots = self.conn_index.len().min(self.post_flags.len());
+        for (f, &i) in self.post_flags[..slots].iter().zip(&self.conn_index) {
+            if i == u32::MAX || !f.load(Ordering::Relaxed) {
                 continue;
             }
-            let Some(sh) = c.sh.as_ref() else { continue };
-            if sh.sq_ring.is_empty() && sh.rq_ring.is_empty() {
-                continue;
-            }
-            if let QpSlot::Live(conn) = &mut *sh.lock() {
-                sh.drain_posts(conn);
-                c.marks.look_again();
+            let c = &mut self.conns[i as usize];
+            // The flag stays up while posts keep coming, so a busy QP costs no
+            // read-modify-write here; it is lowered on the first pass that finds nothing.
+            if drain_posted(c, &mut self.stats.post_ring_reads) {
                 work = true;
+                continue;
+            }
+            // Lowered, then one more look: a post whose raise came before this swap is seen
+            // now (Acquire pairs with the raise's release), one after it raises the flag again.
+            f.swap(false, Ordering::Acquire);
+            work |= drain_posted(c, &mut self.stats.post_ring_reads);
+        }
+        if self.unflagged > 0 {
+            for c in self.conns.iter_mut().filter(|c| !c.post_flag) {
+                work |= drain_posted(c, &mut self.stats.post_ring_reads);
             }
         }
         work
@@ -1121,6 +1194,9 @@ impl Worker {
                 CState::Connecting => {
                     if s.state() == tcp::State::Established {
                         c.state = CState::Live;
+                        // WRs posted while it connected: their flags were taken by passes
+                        // that skipped it.
+                        drain_posted(c, &mut self.stats.post_ring_reads);
                         work = true;
                     } else {
                         continue;
@@ -1420,6 +1496,9 @@ impl Worker {
             if remove {
                 let c = self.conns.swap_remove(i);
                 self.conn_index_stale = true;
+                if c.sh.is_some() && !c.post_flag {
+                    self.unflagged -= 1;
+                }
                 let s = self.sockets.get_mut::<tcp::Socket>(c.h);
                 let open = s.is_open();
                 s.abort();
@@ -1529,6 +1608,27 @@ fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
 /// connection should close once its bytes are out).
+/// Posted WRs of `c`'s QP into its engine, if it is live and something is posted. True if so.
+/// `reads` counts the looks at the post rings.
+fn drain_posted(c: &mut Conn, reads: &mut u64) -> bool {
+    if !matches!(c.state, CState::Live) {
+        return false;
+    }
+    let Some(sh) = c.sh.as_ref() else {
+        return false;
+    };
+    *reads += 1;
+    if sh.sq_ring.is_empty() && sh.rq_ring.is_empty() {
+        return false;
+    }
+    if let QpSlot::Live(conn) = &mut *sh.lock() {
+        sh.drain_posts(conn);
+        c.marks.look_again();
+        return true;
+    }
+    false
+}
+
 /// Whether `completions` must reap `c` (with its QP `sh`, taken out of it or not): something
 /// touched its engine since the last reap, or its application asked to close or left.
 fn needs_reap(c: &Conn, sh: &Arc<QpShared>) -> bool {

@@ -14,7 +14,7 @@
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -304,6 +304,10 @@ pub(crate) struct QpShared {
     pub(crate) stream_idle: AtomicBool,
     /// Set by the driver just before it sleeps in its transport's wait.
     pub(crate) sleeping: AtomicBool,
+    /// This QP's flag among the post flags of the dataplane worker that drives it (set once
+    /// the worker holds the connection): every post raises it, so the worker's post phase
+    /// reads the post rings of the QPs that were posted to, not of every QP it holds.
+    pub(crate) post_flag: OnceLock<PostFlag>,
     /// The ORD negotiated at establishment (RFC 6581 §9.1); `u32::MAX` until then. With ORD 0
     /// `post_send` refuses an RDMA Read at once (`PostError::ZeroOrd`).
     pub(crate) ord: AtomicU32,
@@ -312,6 +316,32 @@ pub(crate) struct QpShared {
     /// Set while `hook` holds a hook the driver has not taken yet (checked without the lock on
     /// every pass of the driver).
     hook_waiting: AtomicBool,
+}
+
+/// One QP's flag among a poll-mode worker's post flags ([`QpShared::post_flag`]).
+pub(crate) struct PostFlag {
+    flags: Arc<[AtomicBool]>,
+    slot: usize,
+}
+
+impl PostFlag {
+    /// Flag `slot` of `flags`, or None if there is no such flag.
+    pub(crate) fn new(flags: Arc<[AtomicBool]>, slot: usize) -> Option<PostFlag> {
+        (slot < flags.len()).then_some(PostFlag { flags, slot })
+    }
+
+    /// Whether this is flag `slot` of `flags`.
+    pub(crate) fn is(&self, flags: &Arc<[AtomicBool]>, slot: usize) -> bool {
+        Arc::ptr_eq(&self.flags, flags) && self.slot == slot
+    }
+
+    /// A release store after the ring push, each QP its own flag: the worker takes it with an
+    /// acquiring swap, so either the swap reads this store and sees the push, or it comes
+    /// earlier in the flag's modification order and the flag stays up for its next pass. (A
+    /// plain store suffices, no read-modify-write, since every writer writes `true`.)
+    fn raise(&self) {
+        self.flags[self.slot].store(true, Ordering::Release);
+    }
 }
 
 /// Where [`Qp::attach_driver_hook`] leaves a hook for the driver thread. The slot only passes
@@ -382,10 +412,14 @@ impl QpShared {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Work was posted: make sure the driver sees it now. (Dekker-style with the driver: it sets
-    /// `sleeping` then re-reads `post_seq`; we bump `post_seq` then read `sleeping`, both SeqCst,
-    /// so at least one of us sees the other.)
+    /// Work was posted: make sure the driver sees it now. A dataplane worker: the QP's post
+    /// flag goes up ([`PostFlag`]). A sleeping driver: Dekker-style, it sets `sleeping` then
+    /// re-reads `post_seq`; we bump `post_seq` then read `sleeping`, both SeqCst, so at least
+    /// one of us sees the other.
     pub(crate) fn kick(&self) {
+        if let Some(f) = self.post_flag.get() {
+            f.raise();
+        }
         // The WR was pushed before this load: a driver that sets the flag afterwards drains
         // the rings in its first pass, after setting it.
         if !self.sleepy_driver.load(Ordering::SeqCst) {
@@ -592,6 +626,7 @@ impl Qp {
             sleepy_driver: AtomicBool::new(false),
             stream_idle: AtomicBool::new(true),
             sleeping: AtomicBool::new(false),
+            post_flag: OnceLock::new(),
             ord: AtomicU32::new(u32::MAX),
             hook: Mutex::new(HookSlot::default()),
             hook_waiting: AtomicBool::new(false),
