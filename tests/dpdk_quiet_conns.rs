@@ -3,8 +3,10 @@
 //! one on a net_ring pair (background workers); during 2000 Send ping-pongs on the busy one,
 //! each worker locks a QP to look for work (`WorkerStats::engine_checks`) a few times per
 //! round trip, not once per connection per pass (before: every connection on every pass whose
-//! clock had moved, tens of thousands here), and reads the post rings only of QPs posted to
-//! (`WorkerStats::post_ring_reads`; before: every QP's on every pass). Afterwards every quiet connection still carries a
+//! clock had moved, tens of thousands here), reads the post rings only of QPs posted to
+//! (`WorkerStats::post_ring_reads`; before: every QP's on every pass), and its transmit phase
+//! visits only connections not quiet (`WorkerStats::transmit_visits`; before: all, every
+//! pass). Afterwards every quiet connection still carries a
 //! Send each way (the egress that visits only sockets with something new did not forget
 //! them). One EAL per process: the only EAL test of this binary.
 
@@ -128,11 +130,19 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
         .connect(server_addr, &busy.qp, &ConnParam::default())
         .expect("connect the busy connection");
 
-    // Per worker: engine checks, post ring reads, sweeps.
-    let counts = |dp: &Dataplane| -> Vec<[u64; 3]> {
+    // Per worker: engine checks, post ring reads, sweeps, transmit visits, passes.
+    let counts = |dp: &Dataplane| -> Vec<[u64; 5]> {
         dp.stats()
             .iter()
-            .map(|w| [w.engine_checks, w.post_ring_reads, w.sweeps])
+            .map(|w| {
+                [
+                    w.engine_checks,
+                    w.post_ring_reads,
+                    w.sweeps,
+                    w.transmit_visits,
+                    w.loops,
+                ]
+            })
             .collect()
     };
     let before = counts(&dp);
@@ -143,10 +153,16 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
     }
     let after = counts(&dp);
     for (w, (b, a)) in before.iter().zip(&after).enumerate() {
-        let [checks, reads, sweeps] = [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
+        let [checks, reads, sweeps, visits, passes] = [
+            a[0] - b[0],
+            a[1] - b[1],
+            a[2] - b[2],
+            a[3] - b[3],
+            a[4] - b[4],
+        ];
         eprintln!(
-            "worker {w}: {checks} engine checks, {reads} post ring reads for {PINGS} round \
-             trips ({sweeps} sweeps meanwhile)"
+            "worker {w}: {checks} engine checks, {reads} post ring reads, {visits} transmit \
+             visits in {passes} passes for {PINGS} round trips ({sweeps} sweeps meanwhile)"
         );
         assert!(
             checks <= 6 * PINGS as u64,
@@ -160,6 +176,15 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
             "worker {w} read post rings {reads} times for {PINGS} round trips with {QUIET} \
              quiet connections ({sweeps} sweeps, at most {allowed} expected): the quiet ones' \
              rings are being read on every pass"
+        );
+        // Outside the sweep the transmit phase visits the busy connection (and, for a pass
+        // or two after it was reaped or went quiet, not more than a few others).
+        let allowed = 2 * passes + sweeps * (QUIET as u64 + 1);
+        assert!(
+            visits <= allowed,
+            "worker {w}: the transmit phase visited connections {visits} times in {passes} \
+             passes with {QUIET} quiet connections ({sweeps} sweeps, at most {allowed} \
+             expected): the quiet ones are being visited on every pass"
         );
     }
 

@@ -161,6 +161,10 @@ pub struct WorkerStats {
     /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
     /// QPs posted to since (their post flags), so quiet connections cost it nothing.
     pub post_ring_reads: u64,
+    /// Connections the transmit phase visited, summed over passes. Outside the sweep (and
+    /// passes that ran a command or an MPA startup step) it visits only those not quiet yet
+    /// and those posted to or touched since.
+    pub transmit_visits: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -245,6 +249,8 @@ struct Conn {
     touched: bool,
     /// Its QP raises this worker's post flag of its socket slot (`Worker::post_flags`).
     post_flag: bool,
+    /// Listed in `Worker::active`: the transmit phase visits it on the next pass.
+    active: bool,
 }
 
 /// What a worker remembers of a connection's engine between passes, so that passes where
@@ -279,6 +285,21 @@ impl EngineMarks {
 }
 
 impl Conn {
+    /// Nothing for the transmit phase until something reaches it (a post, a segment: both
+    /// list it in `Worker::active` again) or the sweep: live, with a QP that raises a post
+    /// flag, nothing staged, its engine checked with nothing to frame and no timer, and
+    /// reaped. (The transmit phase does nothing for a connection not live.)
+    fn is_quiet(&self) -> bool {
+        !matches!(self.state, CState::Live)
+            || (self.post_flag
+                && self.out_pos >= self.out.len()
+                && self.marks.tx_checked.is_some()
+                && self.marks.timer_at.is_none()
+                && self.marks.tx_idle
+                && !self.marks.dirty
+                && !self.touched)
+    }
+
     fn new(h: SocketHandle, sh: Option<Arc<QpShared>>, events: Option<Sender<ConnEvent>>) -> Self {
         Conn {
             h,
@@ -299,6 +320,7 @@ impl Conn {
             },
             touched: true,
             post_flag: false,
+            active: false,
         }
     }
 
@@ -421,6 +443,15 @@ pub(crate) struct Worker {
     /// Connections whose QP has no flag here (its socket slot beyond `post_flags`, or the QP
     /// took a flag elsewhere earlier): their rings are read on every pass.
     unflagged: usize,
+    /// Indices in `conns` the transmit phase visits on a pass that does not visit them all:
+    /// those not yet quiet after the last transmit phase (`Conn::is_quiet`), and those posted
+    /// to or touched since (`Conn::active` keeps it free of duplicates).
+    active: Vec<usize>,
+    /// Scratch for the indices a transmit phase visits.
+    visit: Vec<usize>,
+    /// `conns` changed since `active` was built (its indices may be wrong): the next transmit
+    /// phase visits every connection.
+    active_stale: bool,
 }
 
 /// A worker's post flags: one for every socket slot it is likely to use (its connections,
@@ -535,6 +566,9 @@ impl Worker {
             egress_handles: Vec::new(),
             post_flags,
             unflagged: 0,
+            active: Vec::new(),
+            visit: Vec::new(),
+            active_stale: true,
         }
     }
 
@@ -913,6 +947,7 @@ impl Worker {
         }
         self.conns.push(c);
         self.conn_index_stale = true;
+        self.active_stale = true;
     }
 
     /// `conn_index` up to date.
@@ -946,6 +981,10 @@ impl Worker {
                 }
                 let c = &mut self.conns[i as usize];
                 c.marks.look_again();
+                if !c.active {
+                    c.active = true;
+                    self.active.push(i as usize);
+                }
                 if !c.touched {
                     c.touched = true;
                     self.touched_conns.push(i as usize);
@@ -1160,6 +1199,10 @@ impl Worker {
                 continue;
             }
             let c = &mut self.conns[i as usize];
+            if !c.active {
+                c.active = true;
+                self.active.push(i as usize);
+            }
             // The flag stays up while posts keep coming, so a busy QP costs no
             // read-modify-write here; it is lowered on the first pass that finds nothing.
             if drain_posted(c, &mut self.stats.post_ring_reads) {
@@ -1240,7 +1283,18 @@ impl Worker {
     // --- phase 6: FPDUs into the sockets, egress, tx burst ---------------------------------------
     fn transmit(&mut self, now: Instant) -> bool {
         let mut work = false;
-        for c in self.conns.iter_mut() {
+        // The connections to visit: all of them on a sweep or when the egress visits every
+        // socket anyway, else those listed active (a quiet one has nothing here).
+        let mut visit = std::mem::take(&mut self.visit);
+        visit.clear();
+        if self.sweeping || self.egress_all || self.active_stale {
+            visit.extend(0..self.conns.len());
+        } else {
+            visit.extend_from_slice(&self.active);
+        }
+        self.stats.transmit_visits += visit.len() as u64;
+        for &i in visit.iter() {
+            let c = &mut self.conns[i];
             if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
                 continue;
             }
@@ -1280,7 +1334,8 @@ impl Worker {
         for _ in 0..EGRESS_PASSES {
             let mut fed = false;
             let mut wrapped = false;
-            for (i, c) in self.conns.iter_mut().enumerate() {
+            for &i in visit.iter() {
+                let c = &mut self.conns[i];
                 if !matches!(c.state, CState::Live)
                     || (c.marks.tx_idle && c.sh.is_some() && c.out_pos >= c.out.len())
                 {
@@ -1361,7 +1416,8 @@ impl Worker {
             // A quiet connection (nothing to frame, no segment this pass) has nothing a second
             // pass could move.
             let again = wrapped
-                || self.conns.iter().any(|c| {
+                || visit.iter().any(|&i| {
+                    let c = &self.conns[i];
                     matches!(c.state, CState::Live)
                         && (c.out_pos < c.out.len()
                             || ((c.touched || !c.marks.tx_idle || self.sweeping)
@@ -1401,6 +1457,17 @@ impl Worker {
         self.touched_conns.clear();
         self.touched.clear();
         self.egress_all = false;
+        // The next pass visits what is not quiet yet, and what gets posts or segments.
+        self.active.clear();
+        for &i in visit.iter() {
+            let c = &mut self.conns[i];
+            c.active = !c.is_quiet();
+            if c.active {
+                self.active.push(i);
+            }
+        }
+        self.active_stale = false;
+        self.visit = visit;
         work
     }
 
@@ -1496,6 +1563,7 @@ impl Worker {
             if remove {
                 let c = self.conns.swap_remove(i);
                 self.conn_index_stale = true;
+                self.active_stale = true;
                 if c.sh.is_some() && !c.post_flag {
                     self.unflagged -= 1;
                 }
@@ -1606,8 +1674,6 @@ fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
     c.out.len()
 }
 
-/// Completions to the CQs and events to the connection manager. Returns (did work, the
-/// connection should close once its bytes are out).
 /// Posted WRs of `c`'s QP into its engine, if it is live and something is posted. True if so.
 /// `reads` counts the looks at the post rings.
 fn drain_posted(c: &mut Conn, reads: &mut u64) -> bool {
@@ -1635,6 +1701,8 @@ fn needs_reap(c: &Conn, sh: &Arc<QpShared>) -> bool {
     c.marks.dirty || sh.disconnect.load(Ordering::Acquire) || Arc::strong_count(sh) <= 1
 }
 
+/// Completions to the CQs and events to the connection manager. Returns (did work, the
+/// connection should close once its bytes are out).
 fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
     let mut guard = sh.lock();
     let QpSlot::Live(conn) = &mut *guard else {
