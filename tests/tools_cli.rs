@@ -448,6 +448,9 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
     assert_eq!(lines[1]["iters"], 200);
     assert_eq!(lines[1]["warmup"], 300);
     assert_eq!(l["count"], 200);
+    // Over kernel TCP the ping-pong runs on the QP's driver thread (a driver hook), with no
+    // hand-off to the application thread per message.
+    assert_eq!(lines[1]["on_driver_thread"], true);
     assert!(lines[0].get("warmup").is_none(), "write_bw has no warm-up");
 
     let o = run(&mut cmd(&[

@@ -324,6 +324,8 @@ pub(crate) struct PostFlag {
     slot: usize,
 }
 
+// Made and matched only by the DPDK dataplane's workers.
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
 impl PostFlag {
     /// Flag `slot` of `flags`, or None if there is no such flag.
     pub(crate) fn new(flags: Arc<[AtomicBool]>, slot: usize) -> Option<PostFlag> {

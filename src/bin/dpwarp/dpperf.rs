@@ -64,6 +64,9 @@ pub struct PerfResult {
     pub lat: Summary,
     /// Latency tests: the round trips exchanged before the measured ones and left out.
     pub warmup: Option<usize>,
+    /// send_lat: whether this side's ping-pong ran on its QP's driver thread (the kernel-TCP
+    /// transport: `load::send_pingpong_run_to_completion`) rather than on the calling thread.
+    pub on_driver_thread: Option<bool>,
     /// DPDK only: octets copied inside dpwarp on this side during the test.
     pub copies: Option<CopyStats>,
     /// DPDK only: TCP segments with payload this side sent during the test.
@@ -75,7 +78,8 @@ pub struct PerfResult {
 
 impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
-    /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup`, and, on DPDK, `copies`,
+    /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup` and `on_driver_thread`,
+    /// and, on DPDK, `copies`,
     /// `segments`, `segments_per_msg`, `worker_busy`.
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
@@ -95,6 +99,7 @@ impl PerfResult {
                 count: self.lat.count,
             },
             warmup: self.warmup,
+            on_driver_thread: self.on_driver_thread,
             copies: self.copies.as_ref().map(CopiesJson::from),
             segments: self.segments,
             segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
@@ -116,6 +121,8 @@ struct ResultJson<'a> {
     lat_us: LatUs,
     #[serde(skip_serializing_if = "Option::is_none")]
     warmup: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_driver_thread: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     copies: Option<CopiesJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -333,7 +340,7 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), 
             let _ = load::next_ok(&qp, &cq, Wait::Block, "our reply Send")?;
         }
         Test::SendLat => {
-            load::send_pingpong(
+            load::send_pingpong_run_to_completion(
                 &qp,
                 &cq,
                 Wait::Spin,
@@ -441,7 +448,7 @@ pub fn run_client(
         }
         Test::SendLat => {
             r.test = "send_lat".into();
-            let lat = load::send_pingpong(
+            let (lat, on_driver) = load::send_pingpong_run_to_completion(
                 &qp,
                 &cq,
                 Wait::Spin,
@@ -457,6 +464,7 @@ pub fn run_client(
                 .map(|d| d.as_secs_f64() * 1e6)
                 .collect();
             r.warmup = Some(warmup);
+            r.on_driver_thread = Some(on_driver);
             fill_lat(&mut r, &us);
         }
     }

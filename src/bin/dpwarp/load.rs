@@ -6,11 +6,16 @@
 //!   `iters` of them or until a deadline (perftest's `run_iter_bw`);
 //! - [`send_pingpong`]: a ping-pong of Sends where the client sends first and each side answers
 //!   the peer's message (perftest's `run_iter_lat_send`); latency = half the round trip.
+//!   [`send_pingpong_run_to_completion`] runs the same on the thread that drives the QP, where
+//!   the QP has one (the kernel-TCP transport's driver thread, through a [`DriverHook`]).
 
 use dpwarp::verbs::smallvec;
 use std::time::{Duration, Instant};
 
-use dpwarp::verbs::{sge, Cq, Mr, Opcode, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use dpwarp::verbs::{
+    sge, Cq, DriverHook, HookPoll, Mr, Opcode, Qp, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion,
+};
 
 use crate::cli::progress_tick;
 
@@ -220,4 +225,240 @@ pub fn send_pingpong(
         sends_done += 1;
     }
     Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+}
+
+/// [`send_pingpong`] run to completion where the QP has a driver thread of its own (the
+/// kernel-TCP transport): the ping-pong runs there as a [`DriverHook`], so a message is
+/// answered in the pass that received it, with no hand-off to this thread and back (a thread
+/// wake-up each way). This thread waits for the result. Elsewhere (the DPDK dataplane, whose
+/// application thread drives the worker itself) it is [`send_pingpong`] with `wait`. The
+/// flag says whether it ran on the driver thread.
+#[allow(clippy::too_many_arguments)]
+pub fn send_pingpong_run_to_completion(
+    qp: &Qp,
+    cq: &Cq,
+    wait: Wait,
+    client: bool,
+    buf: &Mr,
+    size: usize,
+    iters: u64,
+    last_round: bool,
+) -> Result<(Vec<Duration>, bool), String> {
+    let here = || send_pingpong(qp, cq, wait, client, buf, size, iters, last_round);
+    if !qp.accepts_driver_hook() {
+        return here().map(|l| (l, false));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let hook = PingPong {
+        qp: qp.clone(),
+        cq: cq.clone(),
+        buf: buf.clone(),
+        client,
+        size,
+        iters,
+        last_round,
+        scnt: 0,
+        rcnt: 0,
+        sends_done: 0,
+        posted_at: Vec::with_capacity(iters as usize + 1),
+        done: Some(tx),
+    };
+    if qp.attach_driver_hook(hook).is_err() {
+        // The connection closed (or took another hook) since the check.
+        return here().map(|l| (l, false));
+    }
+    let me = std::thread::current().id();
+    rx.recv()
+        .unwrap_or_else(|_| Err("send_lat: the driver dropped the ping-pong".into()))
+        .map(|(l, ran_on)| (l, ran_on != me))
+}
+
+/// The state of [`send_pingpong`]'s loop, advanced by completions on the driver thread.
+struct PingPong {
+    qp: Qp,
+    cq: Cq,
+    buf: Mr,
+    client: bool,
+    size: usize,
+    iters: u64,
+    last_round: bool,
+    scnt: u64,
+    rcnt: u64,
+    sends_done: u64,
+    posted_at: Vec<Instant>,
+    /// The result and the thread that ran the ping-pong.
+    done: Option<std::sync::mpsc::Sender<PingPongDone>>,
+}
+
+type PingPongDone = Result<(Vec<Duration>, std::thread::ThreadId), String>;
+
+impl PingPong {
+    fn send(&mut self) -> Result<(), String> {
+        self.posted_at.push(Instant::now());
+        self.scnt += 1;
+        self.qp
+            .post_send(SendWr {
+                wr_id: self.scnt,
+                opcode: Opcode::Send,
+                sg_list: smallvec![sge(&self.buf, 0, self.size)],
+                signaled: true,
+            })
+            .map_err(|e| format!("post send: {e}"))
+    }
+
+    /// One completion, as `send_pingpong` handles it: a Recv is answered at once.
+    fn on_wc(&mut self, wc: WorkCompletion) -> Result<(), String> {
+        if wc.status != WcStatus::Success {
+            return Err(format!(
+                "send_lat: completion failed: {:?} ({wc:?})",
+                wc.status
+            ));
+        }
+        if wc.opcode != WcOpcode::Recv {
+            self.sends_done += 1;
+            return Ok(());
+        }
+        self.rcnt += 1;
+        if self.last_round && self.client && self.rcnt == self.iters {
+            self.posted_at.push(Instant::now());
+        }
+        self.qp
+            .post_recv(RecvWr {
+                wr_id: self.rcnt,
+                sg_list: smallvec![sge(&self.buf, 0, self.size)],
+            })
+            .map_err(|e| format!("post recv: {e}"))?;
+        if self.scnt < self.iters {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, r: Result<Vec<Duration>, String>) -> HookPoll {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(r.map(|l| (l, std::thread::current().id())));
+        }
+        HookPoll::Finished
+    }
+}
+
+impl DriverHook for PingPong {
+    fn poll(&mut self) -> HookPoll {
+        let mut worked = false;
+        if self.client && self.scnt == 0 && self.iters > 0 {
+            if let Err(e) = self.send() {
+                return self.finish(Err(e));
+            }
+            worked = true;
+        }
+        while let Some(wc) = self.cq.try_poll_one() {
+            worked = true;
+            if let Err(e) = self.on_wc(wc) {
+                return self.finish(Err(e));
+            }
+        }
+        if self.rcnt >= self.iters && self.scnt >= self.iters && self.sends_done >= self.scnt {
+            let lat = self
+                .posted_at
+                .windows(2)
+                .map(|w| (w[1] - w[0]) / 2)
+                .collect();
+            return self.finish(Ok(lat));
+        }
+        if worked {
+            HookPoll::Worked
+        } else {
+            HookPoll::Idle
+        }
+    }
+
+    fn closed(mut self: Box<Self>) {
+        // Completions the close flushed say why, if any came.
+        let why = std::iter::from_fn(|| self.cq.try_poll_one())
+            .find(|wc| wc.status != WcStatus::Success)
+            .map_or("send_lat: connection closed".to_string(), |wc| {
+                format!("send_lat: completion failed: {:?} ({wc:?})", wc.status)
+            });
+        self.finish(Err(why));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpwarp::cm::{ConnParam, Net};
+    use dpwarp::verbs::{Access, Device, QpCap, QpInitAttr};
+
+    fn endpoint(dev: &Device) -> (Qp, Cq, Mr) {
+        let pd = dev.alloc_pd();
+        let cq = Cq::new(64);
+        let qp = Qp::new(
+            &pd,
+            &QpInitAttr {
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                cap: QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 16,
+                },
+            },
+        );
+        let buf = pd.reg_mr(64, Access::LOCAL_WRITE);
+        for i in 0..4 {
+            qp.post_recv(RecvWr {
+                wr_id: i,
+                sg_list: smallvec![sge(&buf, 0, 64)],
+            })
+            .unwrap();
+        }
+        (qp, cq, buf)
+    }
+
+    /// Over the kernel-TCP transport both ends run the ping-pong on their QP's driver thread
+    /// and measure every round trip.
+    #[test]
+    fn kernel_transport_pingpong_runs_on_the_driver_thread() {
+        const ITERS: u64 = 200;
+        let net = Net::kernel();
+        let l = net.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let dev = Device::open();
+            let (qp, cq, buf) = endpoint(&dev);
+            let req = l.get_request(Duration::from_secs(10)).unwrap();
+            req.accept(&qp, &ConnParam::default()).unwrap();
+            let r = send_pingpong_run_to_completion(
+                &qp,
+                &cq,
+                Wait::Spin,
+                false,
+                &buf,
+                64,
+                ITERS,
+                false,
+            );
+            qp.wait_closed(Duration::from_secs(5));
+            r
+        });
+        let dev = Device::open();
+        let (qp, cq, buf) = endpoint(&dev);
+        Net::kernel()
+            .connect(addr, &qp, &ConnParam::default())
+            .unwrap();
+        let (lat, on_driver) =
+            send_pingpong_run_to_completion(&qp, &cq, Wait::Spin, true, &buf, 64, ITERS, true)
+                .unwrap();
+        qp.disconnect();
+        let (_, server_on_driver) = server.join().unwrap().unwrap();
+        assert!(
+            on_driver,
+            "the client's ping-pong ran on the calling thread"
+        );
+        assert!(
+            server_on_driver,
+            "the server's ping-pong ran on the calling thread"
+        );
+        // One sample per round trip: ITERS posts and the last reply.
+        assert_eq!(lat.len(), ITERS as usize);
+    }
 }
