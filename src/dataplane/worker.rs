@@ -1541,6 +1541,11 @@ impl Worker {
                             };
                             c.sh = Some(sh);
                             work |= more;
+                            if more && !c.active {
+                                // Staged bytes for the next transmit phase to feed.
+                                c.active = true;
+                                self.active.push(i);
+                            }
                             c.eof || (close && drained && !more)
                         }
                     };
