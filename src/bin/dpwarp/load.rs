@@ -181,50 +181,14 @@ pub fn send_pingpong(
     iters: u64,
     last_round: bool,
 ) -> Result<Vec<Duration>, String> {
-    let mut posted_at = Vec::with_capacity(iters as usize);
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut sends_done = 0u64;
-    while scnt < iters || rcnt < iters {
-        // Everyone waits for the peer's message before sending, except the client's first.
-        if rcnt < iters && (!client || scnt >= 1) {
-            loop {
-                let wc = next_ok(qp, cq, wait, "send_lat: the peer's message")?;
-                if wc.opcode == WcOpcode::Recv {
-                    rcnt += 1;
-                    if last_round && client && rcnt == iters {
-                        posted_at.push(Instant::now());
-                    }
-                    qp.post_recv(RecvWr {
-                        wr_id: rcnt,
-                        sg_list: smallvec![sge(buf, 0, size)],
-                    })
-                    .map_err(|e| format!("post recv: {e}"))?;
-                    break;
-                }
-                sends_done += 1;
-            }
-        }
-        if scnt < iters {
-            posted_at.push(Instant::now());
-            scnt += 1;
-            if scnt % 1024 == 0 {
-                progress_tick(scnt, iters);
-            }
-            qp.post_send(SendWr {
-                wr_id: scnt,
-                opcode: Opcode::Send,
-                sg_list: smallvec![sge(buf, 0, size)],
-                signaled: true,
-            })
-            .map_err(|e| format!("post send: {e}"))?;
-        }
+    let mut pp = PingPong::new(qp, cq, buf, client, size, iters, last_round);
+    pp.progress = true;
+    pp.start()?;
+    while !pp.is_done() {
+        let wc = next_ok(qp, cq, wait, "send_lat")?;
+        pp.on_wc(wc)?;
     }
-    // Reap the remaining Send completions so none is left behind an error.
-    while sends_done < scnt {
-        next_ok(qp, cq, wait, "a Send")?;
-        sends_done += 1;
-    }
-    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+    Ok(pp.latencies())
 }
 
 /// [`send_pingpong`] run to completion where the QP has a driver thread of its own (the
@@ -249,20 +213,8 @@ pub fn send_pingpong_run_to_completion(
         return here().map(|l| (l, false));
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let hook = PingPong {
-        qp: qp.clone(),
-        cq: cq.clone(),
-        buf: buf.clone(),
-        client,
-        size,
-        iters,
-        last_round,
-        scnt: 0,
-        rcnt: 0,
-        sends_done: 0,
-        posted_at: Vec::with_capacity(iters as usize + 1),
-        done: Some(tx),
-    };
+    let mut hook = PingPong::new(qp, cq, buf, client, size, iters, last_round);
+    hook.done = Some(tx);
     if qp.attach_driver_hook(hook).is_err() {
         // The connection closed (or took another hook) since the check.
         return here().map(|l| (l, false));
@@ -273,7 +225,8 @@ pub fn send_pingpong_run_to_completion(
         .map(|(l, ran_on)| (l, ran_on != me))
 }
 
-/// The state of [`send_pingpong`]'s loop, advanced by completions on the driver thread.
+/// The ping-pong's state, advanced one completion at a time: by [`send_pingpong`]'s loop on
+/// the calling thread, or as a [`DriverHook`] on the QP's driver thread.
 struct PingPong {
     qp: Qp,
     cq: Cq,
@@ -286,16 +239,56 @@ struct PingPong {
     rcnt: u64,
     sends_done: u64,
     posted_at: Vec<Instant>,
-    /// The result and the thread that ran the ping-pong.
+    /// Tick this thread's progress line (the calling thread's; not the driver thread's).
+    progress: bool,
+    /// As a hook: where the result goes, with the thread that ran the ping-pong.
     done: Option<std::sync::mpsc::Sender<PingPongDone>>,
 }
 
 type PingPongDone = Result<(Vec<Duration>, std::thread::ThreadId), String>;
 
 impl PingPong {
+    fn new(
+        qp: &Qp,
+        cq: &Cq,
+        buf: &Mr,
+        client: bool,
+        size: usize,
+        iters: u64,
+        last_round: bool,
+    ) -> PingPong {
+        PingPong {
+            qp: qp.clone(),
+            cq: cq.clone(),
+            buf: buf.clone(),
+            client,
+            size,
+            iters,
+            last_round,
+            scnt: 0,
+            rcnt: 0,
+            sends_done: 0,
+            posted_at: Vec::with_capacity(iters as usize + 1),
+            progress: false,
+            done: None,
+        }
+    }
+
+    /// The client's first Send (everyone else waits for the peer's message before sending).
+    /// True if it sent.
+    fn start(&mut self) -> Result<bool, String> {
+        if !(self.client && self.scnt == 0 && self.iters > 0) {
+            return Ok(false);
+        }
+        self.send().map(|()| true)
+    }
+
     fn send(&mut self) -> Result<(), String> {
         self.posted_at.push(Instant::now());
         self.scnt += 1;
+        if self.progress && self.scnt % 1024 == 0 {
+            progress_tick(self.scnt, self.iters);
+        }
         self.qp
             .post_send(SendWr {
                 wr_id: self.scnt,
@@ -306,7 +299,8 @@ impl PingPong {
             .map_err(|e| format!("post send: {e}"))
     }
 
-    /// One completion, as `send_pingpong` handles it: a Recv is answered at once.
+    /// One completion: a Recv is answered at once (its buffer re-posted, the next Send
+    /// posted); a Send's is counted, so none is left behind an error.
     fn on_wc(&mut self, wc: WorkCompletion) -> Result<(), String> {
         if wc.status != WcStatus::Success {
             return Err(format!(
@@ -334,6 +328,19 @@ impl PingPong {
         Ok(())
     }
 
+    /// Every message sent and received, every Send completed.
+    fn is_done(&self) -> bool {
+        self.rcnt >= self.iters && self.scnt >= self.iters && self.sends_done >= self.scnt
+    }
+
+    /// Half the time between consecutive sends (and the last reply, with `last_round`).
+    fn latencies(&self) -> Vec<Duration> {
+        self.posted_at
+            .windows(2)
+            .map(|w| (w[1] - w[0]) / 2)
+            .collect()
+    }
+
     fn finish(&mut self, r: Result<Vec<Duration>, String>) -> HookPoll {
         if let Some(tx) = self.done.take() {
             let _ = tx.send(r.map(|l| (l, std::thread::current().id())));
@@ -344,25 +351,18 @@ impl PingPong {
 
 impl DriverHook for PingPong {
     fn poll(&mut self) -> HookPoll {
-        let mut worked = false;
-        if self.client && self.scnt == 0 && self.iters > 0 {
-            if let Err(e) = self.send() {
-                return self.finish(Err(e));
-            }
-            worked = true;
-        }
+        let mut worked = match self.start() {
+            Ok(sent) => sent,
+            Err(e) => return self.finish(Err(e)),
+        };
         while let Some(wc) = self.cq.try_poll_one() {
             worked = true;
             if let Err(e) = self.on_wc(wc) {
                 return self.finish(Err(e));
             }
         }
-        if self.rcnt >= self.iters && self.scnt >= self.iters && self.sends_done >= self.scnt {
-            let lat = self
-                .posted_at
-                .windows(2)
-                .map(|w| (w[1] - w[0]) / 2)
-                .collect();
+        if self.is_done() {
+            let lat = self.latencies();
             return self.finish(Ok(lat));
         }
         if worked {
@@ -392,17 +392,12 @@ mod tests {
     fn endpoint(dev: &Device) -> (Qp, Cq, Mr) {
         let pd = dev.alloc_pd();
         let cq = Cq::new(64);
-        let qp = Qp::new(
-            &pd,
-            &QpInitAttr {
-                send_cq: cq.clone(),
-                recv_cq: cq.clone(),
-                cap: QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                },
-            },
-        );
+        let mut attr = QpInitAttr::new(&cq);
+        attr.cap = QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+        };
+        let qp = Qp::new(&pd, &attr);
         let buf = pd.reg_mr(64, Access::LOCAL_WRITE);
         for i in 0..4 {
             qp.post_recv(RecvWr {
