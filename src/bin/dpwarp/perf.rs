@@ -1041,8 +1041,12 @@ fn lat(
     print_lat_header(a, title(a), max);
     for &size in sizes {
         progress_phase(a, size);
+        let mut on_driver_thread = None;
         let samples = if send {
-            load::send_pingpong(
+            // Over kernel TCP the ping-pong runs on the QP's driver thread (no hand-off to
+            // this thread and back per message); over DPDK on this thread, which drives the
+            // worker.
+            load::send_pingpong_run_to_completion(
                 &data.qp,
                 &data.cq,
                 Wait::Block,
@@ -1051,7 +1055,11 @@ fn lat(
                 size,
                 a.iters,
                 false,
-            )?
+            )
+            .map(|(l, on_driver)| {
+                on_driver_thread = Some(on_driver);
+                l
+            })?
         } else if read {
             if client {
                 read_lat_loop(a, &data, &local, size, rkey, raddr)?
@@ -1065,7 +1073,7 @@ fn lat(
             ctrl.xchg(&my)?;
         }
         if !samples.is_empty() {
-            print_lat_row(a, size, &samples)?;
+            print_lat_row(a, size, &samples, on_driver_thread)?;
         }
     }
     client_teardown(&ctrl, &data);
@@ -1196,7 +1204,12 @@ fn print_lat_header(a: &Args, title: &str, size: usize) {
 
 /// One latency row: t_typical is the median. Every figure comes from [`dpwarp::latency`] (one
 /// percentile definition for every tool; see there).
-fn print_lat_row(a: &Args, size: usize, samples: &[Duration]) -> Result<(), String> {
+fn print_lat_row(
+    a: &Args,
+    size: usize,
+    samples: &[Duration],
+    on_driver_thread: Option<bool>,
+) -> Result<(), String> {
     progress_clear();
     let s = dpwarp::latency::Summary::of(samples.iter().copied());
     println!("{}", table::lat_row(size, &s));
@@ -1212,6 +1225,7 @@ fn print_lat_row(a: &Args, size: usize, samples: &[Duration]) -> Result<(), Stri
             t_stdev_us: s.stdev_us,
             p99_us: s.p99_us,
             p99_9_us: s.p999_us,
+            on_driver_thread,
         })?;
     }
     Ok(())
@@ -1230,6 +1244,10 @@ struct LatJson {
     t_stdev_us: f64,
     p99_us: f64,
     p99_9_us: f64,
+    /// send_lat: whether the ping-pong ran on the QP's driver thread (the kernel-TCP
+    /// transport) rather than the application thread (DPDK: the thread driving the worker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_driver_thread: Option<bool>,
 }
 
 /// `--json` line of a bandwidth test (`unit`: MB/sec = MiB/s as perftest, or Gb/sec).
