@@ -6,7 +6,9 @@
 //! clock had moved, tens of thousands here), reads the post rings only of QPs posted to
 //! (`WorkerStats::post_ring_reads`; before: every QP's on every pass), and its transmit phase
 //! visits only connections not quiet (`WorkerStats::transmit_visits`; before: all, every
-//! pass). Afterwards every quiet connection still carries a
+//! pass), as do its deliver phase (`deliver_visits`: only sockets that took segments) and its
+//! completions phase (`completion_visits`: only active connections). Afterwards every quiet
+//! connection still carries a
 //! Send each way (the egress that visits only sockets with something new did not forget
 //! them). One EAL per process: the only EAL test of this binary.
 
@@ -130,8 +132,9 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
         .connect(server_addr, &busy.qp, &ConnParam::default())
         .expect("connect the busy connection");
 
-    // Per worker: engine checks, post ring reads, sweeps, transmit visits, passes.
-    let counts = |dp: &Dataplane| -> Vec<[u64; 5]> {
+    // Per worker: engine checks, post ring reads, sweeps, transmit visits, passes, deliver
+    // visits, completion visits.
+    let counts = |dp: &Dataplane| -> Vec<[u64; 7]> {
         dp.stats()
             .iter()
             .map(|w| {
@@ -141,6 +144,8 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
                     w.sweeps,
                     w.transmit_visits,
                     w.loops,
+                    w.deliver_visits,
+                    w.completion_visits,
                 ]
             })
             .collect()
@@ -153,16 +158,19 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
     }
     let after = counts(&dp);
     for (w, (b, a)) in before.iter().zip(&after).enumerate() {
-        let [checks, reads, sweeps, visits, passes] = [
+        let [checks, reads, sweeps, visits, passes, delivers, reaps] = [
             a[0] - b[0],
             a[1] - b[1],
             a[2] - b[2],
             a[3] - b[3],
             a[4] - b[4],
+            a[5] - b[5],
+            a[6] - b[6],
         ];
         eprintln!(
             "worker {w}: {checks} engine checks, {reads} post ring reads, {visits} transmit \
-             visits in {passes} passes for {PINGS} round trips ({sweeps} sweeps meanwhile)"
+             visits, {delivers} deliver visits, {reaps} completion visits in {passes} passes \
+             for {PINGS} round trips ({sweeps} sweeps meanwhile)"
         );
         assert!(
             checks <= 6 * PINGS as u64,
@@ -183,6 +191,22 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
         assert!(
             visits <= allowed,
             "worker {w}: the transmit phase visited connections {visits} times in {passes} \
+             passes with {QUIET} quiet connections ({sweeps} sweeps, at most {allowed} \
+             expected): the quiet ones are being visited on every pass"
+        );
+        // The deliver phase visits the sockets that took segments (the busy one, at most
+        // twice per round trip: the data, the ACK), the completions phase the active ones.
+        let allowed = 4 * PINGS as u64 + sweeps * (QUIET as u64 + 1);
+        assert!(
+            delivers <= allowed,
+            "worker {w}: the deliver phase visited connections {delivers} times for {PINGS} \
+             round trips with {QUIET} quiet connections ({sweeps} sweeps, at most {allowed} \
+             expected): the quiet ones are being visited on every pass"
+        );
+        let allowed = 2 * passes + sweeps * (QUIET as u64 + 1);
+        assert!(
+            reaps <= allowed,
+            "worker {w}: the completions phase visited connections {reaps} times in {passes} \
              passes with {QUIET} quiet connections ({sweeps} sweeps, at most {allowed} \
              expected): the quiet ones are being visited on every pass"
         );

@@ -165,6 +165,14 @@ pub struct WorkerStats {
     /// passes that ran a command or an MPA startup step) it visits only those not quiet yet
     /// and those posted to or touched since.
     pub transmit_visits: u64,
+    /// Connections the deliver phase visited, summed over passes. Outside the sweep it
+    /// visits only those whose sockets took segments this pass (and new ones).
+    pub deliver_visits: u64,
+    /// Connections the completions phase visited, summed over passes. Outside the sweep it
+    /// visits only the active ones (as the transmit phase leaves the list): a quiet
+    /// connection has no completion, and its application's disconnect raises its post flag,
+    /// which lists it.
+    pub completion_visits: u64,
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -449,6 +457,8 @@ pub(crate) struct Worker {
     active: Vec<usize>,
     /// Scratch for the indices a transmit phase visits.
     visit: Vec<usize>,
+    /// Scratch for the indices a completions phase visits.
+    reap_visit: Vec<usize>,
     /// `conns` changed since `active` was built (its indices may be wrong): the next transmit
     /// phase visits every connection.
     active_stale: bool,
@@ -568,6 +578,7 @@ impl Worker {
             unflagged: 0,
             active: Vec::new(),
             visit: Vec::new(),
+            reap_visit: Vec::new(),
             active_stale: true,
         }
     }
@@ -945,6 +956,10 @@ impl Worker {
                 self.unflagged += 1;
             }
         }
+        // New: the steps that look at the socket visit it on this pass (bytes may have come
+        // with its startup), as if it had taken a segment.
+        c.touched = true;
+        self.touched_conns.push(self.conns.len());
         self.conns.push(c);
         self.conn_index_stale = true;
         self.active_stale = true;
@@ -1212,7 +1227,14 @@ impl Worker {
             // Lowered, then one more look: a post whose raise came before this swap is seen
             // now (Acquire pairs with the raise's release), one after it raises the flag again.
             f.swap(false, Ordering::Acquire);
-            work |= drain_posted(c, &mut self.stats.post_ring_reads);
+            if drain_posted(c, &mut self.stats.post_ring_reads) {
+                work = true;
+            } else {
+                // Raised with nothing posted: the application may have asked to close (a
+                // disconnect kicks the QP). The completions phase reaps it once (and so
+                // reads its disconnect), though it is quiet otherwise.
+                c.marks.dirty = true;
+            }
         }
         if self.unflagged > 0 {
             for c in self.conns.iter_mut().filter(|c| !c.post_flag) {
@@ -1225,12 +1247,21 @@ impl Worker {
     // --- phase 5: received bytes into the engines ------------------------------------------------
     fn deliver(&mut self, now: Instant) -> bool {
         let mut work = false;
-        for c in self.conns.iter_mut() {
-            // Bytes, a FIN or the handshake's end come with a segment: a socket that took
-            // none this pass has nothing new, unless smoltcp changed it on a timer (the sweep).
-            if !c.touched && !self.sweeping {
+        // Bytes, a FIN or the handshake's end come with a segment: a socket that took none
+        // this pass has nothing new, unless smoltcp changed it on a timer (the sweep). So
+        // outside the sweep only the connections touched this pass are visited.
+        let all = self.sweeping;
+        let n = if all {
+            self.conns.len()
+        } else {
+            self.touched_conns.len()
+        };
+        self.stats.deliver_visits += n as u64;
+        for k in 0..n {
+            let i = if all { k } else { self.touched_conns[k] };
+            let Some(c) = self.conns.get_mut(i) else {
                 continue;
-            }
+            };
             let s = self.sockets.get_mut::<tcp::Socket>(c.h);
             match c.state {
                 CState::Live => {}
@@ -1435,11 +1466,18 @@ impl Worker {
         // Stored only on a change: the application thread reads it on every post.
         // What is in flight changes with an ACK (a segment) or new data (fed), both of which
         // mark the connection `touched`; quiet connections are left to the sweep.
-        for c in self.conns.iter_mut() {
-            if !(c.touched || self.sweeping) {
+        let all = self.sweeping;
+        let n = if all {
+            self.conns.len()
+        } else {
+            self.touched_conns.len()
+        };
+        for k in 0..n {
+            let i = if all { k } else { self.touched_conns[k] };
+            let Some(c) = self.conns.get_mut(i) else {
                 continue;
-            }
-            if self.sweeping {
+            };
+            if all {
                 c.touched = false;
             }
             if let (CState::Live, Some(sh)) = (&c.state, &c.sh) {
@@ -1479,15 +1517,32 @@ impl Worker {
         // Closing sockets still open when CLOSE_LINGER ran out (their FIN not acknowledged):
         // aborted, and removed only after the egress below has sent their RST.
         let mut lingered = Vec::new();
-        let mut i = 0;
-        while i < self.conns.len() {
-            let c = &mut self.conns[i];
+        // The connections to visit: all of them on a sweep or when `active` may be wrong,
+        // else the active ones. A quiet connection (`Conn::is_quiet`: live, reaped, nothing
+        // staged) has nothing here unless its application asked to close or left: a
+        // disconnect (`Qp::disconnect`, dropping the last handle) raises its post flag, and
+        // the post phase then marks it for a reap; an application that left without that
+        // (all handles gone, no disconnect) is found by the sweep. Visited from the highest
+        // index down, so a `swap_remove` moves into the current index a connection already
+        // visited.
+        let mut visit = std::mem::take(&mut self.reap_visit);
+        visit.clear();
+        if self.sweeping || self.active_stale {
+            visit.extend(0..self.conns.len());
+        } else {
+            visit.extend_from_slice(&self.active);
+            visit.sort_unstable();
+        }
+        self.stats.completion_visits += visit.len() as u64;
+        for &i in visit.iter().rev() {
+            let Some(c) = self.conns.get_mut(i) else {
+                continue;
+            };
             // A live connection nothing touched since its last reap, that has not seen EOF
             // and whose application neither asked to close nor left, has nothing here: skip it
             // without reading its socket (the Live arm below would find the same).
             if let (CState::Live, Some(sh), false) = (&c.state, &c.sh, c.eof) {
                 if !needs_reap(c, sh) {
-                    i += 1;
                     continue;
                 }
             }
@@ -1580,10 +1635,9 @@ impl Worker {
                 } else {
                     self.dev.zc_retire(self.sockets.remove(c.h));
                 }
-            } else {
-                i += 1;
             }
         }
+        self.reap_visit = visit;
         if closed || !lingered.is_empty() {
             // The FIN goes out now: the QP reads as closed from here on, and a driving
             // application may stop polling as soon as it sees that. An aborted socket sends
