@@ -1229,10 +1229,10 @@ impl Worker {
             f.swap(false, Ordering::Acquire);
             if drain_posted(c, &mut self.stats.post_ring_reads) {
                 work = true;
-            } else {
-                // Raised with nothing posted: the application may have asked to close (a
-                // disconnect kicks the QP). The completions phase reaps it once (and so
-                // reads its disconnect), though it is quiet otherwise.
+            } else if c.sh.as_ref().is_some_and(close_asked) {
+                // Raised for a disconnect (`Qp::disconnect` and dropping the last handle
+                // kick the QP after setting it; the swap above made that visible): the
+                // completions phase reaps it, though it is quiet otherwise.
                 c.marks.dirty = true;
             }
         }
@@ -1757,7 +1757,13 @@ fn drain_posted(c: &mut Conn, reads: &mut u64) -> bool {
 /// Whether `completions` must reap `c` (with its QP `sh`, taken out of it or not): something
 /// touched its engine since the last reap, or its application asked to close or left.
 fn needs_reap(c: &Conn, sh: &Arc<QpShared>) -> bool {
-    c.marks.dirty || sh.disconnect.load(Ordering::Acquire) || Arc::strong_count(sh) <= 1
+    c.marks.dirty || close_asked(sh)
+}
+
+/// The application asked to close `sh`'s connection, or left it (the worker holds the only
+/// reference).
+fn close_asked(sh: &Arc<QpShared>) -> bool {
+    sh.disconnect.load(Ordering::Acquire) || Arc::strong_count(sh) <= 1
 }
 
 /// Completions to the CQs and events to the connection manager. Returns (did work, the
