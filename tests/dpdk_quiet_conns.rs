@@ -8,9 +8,9 @@
 //! visits only connections not quiet (`WorkerStats::transmit_visits`; before: all, every
 //! pass), as do its deliver phase (`deliver_visits`: only sockets that took segments) and its
 //! completions phase (`completion_visits`: only active connections). Afterwards every quiet
-//! connection still carries a
-//! Send each way (the egress that visits only sockets with something new did not forget
-//! them). One EAL per process: the only EAL test of this binary.
+//! connection still carries a Send each way (the egress that visits only sockets with
+//! something new did not forget them), and a quiet connection's disconnect is acted on at
+//! once, not by the next sweep. One EAL per process: the only EAL test of this binary.
 
 use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
@@ -221,6 +221,35 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
         e.send(100 + i as u8);
         e.recv(200 + i as u8);
     }
+
+    // A quiet connection's disconnect is seen at once, not by the next sweep: it raises the
+    // QP's post flag, and the post phase marks the QP for the completions phase, which visits
+    // only active connections outside the sweep. Counted, not timed: if each close waited for
+    // a sweep, every one of them would see the sweep count move.
+    thread::sleep(Duration::from_millis(20)); // every connection quiet again
+    let sweeps = |dp: &Dataplane| -> u64 { dp.stats().iter().map(|w| w.sweeps).sum() };
+    let mut without_sweep = 0;
+    for e in &quiet {
+        let before = sweeps(&dp);
+        e.qp.disconnect();
+        // Spin (`wait_closed` sleeps a millisecond between looks in the background mode).
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        while !e.qp.is_closed() {
+            assert!(
+                std::time::Instant::now() < end,
+                "a quiet connection did not close"
+            );
+            thread::yield_now();
+        }
+        if sweeps(&dp) == before {
+            without_sweep += 1;
+        }
+    }
+    eprintln!("{without_sweep} of {QUIET} quiet connections closed with no sweep meanwhile");
+    assert!(
+        without_sweep > 0,
+        "every disconnect of a quiet connection waited for a sweep"
+    );
     go_tx.send(()).unwrap();
     server.join().unwrap();
 }
