@@ -128,6 +128,9 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
         let mut out = SliceBuf::new(&mut ring[..room]);
         let mut ends = Vec::new();
         let n = a.transmit_into(&mut out, Some(&mut ends));
+        // The pass gathered under one lock per region and let it go on return: an
+        // application driving the engine on this thread may write the source now.
+        assert!(src.try_bytes_mut().is_some(), "transmit_into kept a lock");
         assert!(n <= room);
         assert!(!out.overflowed());
         if n > 0 {
@@ -137,6 +140,7 @@ fn transmit_into_any_room_carries_send_write_read_intact() {
         b.on_bytes(&ring[..n], now);
         let mut ba = Vec::new();
         b.poll_transmit(&mut ba);
+        assert!(rsrc.try_bytes_mut().is_some(), "poll_transmit kept a lock");
         a.on_bytes(&ba, now);
         done_a.extend(std::iter::from_fn(|| a.poll_completion()));
         done_b.extend(std::iter::from_fn(|| b.poll_completion()));

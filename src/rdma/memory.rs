@@ -13,7 +13,9 @@
 //! Region addresses are verbs-like absolute addresses: `[mr.addr(), mr.addr() + mr.len())`; the
 //! address is the heap address of the region's buffer (unique while the region lives, like a VA).
 //! Each region's bytes sit behind an `RwLock`, so placement from an engine thread and local CPU
-//! access never race. Every address computation a peer influences (TO, lengths) is overflow-checked.
+//! access never race. A transmit pass that frames many ULPDUs from one region takes its STag
+//! lookup and read lock once for the run ([`GatherCache`]), still checking every ULPDU.
+//! Every address computation a peer influences (TO, lengths) is overflow-checked.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -92,8 +94,11 @@ struct Region {
     /// it, as they do not go through the table).
     live: AtomicBool,
     /// The bytes; shared with other regions over the same memory ([`SharedMem`]).
-    data: Arc<RwLock<Box<[u8]>>>,
+    data: Arc<Bytes>,
 }
+
+/// A region's bytes behind their lock.
+type Bytes = RwLock<Box<[u8]>>;
 
 /// Placements this large are taken as part of a stream (a multi-segment tagged message).
 const PREFETCH_MIN: usize = 512;
@@ -344,7 +349,7 @@ impl MemoryTable {
     ///
     /// Panics like [`MemoryTable::register`].
     pub fn register_bytes(&self, pd: PdId, data: Vec<u8>, access: Access) -> Mr {
-        self.register_data(pd, Arc::new(RwLock::new(data.into_boxed_slice())), access)
+        self.register_data(pd, Arc::new(Bytes::new(data.into_boxed_slice())), access)
     }
 
     /// Register the memory of `mem` under `pd` with `access`, sharing its bytes (no copy): the
@@ -359,7 +364,7 @@ impl MemoryTable {
         self.register_data(pd, mem.data.clone(), access)
     }
 
-    fn register_data(&self, pd: PdId, data: Arc<RwLock<Box<[u8]>>>, access: Access) -> Mr {
+    fn register_data(&self, pd: PdId, data: Arc<Bytes>, access: Access) -> Mr {
         let (base, len) = {
             let d = data.read().unwrap_or_else(|p| p.into_inner());
             (d.as_ptr() as usize as u64, d.len())
@@ -498,6 +503,96 @@ impl MemoryTable {
         out.put(&r.bytes()[off..off + len]);
         Ok(())
     }
+
+    /// [`MemoryTable::read_append`] for one of a run of gathers (the ULPDUs one transmit pass
+    /// frames): the region and a read lock on its bytes stay in `cache` after the first, so
+    /// each further ULPDU from the same region costs no STag lookup and no lock. Every call
+    /// still makes every check, in the same order (a region deregistered or invalidated
+    /// meanwhile fails as it would uncached).
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_append_cached<B: TxBuf + ?Sized>(
+        &self,
+        cache: &mut GatherCache,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        len: usize,
+        need: Access,
+        out: &mut B,
+    ) -> Result<(), MemoryError> {
+        if let Some(h) = &cache.held {
+            let r = &h.region;
+            if h.table == self.inner.id
+                && r.stag == stag
+                && r.live.load(Ordering::Acquire)
+                && !r.invalidated.load(Ordering::Acquire)
+            {
+                if r.pd != pd {
+                    return Err(MemoryError::PdMismatch);
+                }
+                if !r.access.contains(need) {
+                    return Err(MemoryError::Access);
+                }
+                let off = r.offset(addr, len)?;
+                out.put(&h.bytes()[off..off + len]);
+                return Ok(());
+            }
+        }
+        // Released before another lock is taken: it may be the same memory's.
+        cache.held = None;
+        let (region, off) = self.checked(stag, pd, addr, len, need)?;
+        let held = cache.held.insert(Held::new(self.inner.id, region));
+        out.put(&held.bytes()[off..off + len]);
+        Ok(())
+    }
+}
+
+/// What a run of gathers ([`MemoryTable::read_append_cached`]: the ULPDUs one transmit pass
+/// frames) keeps of the last region it read from: the region, and a read lock on its bytes.
+/// Drop it when the run ends: placement into that memory, and local writes to it, wait while
+/// it is held.
+#[derive(Default)]
+pub struct GatherCache {
+    held: Option<Held>,
+}
+
+/// A region with a read lock on its bytes, taken in [`Held::new`] and released on drop. The
+/// guard borrows from the region's lock, which `region` keeps alive and in place (it sits in
+/// the `Arc`'s allocation): the guard's lifetime is widened to `'static` and it is declared,
+/// so dropped, before `region`. No second reference count is bumped for an owned guard: a run
+/// of one ULPDU (a small Send) costs the same atomics as a lone [`MemoryTable::read_append`].
+struct Held {
+    /// Dropped first (fields drop in declaration order): it borrows from `region`.
+    guard: std::sync::RwLockReadGuard<'static, Box<[u8]>>,
+    region: Arc<Region>,
+    /// The table the region was found in (`MemoryTable`'s id).
+    table: u64,
+}
+
+impl Held {
+    fn new(table: u64, region: Arc<Region>) -> Held {
+        let guard = region.bytes();
+        // SAFETY: the guard borrows `region.data`'s lock, which lives in an `Arc` allocation
+        // that `region` (moved into the same `Held`, and never handed out) keeps alive and
+        // unmoved for as long as the `Held`; the guard is dropped before `region` (field
+        // order), and `bytes` lends the data only for a borrow of the `Held`.
+        #[allow(unsafe_code)]
+        let guard = unsafe {
+            std::mem::transmute::<
+                std::sync::RwLockReadGuard<'_, Box<[u8]>>,
+                std::sync::RwLockReadGuard<'static, Box<[u8]>>,
+            >(guard)
+        };
+        Held {
+            guard,
+            region,
+            table,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.guard
+    }
 }
 
 /// A registered memory region: a cheap `Clone` handle, `Send + Sync`.
@@ -597,6 +692,16 @@ impl Mr {
     pub fn bytes_mut(&self) -> MrBytesMut<'_> {
         MrBytesMut(self.region.bytes_mut())
     }
+    /// [`Mr::bytes_mut`] if nothing holds the region's bytes now (an engine placing into it
+    /// or gathering from it in a transmit pass, a reader), else None at once: for a thread
+    /// that also drives the engines and must not wait on itself.
+    pub fn try_bytes_mut(&self) -> Option<MrBytesMut<'_>> {
+        match self.region.data.try_write() {
+            Ok(g) => Some(MrBytesMut(g)),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(MrBytesMut(p.into_inner())),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
     /// The region's bytes in place, read-only (e.g. to check or parse what a peer placed
     /// without copying it out); placement waits while the guard is held.
     pub fn bytes(&self) -> MrBytes<'_> {
@@ -611,7 +716,7 @@ impl Mr {
 /// placing a Read Response and a local reader never race.
 #[derive(Clone)]
 pub struct SharedMem {
-    data: Arc<RwLock<Box<[u8]>>>,
+    data: Arc<Bytes>,
 }
 
 impl SharedMem {
@@ -622,7 +727,7 @@ impl SharedMem {
     /// `data` itself (no copy).
     pub fn from_vec(data: Vec<u8>) -> Self {
         SharedMem {
-            data: Arc::new(RwLock::new(data.into_boxed_slice())),
+            data: Arc::new(Bytes::new(data.into_boxed_slice())),
         }
     }
     /// Length in bytes.
@@ -698,6 +803,81 @@ impl core::ops::Deref for MrBytes<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run of gathers keeps one region's read lock between calls (no lookup, no lock per
+    /// ULPDU), still makes every check on every call, moves to another region when asked,
+    /// and holds nothing once dropped.
+    #[test]
+    fn gather_cache_holds_one_lock_per_run_and_checks_every_call() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let a = m.register(pd, 256, Access::LOCAL_WRITE | Access::REMOTE_READ);
+        let b = m.register(pd, 256, Access::LOCAL_WRITE);
+        a.write_at(0, &[7u8; 256]);
+        b.write_at(0, &[9u8; 256]);
+        let mut cache = GatherCache::default();
+        let mut out = Vec::new();
+        let none = Access(0);
+        m.read_append_cached(&mut cache, a.stag(), pd, a.addr(), 100, none, &mut out)
+            .unwrap();
+        assert!(a.try_bytes_mut().is_none(), "the run holds a's lock");
+        m.read_append_cached(
+            &mut cache,
+            a.stag(),
+            pd,
+            a.addr() + 100,
+            156,
+            none,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, vec![7u8; 256]);
+        // Checks on a held region: PD, rights, bounds, in that order (RFC 5041 §7.1).
+        let other_pd = m.alloc_pd();
+        let e = |r: Result<(), MemoryError>| r.unwrap_err();
+        assert_eq!(
+            e(m.read_append_cached(&mut cache, a.stag(), other_pd, a.addr(), 1, none, &mut out)),
+            MemoryError::PdMismatch
+        );
+        assert_eq!(
+            e(m.read_append_cached(
+                &mut cache,
+                a.stag(),
+                pd,
+                a.addr(),
+                1,
+                Access::REMOTE_WRITE,
+                &mut out
+            )),
+            MemoryError::Access
+        );
+        assert_eq!(
+            e(m.read_append_cached(&mut cache, a.stag(), pd, a.addr() + 200, 57, none, &mut out)),
+            MemoryError::Bounds
+        );
+        // Another region: a's lock is let go.
+        m.read_append_cached(&mut cache, b.stag(), pd, b.addr(), 4, none, &mut out)
+            .unwrap();
+        assert!(a.try_bytes_mut().is_some() && b.try_bytes_mut().is_none());
+        assert_eq!(&out[256..], &[9u8; 4]);
+        // Invalidated or deregistered while held: refused as without the cache.
+        m.invalidate(b.stag(), pd).unwrap();
+        assert_eq!(
+            e(m.read_append_cached(&mut cache, b.stag(), pd, b.addr(), 4, none, &mut out)),
+            MemoryError::Invalidated
+        );
+        m.read_append_cached(&mut cache, a.stag(), pd, a.addr(), 4, none, &mut out)
+            .unwrap();
+        assert!(m.deregister(a.stag()));
+        assert_eq!(
+            e(m.read_append_cached(&mut cache, a.stag(), pd, a.addr(), 4, none, &mut out)),
+            MemoryError::InvalidStag
+        );
+        m.read_append_cached(&mut cache, b.stag(), pd, b.addr(), 0, none, &mut out)
+            .unwrap_err();
+        drop(cache);
+        assert!(a.try_bytes_mut().is_some() && b.try_bytes_mut().is_some());
+    }
 
     /// `Mr::into_bytes` hands over the very buffer the region placed into (no copy), and only
     /// once nothing else holds the region.

@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use super::memory::{Access, MemoryError, MemoryTable, PdId};
+use super::memory::{Access, GatherCache, MemoryError, MemoryTable, PdId};
 use super::wr::{
     InlineData, Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
     MAX_INLINE_DATA,
@@ -650,8 +650,21 @@ impl QpEngine {
     /// segment is smaller than a full one. Data-carrying messages are cut into DDP segments of
     /// that size (RFC 5041 §5: any segment size up to the MULPDU is allowed).
     pub fn poll_ulpdu_max<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
+        self.poll_ulpdu_gather(out, max, &mut GatherCache::default())
+    }
+
+    /// [`QpEngine::poll_ulpdu_max`] for one of a run of ULPDUs (a transmit pass framing as
+    /// many as fit): `gather` keeps the last region read and its lock between them
+    /// ([`MemoryTable::read_append_cached`]), so the ULPDUs of one message cost one STag
+    /// lookup and one lock, not one each. The caller drops `gather` when the run ends.
+    pub fn poll_ulpdu_gather<B: TxBuf + ?Sized>(
+        &mut self,
+        out: &mut B,
+        max: usize,
+        gather: &mut GatherCache,
+    ) -> bool {
         let start = out.len();
-        let ready = self.poll_ulpdu_max_ietf(out, max);
+        let ready = self.poll_ulpdu_max_ietf(out, max, gather);
         if ready && self.rdmac {
             // RFC 5044 App. C: DDP/RDMAP version 0 on the wire to an RDMAC peer.
             swap_wire_version(out.written_mut(start));
@@ -659,7 +672,12 @@ impl QpEngine {
         ready
     }
 
-    fn poll_ulpdu_max_ietf<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
+    fn poll_ulpdu_max_ietf<B: TxBuf + ?Sized>(
+        &mut self,
+        out: &mut B,
+        max: usize,
+        gather: &mut GatherCache,
+    ) -> bool {
         self.limit = max.max(MIN_ULPDU_ROOM);
         if let Some(t) = self.term_out.take() {
             out.put(&t);
@@ -700,9 +718,9 @@ impl QpEngine {
         self.prefer_resp = !do_resp;
         let start = out.len();
         let ok = if do_resp {
-            self.emit_read_response(out)
+            self.emit_read_response(out, gather)
         } else {
-            self.emit_sq(out)
+            self.emit_sq(out, gather)
         };
         if !ok {
             out.truncate(start);
@@ -856,7 +874,7 @@ impl QpEngine {
         Some(m)
     }
 
-    fn emit_sq<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
+    fn emit_sq<B: TxBuf + ?Sized>(&mut self, out: &mut B, gather: &mut GatherCache) -> bool {
         let mut m = match self.tx_cur.take() {
             Some(m) => m,
             None => match self.start_sq() {
@@ -911,7 +929,8 @@ impl QpEngine {
                 };
                 let n = (s.length - m.sge_off).min(left);
                 if n > 0 {
-                    let r = self.mem.read_append(
+                    let r = self.mem.read_append_cached(
+                        gather,
                         s.lkey,
                         self.cfg.pd,
                         s.addr + u64::from(m.sge_off),
@@ -955,7 +974,11 @@ impl QpEngine {
         true
     }
 
-    fn emit_read_response<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
+    fn emit_read_response<B: TxBuf + ?Sized>(
+        &mut self,
+        out: &mut B,
+        gather: &mut GatherCache,
+    ) -> bool {
         let room = self.room(TAGGED_HEADER_LEN);
         let pd = self.cfg.pd;
         let Some(r) = self.irrq.front_mut() else {
@@ -974,7 +997,8 @@ impl QpEngine {
         }
         .emit_to(out);
         if chunk > 0 {
-            let res = self.mem.read_append(
+            let res = self.mem.read_append_cached(
+                gather,
                 r.src_stag,
                 pd,
                 r.src_to + u64::from(r.sent),
