@@ -875,12 +875,16 @@ impl QpEngine {
     }
 
     fn emit_sq<B: TxBuf + ?Sized>(&mut self, out: &mut B, gather: &mut GatherCache) -> bool {
-        let mut m = match self.tx_cur.take() {
-            Some(m) => m,
-            None => match self.start_sq() {
-                Some(m) => m,
+        if self.tx_cur.is_none() {
+            match self.start_sq() {
+                Some(m) => self.tx_cur = Some(m),
                 None => return false,
-            },
+            }
+        }
+        // The message is worked on where it is: it holds its SGE list inline (a few hundred
+        // octets), and moving it out and back for every ULPDU cost two copies of it per FPDU.
+        let Some(m) = self.tx_cur.as_ref() else {
+            return false;
         };
         let tagged = m.opcode.is_tagged();
         let hdr = if tagged {
@@ -914,6 +918,10 @@ impl QpEngine {
             buffer,
         }
         .emit_to(out);
+        let pd = self.cfg.pd;
+        let Some(m) = self.tx_cur.as_mut() else {
+            return false;
+        };
         if let Some(f) = &m.fixed {
             // Emitted straight into the outgoing FPDU (no buffer per Read Request).
             f.emit_to(out);
@@ -932,7 +940,7 @@ impl QpEngine {
                     let r = self.mem.read_append_cached(
                         gather,
                         s.lkey,
-                        self.cfg.pd,
+                        pd,
                         s.addr + u64::from(m.sge_off),
                         n as usize,
                         Access(0),
@@ -940,7 +948,9 @@ impl QpEngine {
                     );
                     if let Err(e) = r {
                         log::warn!("rdma: local SGE {s:?} became unusable while sending: {e}");
-                        if let Some(seq) = m.seq {
+                        let seq = m.seq;
+                        self.tx_cur = None;
+                        if let Some(seq) = seq {
                             self.complete_seq(seq, WcStatus::LocProtErr, None);
                         }
                         self.fail(TermCause::RDMAP_LOCAL_CATASTROPHIC, None, None);
@@ -957,19 +967,16 @@ impl QpEngine {
         }
         m.sent += chunk;
         if last {
-            if let (Some(seq), false) = (m.seq, m.opcode == RdmapOpcode::ReadRequest) {
+            let (seq, opcode, stag, qn, msn) = (m.seq, m.opcode, m.stag, m.qn, m.msn);
+            self.tx_cur = None;
+            if let (Some(seq), false) = (seq, opcode == RdmapOpcode::ReadRequest) {
                 let ident = if tagged {
-                    TxIdent::Tagged { stag: m.stag }
+                    TxIdent::Tagged { stag }
                 } else {
-                    TxIdent::Untagged {
-                        qn: m.qn,
-                        msn: m.msn,
-                    }
+                    TxIdent::Untagged { qn, msn }
                 };
                 self.complete_seq(seq, WcStatus::Success, Some(ident));
             }
-        } else {
-            self.tx_cur = Some(m);
         }
         true
     }
