@@ -106,7 +106,7 @@ impl Driver {
         poll_driven(&self.worker, Worker::poll_once)
     }
 
-    /// The send side of a pass only ([`Worker::poll_transmit`]): what a QP's doorbell runs
+    /// The send side of a pass only (`Worker::poll_transmit`): what a QP's doorbell runs
     /// (`Qp::drive_with`). A no-op while another thread polls the worker.
     pub fn poll_transmit(&self) -> bool {
         poll_driven(&self.worker, Worker::poll_transmit)
@@ -663,7 +663,7 @@ impl Endpoint {
             .fold(false, |work, w| poll_driven(w, Worker::poll_once) | work)
     }
 
-    /// The send side of [`Endpoint::poll`] ([`Worker::poll_transmit`]): what a QP's doorbell
+    /// The send side of [`Endpoint::poll`] (`Worker::poll_transmit`): what a QP's doorbell
     /// runs (`cm::Net::qp_driver`). A worker another thread is polling right now is left to it.
     pub fn poll_transmit(&self) -> bool {
         self.driven.iter().fold(false, |work, w| {

@@ -255,7 +255,7 @@ impl RdmaServer {
     /// thread. The accept loop polls a stop flag every 200 ms.
     ///
     /// On a driven dataplane ([`Net::is_driven`]) the server drives the workers itself: one
-    /// [`Reactor`] thread per worker, pinned to its CPU, runs the worker's pass and then the
+    /// `Reactor` thread per worker, pinned to its CPU, runs the worker's pass and then the
     /// request path of every connection on that worker, to completion (no hand-off between
     /// threads for a call). Credits are then per worker: each has a pool of
     /// `cfg.credit_pool`. Elsewhere each connection is served as [`RdmaServer::serve_request`]
