@@ -135,6 +135,20 @@ impl Region {
     fn bytes_mut(&self) -> std::sync::RwLockWriteGuard<'_, Box<[u8]>> {
         self.data.write().unwrap_or_else(|p| p.into_inner())
     }
+    /// The checks after the STag's (RFC 5041 §7.1, in its order): not invalidated, `pd`'s,
+    /// rights `need`, `[addr, addr+len)` inside; the offset of `addr`.
+    fn check(&self, pd: PdId, addr: u64, len: usize, need: Access) -> Result<usize, MemoryError> {
+        if self.invalidated.load(Ordering::Acquire) {
+            return Err(MemoryError::Invalidated);
+        }
+        if self.pd != pd {
+            return Err(MemoryError::PdMismatch);
+        }
+        if !self.access.contains(need) {
+            return Err(MemoryError::Access);
+        }
+        self.offset(addr, len)
+    }
     /// Offset of `[addr, addr+len)` inside the region, overflow-checked (RFC 5041 §7.1 checks 3-5).
     fn offset(&self, addr: u64, len: usize) -> Result<usize, MemoryError> {
         let off = addr.checked_sub(self.base).ok_or(MemoryError::Bounds)?;
@@ -426,16 +440,7 @@ impl MemoryTable {
         need: Access,
     ) -> Result<(Arc<Region>, usize), MemoryError> {
         let r = self.region(stag).ok_or(MemoryError::InvalidStag)?;
-        if r.invalidated.load(Ordering::Acquire) {
-            return Err(MemoryError::Invalidated);
-        }
-        if r.pd != pd {
-            return Err(MemoryError::PdMismatch);
-        }
-        if !r.access.contains(need) {
-            return Err(MemoryError::Access);
-        }
-        let off = r.offset(addr, len)?;
+        let off = r.check(pd, addr, len, need)?;
         Ok((r, off))
     }
     /// Validate `[addr, addr+len)` of region `stag` for `pd` with rights `need` (RFC 5040 §7.2, RFC 5041 §7.1
@@ -499,9 +504,7 @@ impl MemoryTable {
         need: Access,
         out: &mut B,
     ) -> Result<(), MemoryError> {
-        let (r, off) = self.checked(stag, pd, addr, len, need)?;
-        out.put(&r.bytes()[off..off + len]);
-        Ok(())
+        self.read_append_cached(&mut GatherCache::default(), stag, pd, addr, len, need, out)
     }
 
     /// [`MemoryTable::read_append`] for one of a run of gathers (the ULPDUs one transmit pass
@@ -522,18 +525,9 @@ impl MemoryTable {
     ) -> Result<(), MemoryError> {
         if let Some(h) = &cache.held {
             let r = &h.region;
-            if h.table == self.inner.id
-                && r.stag == stag
-                && r.live.load(Ordering::Acquire)
-                && !r.invalidated.load(Ordering::Acquire)
-            {
-                if r.pd != pd {
-                    return Err(MemoryError::PdMismatch);
-                }
-                if !r.access.contains(need) {
-                    return Err(MemoryError::Access);
-                }
-                let off = r.offset(addr, len)?;
+            // Still registered (the STag check: a deregistered region left the table).
+            if h.table == self.inner.id && r.stag == stag && r.live.load(Ordering::Acquire) {
+                let off = r.check(pd, addr, len, need)?;
                 out.put(&h.bytes()[off..off + len]);
                 return Ok(());
             }
