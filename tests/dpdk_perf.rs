@@ -1,7 +1,9 @@
 //! `dpwarp perf` on DPDK (its default transport): perftest's `-R` tests with both rdma_cm connections (control,
 //! then data) over the DPDK dataplane. Server and client are each their own `dpwarp perf` process
 //! with its own EAL (one EAL per process), connected through a net_memif socket unique to this
-//! test; write_bw then send_lat run one after another, each on a fresh pair of processes.
+//! test; write_bw, send_lat, write_lat and read_lat run one after another, each on a fresh pair
+//! of processes (the latency tests run in the driven worker mode, each process's one thread
+//! driving its worker between the test's steps).
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -107,7 +109,7 @@ fn positive(field: &str, what: &str, out: &str) {
 }
 
 #[test]
-fn perf_write_bw_and_send_lat_over_dpdk_memif() {
+fn perf_bandwidth_and_latency_tests_over_dpdk_memif() {
     // The option refusals come before any EAL start.
     for (args, want) in [
         (
@@ -161,4 +163,19 @@ fn perf_write_bw_and_send_lat_over_dpdk_memif() {
     positive(r[2], "t_min", &cout);
     positive(r[4], "t_typical", &cout);
     positive(r[5], "t_avg", &cout);
+
+    // write_lat: 200 RDMA Write ping-pongs, each side watching the last octet of its buffer
+    // while it drives its worker (199 samples on both sides); read_lat: 200 RDMA Reads one
+    // at a time (the client's row only).
+    let (cout, sout) = run_pair("wlat", "write_lat", &["-s", "64", "-n", "200"]);
+    assert!(cout.contains("RDMA_Write Latency Test"), "{cout}");
+    for out in [&cout, &sout] {
+        let r = row(out, "64", "199");
+        positive(r[4], "t_typical", out);
+    }
+    let (cout, _) = run_pair("rlat", "read_lat", &["-s", "64", "-n", "200"]);
+    assert!(cout.contains("RDMA_Read Latency Test"), "{cout}");
+    let r = row(&cout, "64", "200");
+    positive(r[2], "t_min", &cout);
+    positive(r[4], "t_typical", &cout);
 }

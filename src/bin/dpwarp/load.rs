@@ -208,21 +208,101 @@ pub fn send_pingpong_run_to_completion(
     iters: u64,
     last_round: bool,
 ) -> Result<(Vec<Duration>, bool), String> {
-    let here = || send_pingpong(qp, cq, wait, client, buf, size, iters, last_round);
+    let pp = PingPong::new(qp, cq, buf, client, size, iters, last_round);
+    match run_on_driver_thread(qp, pp) {
+        Ok(r) => r,
+        Err(_) => {
+            send_pingpong(qp, cq, wait, client, buf, size, iters, last_round).map(|l| (l, false))
+        }
+    }
+}
+
+/// A latency test advanced one step at a time, never blocking: run as a [`DriverHook`] on
+/// the QP's driver thread ([`run_on_driver_thread`]) or by a loop on the calling thread.
+pub trait Stepped: Send + 'static {
+    /// Take what completed (or landed) and move on as far as possible without waiting; true
+    /// if anything moved.
+    fn step(&mut self) -> Result<bool, String>;
+    /// Every exchange done and every posted operation completed.
+    fn is_done(&self) -> bool;
+    /// The one-way latencies measured.
+    fn samples(&self) -> Vec<Duration>;
+    /// The CQ its completions go to (to report what a close flushed).
+    fn cq(&self) -> &Cq;
+    /// The test's name, for errors.
+    fn name(&self) -> &'static str;
+    /// Tick the progress line from now on (run on the calling thread, not the driver's).
+    fn show_progress(&mut self) {}
+}
+
+/// Run `test` on `qp`'s driver thread, where the QP has one (the kernel-TCP transport): a
+/// message or completion is handled in the driver's pass that produced it, with no hand-off
+/// to this thread and back (a thread wake-up each way). This thread waits for the result:
+/// the samples and whether they were taken on another thread. `Err(test)` where the QP has
+/// no driver thread (the DPDK dataplane, whose application thread drives the worker).
+pub fn run_on_driver_thread<T: Stepped>(
+    qp: &Qp,
+    test: T,
+) -> Result<Result<(Vec<Duration>, bool), String>, T> {
     if !qp.accepts_driver_hook() {
-        return here().map(|l| (l, false));
+        return Err(test);
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let mut hook = PingPong::new(qp, cq, buf, client, size, iters, last_round);
-    hook.done = Some(tx);
-    if qp.attach_driver_hook(hook).is_err() {
+    if let Err(h) = qp.attach_driver_hook(OnDriver {
+        test,
+        done: Some(tx),
+    }) {
         // The connection closed (or took another hook) since the check.
-        return here().map(|l| (l, false));
+        return Err(h.test);
     }
     let me = std::thread::current().id();
-    rx.recv()
-        .unwrap_or_else(|_| Err("send_lat: the driver dropped the ping-pong".into()))
-        .map(|(l, ran_on)| (l, ran_on != me))
+    Ok(rx
+        .recv()
+        .unwrap_or_else(|_| Err("the driver dropped the test".into()))
+        .map(|(l, ran_on)| (l, ran_on != me)))
+}
+
+/// A [`Stepped`] test as a [`DriverHook`]; the result goes to `done` with the thread that
+/// ran it.
+struct OnDriver<T> {
+    test: T,
+    done: Option<std::sync::mpsc::Sender<OnDriverDone>>,
+}
+
+type OnDriverDone = Result<(Vec<Duration>, std::thread::ThreadId), String>;
+
+impl<T> OnDriver<T> {
+    fn finish(&mut self, r: Result<Vec<Duration>, String>) -> HookPoll {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(r.map(|l| (l, std::thread::current().id())));
+        }
+        HookPoll::Finished
+    }
+}
+
+impl<T: Stepped> DriverHook for OnDriver<T> {
+    fn poll(&mut self) -> HookPoll {
+        match self.test.step() {
+            Err(e) => self.finish(Err(e)),
+            Ok(_) if self.test.is_done() => {
+                let l = self.test.samples();
+                self.finish(Ok(l))
+            }
+            Ok(true) => HookPoll::Worked,
+            Ok(false) => HookPoll::Idle,
+        }
+    }
+
+    fn closed(mut self: Box<Self>) {
+        // Completions the close flushed say why, if any came.
+        let name = self.test.name();
+        let why = std::iter::from_fn(|| self.test.cq().try_poll_one())
+            .find(|wc| wc.status != WcStatus::Success)
+            .map_or(format!("{name}: connection closed"), |wc| {
+                format!("{name}: completion failed: {:?} ({wc:?})", wc.status)
+            });
+        self.finish(Err(why));
+    }
 }
 
 /// The ping-pong's state, advanced one completion at a time: by [`send_pingpong`]'s loop on
@@ -241,11 +321,7 @@ struct PingPong {
     posted_at: Vec<Instant>,
     /// Tick this thread's progress line (the calling thread's; not the driver thread's).
     progress: bool,
-    /// As a hook: where the result goes, with the thread that ran the ping-pong.
-    done: Option<std::sync::mpsc::Sender<PingPongDone>>,
 }
-
-type PingPongDone = Result<(Vec<Duration>, std::thread::ThreadId), String>;
 
 impl PingPong {
     fn new(
@@ -270,7 +346,6 @@ impl PingPong {
             sends_done: 0,
             posted_at: Vec::with_capacity(iters as usize + 1),
             progress: false,
-            done: None,
         }
     }
 
@@ -340,46 +415,31 @@ impl PingPong {
             .map(|w| (w[1] - w[0]) / 2)
             .collect()
     }
-
-    fn finish(&mut self, r: Result<Vec<Duration>, String>) -> HookPoll {
-        if let Some(tx) = self.done.take() {
-            let _ = tx.send(r.map(|l| (l, std::thread::current().id())));
-        }
-        HookPoll::Finished
-    }
 }
 
-impl DriverHook for PingPong {
-    fn poll(&mut self) -> HookPoll {
-        let mut worked = match self.start() {
-            Ok(sent) => sent,
-            Err(e) => return self.finish(Err(e)),
-        };
+impl Stepped for PingPong {
+    fn step(&mut self) -> Result<bool, String> {
+        let mut moved = self.start()?;
         while let Some(wc) = self.cq.try_poll_one() {
-            worked = true;
-            if let Err(e) = self.on_wc(wc) {
-                return self.finish(Err(e));
-            }
+            moved = true;
+            self.on_wc(wc)?;
         }
-        if self.is_done() {
-            let lat = self.latencies();
-            return self.finish(Ok(lat));
-        }
-        if worked {
-            HookPoll::Worked
-        } else {
-            HookPoll::Idle
-        }
+        Ok(moved)
     }
-
-    fn closed(mut self: Box<Self>) {
-        // Completions the close flushed say why, if any came.
-        let why = std::iter::from_fn(|| self.cq.try_poll_one())
-            .find(|wc| wc.status != WcStatus::Success)
-            .map_or("send_lat: connection closed".to_string(), |wc| {
-                format!("send_lat: completion failed: {:?} ({wc:?})", wc.status)
-            });
-        self.finish(Err(why));
+    fn is_done(&self) -> bool {
+        PingPong::is_done(self)
+    }
+    fn samples(&self) -> Vec<Duration> {
+        self.latencies()
+    }
+    fn cq(&self) -> &Cq {
+        &self.cq
+    }
+    fn name(&self) -> &'static str {
+        "send_lat"
+    }
+    fn show_progress(&mut self) {
+        self.progress = true;
     }
 }
 

@@ -1062,12 +1062,47 @@ fn lat(
             })?
         } else if read {
             if client {
-                read_lat_loop(a, &data, &local, size, rkey, raddr)?
+                let test = ReadLat {
+                    qp: data.qp.clone(),
+                    cq: data.cq.clone(),
+                    local: local.clone(),
+                    size,
+                    iters: a.iters,
+                    rkey,
+                    raddr,
+                    posted: None,
+                    samples: Vec::with_capacity(a.iters as usize),
+                    progress: false,
+                    stall: Stall::new(),
+                };
+                let (l, on_driver) = run_lat(&data.qp, test)?;
+                on_driver_thread = Some(on_driver);
+                l
             } else {
                 Vec::new()
             }
         } else {
-            write_lat_loop(a, client, &data, &local, &target, size, rkey, raddr)?
+            let test = WriteLat {
+                qp: data.qp.clone(),
+                cq: data.cq.clone(),
+                local: local.clone(),
+                target: target.clone(),
+                client,
+                size,
+                iters: a.iters,
+                rkey,
+                raddr,
+                scnt: 0,
+                rcnt: 0,
+                peer_seen: false,
+                in_flight: false,
+                posted_at: Vec::with_capacity(a.iters as usize),
+                progress: false,
+                stall: Stall::new(),
+            };
+            let (l, on_driver) = run_lat(&data.qp, test)?;
+            on_driver_thread = Some(on_driver);
+            l
         };
         if read || send {
             ctrl.xchg(&my)?;
@@ -1080,121 +1115,245 @@ fn lat(
     Ok(())
 }
 
-/// Wait for one successful send-queue completion.
-fn wait_one(ep: &Ep) -> Result<(), String> {
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
-        match ep.cq.wait(Duration::from_millis(20)) {
-            Some(wc) if wc.status != WcStatus::Success => {
-                return Err(format!("completion failed: {:?}", wc.status))
-            }
-            Some(_) => return Ok(()),
-            None if ep.qp.is_closed() => return Err("data connection closed".into()),
-            None if Instant::now() > end => return Err("no completion for 60 s".into()),
-            None => {}
-        }
-    }
-}
-
 /// Receives kept posted in send_lat.
 const LAT_RECVS: usize = 16;
 
-fn read_lat_loop(
-    a: &Args,
-    ep: &Ep,
-    local: &Mr,
+/// No progress for this long fails a latency test (the peer is gone or stuck).
+const LAT_STALLED: Duration = Duration::from_secs(60);
+
+/// Run a latency test to completion: on the data QP's driver thread where it has one (the
+/// kernel-TCP transport; [`load::run_on_driver_thread`]), else here, running the DPDK worker
+/// between steps that found nothing (driven mode) or giving the CPU away (the machine is
+/// shared and the peer may be a VM). Returns the samples and whether they were taken on the
+/// driver thread.
+fn run_lat<T: load::Stepped>(qp: &Qp, test: T) -> Result<(Vec<Duration>, bool), String> {
+    let mut test = match load::run_on_driver_thread(qp, test) {
+        Ok(r) => return r,
+        Err(t) => t,
+    };
+    test.show_progress();
+    while !test.is_done() {
+        if !test.step()? {
+            match CQ_DRIVER.get() {
+                Some(d) => {
+                    d();
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+    Ok((test.samples(), false))
+}
+
+/// read_lat (client): RDMA Reads of `size` octets, one at a time; the latency of each is
+/// the time from its post to its completion.
+struct ReadLat {
+    qp: Qp,
+    cq: Cq,
+    local: Mr,
     size: usize,
+    iters: u64,
     rkey: u32,
     raddr: u64,
-) -> Result<Vec<Duration>, String> {
-    let mut v = Vec::with_capacity(a.iters as usize);
-    for i in 0..a.iters {
-        if i % 1024 == 1023 {
-            progress_tick(i + 1, a.iters);
+    /// When the Read in flight was posted.
+    posted: Option<Instant>,
+    samples: Vec<Duration>,
+    /// Tick this thread's progress line (not from the driver thread).
+    progress: bool,
+    stall: Stall,
+}
+
+impl ReadLat {
+    fn post(&mut self) -> Result<(), String> {
+        let i = self.samples.len() as u64;
+        if self.progress && i % 1024 == 1023 {
+            progress_tick(i + 1, self.iters);
         }
-        let t = Instant::now();
-        ep.qp
+        self.posted = Some(Instant::now());
+        self.qp
             .post_send(SendWr {
                 wr_id: i,
                 opcode: Opcode::Read {
-                    remote_addr: raddr,
-                    rkey,
+                    remote_addr: self.raddr,
+                    rkey: self.rkey,
                 },
-                sg_list: smallvec![sge(local, 0, size)],
+                sg_list: smallvec![sge(&self.local, 0, self.size)],
                 signaled: true,
             })
-            .map_err(|e| format!("post send: {e}"))?;
-        wait_one(ep)?;
-        v.push(t.elapsed());
+            .map_err(|e| format!("post send: {e}"))
     }
-    Ok(v)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write_lat_loop(
-    a: &Args,
-    client: bool,
-    ep: &Ep,
-    local: &Mr,
-    target: &Mr,
-    size: usize,
-    rkey: u32,
-    raddr: u64,
-) -> Result<Vec<Duration>, String> {
-    let iters = a.iters;
-    let mut posted_at = Vec::with_capacity(iters as usize);
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    // No reset of `target` here: the peer may already have written its first message (it starts
-    // as soon as the dest exchange is done). The region is registered zeroed, and with sizes in
-    // increasing order (-a) the flag octet of each size is beyond every earlier write.
-    while scnt < iters || rcnt < iters {
-        // Everyone waits for the peer's write before sending, except the server's first write.
-        if rcnt < iters && (client || scnt >= 1) {
-            rcnt += 1;
-            let want = rcnt as u8;
-            let end = Instant::now() + Duration::from_secs(60);
-            let mut b = [0u8; 1];
-            loop {
-                target.read_at(size - 1, &mut b);
-                if b[0] == want {
-                    break;
-                }
-                if ep.qp.is_closed() || Instant::now() > end {
-                    return Err(format!("write_lat: iteration {rcnt} never arrived"));
-                }
-                // Driven DPDK worker: run it (the Write lands only when it does). Otherwise
-                // the machine is shared (and the peer may be a VM): poll, but give the CPU away.
-                match CQ_DRIVER.get() {
-                    Some(d) => {
-                        d();
-                    }
-                    None => std::thread::yield_now(),
-                }
+impl load::Stepped for ReadLat {
+    fn step(&mut self) -> Result<bool, String> {
+        let mut moved = false;
+        while let Some(wc) = self.cq.try_poll_one() {
+            if wc.status != WcStatus::Success {
+                return Err(format!("read_lat: completion failed: {:?}", wc.status));
             }
+            if let Some(t) = self.posted.take() {
+                self.samples.push(t.elapsed());
+            }
+            moved = true;
         }
-        if scnt < iters {
-            posted_at.push(Instant::now());
-            scnt += 1;
-            if scnt % 1024 == 0 {
-                progress_tick(scnt, iters);
-            }
-            local.write_at(size - 1, &[scnt as u8]);
-            ep.qp
-                .post_send(SendWr {
-                    wr_id: scnt,
-                    opcode: Opcode::Write {
-                        remote_addr: raddr,
-                        rkey,
-                    },
-                    sg_list: smallvec![sge(local, 0, size)],
-                    signaled: true,
-                })
-                .map_err(|e| format!("post send: {e}"))?;
-            wait_one(ep)?;
+        if self.posted.is_none() && (self.samples.len() as u64) < self.iters {
+            self.post()?;
+            moved = true;
+        }
+        self.stall.check("read_lat", &self.qp, moved)?;
+        Ok(moved)
+    }
+    fn is_done(&self) -> bool {
+        self.posted.is_none() && self.samples.len() as u64 >= self.iters
+    }
+    fn samples(&self) -> Vec<Duration> {
+        self.samples.clone()
+    }
+    fn cq(&self) -> &Cq {
+        &self.cq
+    }
+    fn name(&self) -> &'static str {
+        "read_lat"
+    }
+    fn show_progress(&mut self) {
+        self.progress = true;
+    }
+}
+
+/// Fails a latency test once its QP has closed or nothing moved for [`LAT_STALLED`]. Looked
+/// at every 256th step that found nothing, so the clock is not read on the latency path.
+struct Stall {
+    idle: u32,
+    since: Instant,
+}
+
+impl Stall {
+    fn new() -> Stall {
+        Stall {
+            idle: 0,
+            since: Instant::now(),
         }
     }
-    // One sample per round trip, halved (perftest reports one-way latency for ping-pong).
-    Ok(posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect())
+
+    fn check(&mut self, what: &str, qp: &Qp, moved: bool) -> Result<(), String> {
+        if moved {
+            self.idle = 0;
+            return Ok(());
+        }
+        self.idle = self.idle.wrapping_add(1);
+        if self.idle % 256 != 1 {
+            return Ok(());
+        }
+        if self.idle == 1 {
+            self.since = Instant::now();
+        } else if self.since.elapsed() > LAT_STALLED {
+            return Err(format!("{what}: no progress for {LAT_STALLED:?}"));
+        }
+        if qp.is_closed() {
+            return Err(format!("{what}: data connection closed"));
+        }
+        Ok(())
+    }
+}
+
+/// write_lat, both roles: a ping-pong of RDMA Writes of `size` octets into the peer's
+/// advertised buffer; the last octet carries the iteration number (mod 256) and each side
+/// watches the last octet of its own buffer. The server writes first (perftest's
+/// run_iter_lat_write); everyone else waits for the peer's Write before writing, and each
+/// Write completes before the next wait. Latency = half the time between one's own Writes.
+struct WriteLat {
+    qp: Qp,
+    cq: Cq,
+    local: Mr,
+    target: Mr,
+    client: bool,
+    size: usize,
+    iters: u64,
+    rkey: u32,
+    raddr: u64,
+    scnt: u64,
+    rcnt: u64,
+    /// The peer's Write of this round has landed (or none is awaited): ours goes next.
+    peer_seen: bool,
+    /// Our Write is posted and not completed yet.
+    in_flight: bool,
+    posted_at: Vec<Instant>,
+    progress: bool,
+    stall: Stall,
+}
+
+impl load::Stepped for WriteLat {
+    fn step(&mut self) -> Result<bool, String> {
+        let mut moved = false;
+        while let Some(wc) = self.cq.try_poll_one() {
+            if wc.status != WcStatus::Success {
+                return Err(format!("write_lat: completion failed: {:?}", wc.status));
+            }
+            self.in_flight = false;
+            moved = true;
+        }
+        while !self.in_flight && !self.is_done() {
+            // Everyone waits for the peer's Write before writing, except the server's first.
+            if !self.peer_seen {
+                if self.rcnt < self.iters && (self.client || self.scnt >= 1) {
+                    // No reset of `target`: the region is registered zeroed, and with sizes
+                    // in increasing order (-a) the flag octet of each size is beyond every
+                    // earlier Write.
+                    let mut b = [0u8; 1];
+                    self.target.read_at(self.size - 1, &mut b);
+                    if b[0] != (self.rcnt + 1) as u8 {
+                        break;
+                    }
+                    self.rcnt += 1;
+                    moved = true;
+                }
+                self.peer_seen = true;
+            }
+            if self.scnt < self.iters {
+                self.posted_at.push(Instant::now());
+                self.scnt += 1;
+                if self.progress && self.scnt % 1024 == 0 {
+                    progress_tick(self.scnt, self.iters);
+                }
+                self.local.write_at(self.size - 1, &[self.scnt as u8]);
+                self.qp
+                    .post_send(SendWr {
+                        wr_id: self.scnt,
+                        opcode: Opcode::Write {
+                            remote_addr: self.raddr,
+                            rkey: self.rkey,
+                        },
+                        sg_list: smallvec![sge(&self.local, 0, self.size)],
+                        signaled: true,
+                    })
+                    .map_err(|e| format!("post send: {e}"))?;
+                self.in_flight = true;
+                moved = true;
+            }
+            self.peer_seen = false;
+        }
+        self.stall.check("write_lat", &self.qp, moved)?;
+        Ok(moved)
+    }
+    fn is_done(&self) -> bool {
+        self.scnt >= self.iters && self.rcnt >= self.iters && !self.in_flight
+    }
+    fn samples(&self) -> Vec<Duration> {
+        // One sample per round trip, halved (perftest reports one-way latency for ping-pong).
+        self.posted_at
+            .windows(2)
+            .map(|w| (w[1] - w[0]) / 2)
+            .collect()
+    }
+    fn cq(&self) -> &Cq {
+        &self.cq
+    }
+    fn name(&self) -> &'static str {
+        "write_lat"
+    }
+    fn show_progress(&mut self) {
+        self.progress = true;
+    }
 }
 
 fn print_lat_header(a: &Args, title: &str, size: usize) {
