@@ -230,51 +230,19 @@ fn client_exceeding_its_grant_is_terminated_alone() {
     let mut good = client(&s, ClientConfig::default());
 
     // A raw verbs client that ignores credits: 10 calls to a slow procedure at once, while the
-    // server holds 2 receive buffers for it (grant 1 + the DONE slot).
-    let raw = RawClient::connect(&s, 16, 0);
-    let (qp, sbuf) = (&raw.qp, &raw.sbuf);
-    for i in 0..10u32 {
-        let mut w = XdrWriter::new();
-        HeaderRepr {
-            xid: i,
-            vers: 1,
-            credits: 32,
-            body: RdmaBody::Msg(Chunks::default()),
-        }
-        .emit(&mut w);
-        CallRepr {
-            xid: i,
-            prog: BLOCK_PROG,
-            vers: BLOCK_VERS,
-            proc_: SLOW_PROC,
-            cred: Auth::None,
-            verf: Auth::None,
-        }
-        .emit(&mut w);
-        sbuf.write_at(i as usize * 2048, w.as_slice());
-        // The server's TERMINATE may arrive while the burst is still being posted: the QP
-        // has left RTS and refuses the rest (as an RNIC would). Only an overrun causes it, so
-        // at least three Sends (grant 1 + the DONE slot + one too many) went out first.
-        if qp
-            .post_send(SendWr {
-                wr_id: u64::from(i),
-                opcode: Opcode::Send,
-                sg_list: smallvec![sge(sbuf, i as usize * 2048, w.len())],
-                signaled: true,
-            })
-            .is_err()
-        {
-            assert!(i >= 3, "post {i} refused before any overrun");
-            break;
-        }
-    }
+    // server holds 2 receive buffers for it (grant 1 + the DONE slot). "At once": posted
+    // before the connection is up, so they leave in one burst when it is, and reach the
+    // server in one read. (Posted one by one on a live connection, they could trickle in
+    // slower than the server re-posts its buffers, which it does as it takes each message:
+    // then nothing overran, and the test failed about one run in fifteen.)
+    let raw = RawClient::connect_after(&s, 16, 0, burst_beyond_the_grant);
     assert!(
-        qp.wait_closed(Duration::from_secs(5)),
+        raw.qp.wait_closed(Duration::from_secs(5)),
         "over-grant connection not closed"
     );
     // DDP untagged buffer error (RFC 5041 §7.2): no buffer, or an MSN beyond the posted ones,
     // depending on how the burst was segmented.
-    let cause = qp.terminate_cause();
+    let cause = raw.qp.terminate_cause();
     assert!(
         cause
             == Some(QpTerminate::Received(
@@ -306,6 +274,38 @@ fn client_exceeding_its_grant_is_terminated_alone() {
             "terminated connection kept credits"
         );
         thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Post 10 calls to the slow procedure, ignoring credits (for a QP not connected yet: the
+/// posts wait in its send queue and leave together once it is).
+fn burst_beyond_the_grant(qp: &Qp, sbuf: &dpwarp::verbs::Mr) {
+    for i in 0..10u32 {
+        let mut w = XdrWriter::new();
+        HeaderRepr {
+            xid: i,
+            vers: 1,
+            credits: 32,
+            body: RdmaBody::Msg(Chunks::default()),
+        }
+        .emit(&mut w);
+        CallRepr {
+            xid: i,
+            prog: BLOCK_PROG,
+            vers: BLOCK_VERS,
+            proc_: SLOW_PROC,
+            cred: Auth::None,
+            verf: Auth::None,
+        }
+        .emit(&mut w);
+        sbuf.write_at(i as usize * 2048, w.as_slice());
+        qp.post_send(SendWr {
+            wr_id: u64::from(i),
+            opcode: Opcode::Send,
+            sg_list: smallvec![sge(sbuf, i as usize * 2048, w.len())],
+            signaled: true,
+        })
+        .expect("post a call before connecting");
     }
 }
 
@@ -395,6 +395,18 @@ const RB: usize = 2048;
 
 impl RawClient {
     fn connect(s: &RdmaServer, slots: usize, sink_len: usize) -> RawClient {
+        RawClient::connect_after(s, slots, sink_len, |_, _| {})
+    }
+
+    /// [`RawClient::connect`], with `before` run on the QP and its send buffer once its
+    /// receives are posted and before it connects (work posted there leaves as soon as the
+    /// connection is up).
+    fn connect_after(
+        s: &RdmaServer,
+        slots: usize,
+        sink_len: usize,
+        before: impl FnOnce(&Qp, &dpwarp::verbs::Mr),
+    ) -> RawClient {
         let (ce, se) = memlink::pair(FaultConfig::default());
         let srv = s.clone();
         let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
@@ -411,9 +423,10 @@ impl RawClient {
             .unwrap();
         }
         let sink = pd.reg_mr(sink_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let sbuf = pd.reg_mr(2048 * slots, Access::LOCAL_WRITE);
+        before(&qp, &sbuf);
         cm::connect(Box::new(ce), &qp, &ConnParam::default()).unwrap();
         h.join().unwrap().unwrap();
-        let sbuf = pd.reg_mr(2048 * slots, Access::LOCAL_WRITE);
         RawClient {
             qp,
             cq,
