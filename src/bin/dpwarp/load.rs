@@ -410,11 +410,14 @@ impl PingPong {
 
     /// Half the time between consecutive sends (and the last reply, with `last_round`).
     fn latencies(&self) -> Vec<Duration> {
-        self.posted_at
-            .windows(2)
-            .map(|w| (w[1] - w[0]) / 2)
-            .collect()
+        half_round_trips(&self.posted_at)
     }
+}
+
+/// The one-way latencies of a ping-pong whose side posted at `posted_at`: half of each
+/// round trip, the time between consecutive posts (perftest reports one-way latency).
+pub fn half_round_trips(posted_at: &[Instant]) -> Vec<Duration> {
+    posted_at.windows(2).map(|w| (w[1] - w[0]) / 2).collect()
 }
 
 impl Stepped for PingPong {

@@ -1343,11 +1343,7 @@ impl load::Stepped for WriteLat {
         self.scnt >= self.iters && self.rcnt >= self.iters && !self.in_flight
     }
     fn samples(&self) -> Vec<Duration> {
-        // One sample per round trip, halved (perftest reports one-way latency for ping-pong).
-        self.posted_at
-            .windows(2)
-            .map(|w| (w[1] - w[0]) / 2)
-            .collect()
+        load::half_round_trips(&self.posted_at)
     }
     fn cq(&self) -> &Cq {
         &self.cq
