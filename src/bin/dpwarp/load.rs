@@ -4,10 +4,10 @@
 //!
 //! - [`bw_window`]: RDMA Writes (or Reads) of one buffer with at most `depth` outstanding,
 //!   `iters` of them or until a deadline (perftest's `run_iter_bw`);
-//! - [`send_pingpong`]: a ping-pong of Sends where the client sends first and each side answers
-//!   the peer's message (perftest's `run_iter_lat_send`); latency = half the round trip.
-//!   [`send_pingpong_run_to_completion`] runs the same on the thread that drives the QP, where
-//!   the QP has one (the kernel-TCP transport's driver thread, through a [`DriverHook`]).
+//! - [`send_pingpong_run_to_completion`]: a ping-pong of Sends where the client sends first and
+//!   each side answers the peer's message (perftest's `run_iter_lat_send`); latency = half the
+//!   round trip. It runs on the thread that drives the QP, where the QP has one (the
+//!   kernel-TCP transport's driver thread, through a [`DriverHook`]), else on the caller's.
 
 use dpwarp::verbs::smallvec;
 use std::time::{Duration, Instant};
@@ -170,33 +170,13 @@ pub fn bw_window(qp: &Qp, cq: &Cq, wait: Wait, w: &Window<'_>) -> Result<WindowR
 /// sent). Returns the one-way latencies: half the time between consecutive sends, one round
 /// trip each (`iters - 1` samples, as perftest); with `last_round` the client's last round trip
 /// (its last send to the last reply) is one more (`iters` samples).
-#[allow(clippy::too_many_arguments)]
-pub fn send_pingpong(
-    qp: &Qp,
-    cq: &Cq,
-    wait: Wait,
-    client: bool,
-    buf: &Mr,
-    size: usize,
-    iters: u64,
-    last_round: bool,
-) -> Result<Vec<Duration>, String> {
-    let mut pp = PingPong::new(qp, cq, buf, client, size, iters, last_round);
-    pp.progress = true;
-    pp.start()?;
-    while !pp.is_done() {
-        let wc = next_ok(qp, cq, wait, "send_lat")?;
-        pp.on_wc(wc)?;
-    }
-    Ok(pp.latencies())
-}
-
-/// [`send_pingpong`] run to completion where the QP has a driver thread of its own (the
-/// kernel-TCP transport): the ping-pong runs there as a [`DriverHook`], so a message is
-/// answered in the pass that received it, with no hand-off to this thread and back (a thread
-/// wake-up each way). This thread waits for the result. Elsewhere (the DPDK dataplane, whose
-/// application thread drives the worker itself) it is [`send_pingpong`] with `wait`. The
-/// flag says whether it ran on the driver thread.
+///
+/// Where the QP has a driver thread of its own (the kernel-TCP transport) the ping-pong runs
+/// there as a [`DriverHook`] ([`run_on_driver_thread`]), so a message is answered in the pass
+/// that received it, with no hand-off to this thread and back (a thread wake-up each way);
+/// this thread waits for the result. Elsewhere (the DPDK dataplane, whose application thread
+/// drives the worker itself) it runs here, waiting for each completion with `wait`. The flag
+/// says whether it ran on the driver thread.
 #[allow(clippy::too_many_arguments)]
 pub fn send_pingpong_run_to_completion(
     qp: &Qp,
@@ -209,12 +189,17 @@ pub fn send_pingpong_run_to_completion(
     last_round: bool,
 ) -> Result<(Vec<Duration>, bool), String> {
     let pp = PingPong::new(qp, cq, buf, client, size, iters, last_round);
-    match run_on_driver_thread(qp, pp) {
-        Ok(r) => r,
-        Err(_) => {
-            send_pingpong(qp, cq, wait, client, buf, size, iters, last_round).map(|l| (l, false))
-        }
+    let mut pp = match run_on_driver_thread(qp, pp) {
+        Ok(r) => return r,
+        Err(pp) => pp,
+    };
+    pp.progress = true;
+    pp.start()?;
+    while !pp.is_done() {
+        let wc = next_ok(qp, cq, wait, "send_lat")?;
+        pp.on_wc(wc)?;
     }
+    Ok((pp.latencies(), false))
 }
 
 /// A latency test advanced one step at a time, never blocking: run as a [`DriverHook`] on
@@ -305,8 +290,9 @@ impl<T: Stepped> DriverHook for OnDriver<T> {
     }
 }
 
-/// The ping-pong's state, advanced one completion at a time: by [`send_pingpong`]'s loop on
-/// the calling thread, or as a [`DriverHook`] on the QP's driver thread.
+/// The ping-pong's state, advanced one completion at a time: by
+/// [`send_pingpong_run_to_completion`]'s loop on the calling thread, or as a [`DriverHook`]
+/// on the QP's driver thread.
 struct PingPong {
     qp: Qp,
     cq: Cq,

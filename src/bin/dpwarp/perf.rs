@@ -985,7 +985,7 @@ fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Resul
 ///   half the round trip. No control exchange afterwards.
 /// - read_lat: the client RDMA Reads `size` bytes `iters` times, one at a time; latency = the
 ///   Read's completion time. One dest exchange afterwards (the server just waits for it).
-/// - send_lat: the Send ping-pong of [`load::send_pingpong`].
+/// - send_lat: the Send ping-pong of [`load::send_pingpong_run_to_completion`].
 ///
 /// Each runs on the data QP's driver thread where it has one (kernel TCP), else here
 /// ([`run_lat`]); `--json` says which (`on_driver_thread`).
