@@ -996,14 +996,8 @@ impl Worker {
                 }
                 let c = &mut self.conns[i as usize];
                 c.marks.look_again();
-                if !c.active {
-                    c.active = true;
-                    self.active.push(i as usize);
-                }
-                if !c.touched {
-                    c.touched = true;
-                    self.touched_conns.push(i as usize);
-                }
+                list_once(&mut c.active, i as usize, &mut self.active);
+                list_once(&mut c.touched, i as usize, &mut self.touched_conns);
             }
         }
     }
@@ -1214,10 +1208,7 @@ impl Worker {
                 continue;
             }
             let c = &mut self.conns[i as usize];
-            if !c.active {
-                c.active = true;
-                self.active.push(i as usize);
-            }
+            list_once(&mut c.active, i as usize, &mut self.active);
             // The flag stays up while posts keep coming, so a busy QP costs no
             // read-modify-write here; it is lowered on the first pass that finds nothing.
             if drain_posted(c, &mut self.stats.post_ring_reads) {
@@ -1397,10 +1388,7 @@ impl Worker {
                 if n > 0 {
                     fed = true;
                     self.tx_fed += n as u64;
-                    if !c.touched {
-                        c.touched = true;
-                        self.touched_conns.push(i);
-                    }
+                    list_once(&mut c.touched, i, &mut self.touched_conns);
                 }
             }
             // An idle pass (nothing received, posted or fed, the clock unchanged since an
@@ -1596,10 +1584,9 @@ impl Worker {
                             };
                             c.sh = Some(sh);
                             work |= more;
-                            if more && !c.active {
+                            if more {
                                 // Staged bytes for the next transmit phase to feed.
-                                c.active = true;
-                                self.active.push(i);
+                                list_once(&mut c.active, i, &mut self.active);
                             }
                             c.eof || (close && drained && !more)
                         }
@@ -1752,6 +1739,16 @@ fn drain_posted(c: &mut Conn, reads: &mut u64) -> bool {
         return true;
     }
     false
+}
+
+/// Put index `i` on `list` unless its flag says it is there already (`Conn::active` for
+/// `Worker::active`, `Conn::touched` for `Worker::touched_conns`): each list stays free of
+/// duplicates.
+fn list_once(listed: &mut bool, i: usize, list: &mut Vec<usize>) {
+    if !*listed {
+        *listed = true;
+        list.push(i);
+    }
 }
 
 /// Whether `completions` must reap `c` (with its QP `sh`, taken out of it or not): something
