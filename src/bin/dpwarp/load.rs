@@ -19,8 +19,9 @@ use dpwarp::verbs::{
 
 use crate::cli::progress_tick;
 
-/// No completion for this long fails a loop (the peer is gone or stuck).
-const STALLED: Duration = Duration::from_secs(60);
+/// No completion (no progress) for this long fails a loop or latency test (the peer is gone
+/// or stuck).
+pub const STALLED: Duration = Duration::from_secs(60);
 
 /// How a loop waits for its next completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

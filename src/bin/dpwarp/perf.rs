@@ -1045,8 +1045,7 @@ fn lat(
     print_lat_header(a, title(a), max);
     for &size in sizes {
         progress_phase(a, size);
-        let mut on_driver_thread = None;
-        let samples = if send {
+        let (samples, on_driver_thread) = if send {
             // Over kernel TCP the ping-pong runs on the QP's driver thread (no hand-off to
             // this thread and back per message); over DPDK on this thread, which drives the
             // worker.
@@ -1060,10 +1059,7 @@ fn lat(
                 a.iters,
                 false,
             )
-            .map(|(l, on_driver)| {
-                on_driver_thread = Some(on_driver);
-                l
-            })?
+            .map(|(l, on_driver)| (l, Some(on_driver)))?
         } else if read {
             if client {
                 let test = ReadLat {
@@ -1079,11 +1075,9 @@ fn lat(
                     progress: false,
                     stall: Stall::new(),
                 };
-                let (l, on_driver) = run_lat(&data.qp, test)?;
-                on_driver_thread = Some(on_driver);
-                l
+                run_lat(&data.qp, test).map(|(l, on_driver)| (l, Some(on_driver)))?
             } else {
-                Vec::new()
+                (Vec::new(), None)
             }
         } else {
             let test = WriteLat {
@@ -1104,9 +1098,7 @@ fn lat(
                 progress: false,
                 stall: Stall::new(),
             };
-            let (l, on_driver) = run_lat(&data.qp, test)?;
-            on_driver_thread = Some(on_driver);
-            l
+            run_lat(&data.qp, test).map(|(l, on_driver)| (l, Some(on_driver)))?
         };
         if read || send {
             ctrl.xchg(&my)?;
@@ -1121,9 +1113,6 @@ fn lat(
 
 /// Receives kept posted in send_lat.
 const LAT_RECVS: usize = 16;
-
-/// No progress for this long fails a latency test (the peer is gone or stuck).
-const LAT_STALLED: Duration = Duration::from_secs(60);
 
 /// Run a latency test to completion: on the data QP's driver thread where it has one (the
 /// kernel-TCP transport; [`load::run_on_driver_thread`]), else here, running the DPDK worker
@@ -1224,7 +1213,7 @@ impl load::Stepped for ReadLat {
     }
 }
 
-/// Fails a latency test once its QP has closed or nothing moved for [`LAT_STALLED`]. Looked
+/// Fails a latency test once its QP has closed or nothing moved for [`load::STALLED`]. Looked
 /// at every 256th step that found nothing, so the clock is not read on the latency path.
 struct Stall {
     idle: u32,
@@ -1250,8 +1239,8 @@ impl Stall {
         }
         if self.idle == 1 {
             self.since = Instant::now();
-        } else if self.since.elapsed() > LAT_STALLED {
-            return Err(format!("{what}: no progress for {LAT_STALLED:?}"));
+        } else if self.since.elapsed() > load::STALLED {
+            return Err(format!("{what}: no progress for {:?}", load::STALLED));
         }
         if qp.is_closed() {
             return Err(format!("{what}: data connection closed"));
