@@ -477,6 +477,31 @@ fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
     );
     assert_eq!(v[1]["warmup"], 50);
     assert_eq!(v[1]["lat_us"]["count"], 200, "the warm-up is not counted");
+
+    // The write-size sweep scripts/bench takes the kernel's best stream from: stream only,
+    // TCP_NODELAY on, one result per size, each moving the bytes asked for.
+    let o = run(&mut cmd(&[
+        "tcp-baseline",
+        "--json",
+        "--stream-only",
+        "--nodelay",
+        "--wait",
+        "busy",
+        "--size",
+        "16384,65536",
+        "--total",
+        "4194304",
+    ]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v = json_lines(&text(&o.stdout));
+    assert_eq!(v.len(), 2, "no ping-pong with --stream-only");
+    for (r, size) in v.iter().zip([16384, 65536]) {
+        assert_eq!(r["transport"], "kernel_tcp_busy_nodelay");
+        assert_eq!(r["test"], "tcp_stream");
+        assert_eq!(r["size"], size);
+        assert_eq!(r["iters"], 4194304 / size);
+        assert!(r["gbps"].as_f64().unwrap() > 0.0);
+    }
 }
 
 #[test]

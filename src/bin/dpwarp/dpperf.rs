@@ -540,8 +540,19 @@ fn read_exact(s: &mut TcpStream, mut buf: &mut [u8], wait: KernelWait) -> std::i
 
 /// Plain kernel TCP over loopback: stream bandwidth with `size`-byte writes (like iperf3 -l),
 /// counted where the bytes arrive: the time runs until the receiver has every byte and said
-/// so. Sender and receiver on their own CPUs.
-pub fn tcp_stream(size: usize, total: usize, wait: KernelWait) -> Result<PerfResult, String> {
+/// so. Sender and receiver on their own CPUs. `nodelay` sets TCP_NODELAY on the sender.
+///
+/// The write size matters far more than one would think: on loopback (MTU 65536, MSS 65483) a
+/// 64 KiB write is one full segment and a 53-octet tail, which Nagle holds until the ACK
+/// (and which goes out as a segment of its own with TCP_NODELAY); 64 KiB writes ran at 11-23
+/// Gbit/s here while 32 KiB writes with TCP_NODELAY ran at 48-54 (docs/dataplane.md
+/// "Measurements"). So the bench takes the kernel's best over several write sizes.
+pub fn tcp_stream(
+    size: usize,
+    total: usize,
+    wait: KernelWait,
+    nodelay: bool,
+) -> Result<PerfResult, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let rx = std::thread::spawn(move || -> std::io::Result<usize> {
@@ -566,6 +577,7 @@ pub fn tcp_stream(size: usize, total: usize, wait: KernelWait) -> Result<PerfRes
         let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
         s.set_nonblocking(wait == KernelWait::Busy)
             .map_err(|e| e.to_string())?;
+        s.set_nodelay(nodelay).map_err(|e| e.to_string())?;
         let buf = vec![7u8; size];
         let iters = total.div_ceil(size);
         let t0 = Instant::now();
@@ -843,6 +855,13 @@ pub struct TcpArgs {
     /// ones (`kernel_tcp_busy`, as sockperf --nonblocked); each side pinned to its own CPU.
     #[arg(long, value_enum, default_value_t = WaitArg::Blocking)]
     pub wait: WaitArg,
+    /// TCP_NODELAY on the stream's sender (JSON transport `kernel_tcp_nodelay` /
+    /// `kernel_tcp_busy_nodelay`); the ping-pong always sets it.
+    #[arg(long)]
+    pub nodelay: bool,
+    /// Only the stream, no ping-pong.
+    #[arg(long)]
+    pub stream_only: bool,
     #[command(flatten)]
     pub verbosity: Verbosity,
 }
@@ -857,16 +876,25 @@ pub enum WaitArg {
 }
 
 pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
-    let (wait, transport) = match a.wait {
-        WaitArg::Blocking => (KernelWait::Blocking, "kernel_tcp"),
-        WaitArg::Busy => (KernelWait::Busy, "kernel_tcp_busy"),
+    let (wait, transport) = match (a.wait, a.nodelay) {
+        (WaitArg::Blocking, false) => (KernelWait::Blocking, "kernel_tcp"),
+        (WaitArg::Busy, false) => (KernelWait::Busy, "kernel_tcp_busy"),
+        (WaitArg::Blocking, true) => (KernelWait::Blocking, "kernel_tcp_nodelay"),
+        (WaitArg::Busy, true) => (KernelWait::Busy, "kernel_tcp_busy_nodelay"),
     };
     let mut bw = Vec::new();
     let mut lat = Vec::new();
     for &s in &a.size {
         // At most a million writes per size: small writes are syscall-bound and slow.
-        bw.push(tcp_stream(s, a.total.min(s * 1_000_000).max(s), wait)?);
-        lat.push(tcp_pingpong(s, a.iters, a.warmup, wait)?);
+        bw.push(tcp_stream(
+            s,
+            a.total.min(s * 1_000_000).max(s),
+            wait,
+            a.nodelay,
+        )?);
+        if !a.stream_only {
+            lat.push(tcp_pingpong(s, a.iters, a.warmup, wait)?);
+        }
     }
     if a.json {
         for r in bw.iter().chain(lat.iter()) {
@@ -874,10 +902,12 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
         }
     } else {
         print_table(&format!("{transport} stream (loopback)"), &bw);
-        print_table(
-            &format!("{transport} ping-pong (loopback, one-way = RTT/2)"),
-            &lat,
-        );
+        if !a.stream_only {
+            print_table(
+                &format!("{transport} ping-pong (loopback, one-way = RTT/2)"),
+                &lat,
+            );
+        }
     }
     Ok(())
 }
