@@ -4,9 +4,10 @@
 //! between two threads pinned the same way (blocking, and busy-polled with MSG_DONTWAIT), in
 //! interleaved rounds, medians reported. The kernel stream is written in several sizes
 //! (`KERNEL_WRITES` and `--size`) and the best median is the baseline: on loopback 64 KiB
-//! writes are the kernel's worst case (docs/dataplane.md "Measurements"). Bytes are counted where they arrive: a round ends
-//! when the receiver has them (the RDMA side: the Send posted after the last Write has arrived,
-//! RDMA Writes being placed in order before it, RFC 5040 §5.5).
+//! writes are the kernel's worst case (docs/dataplane.md "Measurements"). Bytes are counted
+//! where they arrive: a round ends when the receiver has them (the RDMA side: the Send posted
+//! after the last Write has arrived, RDMA Writes being placed in order before it, RFC 5040
+//! §5.5).
 //!
 //! ```text
 //! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
@@ -542,20 +543,20 @@ fn main() {
                     srx = CopyStats::sum([&srx, &s]);
                     segs += n;
                 }
-                1 => {
+                slot => {
+                    // 1: blocking, 2: busy-polled; every write size.
+                    let busy = slot == 2;
+                    let (runs, how) = if busy {
+                        (&mut kp, "busy-polled")
+                    } else {
+                        (&mut kb, "blocking")
+                    };
                     for (i, &w) in writes.iter().enumerate() {
-                        let g = kernel_round(w, total, false);
+                        let g = kernel_round(w, total, busy);
                         eprintln!(
-                            "dp_ring: round {r}: kernel TCP blocking, {w} B writes {g:.2} Gbit/s"
+                            "dp_ring: round {r}: kernel TCP {how}, {w} B writes {g:.2} Gbit/s"
                         );
-                        kb[i].push(g);
-                    }
-                }
-                _ => {
-                    for (i, &w) in writes.iter().enumerate() {
-                        let g = kernel_round(w, total, true);
-                        eprintln!("dp_ring: round {r}: kernel TCP busy-polled, {w} B writes {g:.2} Gbit/s");
-                        kp[i].push(g);
+                        runs[i].push(g);
                     }
                 }
             }
