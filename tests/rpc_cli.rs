@@ -152,6 +152,44 @@ fn compare_json(transport: Option<&str>) -> serde_json::Value {
         let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing"));
         assert!(x > 0.0, "{k} = {x}");
     }
+    // The TCP baseline is measured blocking and busy-polled; the plain keys are the better run.
+    let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing"));
+    let better = |base: &str, higher: bool| {
+        let (b, p) = (f(&format!("{base}_blocking")), f(&format!("{base}_busy")));
+        assert!(b > 0.0 && p > 0.0, "{base}: {b} {p}");
+        let want = if higher { b.max(p) } else { b.min(p) };
+        assert!(
+            (f(base) - want).abs() <= 1e-9 * want,
+            "{base} is the better of {b} and {p}"
+        );
+        if want == b {
+            "blocking"
+        } else {
+            "busy"
+        }
+    };
+    assert_eq!(
+        v["tcp_baseline"]["null"],
+        better("null_calls_per_s_tcp", true)
+    );
+    assert_eq!(
+        v["tcp_baseline"]["read_1m"],
+        better("read_1m_gbps_tcp", true)
+    );
+    assert_eq!(
+        v["tcp_baseline"]["null_1credit"],
+        better("null_p50_us_tcp_1credit", false)
+    );
+    // (serde_json parses floats to within an ulp or so, hence the tolerance.)
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    assert!(close(
+        f("null_calls_ratio"),
+        f("null_calls_per_s_rdma") / f("null_calls_per_s_tcp")
+    ));
+    assert!(close(
+        f("read_1m_ratio"),
+        f("read_1m_gbps_rdma") / f("read_1m_gbps_tcp")
+    ));
     v
 }
 

@@ -145,3 +145,139 @@ fn multi_fragment_record_and_garbage() {
     assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "connection closed");
     h.stop();
 }
+
+/// Both ways of waiting (`TcpPoll`), client and server in every pairing: records larger than
+/// the staging buffer and the direct-read threshold, odd lengths (XDR padding), pipelined, each
+/// verified octet for octet.
+#[test]
+fn busy_polled_and_blocking_large_records_verified() {
+    let store = Arc::new(BlockStore::memory(8 << 20));
+    let mut reg = Registry::new();
+    block::register(&mut reg, store.clone());
+    let data: Vec<u8> = (0..(3 << 20) + 5u32)
+        .map(|i| (i * 13 % 251) as u8)
+        .collect();
+    let sizes = [
+        1usize,
+        16383,
+        16384,
+        16385,
+        65537,
+        (1 << 20) + 3,
+        data.len(),
+    ];
+    for server in [tcp::TcpPoll::Blocking, tcp::TcpPoll::Busy] {
+        let h =
+            tcp::serve_with(SocketAddr::from(([127, 0, 0, 1], 0)), reg.clone(), server).unwrap();
+        for client in [tcp::TcpPoll::Blocking, tcp::TcpPoll::Busy] {
+            let mut c = TcpClient::connect_with(h.addr, 4, client).unwrap();
+            let rep = c
+                .call(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_WRITE,
+                    &block::write_args(1, data.clone()),
+                )
+                .unwrap();
+            assert_eq!(
+                block::decode_write(&mut rep.results().unwrap()).unwrap(),
+                Ok(data.len() as u32)
+            );
+            assert_eq!(store.read(1, data.len()).unwrap(), data);
+            let mut order = std::collections::VecDeque::new();
+            let check = |rep: tcp::TcpReply, n: usize| {
+                let d = block::decode_read(&mut rep.results().unwrap())
+                    .unwrap()
+                    .unwrap();
+                assert!(d == data[..n], "READ of {n} ({server:?}/{client:?})");
+            };
+            for &n in sizes.iter().chain(sizes.iter().rev()) {
+                let (_, earlier) = c
+                    .submit(
+                        BLOCK_PROG,
+                        BLOCK_VERS,
+                        block::PROC_READ,
+                        &block::read_args(1, n as u32),
+                    )
+                    .unwrap();
+                order.push_back(n);
+                if let Some(rep) = earlier {
+                    check(rep, order.pop_front().unwrap());
+                }
+            }
+            while c.in_flight() > 0 {
+                check(c.wait_next().unwrap(), order.pop_front().unwrap());
+            }
+        }
+        h.stop();
+    }
+}
+
+/// A READ reply is written straight from the store's memory, but never while waiting for room
+/// in the socket: a client that asks for 24 MiB and reads nothing stalls only its own
+/// connection; another client's WRITE into the store (which needs the store's write lock)
+/// and READ go through meanwhile.
+#[test]
+fn a_client_that_stops_reading_stalls_only_itself() {
+    let store = Arc::new(BlockStore::memory(4 << 20));
+    let mut reg = Registry::new();
+    block::register(&mut reg, store.clone());
+    let h = tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), reg).unwrap();
+    let stalled = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    stalled.set_recv_buffer_size(4096).unwrap();
+    stalled.connect(&h.addr.into()).unwrap();
+    let mut stalled: TcpStream = stalled.into();
+    for xid in 0..12u32 {
+        let mut w = XdrWriter::new();
+        CallRepr {
+            xid,
+            prog: BLOCK_PROG,
+            vers: BLOCK_VERS,
+            proc_: block::PROC_READ,
+            cred: Auth::None,
+            verf: Auth::None,
+        }
+        .emit(&mut w);
+        w.put_raw(&block::read_args(0, 2 << 20).to_inline());
+        let mut rec = record_mark(w.len(), true).to_vec();
+        rec.extend_from_slice(w.as_slice());
+        stalled.write_all(&rec).unwrap();
+    }
+    // Let the server fill the socket and wait for room.
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = h.addr;
+    std::thread::spawn(move || {
+        let mut c = TcpClient::connect(addr, 1).unwrap();
+        let data = vec![0x5a; 1 << 20];
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_WRITE,
+                &block::write_args(4096, data.clone()),
+            )
+            .unwrap();
+        let w = block::decode_write(&mut rep.results().unwrap()).unwrap();
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                &block::read_args(4096, 1 << 20),
+            )
+            .unwrap();
+        let r = block::decode_read(&mut rep.results().unwrap())
+            .unwrap()
+            .unwrap();
+        let _ = tx.send((w, r == data));
+    });
+    let got = rx.recv_timeout(Duration::from_secs(10));
+    assert_eq!(
+        got,
+        Ok((Ok(1 << 20), true)),
+        "the other client's WRITE and READ while one client stalls"
+    );
+    drop(stalled);
+    h.stop();
+}

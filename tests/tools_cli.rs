@@ -99,6 +99,11 @@ fn an_unknown_enumerated_value_is_a_usage_error_listing_the_valid_ones() {
     );
     assert_usage_error(&["rpc-bench", "--proto", "udp"], &[], &["rdma", "tcp"]);
     assert_usage_error(
+        &["rpc-bench", "--tcp-poll", "spin"],
+        &[],
+        &["blocking", "busy"],
+    );
+    assert_usage_error(
         &["rpc-server", "--config", "x.toml", "--transport", "xdp"],
         &[],
         &["dpdk", "kernel"],
@@ -545,7 +550,35 @@ fn rpc_bench_json_keeps_its_keys() {
     assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
 }
 
-/// `rpc-bench --compare` (seven measurements): one progress line per phase on stderr when it
+/// `--tcp-poll busy`: the ONC RPC/TCP client and server spin on non-blocking sockets; the JSON
+/// says which way the run waited.
+#[test]
+fn rpc_bench_tcp_busy_polled() {
+    for poll in ["blocking", "busy"] {
+        let o = run(&mut cmd(&[
+            "rpc-bench",
+            "--proto",
+            "tcp",
+            "--tcp-poll",
+            poll,
+            "--op",
+            "read",
+            "--size",
+            "300000",
+            "--seconds",
+            "0.2",
+            "--json",
+        ]));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert_eq!(v["tcp_poll"], poll);
+        assert_eq!(v["transport"], "kernel");
+        assert!(v["calls"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["gbps"].as_f64().unwrap() > 0.0, "{v}");
+    }
+}
+
+/// `rpc-bench --compare` (ten measurements): one progress line per phase on stderr when it
 /// is not a terminal, nothing of it on stdout, which stays one JSON document.
 #[test]
 fn rpc_bench_compare_shows_its_phases_on_stderr() {
@@ -567,9 +600,9 @@ fn rpc_bench_compare_shows_its_phases_on_stderr() {
         .lines()
         .filter(|l| l.starts_with("rpc-bench: "))
         .collect();
-    assert_eq!(phases.len(), 7, "{err}");
+    assert_eq!(phases.len(), 10, "{err}");
     for (i, l) in phases.iter().enumerate() {
-        assert!(l.starts_with(&format!("rpc-bench: {}/7 ", i + 1)), "{l}");
+        assert!(l.starts_with(&format!("rpc-bench: {}/10 ", i + 1)), "{l}");
     }
     assert!(
         !err.contains('\r'),

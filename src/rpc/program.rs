@@ -272,6 +272,12 @@ impl Body {
         }
     }
 
+    /// The pieces in order, without the plain XDR written since the last bulk item: that is
+    /// the second slice (what [`Body::into_pieces`] would make its last piece).
+    pub fn pieces(&self) -> (&[Piece], &[u8]) {
+        (&self.pieces, self.cur.as_slice())
+    }
+
     /// The pieces in order.
     pub fn into_pieces(mut self) -> Vec<Piece> {
         self.flush();

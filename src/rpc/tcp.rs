@@ -1,25 +1,72 @@
 //! The baseline: the same programs over plain ONC RPC on kernel TCP with record marking
 //! (RFC 5531 §11). One thread per connection, calls answered in order.
+//!
+//! It is the kernel's side of `rpc-bench --compare`, so it does what a tuned TCP server would:
+//! - **No copies of its own.** A message goes out with one vectored write: the record mark,
+//!   header and plain XDR from one buffer, each bulk opaque (a READ's block, a WRITE's data)
+//!   straight from where it lives; the kernel's copy into the socket is the only one. A
+//!   received record fragment larger than [`DIRECT_READ_MIN`] is read by the kernel straight
+//!   into the record, again its only copy.
+//! - **Blocking or busy-polled** ([`TcpPoll`]): blocking reads, or a non-blocking socket the
+//!   thread spins on, as the RDMA side busy-polls its completion queues.
+//!
+//! Writes never wait while holding a registered region's lock (a READ reply's block in the
+//! store): each attempt is non-blocking (`MSG_DONTWAIT`), the lock is dropped before waiting
+//! for room (poll(2), or a spin), so a client that stops reading stalls only its own
+//! connection, never writers to the store.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::client::ReplyReader;
-use super::program::{ArgReader, Body, Registry};
+use super::program::{ArgReader, Body, Piece, Registry};
 use super::RpcError;
+use crate::rdma::memory::MrBytes;
 use crate::wire::oncrpc::{
-    record_mark, AcceptStat, Auth, CallError, CallRepr, RecordDecoder, ReplyRepr, ReplyStat,
-    RPC_VERSION,
+    record_mark, AcceptStat, Auth, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION,
 };
-use crate::wire::xdr::{XdrReader, XdrWriter};
+use crate::wire::xdr::{pad_len, XdrReader, XdrWriter};
+use crate::wire::Error as WireError;
 
 /// Largest record accepted (a 16 MiB WRITE plus headers).
 pub const MAX_RECORD: usize = (16 << 20) + 4096;
+
+/// A fragment remainder at least this long, with nothing else buffered, is read straight into
+/// the record (the kernel's copy only); shorter ones go through the 64 KiB staging buffer,
+/// where one read may bring several small records.
+pub const DIRECT_READ_MIN: usize = 16 * 1024;
+
+const STAGE_LEN: usize = 64 * 1024;
+
+/// Most buffers handed to one `writev` (Linux's IOV_MAX is 1024).
+const MAX_IOV: usize = 512;
+
+/// How a connection's thread waits on its socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcpPoll {
+    /// Blocking reads; waiting for room to write in poll(2). The thread sleeps in the kernel.
+    #[default]
+    Blocking,
+    /// A non-blocking socket the thread spins on (`WouldBlock` retried at once): the kernel's
+    /// busy-polled baseline, each end on its own core.
+    Busy,
+}
+
+impl TcpPoll {
+    /// `blocking` or `busy` (for reports).
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpPoll::Blocking => "blocking",
+            TcpPoll::Busy => "busy",
+        }
+    }
+}
 
 /// A running TCP RPC server.
 pub struct TcpServerHandle {
@@ -39,8 +86,18 @@ impl TcpServerHandle {
     }
 }
 
-/// Serve `registry` on `addr` until stopped.
+/// Serve `registry` on `addr` until stopped, connections blocking.
 pub fn serve(addr: SocketAddr, registry: Registry) -> std::io::Result<TcpServerHandle> {
+    serve_with(addr, registry, TcpPoll::Blocking)
+}
+
+/// Serve `registry` on `addr` until stopped, each connection's thread waiting as `poll` says.
+/// Connection threads inherit the calling thread's CPU affinity.
+pub fn serve_with(
+    addr: SocketAddr,
+    registry: Registry,
+    poll: TcpPoll,
+) -> std::io::Result<TcpServerHandle> {
     let l = TcpListener::bind(addr)?;
     l.set_nonblocking(true)?;
     let addr = l.local_addr()?;
@@ -53,7 +110,7 @@ pub fn serve(addr: SocketAddr, registry: Registry) -> std::io::Result<TcpServerH
                 Ok((s, _)) => {
                     let reg = reg.clone();
                     thread::spawn(move || {
-                        if let Err(e) = serve_conn(s, &reg) {
+                        if let Err(e) = serve_conn(s, &reg, poll) {
                             log::debug!("rpc-tcp: connection ended: {e}");
                         }
                     });
@@ -72,42 +129,35 @@ pub fn serve(addr: SocketAddr, registry: Registry) -> std::io::Result<TcpServerH
     })
 }
 
-fn serve_conn(mut s: TcpStream, reg: &Registry) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
+fn serve_conn(s: TcpStream, reg: &Registry, poll: TcpPoll) -> std::io::Result<()> {
+    s.set_nonblocking(poll == TcpPoll::Busy)?;
     s.set_nodelay(true)?;
-    let mut dec = RecordDecoder::new(MAX_RECORD);
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut out = Vec::new();
+    let mut rd = RecordReader::new(MAX_RECORD);
+    // Replies to every call one read brought, written together.
+    let mut out: Vec<WireMsg<'static>> = Vec::new();
     loop {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
+        if rd.fill(&s, poll, None)? == 0 {
             return Ok(());
         }
-        dec.push(&buf[..n]);
         loop {
-            let rec = match dec.next_record() {
-                Ok(Some(r)) => r,
+            match rd.next_buffered() {
+                Ok(Some(rec)) => out.extend(reply(reg, &rec)),
                 Ok(None) => break,
                 Err(e) => {
                     log::warn!("rpc-tcp: {e}; closing");
                     return Ok(());
                 }
-            };
-            let Some(reply) = handle(reg, &rec) else {
-                continue;
-            };
-            out.extend_from_slice(&record_mark(reply.len(), true));
-            out.extend_from_slice(&reply);
+            }
         }
         if !out.is_empty() {
-            s.write_all(&out)?;
+            write_msgs(&s, &out, poll, None)?;
             out.clear();
         }
     }
 }
 
-/// Answer one record: the encoded reply, or None when it is not a call at all.
-pub fn handle(reg: &Registry, rec: &[u8]) -> Option<Vec<u8>> {
+/// The reply to one record, or None when it is not a call at all.
+fn reply(reg: &Registry, rec: &[u8]) -> Option<WireMsg<'static>> {
     let mut r = XdrReader::new(rec);
     let (rep, body) = match CallRepr::parse(&mut r) {
         Ok(call) => {
@@ -133,10 +183,341 @@ pub fn handle(reg: &Registry, rec: &[u8]) -> Option<Vec<u8>> {
             )
         }
     };
-    let mut w = XdrWriter::new();
-    rep.emit(&mut w);
-    w.put_raw(&body.to_inline());
-    Some(w.into_vec())
+    Some(WireMsg::new(|w| rep.emit(w), body))
+}
+
+/// Answer one record as plain XDR (no record mark), or None when it is not a call at all.
+pub fn handle(reg: &Registry, rec: &[u8]) -> Option<Vec<u8>> {
+    let m = reply(reg, rec)?;
+    let mut v = Vec::with_capacity(m.len());
+    m.with_slices(|s| s.iter().for_each(|b| v.extend_from_slice(b)));
+    Some(v.split_off(4))
+}
+
+/// One record as it goes on the wire: the record mark, the RPC header and the plain XDR items
+/// encoded in `head`; each bulk opaque's octets left where they are (RFC 4506 §4.10: its
+/// length word and padding are in `head`).
+struct WireMsg<'a> {
+    head: Vec<u8>,
+    /// In order: a range of `head`, or the octets of `pieces[i]` (a bulk item).
+    parts: Vec<Part>,
+    pieces: Cow<'a, [Piece]>,
+}
+
+enum Part {
+    Head(usize, usize),
+    Bulk(usize),
+}
+
+impl<'a> WireMsg<'a> {
+    /// The record of `header` (emitted by the closure) followed by `body`, as one fragment.
+    fn new(header: impl FnOnce(&mut XdrWriter), body: Body) -> WireMsg<'static> {
+        WireMsg::encode(header, Cow::Owned(body.into_pieces()), &[])
+    }
+
+    /// The same for a borrowed body: its bulk items are written from where they are.
+    fn borrowing(header: impl FnOnce(&mut XdrWriter), body: &'a Body) -> WireMsg<'a> {
+        let (pieces, tail) = body.pieces();
+        WireMsg::encode(header, Cow::Borrowed(pieces), tail)
+    }
+
+    /// `pieces` then the plain XDR `tail`.
+    fn encode(
+        header: impl FnOnce(&mut XdrWriter),
+        pieces: Cow<'a, [Piece]>,
+        tail: &[u8],
+    ) -> WireMsg<'a> {
+        let mut w = XdrWriter::new();
+        w.put_raw(&[0; 4]); // the record mark, once the length is known
+        header(&mut w);
+        let mut parts = Vec::with_capacity(2 * pieces.len() + 1);
+        let mut from = 0;
+        let mut bulk = 0;
+        for (i, p) in pieces.iter().enumerate() {
+            match (p, p.bulk_len()) {
+                (Piece::Xdr(b), _) => w.put_raw(b),
+                (_, Some(n)) => {
+                    w.put_u32(n as u32);
+                    parts.push(Part::Head(from, w.len()));
+                    parts.push(Part::Bulk(i));
+                    bulk += n;
+                    from = w.len();
+                    w.put_raw(&[0; 3][..pad_len(n)]);
+                }
+                (_, None) => unreachable!("only Piece::Xdr has no bulk length"),
+            }
+        }
+        w.put_raw(tail);
+        parts.push(Part::Head(from, w.len()));
+        let mut head = w.into_vec();
+        let mark = record_mark(head.len() - 4 + bulk, true);
+        head[..4].copy_from_slice(&mark);
+        WireMsg {
+            head,
+            parts,
+            pieces,
+        }
+    }
+
+    /// Octets on the wire, the record mark included.
+    fn len(&self) -> usize {
+        self.head.len()
+            + self
+                .pieces
+                .iter()
+                .filter_map(Piece::bulk_len)
+                .sum::<usize>()
+    }
+
+    /// Call `f` with the message's octets as slices, registered regions read-locked meanwhile.
+    fn with_slices<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        with_msgs_slices(std::slice::from_ref(self), f)
+    }
+}
+
+/// Call `f` with the octets of `msgs` as slices (empty ones left out), holding the read locks
+/// of the registered regions they name for as long as `f` runs.
+fn with_msgs_slices<R>(msgs: &[WireMsg<'_>], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    let guards: Vec<MrBytes<'_>> = msgs
+        .iter()
+        .flat_map(|m| m.pieces.iter())
+        .filter_map(|p| match p {
+            Piece::Region { mem, .. } => Some(mem.bytes()),
+            _ => None,
+        })
+        .collect();
+    let mut g = 0;
+    let mut slices: Vec<&[u8]> = Vec::new();
+    for m in msgs {
+        // The region pieces of earlier messages come first in `guards`.
+        let first_guard = g;
+        g += m
+            .pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Region { .. }))
+            .count();
+        for part in &m.parts {
+            let s: &[u8] = match *part {
+                Part::Head(a, b) => &m.head[a..b],
+                Part::Bulk(i) => match &m.pieces[i] {
+                    Piece::Bulk(d) => d,
+                    Piece::Region { offset, len, .. } => {
+                        let k = m.pieces[..i]
+                            .iter()
+                            .filter(|p| matches!(p, Piece::Region { .. }))
+                            .count();
+                        // Body::put_bulk_region checked the range.
+                        &guards[first_guard + k][*offset..*offset + *len]
+                    }
+                    Piece::Xdr(_) => unreachable!("bulk parts name bulk pieces"),
+                },
+            };
+            if !s.is_empty() {
+                slices.push(s);
+            }
+        }
+    }
+    f(&slices)
+}
+
+/// Write `msgs` in order. Each attempt is a non-blocking vectored write holding the regions'
+/// read locks; the locks are dropped before waiting for room (poll(2) when blocking, a spin
+/// when busy), until `deadline` if one is given.
+fn write_msgs(
+    s: &TcpStream,
+    msgs: &[WireMsg<'_>],
+    poll: TcpPoll,
+    deadline: Option<Instant>,
+) -> std::io::Result<()> {
+    let total: usize = msgs.iter().map(WireMsg::len).sum();
+    let sock = socket2::SockRef::from(s);
+    let mut done = 0usize;
+    while done < total {
+        let r = with_msgs_slices(msgs, |slices| {
+            let mut skip = done;
+            let mut iov = Vec::with_capacity(slices.len().min(MAX_IOV));
+            for b in slices {
+                if skip >= b.len() {
+                    skip -= b.len();
+                    continue;
+                }
+                iov.push(IoSlice::new(&b[skip..]));
+                skip = 0;
+                if iov.len() == MAX_IOV {
+                    break;
+                }
+            }
+            sock.send_vectored_with_flags(&iov, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        });
+        match r {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                wait_ready(s, rustix::event::PollFlags::OUT, poll, deadline)?
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Wait until `s` is ready for `what`: in poll(2) when blocking, spinning when busy.
+fn wait_ready(
+    s: &TcpStream,
+    what: rustix::event::PollFlags,
+    poll: TcpPoll,
+    deadline: Option<Instant>,
+) -> std::io::Result<()> {
+    let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
+    match poll {
+        TcpPoll::Busy => {
+            std::hint::spin_loop();
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(timed_out());
+            }
+            Ok(())
+        }
+        TcpPoll::Blocking => {
+            let timeout = match deadline {
+                None => None,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(timed_out());
+                    }
+                    Some(rustix::event::Timespec {
+                        tv_sec: left.as_secs() as i64,
+                        tv_nsec: left.subsec_nanos() as i64,
+                    })
+                }
+            };
+            let mut fds = [rustix::event::PollFd::new(s, what)];
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(0) => Err(timed_out()),
+                Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Reads record-marked records (RFC 5531 §11) off a stream with no copy of its own for large
+/// fragments: small reads land in a staging buffer and are copied out; once a fragment has
+/// [`DIRECT_READ_MIN`] or more octets to come and nothing is staged, the kernel reads them
+/// straight into the record.
+struct RecordReader {
+    max_record: usize,
+    stage: Box<[u8]>,
+    lo: usize,
+    hi: usize,
+    record: Vec<u8>,
+    /// Octets of the current fragment still to come (when `in_fragment`).
+    left: usize,
+    in_fragment: bool,
+    last: bool,
+}
+
+impl RecordReader {
+    fn new(max_record: usize) -> Self {
+        RecordReader {
+            max_record,
+            stage: vec![0; STAGE_LEN].into_boxed_slice(),
+            lo: 0,
+            hi: 0,
+            record: Vec::new(),
+            left: 0,
+            in_fragment: false,
+            last: false,
+        }
+    }
+
+    /// The next complete record from the octets already read; `Ok(None)` if more are needed.
+    /// A record longer than the limit is an error (the connection should be closed).
+    fn next_buffered(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        loop {
+            if !self.in_fragment {
+                let Some(h) = self
+                    .stage
+                    .get(self.lo..self.lo + 4)
+                    .filter(|_| self.hi - self.lo >= 4)
+                else {
+                    return Ok(None);
+                };
+                let h = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+                self.lo += 4;
+                let len = (h & 0x7fff_ffff) as usize;
+                if self.record.len().saturating_add(len) > self.max_record {
+                    return Err(WireError::Malformed("RPC record longer than the limit"));
+                }
+                self.record.reserve(len);
+                self.left = len;
+                self.last = h & 0x8000_0000 != 0;
+                self.in_fragment = true;
+            }
+            let take = self.left.min(self.hi - self.lo);
+            self.record
+                .extend_from_slice(&self.stage[self.lo..self.lo + take]);
+            self.lo += take;
+            self.left -= take;
+            if self.left > 0 {
+                return Ok(None);
+            }
+            self.in_fragment = false;
+            if self.last {
+                return Ok(Some(std::mem::take(&mut self.record)));
+            }
+        }
+    }
+
+    /// Read once from `s` (waiting as `poll` says, until `deadline` if given): the octets
+    /// read, 0 at the end of the stream.
+    fn fill(
+        &mut self,
+        s: &TcpStream,
+        poll: TcpPoll,
+        deadline: Option<Instant>,
+    ) -> std::io::Result<usize> {
+        if self.lo == self.hi {
+            self.lo = 0;
+            self.hi = 0;
+        }
+        loop {
+            let r = if self.in_fragment && self.left >= DIRECT_READ_MIN && self.lo == self.hi {
+                // Into the record's reserved room, uninitialised memory not zeroed first.
+                let before = self.record.len();
+                let r = Read::take(s, self.left as u64).read_to_end(&mut self.record);
+                let n = self.record.len() - before;
+                self.left -= n;
+                match r {
+                    Err(_) if n > 0 => Ok(n),
+                    Ok(_) => Ok(n),
+                    Err(e) => Err(e),
+                }
+            } else {
+                if self.hi == self.stage.len() {
+                    // Full of a partial header: keep the unread octets, at the front.
+                    self.stage.copy_within(self.lo..self.hi, 0);
+                    self.hi -= self.lo;
+                    self.lo = 0;
+                }
+                let mut s = s;
+                let r = s.read(&mut self.stage[self.hi..]);
+                if let Ok(n) = r {
+                    self.hi += n;
+                }
+                r
+            };
+            match r {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && poll == TcpPoll::Busy => {
+                    wait_ready(s, rustix::event::PollFlags::IN, poll, deadline)?
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 /// A reply over TCP.
@@ -163,11 +544,14 @@ impl TcpReply {
     }
 }
 
+/// How long a client waits for a reply (or for room to send a call) before giving up.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A pipelining TCP RPC client: up to `window` calls outstanding, replies in order.
 pub struct TcpClient {
     s: TcpStream,
-    dec: RecordDecoder,
-    buf: Vec<u8>,
+    poll: TcpPoll,
+    rd: RecordReader,
     next_xid: u32,
     inflight: VecDeque<u32>,
     /// Most calls outstanding at once.
@@ -175,16 +559,22 @@ pub struct TcpClient {
 }
 
 impl TcpClient {
-    /// Connect to `addr` (TCP_NODELAY, 10 s read timeout) allowing `window` (at least 1) calls
-    /// outstanding.
+    /// Connect to `addr` (TCP_NODELAY, blocking, [`CLIENT_TIMEOUT`]) allowing `window` (at
+    /// least 1) calls outstanding.
     pub fn connect(addr: SocketAddr, window: usize) -> Result<Self, RpcError> {
+        Self::connect_with(addr, window, TcpPoll::Blocking)
+    }
+
+    /// [`TcpClient::connect`], waiting on the socket as `poll` says.
+    pub fn connect_with(addr: SocketAddr, window: usize, poll: TcpPoll) -> Result<Self, RpcError> {
         let s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+        s.set_nonblocking(poll == TcpPoll::Busy)?;
         Ok(TcpClient {
             s,
-            dec: RecordDecoder::new(MAX_RECORD),
-            buf: vec![0u8; 256 * 1024],
+            poll,
+            rd: RecordReader::new(MAX_RECORD),
             next_xid: rand::random(),
             inflight: VecDeque::new(),
             window: window.max(1),
@@ -197,6 +587,7 @@ impl TcpClient {
     }
 
     /// Send a call (waits for the oldest reply first if the window is full: returned then).
+    /// The arguments' bulk items are written from where they are, not copied.
     pub fn submit(
         &mut self,
         prog: u32,
@@ -211,20 +602,21 @@ impl TcpClient {
         };
         self.next_xid = self.next_xid.wrapping_add(1);
         let xid = self.next_xid;
-        let mut w = XdrWriter::new();
-        CallRepr {
+        let call = CallRepr {
             xid,
             prog,
             vers,
             proc_,
             cred: Auth::None,
             verf: Auth::None,
-        }
-        .emit(&mut w);
-        w.put_raw(&args.to_inline());
-        let mut rec = record_mark(w.len(), true).to_vec();
-        rec.extend_from_slice(w.as_slice());
-        self.s.write_all(&rec)?;
+        };
+        let m = WireMsg::borrowing(|w| call.emit(w), args);
+        write_msgs(
+            &self.s,
+            std::slice::from_ref(&m),
+            self.poll,
+            Some(Instant::now() + CLIENT_TIMEOUT),
+        )?;
         self.inflight.push_back(xid);
         Ok((xid, earlier))
     }
@@ -235,8 +627,9 @@ impl TcpClient {
             .inflight
             .pop_front()
             .ok_or(RpcError::Usage("nothing in flight"))?;
+        let deadline = Instant::now() + CLIENT_TIMEOUT;
         loop {
-            if let Some(rec) = self.dec.next_record()? {
+            if let Some(rec) = self.rd.next_buffered()? {
                 let mut r = XdrReader::new(&rec);
                 let header = ReplyRepr::parse(&mut r)?;
                 if header.xid != want {
@@ -249,11 +642,9 @@ impl TcpClient {
                     results_at,
                 });
             }
-            let n = self.s.read(&mut self.buf)?;
-            if n == 0 {
+            if self.rd.fill(&self.s, self.poll, Some(deadline))? == 0 {
                 return Err(RpcError::Closed);
             }
-            self.dec.push(&self.buf[..n]);
         }
     }
 
@@ -270,5 +661,61 @@ impl TcpClient {
             self.wait_next()?;
         }
         self.wait_next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rdma::memory::SharedMem;
+
+    /// A body with plain XDR around a Vec bulk item and a region bulk item of odd lengths.
+    fn mixed_body(mem: &SharedMem) -> Body {
+        let mut b = Body::new();
+        b.xdr().put_u32(7);
+        b.put_bulk(vec![1, 2, 3, 4, 5]);
+        b.xdr().put_u32(9);
+        b.put_bulk_region(mem, 3, 6);
+        b
+    }
+
+    #[test]
+    fn wire_msg_is_the_record_mark_then_the_inline_encoding() {
+        let mem = SharedMem::from_vec((0..32).collect());
+        let body = mixed_body(&mem);
+        let inline = body.to_inline();
+        let m = WireMsg::new(|w| w.put_u32(0xabcd), body);
+        let mut got = Vec::new();
+        m.with_slices(|s| s.iter().for_each(|b| got.extend_from_slice(b)));
+        let mut want = record_mark(4 + inline.len(), true).to_vec();
+        want.extend_from_slice(&0xabcdu32.to_be_bytes());
+        want.extend_from_slice(&inline);
+        assert_eq!(got, want);
+        assert_eq!(m.len(), want.len());
+    }
+
+    #[test]
+    fn record_reader_joins_fragments_and_refuses_long_records() {
+        let mut rd = RecordReader::new(10);
+        let mut wire = record_mark(3, false).to_vec();
+        wire.extend_from_slice(b"abc");
+        wire.extend_from_slice(&record_mark(2, true));
+        wire.extend_from_slice(b"de");
+        wire.extend_from_slice(&record_mark(11, true));
+        // Octets arrive one at a time.
+        let mut got = Vec::new();
+        for &b in &wire {
+            rd.stage[rd.hi] = b;
+            rd.hi += 1;
+            match rd.next_buffered() {
+                Ok(Some(r)) => got.push(r),
+                Ok(None) => {}
+                Err(_) => {
+                    got.push(b"refused".to_vec());
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, vec![b"abcde".to_vec(), b"refused".to_vec()]);
     }
 }
