@@ -11,8 +11,12 @@
 //!
 //! ```text
 //! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
-//!     [--tx-zero-copy auto|off] [--idle N] [--json FILE]
+//!     [--tx-zero-copy auto|off] [--idle N] [--kernel-writes 16384,32768,...] [--json FILE]
 //! ```
+//!
+//! `--kernel-writes` sets the kernel stream's write sizes (default `KERNEL_WRITES`; `--size`
+//! is always among them); scripts/bench gives its quiet-connection run (`--idle`), whose
+//! kernel figures it does not use, just one.
 //!
 //! `--idle N` first opens N more connections between the two ports that then carry nothing
 //! (a storage target's quiet clients) and keeps them open through the rounds: the measured
@@ -52,6 +56,7 @@ struct Args {
     zero_copy: String,
     lat_iters: usize,
     idle: usize,
+    kernel_writes: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -64,6 +69,7 @@ fn args() -> Args {
         lat_iters: 20000,
         zero_copy: "auto".into(),
         idle: 0,
+        kernel_writes: KERNEL_WRITES.to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -77,6 +83,12 @@ fn args() -> Args {
             "--tx-zero-copy" => a.zero_copy = v(),
             "--lat-iters" => a.lat_iters = v().parse().expect("--lat-iters N"),
             "--idle" => a.idle = v().parse().expect("--idle N"),
+            "--kernel-writes" => {
+                a.kernel_writes = v()
+                    .split(',')
+                    .map(|w| w.parse().expect("--kernel-writes N,N,..."))
+                    .collect()
+            }
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
             // this binary has none.
@@ -509,7 +521,7 @@ fn main() {
     }
     let total = a.mib << 20;
     let (mut d, mut kb, mut kp) = (vec![], vec![], vec![]);
-    let mut writes = KERNEL_WRITES.to_vec();
+    let mut writes = a.kernel_writes.clone();
     if !writes.contains(&a.size) {
         writes.push(a.size);
     }
@@ -592,6 +604,7 @@ fn main() {
         "stream_gbps_kernel_best": best,
         "stream_kernel_best": {"write": best_write, "busy": best_busy},
         "stream_gbps_kernel_by_write": by_write,
+        "kernel_writes": writes,
         "ratio_vs_better_kernel": dm / best,
         "ratio_vs_better_kernel_same_writes": dm / kbm.max(kpm),
         "tx_zero_copy": a.zero_copy,
