@@ -44,6 +44,11 @@ pub const DIRECT_READ_MIN: usize = 16 * 1024;
 
 const STAGE_LEN: usize = 64 * 1024;
 
+/// Most room made at once for a fragment read straight into its record beyond what has
+/// arrived: a 1 MiB READ reply is read with no reallocation, a header claiming more costs at
+/// most this until the octets come.
+const DIRECT_RESERVE: usize = 1 << 20;
+
 /// Most buffers handed to one `writev` (Linux's IOV_MAX is 1024).
 const MAX_IOV: usize = 512;
 
@@ -450,7 +455,7 @@ impl RecordReader {
                 if self.record.len().saturating_add(len) > self.max_record {
                     return Err(WireError::Malformed("RPC record longer than the limit"));
                 }
-                self.record.reserve(len);
+                // Room is made as octets arrive (`fill`), not for what a header claims.
                 self.left = len;
                 self.last = h & 0x8000_0000 != 0;
                 self.in_fragment = true;
@@ -484,7 +489,12 @@ impl RecordReader {
         }
         loop {
             let r = if self.in_fragment && self.left >= DIRECT_READ_MIN && self.lo == self.hi {
-                // Into the record's reserved room, uninitialised memory not zeroed first.
+                // Into the record's spare room, uninitialised memory not zeroed first (std's
+                // `read_buf` for sockets). Room for the rest of the fragment, but never more
+                // than what has arrived plus DIRECT_RESERVE: a peer's header alone does not
+                // make us allocate the 16 MiB it may claim.
+                let room = self.left.min(self.record.len().max(DIRECT_RESERVE));
+                self.record.reserve(room);
                 let before = self.record.len();
                 let r = Read::take(s, self.left as u64).read_to_end(&mut self.record);
                 let n = self.record.len() - before;
@@ -692,6 +702,30 @@ mod tests {
         want.extend_from_slice(&inline);
         assert_eq!(got, want);
         assert_eq!(m.len(), want.len());
+    }
+
+    /// A header claiming a 16 MiB record, then 100 octets: the reader makes room for what may
+    /// come soon (1 MiB), not for what the header claims. (Busy-polled, so that `fill` returns
+    /// with what has arrived; blocking, it waits for the whole fragment.)
+    #[test]
+    fn record_reader_allocates_as_octets_arrive() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let deadline = Some(Instant::now() + Duration::from_secs(10));
+        let mut rd = RecordReader::new(MAX_RECORD);
+        std::io::Write::write_all(&mut tx, &record_mark(16 << 20, true)).unwrap();
+        assert_eq!(rd.fill(&rx, TcpPoll::Busy, deadline).unwrap(), 4);
+        assert!(rd.next_buffered().unwrap().is_none());
+        std::io::Write::write_all(&mut tx, &[7; 100]).unwrap();
+        assert_eq!(rd.fill(&rx, TcpPoll::Busy, deadline).unwrap(), 100);
+        assert_eq!(rd.record.len(), 100);
+        assert!(
+            rd.record.capacity() <= 2 * DIRECT_RESERVE,
+            "{} octets of room for 100 received",
+            rd.record.capacity()
+        );
     }
 
     #[test]
