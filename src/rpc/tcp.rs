@@ -29,7 +29,8 @@ use super::program::{ArgReader, Body, Piece, Registry};
 use super::RpcError;
 use crate::rdma::memory::MrBytes;
 use crate::wire::oncrpc::{
-    record_mark, AcceptStat, Auth, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION,
+    record_mark, AcceptStat, Auth, CallError, CallRepr, RecordDecoder, ReplyRepr, ReplyStat,
+    RPC_VERSION,
 };
 use crate::wire::xdr::{pad_len, XdrReader, XdrWriter};
 use crate::wire::Error as WireError;
@@ -408,71 +409,38 @@ fn wait_ready(
 }
 
 /// Reads record-marked records (RFC 5531 §11) off a stream with no copy of its own for large
-/// fragments: small reads land in a staging buffer and are copied out; once a fragment has
-/// [`DIRECT_READ_MIN`] or more octets to come and nothing is staged, the kernel reads them
-/// straight into the record.
+/// fragments: small reads land in a staging buffer and [`RecordDecoder`] copies them out; once
+/// a fragment has [`DIRECT_READ_MIN`] or more octets to come and nothing is staged, the kernel
+/// reads them straight into the record.
 struct RecordReader {
-    max_record: usize,
+    dec: RecordDecoder,
     stage: Box<[u8]>,
     lo: usize,
     hi: usize,
-    record: Vec<u8>,
-    /// Octets of the current fragment still to come (when `in_fragment`).
-    left: usize,
-    in_fragment: bool,
-    last: bool,
+    /// A record completed by a direct read, for the next `next_buffered`.
+    ready: Option<Vec<u8>>,
 }
 
 impl RecordReader {
     fn new(max_record: usize) -> Self {
         RecordReader {
-            max_record,
+            dec: RecordDecoder::new(max_record),
             stage: vec![0; STAGE_LEN].into_boxed_slice(),
             lo: 0,
             hi: 0,
-            record: Vec::new(),
-            left: 0,
-            in_fragment: false,
-            last: false,
+            ready: None,
         }
     }
 
     /// The next complete record from the octets already read; `Ok(None)` if more are needed.
     /// A record longer than the limit is an error (the connection should be closed).
     fn next_buffered(&mut self) -> Result<Option<Vec<u8>>, WireError> {
-        loop {
-            if !self.in_fragment {
-                let Some(h) = self
-                    .stage
-                    .get(self.lo..self.lo + 4)
-                    .filter(|_| self.hi - self.lo >= 4)
-                else {
-                    return Ok(None);
-                };
-                let h = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
-                self.lo += 4;
-                let len = (h & 0x7fff_ffff) as usize;
-                if self.record.len().saturating_add(len) > self.max_record {
-                    return Err(WireError::Malformed("RPC record longer than the limit"));
-                }
-                // Room is made as octets arrive (`fill`), not for what a header claims.
-                self.left = len;
-                self.last = h & 0x8000_0000 != 0;
-                self.in_fragment = true;
-            }
-            let take = self.left.min(self.hi - self.lo);
-            self.record
-                .extend_from_slice(&self.stage[self.lo..self.lo + take]);
-            self.lo += take;
-            self.left -= take;
-            if self.left > 0 {
-                return Ok(None);
-            }
-            self.in_fragment = false;
-            if self.last {
-                return Ok(Some(std::mem::take(&mut self.record)));
-            }
+        if let Some(r) = self.ready.take() {
+            return Ok(Some(r));
         }
+        let (n, rec) = self.dec.consume(&self.stage[self.lo..self.hi])?;
+        self.lo += n;
+        Ok(rec)
     }
 
     /// Read once from `s` (waiting as `poll` says, until `deadline` if given): the octets
@@ -488,17 +456,25 @@ impl RecordReader {
             self.hi = 0;
         }
         loop {
-            let r = if self.in_fragment && self.left >= DIRECT_READ_MIN && self.lo == self.hi {
+            let direct = match self.dec.fragment_room() {
+                Some((rec, left)) if left >= DIRECT_READ_MIN && self.lo == self.hi => {
+                    Some((rec, left))
+                }
+                _ => None,
+            };
+            let r = if let Some((record, left)) = direct {
                 // Into the record's spare room, uninitialised memory not zeroed first (std's
                 // `read_buf` for sockets). Room for the rest of the fragment, but never more
                 // than what has arrived plus DIRECT_RESERVE: a peer's header alone does not
                 // make us allocate the 16 MiB it may claim.
-                let room = self.left.min(self.record.len().max(DIRECT_RESERVE));
-                self.record.reserve(room);
-                let before = self.record.len();
-                let r = Read::take(s, self.left as u64).read_to_end(&mut self.record);
-                let n = self.record.len() - before;
-                self.left -= n;
+                record.reserve(left.min(record.len().max(DIRECT_RESERVE)));
+                let before = record.len();
+                let r = Read::take(s, left as u64).read_to_end(record);
+                let n = record.len() - before;
+                if n > 0 {
+                    // n <= left: the read was limited to it.
+                    self.ready = self.dec.appended(n).map_err(std::io::Error::other)?;
+                }
                 match r {
                     Err(_) if n > 0 => Ok(n),
                     Ok(_) => Ok(n),
@@ -506,7 +482,8 @@ impl RecordReader {
                 }
             } else {
                 if self.hi == self.stage.len() {
-                    // Full of a partial header: keep the unread octets, at the front.
+                    // Full (only if read again before every record was taken): keep the
+                    // unread octets, at the front.
                     self.stage.copy_within(self.lo..self.hi, 0);
                     self.hi -= self.lo;
                     self.lo = 0;
@@ -720,11 +697,12 @@ mod tests {
         assert!(rd.next_buffered().unwrap().is_none());
         std::io::Write::write_all(&mut tx, &[7; 100]).unwrap();
         assert_eq!(rd.fill(&rx, TcpPoll::Busy, deadline).unwrap(), 100);
-        assert_eq!(rd.record.len(), 100);
+        let (record, left) = rd.dec.fragment_room().unwrap();
+        assert_eq!((record.len(), left), (100, (16 << 20) - 100));
         assert!(
-            rd.record.capacity() <= 2 * DIRECT_RESERVE,
+            record.capacity() <= 2 * DIRECT_RESERVE,
             "{} octets of room for 100 received",
-            rd.record.capacity()
+            record.capacity()
         );
     }
 

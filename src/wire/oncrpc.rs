@@ -342,13 +342,30 @@ pub fn record_mark(len: usize, last: bool) -> [u8; 4] {
     v.to_be_bytes()
 }
 
-/// A streaming record-marking decoder: feed bytes, get whole records (fragments joined).
-/// Records longer than `max_record` are refused (the connection should be closed).
+/// A streaming record-marking decoder (RFC 5531 §11): feed octets, get whole records
+/// (fragments joined). Records longer than `max_record` are refused (the connection should be
+/// closed); room is made as octets arrive, never for what a fragment header claims.
+///
+/// Two ways to feed it: [`RecordDecoder::consume`] takes octets from a caller's buffer (or
+/// [`RecordDecoder::push`] them into its own, then [`RecordDecoder::next_record`]); and while
+/// a fragment's octets are still to come, a reader may append them to the record itself
+/// ([`RecordDecoder::fragment_room`], then [`RecordDecoder::appended`]), e.g. straight from a
+/// socket with no copy in between.
 #[derive(Debug)]
 pub struct RecordDecoder {
     max_record: usize,
-    buf: Vec<u8>,
+    /// A fragment header in the making.
+    header: [u8; 4],
+    header_len: usize,
     record: Vec<u8>,
+    /// Octets of the current fragment still to come (when `in_fragment`).
+    left: usize,
+    in_fragment: bool,
+    last: bool,
+    failed: bool,
+    /// What [`RecordDecoder::push`] received and `next_record` has not consumed, from `lo`.
+    buf: Vec<u8>,
+    lo: usize,
 }
 
 impl RecordDecoder {
@@ -356,37 +373,106 @@ impl RecordDecoder {
     pub fn new(max_record: usize) -> Self {
         RecordDecoder {
             max_record,
-            buf: Vec::new(),
+            header: [0; 4],
+            header_len: 0,
             record: Vec::new(),
+            left: 0,
+            in_fragment: false,
+            last: false,
+            failed: false,
+            buf: Vec::new(),
+            lo: 0,
         }
+    }
+
+    /// Take octets from `data` until a record is complete or `data` runs out: the number taken
+    /// and the record, if one was completed (call again with the rest).
+    pub fn consume(&mut self, data: &[u8]) -> Result<(usize, Option<Vec<u8>>)> {
+        let mut at = 0;
+        loop {
+            if self.failed {
+                return Err(Error::Malformed("RPC record longer than the limit"));
+            }
+            if !self.in_fragment {
+                let n = (4 - self.header_len).min(data.len() - at);
+                self.header[self.header_len..self.header_len + n]
+                    .copy_from_slice(&data[at..at + n]);
+                self.header_len += n;
+                at += n;
+                if self.header_len < 4 {
+                    return Ok((at, None));
+                }
+                self.header_len = 0;
+                let h = u32::from_be_bytes(self.header);
+                let len = (h & 0x7fff_ffff) as usize;
+                if self.record.len().saturating_add(len) > self.max_record {
+                    self.failed = true;
+                    continue;
+                }
+                self.left = len;
+                self.last = h & 0x8000_0000 != 0;
+                self.in_fragment = true;
+            }
+            let n = self.left.min(data.len() - at);
+            self.record.extend_from_slice(&data[at..at + n]);
+            at += n;
+            if let Some(rec) = self.appended_unchecked(n) {
+                return Ok((at, Some(rec)));
+            }
+            if self.in_fragment {
+                return Ok((at, None));
+            }
+        }
+    }
+
+    /// While a fragment's octets are still to come: the record so far (append them to it)
+    /// and how many there are; then call [`RecordDecoder::appended`].
+    pub fn fragment_room(&mut self) -> Option<(&mut Vec<u8>, usize)> {
+        (self.in_fragment && !self.failed).then_some((&mut self.record, self.left))
+    }
+
+    /// `n` octets of the current fragment were appended to the record
+    /// ([`RecordDecoder::fragment_room`]): the record, if that completed it.
+    pub fn appended(&mut self, n: usize) -> Result<Option<Vec<u8>>> {
+        if !self.in_fragment || n > self.left {
+            return Err(Error::Malformed(
+                "more octets appended than the fragment holds",
+            ));
+        }
+        Ok(self.appended_unchecked(n))
+    }
+
+    fn appended_unchecked(&mut self, n: usize) -> Option<Vec<u8>> {
+        self.left -= n;
+        if self.left > 0 {
+            return None;
+        }
+        self.in_fragment = false;
+        self.last.then(|| std::mem::take(&mut self.record))
     }
 
     /// Append received bytes.
     pub fn push(&mut self, data: &[u8]) {
+        if self.lo == self.buf.len() {
+            self.buf.clear();
+            self.lo = 0;
+        }
         self.buf.extend_from_slice(data);
     }
 
-    /// The next complete record, `Ok(None)` if more bytes are needed.
+    /// The next complete record from what was pushed, `Ok(None)` if more bytes are needed.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>> {
-        loop {
-            if self.buf.len() < 4 {
-                return Ok(None);
-            }
-            let h = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
-            let len = (h & 0x7fff_ffff) as usize;
-            let last = h & 0x8000_0000 != 0;
-            if self.record.len().saturating_add(len) > self.max_record {
-                return Err(Error::Malformed("RPC record longer than the limit"));
-            }
-            if self.buf.len() < 4 + len {
-                return Ok(None);
-            }
-            self.record.extend_from_slice(&self.buf[4..4 + len]);
-            self.buf.drain(..4 + len);
-            if last {
-                return Ok(Some(std::mem::take(&mut self.record)));
-            }
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.consume(&buf[self.lo..]);
+        if let Ok((n, _)) = r {
+            self.lo += n;
         }
+        if self.lo == buf.len() {
+            buf.clear();
+            self.lo = 0;
+        }
+        self.buf = buf;
+        r.map(|(_, rec)| rec)
     }
 }
 
@@ -464,5 +550,29 @@ mod tests {
         assert_eq!(d.next_record().unwrap().unwrap(), b"abcde");
         d.push(&record_mark(1000, true));
         assert!(d.next_record().is_err());
+        assert!(d.next_record().is_err(), "refused for good");
+    }
+
+    /// Two records in one buffer, the second split: `consume` stops after the first; the
+    /// second's fragment filled by the caller appending to the record itself.
+    #[test]
+    fn record_marking_consume_and_append() {
+        let mut d = RecordDecoder::new(100);
+        let mut s = record_mark(2, true).to_vec();
+        s.extend_from_slice(b"ab");
+        s.extend_from_slice(&record_mark(5, true));
+        s.extend_from_slice(b"cd");
+        let (n, rec) = d.consume(&s).unwrap();
+        assert_eq!((n, rec.as_deref()), (6, Some(&b"ab"[..])));
+        assert!(d.fragment_room().is_none());
+        assert_eq!(d.consume(&s[6..]).unwrap(), (6, None));
+        let (rec, left) = d.fragment_room().unwrap();
+        assert_eq!(left, 3);
+        rec.extend_from_slice(b"ef");
+        assert_eq!(d.appended(2).unwrap(), None);
+        assert!(d.appended(2).is_err(), "only one octet is left");
+        d.fragment_room().unwrap().0.push(b'g');
+        assert_eq!(d.appended(1).unwrap().unwrap(), b"cdefg");
+        assert!(d.fragment_room().is_none());
     }
 }
