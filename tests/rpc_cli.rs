@@ -124,6 +124,77 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `[tcp] poll = "busy"`: the ONC RPC/TCP side of `rpc-server` busy-polls (said on stdout),
+/// and serves a busy-polled client's WRITE and READ, verified.
+#[test]
+fn rpc_server_tcp_busy_polled() {
+    let (p1, p2) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("dpwarp-rpc-cli-busy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("server.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{p1}\"\ntransport = \"kernel\"\n[store]\nkind = \"memory\"\n\
+             size = 1048576\n[tcp]\nlisten = \"127.0.0.1:{p2}\"\npoll = \"busy\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+        .args(["rpc-server", "--config"])
+        .arg(&cfg)
+        .args(["--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ONC RPC over TCP") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "rpc-server ended"
+        );
+    }
+    assert!(line.trim_end().ends_with("busy-polled"), "{line}");
+    let mut t = TcpClient::connect_with(
+        SocketAddr::from(([127, 0, 0, 1], p2)),
+        4,
+        dpwarp::rpc::tcp::TcpPoll::Busy,
+    )
+    .unwrap();
+    let data: Vec<u8> = (0..300_001u32).map(|i| (i % 249) as u8).collect();
+    let rep = t
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_WRITE,
+            &block::write_args(3, data.clone()),
+        )
+        .unwrap();
+    assert_eq!(
+        block::decode_write(&mut rep.results().unwrap()).unwrap(),
+        Ok(300_001)
+    );
+    let rep = t
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_READ,
+            &block::read_args(3, 300_001),
+        )
+        .unwrap();
+    assert_eq!(
+        block::decode_read(&mut rep.results().unwrap()).unwrap(),
+        Ok(data)
+    );
+    drop(t);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `rpc-bench --compare --json` (with `--transport T` when given) from the source tree.
 fn compare_json(transport: Option<&str>) -> serde_json::Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dpwarp"));

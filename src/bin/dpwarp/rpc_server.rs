@@ -140,6 +140,20 @@ impl Default for RdmaConfig {
 #[serde(deny_unknown_fields)]
 pub struct TcpConfig {
     pub listen: SocketAddr,
+    /// How each connection's thread waits on its socket: "blocking" (default) or "busy"
+    /// (spinning on a non-blocking socket, a core per connection: the busy-polled baseline
+    /// for `rpc-bench --tcp-server ... --tcp-poll busy`).
+    #[serde(default)]
+    pub poll: TcpPollConfig,
+}
+
+/// `[tcp] poll`.
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TcpPollConfig {
+    #[default]
+    Blocking,
+    Busy,
 }
 
 impl RdmaConfig {
@@ -345,10 +359,19 @@ pub fn run(a: Args) -> Result<(), String> {
     );
     let th = match &cfg.tcp {
         Some(t) => {
-            let th = tcp::serve(t.listen, reg).map_err(|e| format!("listen {}: {e}", t.listen))?;
+            let poll = match t.poll {
+                TcpPollConfig::Blocking => tcp::TcpPoll::Blocking,
+                TcpPollConfig::Busy => tcp::TcpPoll::Busy,
+            };
+            let th = tcp::serve_with(t.listen, reg, poll)
+                .map_err(|e| format!("listen {}: {e}", t.listen))?;
             println!(
-                "rpc-server: ONC RPC over TCP (record marking) on {}",
-                th.addr
+                "rpc-server: ONC RPC over TCP (record marking) on {}, {}",
+                th.addr,
+                match poll {
+                    tcp::TcpPoll::Blocking => "blocking",
+                    tcp::TcpPoll::Busy => "busy-polled",
+                }
             );
             Some(th)
         }
