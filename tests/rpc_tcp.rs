@@ -281,3 +281,45 @@ fn a_client_that_stops_reading_stalls_only_itself() {
     drop(stalled);
     h.stop();
 }
+
+/// The baseline's threads are named (`rpc-tcp-accept`, `rpc-tcp-conn`) and run where the thread
+/// that started the server was placed: rpc-bench starts it on the RDMA server's CPU so both
+/// protocols get the same CPUs.
+#[test]
+fn server_threads_are_named_and_keep_the_starting_threads_cpus() {
+    let cpu = dpwarp::affinity::thread_cpus().into_iter().max().unwrap();
+    let h = std::thread::spawn(move || {
+        dpwarp::affinity::set_thread_cpus(&[cpu]).unwrap();
+        let mut reg = Registry::new();
+        block::register(&mut reg, Arc::new(BlockStore::memory(4096)));
+        tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), reg).unwrap()
+    })
+    .join()
+    .unwrap();
+    let mut c = TcpClient::connect(h.addr, 1).unwrap();
+    c.call(BLOCK_PROG, BLOCK_VERS, block::PROC_NULL, &Body::new())
+        .unwrap();
+    let mut seen = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        if name.trim().starts_with("rpc-tcp-") {
+            seen.push((name.trim().to_string(), cpus));
+        }
+    }
+    // Other tests' servers run in this process too, unpinned: ours are the pinned ones.
+    for name in ["rpc-tcp-accept", "rpc-tcp-conn"] {
+        assert!(
+            seen.contains(&(name.to_string(), cpu.to_string())),
+            "no {name} thread on CPU {cpu}: {seen:?}"
+        );
+    }
+    drop(c);
+    h.stop();
+}

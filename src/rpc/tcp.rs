@@ -110,24 +110,33 @@ pub fn serve_with(
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let reg = Arc::new(registry);
-    let join = thread::spawn(move || {
-        while !st.load(Ordering::Acquire) {
-            match l.accept() {
-                Ok((s, _)) => {
-                    let reg = reg.clone();
-                    thread::spawn(move || {
-                        if let Err(e) = serve_conn(s, &reg, poll) {
-                            log::debug!("rpc-tcp: connection ended: {e}");
+    // Named, so that /proc/PID/task/*/comm shows where the baseline's threads run.
+    let join = thread::Builder::new()
+        .name("rpc-tcp-accept".into())
+        .spawn(move || {
+            while !st.load(Ordering::Acquire) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        let reg = reg.clone();
+                        let conn =
+                            thread::Builder::new()
+                                .name("rpc-tcp-conn".into())
+                                .spawn(move || {
+                                    if let Err(e) = serve_conn(s, &reg, poll) {
+                                        log::debug!("rpc-tcp: connection ended: {e}");
+                                    }
+                                });
+                        if let Err(e) = conn {
+                            log::warn!("rpc-tcp: no thread for a connection: {e}");
                         }
-                    });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        thread::sleep(Duration::from_millis(20))
+                    }
+                    Err(e) => log::warn!("rpc-tcp: accept: {e}"),
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    thread::sleep(Duration::from_millis(20))
-                }
-                Err(e) => log::warn!("rpc-tcp: accept: {e}"),
             }
-        }
-    });
+        })?;
     Ok(TcpServerHandle {
         addr,
         stop,
