@@ -53,8 +53,9 @@ const DIRECT_RESERVE: usize = 1 << 20;
 /// Most buffers handed to one `writev` (Linux's IOV_MAX is 1024).
 const MAX_IOV: usize = 512;
 
-/// How a connection's thread waits on its socket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How a connection's thread waits on its socket (`"blocking"` / `"busy"` in configs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TcpPoll {
     /// Blocking reads; waiting for room to write in poll(2). The thread sleeps in the kernel.
     #[default]
@@ -201,14 +202,6 @@ fn reply(reg: &Registry, rec: &[u8]) -> Option<WireMsg<'static>> {
     Some(WireMsg::new(|w| rep.emit(w), body))
 }
 
-/// Answer one record as plain XDR (no record mark), or None when it is not a call at all.
-pub fn handle(reg: &Registry, rec: &[u8]) -> Option<Vec<u8>> {
-    let m = reply(reg, rec)?;
-    let mut v = Vec::with_capacity(m.len());
-    m.with_slices(|s| s.iter().for_each(|b| v.extend_from_slice(b)));
-    Some(v.split_off(4))
-}
-
 /// One record as it goes on the wire: the record mark, the RPC header and the plain XDR items
 /// encoded in `head`; each bulk opaque's octets left where they are (RFC 4506 §4.10: its
 /// length word and padding are in `head`).
@@ -283,11 +276,6 @@ impl<'a> WireMsg<'a> {
                 .filter_map(Piece::bulk_len)
                 .sum::<usize>()
     }
-
-    /// Call `f` with the message's octets as slices, registered regions read-locked meanwhile.
-    fn with_slices<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
-        with_msgs_slices(std::slice::from_ref(self), f)
-    }
 }
 
 /// Call `f` with the octets of `msgs` as slices (empty ones left out), holding the read locks
@@ -301,28 +289,20 @@ fn with_msgs_slices<R>(msgs: &[WireMsg<'_>], f: impl FnOnce(&[&[u8]]) -> R) -> R
             _ => None,
         })
         .collect();
-    let mut g = 0;
+    // Every bulk piece has one `Part::Bulk`, in piece order, so the parts meet the region
+    // pieces in the order their guards were taken.
+    let mut guard = guards.iter();
     let mut slices: Vec<&[u8]> = Vec::new();
     for m in msgs {
-        // The region pieces of earlier messages come first in `guards`.
-        let first_guard = g;
-        g += m
-            .pieces
-            .iter()
-            .filter(|p| matches!(p, Piece::Region { .. }))
-            .count();
         for part in &m.parts {
             let s: &[u8] = match *part {
                 Part::Head(a, b) => &m.head[a..b],
                 Part::Bulk(i) => match &m.pieces[i] {
                     Piece::Bulk(d) => d,
                     Piece::Region { offset, len, .. } => {
-                        let k = m.pieces[..i]
-                            .iter()
-                            .filter(|p| matches!(p, Piece::Region { .. }))
-                            .count();
+                        let g = guard.next().expect("one guard per region piece");
                         // Body::put_bulk_region checked the range.
-                        &guards[first_guard + k][*offset..*offset + *len]
+                        &g[*offset..*offset + *len]
                     }
                     Piece::Xdr(_) => unreachable!("bulk parts name bulk pieces"),
                 },
@@ -682,7 +662,9 @@ mod tests {
         let inline = body.to_inline();
         let m = WireMsg::new(|w| w.put_u32(0xabcd), body);
         let mut got = Vec::new();
-        m.with_slices(|s| s.iter().for_each(|b| got.extend_from_slice(b)));
+        with_msgs_slices(std::slice::from_ref(&m), |s| {
+            s.iter().for_each(|b| got.extend_from_slice(b))
+        });
         let mut want = record_mark(4 + inline.len(), true).to_vec();
         want.extend_from_slice(&0xabcdu32.to_be_bytes());
         want.extend_from_slice(&inline);

@@ -318,6 +318,16 @@ struct Servers {
     _keep: Vec<Box<dyn std::any::Any>>,
 }
 
+impl Servers {
+    /// The ONC RPC/TCP server whose threads wait as `poll` says.
+    fn tcp_for(&self, poll: TcpPoll) -> SocketAddr {
+        match poll {
+            TcpPoll::Blocking => self.tcp,
+            TcpPoll::Busy => self.tcp_busy,
+        }
+    }
+}
+
 /// The in-process servers (unless --server / --tcp-server name remote ones), over a store whose
 /// first `size` bytes hold the pattern READ replies are checked against.
 fn start_servers(a: &Args, net: Option<&Net>, size: usize) -> Result<Servers, String> {
@@ -728,16 +738,16 @@ pub fn run(a: Args) -> Result<(), String> {
         let secs = a.seconds;
         // Ten measurements of --seconds each: one progress line per phase on stderr.
         let mut progress = Progress::new(Duration::ZERO);
-        let mut p = |i: u32, what: &str| -> u32 {
+        let mut p = |i: u32, what: &str| {
             progress.phase(format!("rpc-bench: {i}/10 {what} ({secs} s)"));
-            i
         };
-        // Each TCP figure blocking and busy-polled, one right after the other.
-        let tcp_pair = |p: &mut dyn FnMut(u32, &str) -> u32, i: u32, what: &str, op, size, n| {
+        // Each TCP figure blocking and busy-polled (`POLLS`), one right after the other.
+        const POLLS: [TcpPoll; 2] = [TcpPoll::Blocking, TcpPoll::Busy];
+        let tcp_pair = |p: &mut dyn FnMut(u32, &str), i: u32, what: &str, op, size, n| {
             p(i, &format!("{what} over ONC RPC/TCP, blocking"));
-            let blocking = bench_tcp(s.tcp, TcpPoll::Blocking, op, size, n, secs)?;
+            let blocking = bench_tcp(s.tcp_for(POLLS[0]), POLLS[0], op, size, n, secs)?;
             p(i + 1, &format!("{what} over ONC RPC/TCP, busy-polled"));
-            let busy = bench_tcp(s.tcp_busy, TcpPoll::Busy, op, size, n, secs)?;
+            let busy = bench_tcp(s.tcp_for(POLLS[1]), POLLS[1], op, size, n, secs)?;
             Ok::<_, String>([blocking, busy])
         };
         p(1, "NULL over RPC-over-RDMA");
@@ -761,7 +771,7 @@ pub fn run(a: Args) -> Result<(), String> {
         let (ni, ri) = (better(&nts, Stats::rate), better(&rts, Stats::gbps));
         let n1i = better(&nt1s, |st| -st.pct(0.5));
         let (nt, rt, nt1) = (&nts[ni], &rts[ri], &nt1s[n1i]);
-        let mode = |i: usize| ["blocking", "busy"][i];
+        let mode = |i: usize| POLLS[i].name();
         let rdma_setup = net.describe(a.server);
         if a.json {
             let j = serde_json::json!({
@@ -869,11 +879,14 @@ pub fn run(a: Args) -> Result<(), String> {
         )?,
         _ => {
             let poll = TcpPoll::from(a.tcp_poll);
-            let addr = match poll {
-                TcpPoll::Blocking => servers.tcp,
-                TcpPoll::Busy => servers.tcp_busy,
-            };
-            bench_tcp(addr, poll, op, a.size, a.credits, a.seconds)?
+            bench_tcp(
+                servers.tcp_for(poll),
+                poll,
+                op,
+                a.size,
+                a.credits,
+                a.seconds,
+            )?
         }
     };
     if let Some(d) = net.as_ref().and_then(Net::dataplane_stats) {

@@ -144,16 +144,7 @@ pub struct TcpConfig {
     /// (spinning on a non-blocking socket, a core per connection: the busy-polled baseline
     /// for `rpc-bench --tcp-server ... --tcp-poll busy`).
     #[serde(default)]
-    pub poll: TcpPollConfig,
-}
-
-/// `[tcp] poll`.
-#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum TcpPollConfig {
-    #[default]
-    Blocking,
-    Busy,
+    pub poll: tcp::TcpPoll,
 }
 
 impl RdmaConfig {
@@ -359,16 +350,12 @@ pub fn run(a: Args) -> Result<(), String> {
     );
     let th = match &cfg.tcp {
         Some(t) => {
-            let poll = match t.poll {
-                TcpPollConfig::Blocking => tcp::TcpPoll::Blocking,
-                TcpPollConfig::Busy => tcp::TcpPoll::Busy,
-            };
-            let th = tcp::serve_with(t.listen, reg, poll)
+            let th = tcp::serve_with(t.listen, reg, t.poll)
                 .map_err(|e| format!("listen {}: {e}", t.listen))?;
             println!(
                 "rpc-server: ONC RPC over TCP (record marking) on {}, {}",
                 th.addr,
-                match poll {
+                match t.poll {
                     tcp::TcpPoll::Blocking => "blocking",
                     tcp::TcpPoll::Busy => "busy-polled",
                 }
