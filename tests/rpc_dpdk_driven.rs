@@ -21,7 +21,7 @@ use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 
 mod rpc_common;
-use rpc_common::{exercise, null, pattern};
+use rpc_common::{exercise, null, pattern, threads};
 
 /// Abort the process if the test runs longer than `secs` (a hang must fail, not block CI).
 fn watchdog(secs: u64) {
@@ -30,24 +30,6 @@ fn watchdog(secs: u64) {
         eprintln!("rpc_dpdk_driven: still running after {secs} s; aborting");
         std::process::abort();
     });
-}
-
-/// (name, Cpus_allowed_list) of every thread of this process.
-fn threads() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let p = t.path();
-        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
-        let cpus = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        out.push((name.trim().to_string(), cpus));
-    }
-    out
 }
 
 #[test]

@@ -12,6 +12,9 @@ use dpwarp::rpc::tcp::{self, TcpClient, TcpServerHandle};
 use dpwarp::wire::oncrpc::{record_mark, AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
 use dpwarp::wire::xdr::{XdrReader, XdrWriter};
 
+mod rpc_common;
+use rpc_common::threads;
+
 fn start() -> (TcpServerHandle, Arc<BlockStore>) {
     let store = Arc::new(BlockStore::memory(1 << 20));
     let mut reg = Registry::new();
@@ -299,20 +302,10 @@ fn server_threads_are_named_and_keep_the_starting_threads_cpus() {
     let mut c = TcpClient::connect(h.addr, 1).unwrap();
     c.call(BLOCK_PROG, BLOCK_VERS, block::PROC_NULL, &Body::new())
         .unwrap();
-    let mut seen = Vec::new();
-    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        let cpus = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        if name.trim().starts_with("rpc-tcp-") {
-            seen.push((name.trim().to_string(), cpus));
-        }
-    }
+    let seen: Vec<_> = threads()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("rpc-tcp-"))
+        .collect();
     // Other tests' servers run in this process too, unpinned: ours are the pinned ones.
     for name in ["rpc-tcp-accept", "rpc-tcp-conn"] {
         assert!(

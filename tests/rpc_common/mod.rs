@@ -163,3 +163,21 @@ pub fn exercise_with(c: &mut RdmaClient, store: Option<&BlockStore>, size: u64) 
     assert_eq!(c.stats.long_calls, longs + 1);
     assert_eq!(c.stats.over_grant, 0);
 }
+
+/// (name, Cpus_allowed_list) of every thread of this process.
+pub fn threads() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let p = t.path();
+        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(p.join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        out.push((name.trim().to_string(), cpus));
+    }
+    out
+}
