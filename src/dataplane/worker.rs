@@ -1351,7 +1351,6 @@ impl Worker {
         // One pass frames what each window admits and smoltcp sends up to a burst of segments
         // per socket; another pass only while something is left that a pass can move now
         // (`again` below), bounded (the device refuses when its tx queue is full).
-        let ts = st_at(self.t0, now);
         let align = self.tcp.fpdu_alignment;
         for _ in 0..EGRESS_PASSES {
             let mut fed = false;
@@ -1397,6 +1396,9 @@ impl Worker {
             if !fed && self.egress_idle_at == Some(now) {
                 break;
             }
+            // smoltcp's clock, only for a pass that goes on to the egress (an idle one has
+            // stopped above).
+            let ts = st_at(self.t0, now);
             let sent = if self.egress_all || self.sweeping {
                 self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets)
             } else {

@@ -505,9 +505,9 @@ fn pin_side(side: usize) {
 fn read_some(s: &mut TcpStream, buf: &mut [u8], wait: KernelWait) -> std::io::Result<usize> {
     loop {
         match s.read(buf) {
-            Err(e) if wait == KernelWait::Busy && e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::hint::spin_loop()
-            }
+            // Busy: straight back into read(2), no `pause` (dpwarp's driven loops have none
+            // either: load::Wait::Spin).
+            Err(e) if wait == KernelWait::Busy && e.kind() == std::io::ErrorKind::WouldBlock => {}
             r => return r,
         }
     }
@@ -518,9 +518,7 @@ fn write_all(s: &mut TcpStream, mut buf: &[u8], wait: KernelWait) -> std::io::Re
         match s.write(buf) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => buf = &buf[n..],
-            Err(e) if wait == KernelWait::Busy && e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::hint::spin_loop()
-            }
+            Err(e) if wait == KernelWait::Busy && e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
     }
