@@ -20,6 +20,8 @@ pub struct Alignment {
     pub aligned: u64,
     /// Flows skipped (markers negotiated, sequence gaps, unparsable MPA frames).
     pub skipped_flows: u64,
+    /// The longest frame in the capture, in octets (Ethernet header included).
+    pub max_frame: u64,
 }
 
 impl Alignment {
@@ -84,6 +86,7 @@ pub fn analyse(pcap: &[u8], max_bytes: usize) -> Result<Alignment, String> {
         return Err(format!("link type {linktype} is not Ethernet"));
     }
     let mut flows: HashMap<FlowKey, Flow> = HashMap::new();
+    let mut max_frame = 0u64;
     let mut pos = 24;
     while pos + 16 <= pcap.len() {
         let incl = u32_at(pos + 8).ok_or("truncated record")? as usize;
@@ -91,6 +94,7 @@ pub fn analyse(pcap: &[u8], max_bytes: usize) -> Result<Alignment, String> {
             .get(pos + 16..pos + 16 + incl)
             .ok_or("truncated packet")?;
         pos += 16 + incl;
+        max_frame = max_frame.max(incl as u64);
         // Ethernet II, IPv4, TCP.
         if be16(rec, 12) != Some(0x0800) {
             continue;
@@ -148,7 +152,10 @@ pub fn analyse(pcap: &[u8], max_bytes: usize) -> Result<Alignment, String> {
         f.next_seq = Some(seq.wrapping_add(payload.len() as u32));
     }
 
-    let mut res = Alignment::default();
+    let mut res = Alignment {
+        max_frame,
+        ..Alignment::default()
+    };
     let keys: Vec<FlowKey> = flows.keys().copied().collect();
     for k in keys {
         let f = &flows[&k];

@@ -240,6 +240,12 @@ pub struct TcpConfig {
     /// takes and lets smoltcp cut segments anywhere (kept to measure the difference).
     #[serde(default = "d_true")]
     pub fpdu_alignment: bool,
+    /// Segmentation offload in software: smoltcp builds one TCP segment of up to 64 frames'
+    /// worth, the device cuts it into frames (default true). Used only where smoltcp computes
+    /// no checksum (`checksum = "trusted-link"`, or a PMD that offloads both) and no faults
+    /// are injected; `false` keeps one smoltcp pass per frame (to measure the difference).
+    #[serde(default = "d_true")]
+    pub gso: bool,
     /// TCP connections one worker holds at most (incoming ones still in MPA startup, awaiting
     /// accept, live or closing; and outgoing). Each has `rx_buffer + tx_buffer` of memory, so
     /// this bounds what peers can make a worker allocate; connections beyond it are refused
@@ -263,6 +269,7 @@ impl Default for TcpConfig {
             tx_buffer: d_buf(),
             backlog: d_backlog(),
             fpdu_alignment: true,
+            gso: true,
             max_connections: d_max_conns(),
             mpa_timeout_ms: d_mpa_timeout_ms(),
             max_startups: d_max_startups(),

@@ -3,168 +3,26 @@
 //! net_pcap vdev captures every frame; the TCP data segments in the capture must begin with an
 //! FPDU header. Before the worker fed smoltcp one segment of whole FPDUs at a time, a message's
 //! short last FPDU shifted every later segment boundary (14.8 % aligned, docs/dataplane.md).
+//! The ports compute checksums in software, so smoltcp cuts every segment itself (no
+//! segmentation offload: tests/dpdk_gso.rs is the same stream with it).
 //! One EAL per process: the only EAL test of this binary.
 
-use dpwarp::verbs::smallvec;
-use std::net::SocketAddrV4;
-use std::thread;
-use std::time::Duration;
-
-use dpwarp::cm::ConnParam;
-use dpwarp::dataplane::Dataplane;
-use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcStatus};
-
 mod dp_common;
-use dp_common::{advertise, advertised, pattern, shipped_config, unique};
-
-const REGION: usize = 1 << 20;
-/// Write sizes cycled through: none is a multiple of MULPDU, so every message ends in a short
-/// FPDU; 100 B fits a segment with others (packing).
-const SIZES: [usize; 4] = [65536, 10000, 100, 33333];
-const WRITES: usize = 96;
 
 #[test]
 fn streaming_writes_keep_segments_on_fpdu_boundaries() {
-    let dir = std::env::temp_dir().join(format!("dpwarp-align-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("align.pcap");
-    let cfg = shipped_config(
-        "net_pcap.toml",
-        &[
-            ("target/demo/dpdk.pcap", pcap.to_str().unwrap()),
-            ("dpwpcap", &unique("dpwal")),
-        ],
-    );
-
-    let dp = Dataplane::start(&cfg).expect("dataplane");
-    let server_ep = dp.endpoint(0).unwrap();
-    let client_ep = dp.endpoint(1).unwrap();
-    let dev = Device::open();
-    let pd = dev.alloc_pd();
-    let listener = server_ep.listen(4792).unwrap();
-
-    let spd = pd.clone();
-    let server = thread::spawn(move || {
-        let cq = Cq::new(64);
-        let qp = Qp::new(&spd, &QpInitAttr::new(&cq));
-        let recv_mr = spd.reg_mr(64, Access::LOCAL_WRITE);
-        let target = spd.reg_mr(REGION, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-        qp.post_recv(RecvWr {
-            wr_id: 1,
-            sg_list: smallvec![sge(&recv_mr, 0, 64)],
-        })
-        .unwrap();
-        let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        let adv = advertise(&target);
-        let param = ConnParam {
-            private_data: adv,
-            ..ConnParam::default()
-        };
-        req.accept(&qp, &param).unwrap();
-        // The client's final Send follows every Write on the stream.
-        let wc = cq.wait(Duration::from_secs(30)).expect("final send");
-        assert_eq!(wc.status, WcStatus::Success);
-        let got = target.to_vec();
-        assert!(
-            qp.wait_closed(Duration::from_secs(20)),
-            "client did not disconnect"
-        );
-        got
-    });
-
-    let cq = Cq::new(256);
-    let qp = Qp::new(&pd, &QpInitAttr::new(&cq));
-    let src = pd.reg_mr(REGION, Access::LOCAL_WRITE);
-    let neg = client_ep
-        .connect(
-            SocketAddrV4::new(server_ep.ip(), 4792),
-            &qp,
-            &ConnParam::default(),
-        )
-        .unwrap();
-    let pdata = neg.peer_private_data.clone();
-    let (raddr, rkey) = advertised(&pdata);
-
-    // The expected final image of the target region, built as the Writes are posted.
-    let mut expect = vec![0u8; REGION];
-    let mut off = 0;
-    let mut posted = 0;
-    let mut done = 0;
-    for i in 0..WRITES {
-        let n = SIZES[i % SIZES.len()];
-        if off + n > REGION {
-            off = 0;
-        }
-        // Each Write has its own source range so that posting ahead never rewrites bytes a
-        // queued Write has yet to send.
-        // Keep at most 8 Writes outstanding (one per source slot).
-        while posted - done >= 8 {
-            let wc = cq.wait(Duration::from_secs(10)).expect("write completion");
-            assert_eq!(wc.status, WcStatus::Success);
-            done += 1;
-        }
-        let sbase = (i % 8) * (REGION / 8);
-        let n_src = n;
-        let data = pattern(i as u8, n_src);
-        src.write_at(sbase, &data);
-        expect[off..off + n_src].copy_from_slice(&data);
-        qp.post_send(SendWr {
-            wr_id: i as u64,
-            opcode: Opcode::Write {
-                remote_addr: raddr + off as u64,
-                rkey,
-            },
-            sg_list: smallvec![sge(&src, sbase, n_src)],
-            signaled: true,
-        })
-        .unwrap();
-        posted += 1;
-        off += n_src;
-    }
-    while done < posted {
-        let wc = cq.wait(Duration::from_secs(10)).expect("write completion");
-        assert_eq!(wc.status, WcStatus::Success);
-        done += 1;
-    }
-    qp.post_send(SendWr {
-        wr_id: 999,
-        opcode: Opcode::Send,
-        sg_list: smallvec![sge(&src, 0, 8)],
-        signaled: true,
-    })
-    .unwrap();
-    let wc = cq.wait(Duration::from_secs(10)).expect("send completion");
-    assert_eq!(wc.status, WcStatus::Success);
-    thread::sleep(Duration::from_millis(200));
-    qp.disconnect();
-    let got = server.join().unwrap();
-    if let Some(i) = (0..REGION).find(|&i| got[i] != expect[i]) {
-        panic!(
-            "the target region differs from the Writes at {i}: got {:?} expected {:?}",
-            &got[i..(i + 16).min(REGION)],
-            &expect[i..(i + 16).min(REGION)]
-        );
-    }
-    drop(dp); // stops the ports: the pcap PMD flushes and closes its file
-
-    let bytes = std::fs::read(&pcap).expect("the capture was written");
-    let a = dpwarp::capture::analyse(&bytes, 1 << 28).unwrap();
-    eprintln!(
-        "{} of {} data segments begin with an FPDU header ({:.2} %)",
-        a.aligned,
-        a.data_segments,
-        100.0 * a.fraction()
-    );
+    let (a, stats, cfg) = dp_common::align::stream_writes("dpwal", 4792, |_| {});
     assert!(a.data_segments > 1000, "{a:?}");
     assert_eq!(a.skipped_flows, 0, "{a:?}");
     // Every data segment, also those whose payload wraps around the end of the transmit ring
     // (the stream is several times the ring: the vendored smoltcp sends such a segment whole
     // instead of cutting it at the wrap, third_party/smoltcp/DPWARP.md).
-    let streamed: usize = (0..WRITES).map(|i| SIZES[i % SIZES.len()]).sum();
     assert!(
-        streamed > 2 * cfg.tcp.tx_buffer,
+        dp_common::align::streamed() > 2 * cfg.tcp.tx_buffer,
         "the stream must wrap the ring"
     );
     assert_eq!(a.aligned, a.data_segments, "{a:?}");
-    let _ = std::fs::remove_dir_all(&dir);
+    // Software checksums cover a whole segment: the device cuts none.
+    let gso: u64 = stats.iter().map(|s| s.device.tx_gso_segments).sum();
+    assert_eq!(gso, 0, "segmentation offload with software checksums");
 }

@@ -411,6 +411,7 @@ impl Dataplane {
                 );
                 dev.set_checksum_mode(ck_mode);
                 dev.set_checksum_offload(ck_off);
+                dev.set_gso(cfg.tcp.gso);
                 dev.set_mac(mac);
                 if zero_copy {
                     dev.enable_zero_copy((cfg.tcp.tx_buffer / 1024).clamp(64, 4096));

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod align;
 pub mod jumbo;
 
 use dpwarp::config::{DataplaneConfig, PortConfig};

@@ -364,6 +364,13 @@ pub trait Device {
 
     /// Get a description of device capabilities.
     fn capabilities(&self) -> DeviceCapabilities;
+
+    /// dpwarp: segmentation offload. How many frames the device would cut, right now, from one
+    /// TCP segment larger than a frame handed to [`TxToken::consume_gso`]: 0 or 1 when it
+    /// cuts none (the default), and then no such segment is ever handed to it.
+    fn tcp_gso_frames(&self) -> usize {
+        0
+    }
 }
 
 /// A token to receive a single network packet.
@@ -426,5 +433,19 @@ pub trait TxToken {
             p.copy_from_slice(payload);
             f(h)
         })
+    }
+    /// dpwarp: send a TCP segment whose `payload` is larger than a frame, cut into frames of
+    /// `frame_payload` octets each (the last one may be shorter), every frame with a copy of
+    /// the headers `f` writes once (for the whole segment): the device sets each frame's IPv4
+    /// total length and TCP sequence number, and keeps PSH and FIN for the last frame only.
+    /// Only called on a device whose [`Device::tcp_gso_frames`] allowed it, which then must
+    /// override this; the default sends the segment as one frame.
+    fn consume_gso<R, F>(self, header_len: usize, payload: &[u8], frame_payload: usize, f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let _ = frame_payload;
+        self.consume_split(header_len, payload, f)
     }
 }

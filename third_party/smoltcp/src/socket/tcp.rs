@@ -1427,8 +1427,13 @@ impl<'a> Socket<'a> {
     /// dpwarp: the largest segment size no larger than `size` that starts at SND.NXT and ends
     /// on a record end, or `size` when no record end falls inside it.
     fn cut_at_record(&mut self, size: usize) -> usize {
+        self.cut_at_record_from(self.remote_last_seq, size)
+    }
+
+    /// dpwarp: [`Socket::cut_at_record`] for a segment starting at `start` (at or after
+    /// SND.NXT: the next frames of a segment the device cuts).
+    fn cut_at_record_from(&mut self, start: TcpSeqNumber, size: usize) -> usize {
         let una = self.local_seq_no;
-        let start = self.remote_last_seq;
         let Some(r) = self.tx_records.as_mut() else {
             return size;
         };
@@ -1452,6 +1457,53 @@ impl<'a> Socket<'a> {
             Some(e) if e > start => e - start,
             _ => size,
         }
+    }
+
+    /// dpwarp: segmentation offload. Given the first frame's worth of a segment (`first`
+    /// octets at SND.NXT, offset `offset` into the transmit buffer, as `dispatch` cut it), the
+    /// octets of the whole segment when the device cuts up to `frames` frames of `frame`
+    /// octets from it: the frames the per-segment path would send one after the other, as
+    /// long as each but the last is a full frame, the window (`win_limit`), the congestion
+    /// window and `max_len` admit them, and they lie in one piece of the ring (a frame
+    /// across the ring's wrap ends the segment before it). Each frame ends where
+    /// [`Socket::cut_at_record`] would end it, so segments cut at record ends stay so.
+    fn gso_extend(
+        &mut self,
+        frames: usize,
+        offset: usize,
+        first: usize,
+        frame: usize,
+        win_limit: usize,
+        max_len: usize,
+    ) -> usize {
+        let unsent = self.tx_buffer.len().saturating_sub(offset);
+        if frames < 2 || frame == 0 || first != frame || unsent <= frame || win_limit <= frame {
+            return first;
+        }
+        let contiguous = self.tx_buffer.get_allocated(offset, unsent).len();
+        // The per-segment path cuts each segment by the window and the data queued; what it
+        // does not know (the IPv4 length limit, the congestion window, the ring's wrap) ends
+        // the segment before a frame it would cut differently, never inside one.
+        let cut_by = win_limit.min(unsent);
+        let fits = max_len
+            .min(self.congestion_controller.inner().window())
+            .min(contiguous);
+        let (mut total, mut n) = (first, 1);
+        while n < frames && total < cut_by {
+            let want = (cut_by - total).min(frame);
+            let piece = self
+                .cut_at_record_from(self.remote_last_seq + total, want)
+                .min(want);
+            if piece == 0 || total + piece > fits {
+                break;
+            }
+            total += piece;
+            n += 1;
+            if piece < frame {
+                break;
+            }
+        }
+        total
     }
 
     /// dpwarp: the octets the peer's receive window still admits beyond SND.NXT, i.e. the
@@ -2609,13 +2661,31 @@ impl<'a> Socket<'a> {
                 // 1. remote window
                 // 2. MSS the remote is willing to accept, probably determined by their MTU
                 // 3. MSS we can send, determined by our MTU.
-                let size = win_limit
-                    .min(self.remote_mss)
+                let frame = self
+                    .remote_mss
                     .min(cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN);
+                let size = win_limit.min(frame);
                 // dpwarp: end the segment on a record boundary when the sender marks them.
                 let size = self.cut_at_record(size);
 
                 let offset = self.remote_last_seq - self.local_seq_no;
+                // dpwarp: several frames' worth in one segment where the device cuts it
+                // (`Device::tcp_gso_frames`); the IPv4 total length must still hold it.
+                let max_len = 65535 - ip_repr.header_len() - 60;
+                let gso = self.gso_extend(
+                    cx.tcp_gso_frames,
+                    offset,
+                    size,
+                    frame,
+                    win_limit,
+                    max_len,
+                );
+                let size = if gso > size {
+                    cx.tcp_gso_size = frame;
+                    gso
+                } else {
+                    size
+                };
                 // dpwarp: a segment whose octets wrap around the end of the transmit ring is
                 // sent whole (gathered into `tx_linear`), not cut at the wrap: a sender that
                 // hands the socket one segment of whole records at a time (RFC 5044 App. A)
@@ -3169,6 +3239,67 @@ mod test {
                 sent = s.local_seq_no - base;
             }
         }
+    }
+
+    /// dpwarp: a segment the device cuts (`gso_extend`) is the run of frames the per-segment
+    /// path would send, each ending on a record end where one falls in it: it stops after a
+    /// short frame, at the window (cutting as the per-segment path cuts), and before a frame
+    /// the IPv4 length limit, the frame count or the ring's wrap would cut elsewhere.
+    #[test]
+    fn test_gso_extend_ends_frames_where_segments_end() {
+        const F: usize = 100;
+        let setup = |records: &[usize]| {
+            let mut s = socket_established_with_buffer_sizes(4096, 64);
+            s.set_tx_records(true);
+            s.remote_win_len = 4096;
+            for &r in records {
+                s.send_slice(&vec![7u8; r]).unwrap();
+                s.push_tx_record_end();
+            }
+            s
+        };
+        // Three full frames, a short one: four frames, ending with the short record.
+        let mut s = setup(&[F, F, F, 30, F, F]);
+        assert_eq!(s.gso_extend(64, 0, F, F, 4096, 65000), 3 * F + 30);
+        // Records of half a frame: every frame holds two.
+        let mut s = setup(&[F / 2; 12]);
+        assert_eq!(s.gso_extend(64, 0, F, F, 4096, 65000), 6 * F);
+        // At most `frames` frames.
+        let mut s = setup(&[F; 8]);
+        assert_eq!(s.gso_extend(3, 0, F, F, 4096, 65000), 3 * F);
+        // The window: the last frame is cut as the per-segment path cuts it (at the window,
+        // no record end falling inside).
+        let mut s = setup(&[F; 8]);
+        assert_eq!(s.gso_extend(64, 0, F, F, 2 * F + 40, 65000), 2 * F + 40);
+        // The length limit never cuts a frame short: the frame that does not fit is left out.
+        let mut s = setup(&[F; 8]);
+        assert_eq!(s.gso_extend(64, 0, F, F, 4096, 2 * F + 40), 2 * F);
+        // A first frame that is not full, or one frame allowed: no extension.
+        let mut s = setup(&[30, F, F]);
+        assert_eq!(s.gso_extend(64, 0, 30, F, 4096, 65000), 30);
+        let mut s = setup(&[F; 4]);
+        assert_eq!(s.gso_extend(1, 0, F, F, 4096, 65000), F);
+        // A record larger than a frame is split at the frame size, as the per-segment path
+        // splits it; its short end is the segment's last frame.
+        let mut s = setup(&[3 * F + 50, F]);
+        assert_eq!(s.gso_extend(64, 0, F, F, 4096, 65000), 3 * F + 50);
+        // The ring's wrap: frames up to it, none across it.
+        let mut s = socket_established_with_buffer_sizes(4 * F, 64);
+        s.set_tx_records(true);
+        s.remote_win_len = 4096;
+        s.send_slice(&[1u8; 3 * F]).unwrap();
+        s.push_tx_record_end();
+        // The first two frames acknowledged, the third in flight: what is unsent starts at
+        // the ring's last frame and wraps after it.
+        let _ = s.tx_buffer.dequeue_allocated(2 * F);
+        s.local_seq_no = s.local_seq_no + 2 * F;
+        s.remote_last_seq = s.local_seq_no + F;
+        for _ in 0..3 {
+            s.send_slice(&[2u8; F]).unwrap();
+            s.push_tx_record_end();
+        }
+        assert_eq!(s.tx_buffer.get_allocated(F, 3 * F).len(), F, "the data wraps");
+        assert_eq!(s.gso_extend(64, F, F, F, 4096, 65000), F);
     }
 
     fn socket_fin_wait_1() -> TestSocket {

@@ -149,6 +149,12 @@ pub struct InterfaceInner {
     routes: Routes,
     #[cfg(feature = "multicast")]
     multicast: multicast::State,
+    /// dpwarp: frames the device may cut from the next TCP segment (`Device::tcp_gso_frames`),
+    /// set while a TCP socket's egress runs; 0 elsewhere.
+    pub(crate) tcp_gso_frames: usize,
+    /// dpwarp: the frame payload size of the TCP segment being emitted when it spans several
+    /// frames (set by the socket's `dispatch`, taken by `dispatch_ip`); 0 otherwise.
+    pub(crate) tcp_gso_size: usize,
 }
 
 /// Configuration structure used for creating a network interface.
@@ -256,6 +262,8 @@ impl Interface {
                 neighbor_cache: NeighborCache::new(),
                 #[cfg(feature = "multicast")]
                 multicast: multicast::State::new(),
+                tcp_gso_frames: 0,
+                tcp_gso_size: 0,
                 #[cfg(feature = "medium-ieee802154")]
                 sequence_no,
                 #[cfg(feature = "medium-ieee802154")]
@@ -726,16 +734,29 @@ impl Interface {
         }
 
             let mut neighbor_addr = None;
+            // dpwarp: a TCP socket may emit a segment the device cuts into frames (see
+            // `Device::tcp_gso_frames`); what the device takes is looked at again after each.
+            #[cfg(feature = "socket-tcp")]
+            let tcp_egress = matches!(item.socket, Socket::Tcp(_));
+            #[cfg(not(feature = "socket-tcp"))]
+            let tcp_egress = false;
+            self.inner.tcp_gso_frames = if tcp_egress { device.tcp_gso_frames() } else { 0 };
             let mut respond = |inner: &mut InterfaceInner, meta: PacketMeta, response: Packet| {
                 neighbor_addr = Some(response.ip_repr().dst_addr());
                 let t = device.transmit(inner.now).ok_or_else(|| {
                     net_debug!("failed to transmit IP: device exhausted");
+                    inner.tcp_gso_size = 0;
                     EgressError::Exhausted
                 })?;
 
-                inner
+                let r = inner
                     .dispatch_ip(t, meta, response, &mut self.fragmenter)
-                    .map_err(|_| EgressError::Dispatch)?;
+                    .map_err(|_| EgressError::Dispatch);
+                inner.tcp_gso_size = 0;
+                r?;
+                if tcp_egress {
+                    inner.tcp_gso_frames = device.tcp_gso_frames();
+                }
 
                 *result = PollResult::SocketStateChanged;
 
@@ -795,6 +816,7 @@ impl Interface {
                             break;
                         }
                     }
+                    self.inner.tcp_gso_frames = 0;
                     r
                 }
                 #[cfg(feature = "socket-dhcpv4")]
@@ -1277,9 +1299,33 @@ impl InterfaceInner {
 
         let total_ip_len = ip_repr.buffer_len();
 
+        // dpwarp: a TCP segment the socket sized for several frames goes to the device whole,
+        // which cuts it (`TxToken::consume_gso`); only the headers are written here.
+        let gso = core::mem::take(&mut self.tcp_gso_size);
+
         match &mut ip_repr {
             #[cfg(feature = "proto-ipv4")]
             IpRepr::Ipv4(repr) => {
+                #[cfg(feature = "socket-tcp")]
+                if gso > 0 {
+                    if let Some(payload) = packet.tcp_payload() {
+                        if payload.len() > gso {
+                            let header_len = total_len - payload.len();
+                            return tx_token.consume_gso(header_len, payload, gso, |mut tx_buffer| {
+                                #[cfg(feature = "medium-ethernet")]
+                                if matches!(self.caps.medium, Medium::Ethernet) {
+                                    emit_ethernet(&ip_repr, tx_buffer)?;
+                                    tx_buffer =
+                                        &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
+                                }
+                                ip_repr.emit(&mut *tx_buffer, &self.caps.checksum);
+                                let tcp_header = &mut tx_buffer[ip_repr.header_len()..];
+                                packet.emit_tcp_header_split(&ip_repr, tcp_header, &caps);
+                                Ok(())
+                            });
+                        }
+                    }
+                }
                 // If we have an IPv4 packet, then we need to check if we need to fragment it.
                 if total_ip_len > self.caps.ip_mtu() {
                     #[cfg(feature = "proto-ipv4-fragmentation")]
