@@ -104,6 +104,7 @@ mod dpdk {
             .allowlist_function("rte_eal_init")
             .allowlist_function("rte_eal_cleanup")
             .allowlist_type("dpw_.*")
+            .allowlist_var("dpw_.*")
             .opaque_type("rte_mbuf")
             .opaque_type("rte_mempool")
             .derive_default(true)

@@ -1,6 +1,7 @@
 /* dpwarp's C shim over DPDK 22.11: the static-inline fast-path functions (rx/tx burst, mbuf
  * alloc/free/append/mtod), the TLS rte_errno, and port setup that needs the large rte_eth_conf
  * structs (kept in C so the Rust bindings stay small and opaque). Built by build.rs. */
+#include <stddef.h>
 #include <string.h>
 #include <stdio.h>
 #include <rte_eal.h>
@@ -46,13 +47,15 @@ unsigned dpw_pool_data_offset(struct rte_mempool *mp)
 
 void dpw_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 
-uint8_t *dpw_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, uint8_t *); }
-
-uint16_t dpw_data_len(const struct rte_mbuf *m) { return m->data_len; }
+const struct dpw_mbuf_layout dpw_mbuf_layout = {
+	.buf_addr = offsetof(struct rte_mbuf, buf_addr),
+	.data_off = offsetof(struct rte_mbuf, data_off),
+	.nb_segs = offsetof(struct rte_mbuf, nb_segs),
+	.data_len = offsetof(struct rte_mbuf, data_len),
+	.next = offsetof(struct rte_mbuf, next),
+};
 
 uint32_t dpw_pkt_len(const struct rte_mbuf *m) { return m->pkt_len; }
-
-uint16_t dpw_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
 
 uint8_t *dpw_pktmbuf_append(struct rte_mbuf *m, uint16_t len)
 {
@@ -294,9 +297,6 @@ int dpw_chain_extbuf(struct rte_mbuf *head, struct rte_mbuf *ext, void *addr, ui
 	ext->pkt_len = len;
 	return rte_pktmbuf_chain(head, ext) == 0 ? 0 : -1;
 }
-
-/* The next segment of a chained packet (NULL after the last). */
-struct rte_mbuf *dpw_next(struct rte_mbuf *m) { return m->next; }
 
 /* A copy of every segment of `m` into new mbufs from `mp` (one when it fits). */
 struct rte_mbuf *dpw_pktmbuf_copy(const struct rte_mbuf *m, struct rte_mempool *mp)

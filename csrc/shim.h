@@ -35,10 +35,18 @@ void dpw_pktmbuf_reset(struct rte_mbuf *m);
 /* Offset from an mbuf of mp to its data after a reset (header, private area, headroom). */
 unsigned dpw_pool_data_offset(struct rte_mempool *mp);
 void dpw_pktmbuf_free(struct rte_mbuf *m);
-uint8_t *dpw_mtod(struct rte_mbuf *m);
-uint16_t dpw_data_len(const struct rte_mbuf *m);
+/* Where the fields read for every frame lie in struct rte_mbuf (offsetof, this DPDK's ABI):
+ * the Rust side reads them inline instead of calling a shim function per field and frame. */
+struct dpw_mbuf_layout {
+	uint16_t buf_addr;
+	uint16_t data_off;
+	uint16_t nb_segs;
+	uint16_t data_len;
+	uint16_t next;
+};
+extern const struct dpw_mbuf_layout dpw_mbuf_layout;
+
 uint32_t dpw_pkt_len(const struct rte_mbuf *m);
-uint16_t dpw_nb_segs(const struct rte_mbuf *m);
 int dpw_pktmbuf_linearize(struct rte_mbuf *m);
 /* An external buffer's free callback (rte_mbuf_extbuf_free_callback_t). */
 typedef void (*dpw_extbuf_free_cb)(void *addr, void *opaque);
@@ -48,7 +56,6 @@ unsigned dpw_shinfo_align(void);
 int dpw_chain_extbuf(struct rte_mbuf *head, struct rte_mbuf *ext, void *addr, uint16_t len,
 		     void *shinfo, dpw_extbuf_free_cb free_cb, void *opaque);
 struct rte_mbuf *dpw_pktmbuf_copy(const struct rte_mbuf *m, struct rte_mempool *mp);
-struct rte_mbuf *dpw_next(struct rte_mbuf *m);
 uint8_t *dpw_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 uint16_t dpw_tailroom(const struct rte_mbuf *m);
 uint64_t dpw_ol_flags(const struct rte_mbuf *m);

@@ -403,14 +403,56 @@ pub struct Mbuf {
 // SAFETY: an Mbuf is exclusively owned; freeing it from another thread is allowed by DPDK.
 unsafe impl Send for Mbuf {}
 
+/// Where struct rte_mbuf's per-frame fields lie (`dpw_mbuf_layout`, offsetof in the shim,
+/// compiled against this DPDK): they are read inline, not through a shim call per field and
+/// frame (those calls were 3-5 % of a receiving worker at MTU 1500).
+#[inline(always)]
+fn mbuf_layout() -> &'static sys::dpw_mbuf_layout {
+    // SAFETY: an immutable C object, initialised at load time and never written.
+    unsafe { &sys::dpw_mbuf_layout }
+}
+
+/// The field of `m` at `off` octets (an offset from [`mbuf_layout`]).
+///
+/// # Safety
+/// `m` must point at a live rte_mbuf and `off` be the offset of a field of type `T` in it.
+#[inline(always)]
+unsafe fn mbuf_field<T: Copy>(m: *const sys::rte_mbuf, off: u16) -> T {
+    // SAFETY: per the contract, the read stays inside the mbuf's header and has the field's
+    // type; unaligned reads are fine for any offset.
+    unsafe {
+        (m as *const u8)
+            .add(usize::from(off))
+            .cast::<T>()
+            .read_unaligned()
+    }
+}
+
+/// `rte_pktmbuf_mtod` and `data_len` of `m`: where its data starts and how long it is.
+///
+/// # Safety
+/// `m` must point at a live rte_mbuf.
+#[inline(always)]
+unsafe fn mbuf_data(m: *const sys::rte_mbuf) -> (*mut u8, usize) {
+    let l = mbuf_layout();
+    // SAFETY: per the contract; buf_addr is a pointer, data_off and data_len u16 fields.
+    unsafe {
+        let buf: *mut u8 = mbuf_field(m, l.buf_addr);
+        let off: u16 = mbuf_field(m, l.data_off);
+        let len: u16 = mbuf_field(m, l.data_len);
+        (buf.add(usize::from(off)), usize::from(len))
+    }
+}
+
 impl Mbuf {
     /// The packet's first segment data.
     #[inline]
     pub fn data(&self) -> &[u8] {
-        // SAFETY: mtod points at data_len initialised bytes inside the mbuf we own.
+        // SAFETY: buf_addr + data_off points at data_len initialised bytes inside the mbuf
+        // we own (rte_pktmbuf_mtod).
         unsafe {
-            let p = sys::dpw_mtod(self.ptr.as_ptr());
-            std::slice::from_raw_parts(p, usize::from(sys::dpw_data_len(self.ptr.as_ptr())))
+            let (p, len) = mbuf_data(self.ptr.as_ptr());
+            std::slice::from_raw_parts(p, len)
         }
     }
 
@@ -419,12 +461,13 @@ impl Mbuf {
     pub fn data_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `data`, and we hold the only reference.
         unsafe {
-            let p = sys::dpw_mtod(self.ptr.as_ptr());
-            std::slice::from_raw_parts_mut(p, usize::from(sys::dpw_data_len(self.ptr.as_ptr())))
+            let (p, len) = mbuf_data(self.ptr.as_ptr());
+            std::slice::from_raw_parts_mut(p, len)
         }
     }
 
     /// The data of the second segment of a two-segment packet (None otherwise).
+    #[inline]
     pub fn second_segment(&self) -> Option<&[u8]> {
         if self.nb_segs() != 2 {
             return None;
@@ -432,22 +475,20 @@ impl Mbuf {
         // SAFETY: a two-segment packet we own: `next` is a valid mbuf of the chain (freed
         // with it), whose mtod points at data_len initialised bytes.
         unsafe {
-            let n = sys::dpw_next(self.ptr.as_ptr());
+            let n: *const sys::rte_mbuf = mbuf_field(self.ptr.as_ptr(), mbuf_layout().next);
             if n.is_null() {
                 return None;
             }
-            let p = sys::dpw_mtod(n);
-            Some(std::slice::from_raw_parts(
-                p,
-                usize::from(sys::dpw_data_len(n)),
-            ))
+            let (p, len) = mbuf_data(n);
+            Some(std::slice::from_raw_parts(p, len))
         }
     }
 
     /// Number of segments (a chained packet has more than one).
+    #[inline]
     pub fn nb_segs(&self) -> u16 {
-        // SAFETY: reads a field of the mbuf we own.
-        unsafe { sys::dpw_nb_segs(self.ptr.as_ptr()) }
+        // SAFETY: reads the u16 nb_segs field of the mbuf we own.
+        unsafe { mbuf_field(self.ptr.as_ptr(), mbuf_layout().nb_segs) }
     }
 
     /// Coalesce a chained packet into its first segment (`rte_pktmbuf_linearize`): true when
