@@ -37,9 +37,12 @@ fn memif_two_processes_at_mtu_9000_send_jumbo_frames() {
 fn memif_zero_copy_client_copies_payload_into_its_mbufs() {
     for mtu in [0, 9000] {
         let bw = two_processes(&format!("zc{mtu}"), mtu, true);
-        // Gathered into the TCP ring, then copied into the mbuf: not sent by reference.
+        // Gathered into the TCP ring, then copied into the mbuf: not sent by reference (about
+        // 1.0 per byte). A retransmitted segment is copied into an mbuf again but not into
+        // the ring, so retransmissions pull the figure below 2: under a loaded test run
+        // (both processes share CPU 0) 2 % of the payload was resent once (1.98).
         let tx = bw["copies"]["tx_per_byte"].as_f64().unwrap();
-        assert!((1.99..2.01).contains(&tx), "{bw}");
+        assert!((1.9..2.01).contains(&tx), "{bw}");
     }
 }
 
