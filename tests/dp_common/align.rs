@@ -168,7 +168,16 @@ pub fn stream_writes(
     (a, stats, cfg)
 }
 
-/// The bytes the scenario streams.
-pub fn streamed() -> usize {
-    (0..WRITES).map(|i| SIZES[i % SIZES.len()]).sum()
+/// What both scenarios assert of the capture: many data segments, every flow followed to
+/// its end (no gap, no unparsable frame), a stream several times the transmit ring (so
+/// segments across its wrap are among them), and every data segment beginning with an FPDU.
+pub fn assert_all_aligned(a: &Alignment, cfg: &DataplaneConfig) {
+    assert!(a.data_segments > 1000, "{a:?}");
+    assert_eq!(a.skipped_flows, 0, "{a:?}");
+    let streamed: usize = (0..WRITES).map(|i| SIZES[i % SIZES.len()]).sum();
+    assert!(
+        streamed > 2 * cfg.tcp.tx_buffer,
+        "the stream must wrap the ring"
+    );
+    assert_eq!(a.aligned, a.data_segments, "{a:?}");
 }
