@@ -71,6 +71,9 @@ pub struct PerfResult {
     pub copies: Option<CopyStats>,
     /// DPDK only: TCP segments with payload this side sent during the test.
     pub segments: Option<u64>,
+    /// DPDK only: of `segments`, the frames the device cut from larger segments smoltcp built
+    /// (segmentation offload, `[tcp] gso`; 0 where it does not apply).
+    pub gso_frames: Option<u64>,
     /// DPDK only: the share of this side's worker time in passes that did work (near 1: this
     /// side is the bottleneck).
     pub worker_busy: Option<f64>,
@@ -80,7 +83,7 @@ impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
     /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup` and `on_driver_thread`,
     /// and, on DPDK, `copies`,
-    /// `segments`, `segments_per_msg`, `worker_busy`.
+    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`.
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
             transport,
@@ -103,6 +106,7 @@ impl PerfResult {
             copies: self.copies.as_ref().map(CopiesJson::from),
             segments: self.segments,
             segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
+            gso_frames: self.gso_frames,
             worker_busy: self.worker_busy,
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
@@ -129,6 +133,8 @@ struct ResultJson<'a> {
     segments: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     segments_per_msg: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gso_frames: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     worker_busy: Option<f64>,
 }
@@ -184,16 +190,21 @@ struct ServerJson {
     test: &'static str,
 }
 
-/// The copy counts and payload segments sent, summed over the workers of `dp`, and their
-/// time in passes that did work and in the rest (`WorkerStats::busy_ns`, `idle_ns`).
-pub fn dp_counts(dp: &Dataplane) -> (CopyStats, u64, (u64, u64)) {
+/// The copy counts, the payload segments sent and of those the frames cut by segmentation
+/// offload, summed over the workers of `dp`, and their time in passes that did work and in the
+/// rest (`WorkerStats::busy_ns`, `idle_ns`).
+pub fn dp_counts(dp: &Dataplane) -> (CopyStats, (u64, u64), (u64, u64)) {
     let st = dp.stats();
     let c = CopyStats::sum(st.iter().map(|w| &w.copies));
     let time = (
         st.iter().map(|w| w.busy_ns).sum(),
         st.iter().map(|w| w.idle_ns).sum(),
     );
-    (c, st.iter().map(|w| w.device.tx_tcp_segments).sum(), time)
+    let segments = (
+        st.iter().map(|w| w.device.tx_tcp_segments).sum(),
+        st.iter().map(|w| w.device.tx_gso_frames).sum(),
+    );
+    (c, segments, time)
 }
 
 /// The share of worker time in passes that did work between two [`dp_counts`] (None without
@@ -776,9 +787,10 @@ pub fn run(a: Args) -> Result<(), String> {
         let mut r = run_client(&net, a.addr, &pd, test, size, a.iters, a.warmup)?;
         crate::cli::progress_clear();
         if let (Some(dp), Some((bc, bs, bt))) = (&_dp, before) {
-            let (c, segs, t) = dp_counts(dp);
+            let (c, (segs, gso), t) = dp_counts(dp);
             r.copies = Some(c.since(&bc));
-            r.segments = Some(segs - bs);
+            r.segments = Some(segs - bs.0);
+            r.gso_frames = Some(gso - bs.1);
             r.worker_busy = busy_share(bt, t);
         }
         if a.json {
