@@ -127,6 +127,7 @@ pub struct DeviceStats {
     pub rx_cksum_sw: u64,
     pub rx_cksum_bad: u64,
     pub tx_tcp_segments: u64,
+    pub tx_gso_frames: u64,
 }
 
 /// A port's rdma_cm-shaped entry points; never exists in this build.
