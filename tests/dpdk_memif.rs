@@ -5,7 +5,7 @@
 //! 9000: memif carries jumbo frames although the PMD reports a 1518-octet maximum, and a 64 KiB
 //! Write travels in 8 segments instead of 46.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,83 @@ fn memif_zero_copy_client_copies_payload_into_its_mbufs() {
         let tx = bw["copies"]["tx_per_byte"].as_f64().unwrap();
         assert!((1.9..2.01).contains(&tx), "{bw}");
     }
+}
+
+/// A memif client whose server is not accepting yet (started after it, or still tearing down
+/// the previous client's connection) fails its port start ("memif_connect_client(): Failed to
+/// connect socket"); the dataplane tries the start again for up to 3 s. Here the client
+/// process starts first and its server a second later: the client must still connect and run
+/// its test (without the retry it exited at once with "rte_eth_dev_start failed").
+#[test]
+fn memif_client_started_before_its_server_connects_when_the_server_comes() {
+    let dir = std::env::temp_dir().join(format!("dpwarp-memif-early-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("memif.sock");
+    let scfg = config_zc(
+        &dir,
+        "server",
+        &sock,
+        "10.96.0.1",
+        "02:00:00:96:00:01",
+        0,
+        false,
+    );
+    let ccfg = config_zc(
+        &dir,
+        "client",
+        &sock,
+        "10.96.0.2",
+        "02:00:00:96:00:02",
+        0,
+        false,
+    );
+    let bin = env!("CARGO_BIN_EXE_dpwarp");
+    let client = Kill(
+        Command::new(bin)
+            .args([
+                "dpperf",
+                "--addr",
+                "10.96.0.1:18515",
+                "--json",
+                "--test",
+                "send_lat",
+            ])
+            .args(["--size", "64", "--iters", "100", "--config"])
+            .arg(&ccfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let mut server = Kill(
+        Command::new(bin)
+            .args(["dpperf", "--server", "--json", "--count", "1"])
+            .args(["--addr", "10.96.0.1:18515", "--config"])
+            .arg(&scfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut client = client;
+    let read_all = |r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = BufReader::new(r).read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read_all(Box::new(client.0.stdout.take().unwrap()));
+    let err = read_all(Box::new(client.0.stderr.take().unwrap()));
+    let st = client.0.wait().unwrap();
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    assert!(st.success(), "client failed: {stderr}\n{stdout}");
+    assert!(stdout.contains("\"test\":\"send_lat\""), "{stdout}");
+    // It did find the server not accepting at first.
+    assert!(stderr.contains("trying again"), "{stderr}");
+    assert!(server.0.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A dpperf server and two client processes (write_bw 64 KiB, send_lat 64 B) over one memif

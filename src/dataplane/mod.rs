@@ -142,6 +142,30 @@ fn poll_driven(worker: &Mutex<Worker>, pass: fn(&mut Worker) -> bool) -> bool {
     }
 }
 
+/// Start `port`. A net_memif client connects to its server's socket at start and fails when
+/// the server is not accepting yet, e.g. still tearing down the connection of the client
+/// before it (seen when one client process follows another at once: "memif_connect_client():
+/// Failed to connect socket", then rte_eth_dev_start fails): such a start is tried again for
+/// up to 3 s, with a log line, before the error is returned.
+fn start_port(port: &crate::dpdk::Port, device: &str) -> Result<(), DataplaneError> {
+    let retry_for = if device.starts_with("net_memif") {
+        Duration::from_secs(3)
+    } else {
+        Duration::ZERO
+    };
+    let t0 = Instant::now();
+    loop {
+        match port.start() {
+            Ok(()) => return Ok(()),
+            Err(e) if t0.elapsed() < retry_for => {
+                log::warn!("dataplane: {device}: start failed ({e}); trying again");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// Pin the calling thread to `cpu` (the worker it will drive) and give it a DPDK lcore id.
 fn attach_driving_thread(cpu: Option<usize>) {
     if let Some(c) = cpu {
@@ -333,7 +357,7 @@ impl Dataplane {
                 },
                 pool,
             )?;
-            port.start()?;
+            start_port(&port, &pc.device)?;
             ports.push(port);
             let mac = match &pc.mac {
                 Some(m) => parse_mac(m).map_err(DataplaneError::Config)?,
