@@ -590,11 +590,22 @@ impl DpdkDevice {
         self.gso = on;
     }
 
-    /// Whether smoltcp computes a transmitted frame's IPv4 or TCP checksum (the checksum
-    /// mode asks for it and the PMD does not offload it): what `capabilities` tells smoltcp.
-    fn software_tx_checksum(&self) -> bool {
-        let sw_tx = !matches!(self.checksum, ChecksumMode::TrustedLink);
-        sw_tx && !(self.offload.tx_ipv4 && self.offload.tx_tcp)
+    /// Which checksums smoltcp computes (tx) and verifies (rx): what the checksum mode asks
+    /// for and the PMD does not handle, as (IPv4 tx, IPv4 rx, TCP tx, TCP rx). What
+    /// `capabilities` tells smoltcp.
+    fn software_checksums(&self) -> (bool, bool, bool, bool) {
+        let (sw_tx, sw_rx) = match self.checksum {
+            ChecksumMode::Software => (true, true),
+            ChecksumMode::TrustedLink => (false, false),
+            ChecksumMode::TxOnly => (true, false),
+        };
+        let o = self.offload;
+        (
+            sw_tx && !o.tx_ipv4,
+            sw_rx && !o.rx_ipv4,
+            sw_tx && !o.tx_tcp,
+            sw_rx && !o.rx_tcp,
+        )
     }
 
     /// How IPv4/TCP checksums are handled (see `PortConfig::checksum`).
@@ -805,11 +816,6 @@ impl Device for DpdkDevice {
         c.medium = Medium::Ethernet;
         c.max_transmission_unit = self.mtu + 14;
         c.max_burst_size = Some(self.batch);
-        let (sw_tx, sw_rx) = match self.checksum {
-            ChecksumMode::Software => (true, true),
-            ChecksumMode::TrustedLink => (false, false),
-            ChecksumMode::TxOnly => (true, false),
-        };
         // smoltcp computes (tx) and verifies (rx) what the PMD does not.
         let ck = |tx: bool, rx: bool| match (tx, rx) {
             (true, true) => Checksum::Both,
@@ -817,9 +823,9 @@ impl Device for DpdkDevice {
             (false, true) => Checksum::Rx,
             (false, false) => Checksum::None,
         };
-        let o = self.offload;
-        c.checksum.ipv4 = ck(sw_tx && !o.tx_ipv4, sw_rx && !o.rx_ipv4);
-        c.checksum.tcp = ck(sw_tx && !o.tx_tcp, sw_rx && !o.rx_tcp);
+        let (ip_tx, ip_rx, tcp_tx, tcp_rx) = self.software_checksums();
+        c.checksum.ipv4 = ck(ip_tx, ip_rx);
+        c.checksum.tcp = ck(tcp_tx, tcp_rx);
         c
     }
 
@@ -828,7 +834,8 @@ impl Device for DpdkDevice {
     /// whole segment, not each frame) or faults are injected (they work on the frames
     /// smoltcp builds).
     fn tcp_gso_frames(&self) -> usize {
-        if !self.gso || self.faults.is_some() || self.software_tx_checksum() {
+        let (ip_tx, _, tcp_tx, _) = self.software_checksums();
+        if !self.gso || self.faults.is_some() || ip_tx || tcp_tx {
             return 0;
         }
         self.tx_max
@@ -940,7 +947,8 @@ impl phy::TxToken for DpdkTxToken<'_> {
         F: FnOnce(&mut [u8]) -> R,
     {
         let DpdkTxToken { dev, m } = self;
-        send_split(dev, m, header_len, payload, f)
+        let ring = ring_of(dev, payload);
+        send_split(dev, m, ring, header_len, payload, f)
     }
 
     /// One TCP segment of several frames (RFC 9293 §3.7.1: each frame a segment of at most
@@ -955,8 +963,10 @@ impl phy::TxToken for DpdkTxToken<'_> {
         F: FnOnce(&mut [u8]) -> R,
     {
         let DpdkTxToken { dev, m } = self;
+        // Every frame's payload lies in the ring the segment's does: looked up once.
+        let ring = ring_of(dev, payload);
         if frame_payload == 0 || payload.len() <= frame_payload || header_len > GSO_HEADERS_MAX {
-            return send_split(dev, m, header_len, payload, f);
+            return send_split(dev, m, ring, header_len, payload, f);
         }
         let mut template = [0u8; GSO_HEADERS_MAX];
         let h = &mut template[..header_len];
@@ -965,7 +975,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
         if !headers_only(h) {
             // smoltcp emits Ethernet/IPv4/TCP here; anything else is a bug, not input.
             log::error!("dpdk: a segment to cut has no Ethernet/IPv4/TCP headers; sent whole");
-            return send_split(dev, m, header_len, payload, |b| {
+            return send_split(dev, m, ring, header_len, payload, |b| {
                 b.copy_from_slice(h);
                 r
             });
@@ -976,7 +986,7 @@ impl phy::TxToken for DpdkTxToken<'_> {
         let frames = payload.len().div_ceil(frame_payload);
         let mut m = m;
         for (k, piece) in payload.chunks(frame_payload).enumerate() {
-            send_split(dev, m.take(), header_len, piece, |b| {
+            send_split(dev, m.take(), ring, header_len, piece, |b| {
                 b.copy_from_slice(h);
                 let total = (header_len - 14 + piece.len()) as u16;
                 b[16..18].copy_from_slice(&total.to_be_bytes());
@@ -994,26 +1004,31 @@ impl phy::TxToken for DpdkTxToken<'_> {
     }
 }
 
-/// One frame of `header_len` octets of headers (written by `f`) and `payload`, the payload by
-/// reference where it lies in a transmit ring and is long enough, else copied behind the
-/// headers; `m` is the mbuf `transmit` took ahead, if any.
-fn send_split<R, F: FnOnce(&mut [u8]) -> R>(
-    dev: &mut DpdkDevice,
-    m: Option<Mbuf>,
-    header_len: usize,
-    payload: &[u8],
-    f: F,
-) -> R {
-    // The ring the payload lies in (a segment across the ring's wrap is gathered by
-    // smoltcp into a buffer of its own: copied).
+/// The base of the transmit ring `payload` lies in wholly, if any (a segment across the
+/// ring's wrap is gathered by smoltcp into a buffer of its own: copied).
+fn ring_of(dev: &DpdkDevice, payload: &[u8]) -> Option<usize> {
     let at = payload.as_ptr() as usize;
-    let ring = dev.zc.as_ref().and_then(|z| {
+    dev.zc.as_ref().and_then(|z| {
         z.rings
             .range(..=at)
             .next_back()
             .filter(|(&base, &(len, _))| at + payload.len() <= base + len)
             .map(|(&base, _)| base)
-    });
+    })
+}
+
+/// One frame of `header_len` octets of headers (written by `f`) and `payload`, the payload by
+/// reference where it lies in a transmit ring (`ring`, from [`ring_of`]) and is long enough,
+/// else copied behind the headers; `m` is the mbuf `transmit` took ahead, if any.
+fn send_split<R, F: FnOnce(&mut [u8]) -> R>(
+    dev: &mut DpdkDevice,
+    m: Option<Mbuf>,
+    ring: Option<usize>,
+    header_len: usize,
+    payload: &[u8],
+    f: F,
+) -> R {
+    let at = payload.as_ptr() as usize;
     let copy = |dev: &'_ mut DpdkDevice, m: Option<Mbuf>, f: F| {
         phy::TxToken::consume(DpdkTxToken { dev, m }, header_len + payload.len(), |buf| {
             let (h, p) = buf.split_at_mut(header_len);
