@@ -1306,24 +1306,32 @@ impl InterfaceInner {
         match &mut ip_repr {
             #[cfg(feature = "proto-ipv4")]
             IpRepr::Ipv4(repr) => {
+                // dpwarp: a TCP segment's payload goes to the device by reference
+                // (`TxToken::consume_split`), only the headers written here; a segment the
+                // socket sized for several frames goes whole, and the device cuts it
+                // (`TxToken::consume_gso`).
                 #[cfg(feature = "socket-tcp")]
-                if gso > 0 {
-                    if let Some(payload) = packet.tcp_payload() {
-                        if payload.len() > gso {
-                            let header_len = total_len - payload.len();
-                            return tx_token.consume_gso(header_len, payload, gso, |mut tx_buffer| {
-                                #[cfg(feature = "medium-ethernet")]
-                                if matches!(self.caps.medium, Medium::Ethernet) {
-                                    emit_ethernet(&ip_repr, tx_buffer)?;
-                                    tx_buffer =
-                                        &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
-                                }
-                                ip_repr.emit(&mut *tx_buffer, &self.caps.checksum);
-                                let tcp_header = &mut tx_buffer[ip_repr.header_len()..];
-                                packet.emit_tcp_header_split(&ip_repr, tcp_header, &caps);
-                                Ok(())
-                            });
-                        }
+                if let Some(payload) = packet.tcp_payload() {
+                    let cut = gso > 0 && payload.len() > gso;
+                    if cut || total_ip_len <= self.caps.ip_mtu() {
+                        tx_token.set_meta(meta);
+                        let header_len = total_len - payload.len();
+                        let headers = tx_headers(|mut tx_buffer: &mut [u8]| {
+                            #[cfg(feature = "medium-ethernet")]
+                            if matches!(self.caps.medium, Medium::Ethernet) {
+                                emit_ethernet(&ip_repr, tx_buffer)?;
+                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
+                            }
+                            ip_repr.emit(&mut *tx_buffer, &self.caps.checksum);
+                            let tcp_header = &mut tx_buffer[ip_repr.header_len()..];
+                            packet.emit_tcp_header_split(&ip_repr, tcp_header, &caps);
+                            Ok(())
+                        });
+                        return if cut {
+                            tx_token.consume_gso(header_len, payload, gso, headers)
+                        } else {
+                            tx_token.consume_split(header_len, payload, headers)
+                        };
                     }
                 }
                 // If we have an IPv4 packet, then we need to check if we need to fragment it.
@@ -1405,24 +1413,6 @@ impl InterfaceInner {
                 } else {
                     tx_token.set_meta(meta);
 
-                    // dpwarp: a TCP segment's payload goes to the device by reference
-                    // (`TxToken::consume_split`); only the headers are written here.
-                    #[cfg(feature = "socket-tcp")]
-                    if let Some(payload) = packet.tcp_payload() {
-                        let header_len = total_len - payload.len();
-                        return tx_token.consume_split(header_len, payload, |mut tx_buffer| {
-                            #[cfg(feature = "medium-ethernet")]
-                            if matches!(self.caps.medium, Medium::Ethernet) {
-                                emit_ethernet(&ip_repr, tx_buffer)?;
-                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
-                            }
-                            ip_repr.emit(&mut *tx_buffer, &self.caps.checksum);
-                            let tcp_header = &mut tx_buffer[ip_repr.header_len()..];
-                            packet.emit_tcp_header_split(&ip_repr, tcp_header, &caps);
-                            Ok(())
-                        });
-                    }
-
                     // No fragmentation is required.
                     tx_token.consume(total_len, |mut tx_buffer| {
                         #[cfg(feature = "medium-ethernet")]
@@ -1450,6 +1440,13 @@ impl InterfaceInner {
             }),
         }
     }
+}
+
+/// dpwarp: `f` as a header writer for `TxToken::consume_split` / `consume_gso` (a closure
+/// bound to a variable must be told it takes a buffer of any lifetime).
+#[cfg(feature = "socket-tcp")]
+fn tx_headers<F: FnOnce(&mut [u8]) -> Result<(), DispatchError>>(f: F) -> F {
+    f
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
