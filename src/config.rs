@@ -209,6 +209,13 @@ pub struct WorkerConfig {
     /// Microseconds to sleep per idle loop once `spin_us` has passed (default 50).
     #[serde(default = "d_sleep")]
     pub idle_sleep_us: u64,
+    /// Microseconds between sweeps: passes that visit every connection the worker holds, for
+    /// what no frame or post announces (smoltcp's retransmission, delayed-ACK and close timers
+    /// of quiet connections; a post that raced with its QP's adoption). Other passes cost what
+    /// the busy connections need (docs/dataplane.md "Workers"). Default 1000; larger values
+    /// make timers of quiet connections late by up to that much.
+    #[serde(default = "d_sweep")]
+    pub sweep_us: u64,
 }
 
 impl Default for WorkerConfig {
@@ -218,6 +225,7 @@ impl Default for WorkerConfig {
             busy_poll: false,
             spin_us: d_spin(),
             idle_sleep_us: d_sleep(),
+            sweep_us: d_sweep(),
         }
     }
 }
@@ -309,6 +317,9 @@ fn d_spin() -> u64 {
 }
 fn d_sleep() -> u64 {
     50
+}
+fn d_sweep() -> u64 {
+    1000
 }
 fn d_buf() -> usize {
     1 << 20

@@ -10,7 +10,10 @@
 //! completions phase (`completion_visits`: only active connections). Afterwards every quiet
 //! connection still carries a Send each way (the egress that visits only sockets with
 //! something new did not forget them), and a quiet connection's disconnect is acted on at
-//! once, not by the next sweep. One EAL per process: the only EAL test of this binary.
+//! once, not by the next sweep. The workers sweep only at their start (`sweep_us` two
+//! minutes): so neither a first connect (its SYN held back by smoltcp until ARP has answered)
+//! nor a disconnect can have waited for a sweep. One EAL per process: the only EAL test of
+//! this binary.
 
 use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
@@ -30,6 +33,8 @@ use dp_common::{pattern, ring_config};
 const QUIET: usize = 32;
 const PINGS: usize = 2000;
 const PORT: u16 = 4810;
+/// Far longer than the test takes (2 s quiet, 12 s once under a loaded CI run).
+const SWEEP_US: u64 = 120_000_000;
 
 struct End {
     qp: Qp,
@@ -81,7 +86,10 @@ impl End {
 
 #[test]
 fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
-    let cfg = ring_config("dpwqc", |_| {});
+    let mut cfg = ring_config("dpwqc", |_| {});
+    // Sweeps far apart (the first pass is one, the next comes after SWEEP_US): what this test
+    // shows happening without a sweep cannot have waited for one, however slow the machine.
+    cfg.worker.sweep_us = SWEEP_US;
     let dp = Dataplane::start(&cfg).expect("dataplane");
     let server_ep = dp.endpoint(0).unwrap();
     let client_ep = dp.endpoint(1).unwrap();
@@ -224,8 +232,9 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
 
     // A quiet connection's disconnect is seen at once, not by the next sweep: it raises the
     // QP's post flag, and the post phase marks the QP for the completions phase, which visits
-    // only active connections outside the sweep. Counted, not timed: if each close waited for
-    // a sweep, every one of them would see the sweep count move.
+    // only active connections outside the sweep. With sweeps SWEEP_US apart, a close that
+    // waited for one would not end within the 10 s below; and every close is counted: had
+    // it seen a sweep, the sweep count would have moved.
     thread::sleep(Duration::from_millis(20)); // every connection quiet again
     let sweeps = |dp: &Dataplane| -> u64 { dp.stats().iter().map(|w| w.sweeps).sum() };
     let mut without_sweep = 0;
@@ -233,11 +242,12 @@ fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {
         let before = sweeps(&dp);
         e.qp.disconnect();
         // Spin (`wait_closed` sleeps a millisecond between looks in the background mode).
-        let end = std::time::Instant::now() + Duration::from_secs(5);
+        let end = std::time::Instant::now() + Duration::from_secs(10);
         while !e.qp.is_closed() {
             assert!(
                 std::time::Instant::now() < end,
-                "a quiet connection did not close"
+                "a quiet connection did not close within 10 s (sweeps {SWEEP_US} us apart): \
+                 its disconnect waits for a sweep"
             );
             thread::yield_now();
         }

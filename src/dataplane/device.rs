@@ -344,6 +344,8 @@ pub struct DpdkDevice {
     rx_faulted: Vec<Mbuf>,
     /// Transmit by reference (None: every payload is copied into the mbuf).
     zc: Option<ZeroCopy>,
+    /// An ARP frame was handed to smoltcp since [`DpdkDevice::take_arp_seen`] last looked.
+    arp_seen: bool,
     /// This device's counters.
     pub stats: DeviceStats,
 }
@@ -455,8 +457,17 @@ impl DpdkDevice {
             faults: None,
             rx_faulted: Vec::new(),
             zc: None,
+            arp_seen: false,
             stats: DeviceStats::default(),
         }
+    }
+
+    /// Whether an ARP frame was handed to smoltcp since the last call. An ARP reply may
+    /// fill the neighbour a socket's SYN or data is waiting for (smoltcp holds such a
+    /// socket back until the neighbour is known, RFC 826), and only an egress that visits
+    /// that socket sends it: the worker then visits them all.
+    pub fn take_arp_seen(&mut self) -> bool {
+        std::mem::take(&mut self.arp_seen)
     }
 
     /// Send TCP payload by reference (external mbufs over the sockets' transmit rings,
@@ -801,6 +812,9 @@ impl Device for DpdkDevice {
             } else {
                 tcp_payload_len(m.data()) as u64
             };
+            if m.data().get(12..14) == Some(&[0x08, 0x06][..]) {
+                self.arp_seen = true;
+            }
             // Most received frames need no answer of their own (ACKs ride on data segments
             // or go out in the egress pass): the mbuf is taken only if smoltcp answers.
             return Some((DpdkRxToken { m, split }, DpdkTxToken { dev: self, m: None }));

@@ -155,7 +155,7 @@ pub struct WorkerStats {
     /// (posts, received bytes) or when its timer is due, not on every pass: quiet
     /// connections cost a pass nothing here.
     pub engine_checks: u64,
-    /// Passes that visited every connection (the sweep, every millisecond at most) rather
+    /// Passes that visited every connection (the sweep, every `WorkerConfig::sweep_us` at most) rather
     /// than only those with something new.
     pub sweeps: u64,
     /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
@@ -252,7 +252,7 @@ struct Conn {
     marks: EngineMarks,
     /// Its socket processed an incoming segment this pass (smoltcp's `take_touched`), or the
     /// connection is new: the per-connection steps that look at the socket (deliver, the
-    /// doorbell's `stream_idle`) visit it. The others wait for a sweep ([`SWEEP`]), so a
+    /// doorbell's `stream_idle`) visit it. The others wait for a sweep (`WorkerConfig::sweep_us`), so a
     /// pass costs the same with 1 or 200 quiet connections beside the busy one.
     touched: bool,
     /// Its QP raises this worker's post flag of its socket slot (`Worker::post_flags`).
@@ -426,7 +426,7 @@ pub(crate) struct Worker {
     /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
     /// something reaches the sockets, another egress would find nothing to send either.
     egress_idle_at: Option<Instant>,
-    /// When the next pass that visits every connection is due ([`SWEEP`]).
+    /// When the next pass that visits every connection is due (`WorkerConfig::sweep_us`).
     sweep_at: Instant,
     /// This pass visits every connection.
     sweeping: bool,
@@ -472,11 +472,6 @@ fn post_flag_slots(max_connections: usize) -> usize {
         .saturating_mul(2)
         .min(1 << 16)
 }
-
-/// How often a pass visits every connection, not only those with something new: the
-/// steps that catch what no frame or post announces (a socket smoltcp closed on a timer) run
-/// at least this often, and smoltcp's timers are millisecond ones anyway.
-const SWEEP: Duration = Duration::from_millis(1);
 
 fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
     let rx = tcp::SocketBuffer::new(vec![0u8; tcp_cfg.rx_buffer]);
@@ -627,7 +622,7 @@ impl Worker {
         // places straight from the frames (the sockets' rx sinks).
         self.sweeping = now >= self.sweep_at;
         if self.sweeping {
-            self.sweep_at = now + SWEEP;
+            self.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
             self.stats.sweeps += 1;
         }
         work |= self.post();
@@ -934,6 +929,11 @@ impl Worker {
             .poll_ingress_single(ts, &mut self.dev, &mut self.sockets)
             != PollIngressSingleResult::None
         {}
+        if self.dev.take_arp_seen() {
+            // A neighbour filled may release a socket smoltcp held back for it (a first SYN):
+            // no segment of that socket marks it for the egress.
+            self.egress_all = true;
+        }
         true
     }
 
