@@ -22,6 +22,32 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// An `rpc-server` child: killed when dropped; its stderr goes to `log`, printed when the test
+/// fails (a server that could not bind its port, say, tells why).
+struct Server {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Server {
+    fn spawn(cmd: &mut Command, log: std::path::PathBuf) -> Server {
+        let f = std::fs::File::create(&log).unwrap();
+        let child = cmd.stderr(f).spawn().unwrap();
+        Server { child, log }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("rpc-server's stderr ({}):\n{log}", self.log.display());
+        }
+    }
+}
+
 fn connect_retry(addr: SocketAddr) -> RdmaClient {
     let t = Instant::now();
     loop {
@@ -52,14 +78,14 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
-        .args(["rpc-server", "--config"])
-        .arg(&cfg)
-        .args(["--duration", "60"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = Server::spawn(
+        Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+            .args(["rpc-server", "--config"])
+            .arg(&cfg)
+            .args(["--duration", "60"])
+            .stdout(Stdio::null()),
+        dir.join("server.log"),
+    );
     let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p1)));
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     let rep = c
@@ -119,8 +145,7 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
         1 << 20
     );
     drop(c);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -140,15 +165,15 @@ fn rpc_server_tcp_busy_polled() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
-        .args(["rpc-server", "--config"])
-        .arg(&cfg)
-        .args(["--duration", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut server = Server::spawn(
+        Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+            .args(["rpc-server", "--config"])
+            .arg(&cfg)
+            .args(["--duration", "60"])
+            .stdout(Stdio::piped()),
+        dir.join("server.log"),
+    );
+    let mut out = std::io::BufReader::new(server.child.stdout.take().unwrap());
     let mut line = String::new();
     while !line.contains("ONC RPC over TCP") {
         line.clear();
@@ -190,8 +215,7 @@ fn rpc_server_tcp_busy_polled() {
         Ok(data)
     );
     drop(t);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
