@@ -620,3 +620,60 @@ fn rpc_bench_compare_shows_its_phases_on_stderr() {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
 }
+
+/// `dpperf --no-crc`: FPDUs go without CRC32c only when both ends ask (RFC 5044 §7.1: a C bit
+/// of 1 in either the Request or the Reply turns it on in both directions); the client's JSON
+/// says what was negotiated (`mpa_crc`).
+#[test]
+fn dpperf_no_crc_needs_both_ends() {
+    for (server_no_crc, client_no_crc, want) in [
+        (true, true, false),
+        (false, true, true),
+        (true, false, true),
+    ] {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut sargs = vec![
+            "dpperf",
+            "--transport",
+            "kernel",
+            "--server",
+            "--count",
+            "1",
+        ];
+        sargs.extend(["--addr", &addr]);
+        if server_no_crc {
+            sargs.push("--no-crc");
+        }
+        let server = cmd(&sargs)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut cargs = vec!["dpperf", "--transport", "kernel", "--json"];
+        cargs.extend(["--addr", &addr, "--test", "write_bw"]);
+        cargs.extend(["--size", "65536", "--iters", "50"]);
+        if client_no_crc {
+            cargs.push("--no-crc");
+        }
+        let t = Instant::now();
+        let o = loop {
+            let o = run(&mut cmd(&cargs));
+            if o.status.success() || t.elapsed() > Duration::from_secs(20) {
+                break o;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let s = finish(server, Duration::from_secs(30), "dpperf server");
+        assert!(s.status.success(), "{}", text(&s.stderr));
+        let lines = json_lines(&text(&o.stdout));
+        assert_eq!(lines.len(), 1);
+        assert_eq!(
+            lines[0]["mpa_crc"],
+            serde_json::Value::Bool(want),
+            "server --no-crc {server_no_crc}, client --no-crc {client_no_crc}: {}",
+            lines[0]
+        );
+        assert!(lines[0]["gbps"].as_f64().unwrap() > 0.0);
+    }
+}

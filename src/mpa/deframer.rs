@@ -174,7 +174,9 @@ impl Deframer {
                     if self.hdr_have == HEADER_LEN {
                         let len = usize::from(u16::from_be_bytes(self.hdr));
                         self.check_len(len)?;
-                        self.running_crc = crc::crc32c_append(self.running_crc, &self.hdr);
+                        if self.crc {
+                            self.running_crc = crc::crc32c_append(self.running_crc, &self.hdr);
+                        }
                         self.ulpdu_len = len;
                         self.body_need = len + pad_len(len);
                         self.body.clear();
@@ -189,7 +191,9 @@ impl Deframer {
                 Phase::Body => {
                     let n = (self.body_need - self.body.len()).min(avail);
                     let chunk = &input[..n];
-                    self.running_crc = crc::crc32c_append(self.running_crc, chunk);
+                    if self.crc {
+                        self.running_crc = crc::crc32c_append(self.running_crc, chunk);
+                    }
                     self.body.extend_from_slice(chunk);
                     self.reassembled += n as u64;
                     if self.body.len() == self.body_need {
@@ -309,7 +313,9 @@ impl Deframer {
             self.failed = Some(DeframeError::Marker);
             return Err(DeframeError::Marker);
         }
-        self.running_crc = crc::crc32c_append(self.running_crc, &self.marker);
+        if self.crc {
+            self.running_crc = crc::crc32c_append(self.running_crc, &self.marker);
+        }
         Ok(())
     }
 }

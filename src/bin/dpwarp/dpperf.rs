@@ -77,13 +77,16 @@ pub struct PerfResult {
     /// DPDK only: the share of this side's worker time in passes that did work (near 1: this
     /// side is the bottleneck).
     pub worker_busy: Option<f64>,
+    /// RDMA tests: whether FPDUs carried a CRC32c on this connection (negotiated in MPA
+    /// startup, RFC 5044 §7.1: both ends must ask for none, `--no-crc`).
+    pub mpa_crc: Option<bool>,
 }
 
 impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
     /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup` and `on_driver_thread`,
     /// and, on DPDK, `copies`,
-    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`.
+    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`; for RDMA tests `mpa_crc`.
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
             transport,
@@ -108,6 +111,7 @@ impl PerfResult {
             segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
             gso_frames: self.gso_frames,
             worker_busy: self.worker_busy,
+            mpa_crc: self.mpa_crc,
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
@@ -137,6 +141,8 @@ struct ResultJson<'a> {
     gso_frames: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     worker_busy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mpa_crc: Option<bool>,
 }
 
 #[derive(serde::Serialize)]
@@ -315,7 +321,9 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
 }
 
 /// Serve one perf connection (the test is named by the client's private data).
-pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), String> {
+/// Serves one client's test; `crc`: the C bit of the MPA Reply (false: no CRC unless the
+/// client asks for it, RFC 5044 §7.1).
+pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net, crc: bool) -> Result<(Test, usize), String> {
     let (test, size, iters) =
         decode_req(req.private_data()).ok_or("not a dpwarp dpperf request")?;
     let cq = new_cq(net);
@@ -339,6 +347,7 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net) -> Result<(Test, usize), 
         &qp,
         &ConnParam {
             private_data: adv,
+            crc,
             ..ConnParam::default()
         },
     )
@@ -377,19 +386,26 @@ fn post(qp: &Qp, opcode: Opcode, mr: &dpwarp::verbs::Mr, len: usize) -> Result<(
     .map_err(|e| format!("post: {e}"))
 }
 
+/// How a client runs its test: `iters` measured iterations; send_lat runs `warmup` round trips
+/// first and leaves them out of the figures (the server learns the total from the request);
+/// `crc`: the C bit of the MPA Request (false asks for FPDUs without CRC32c).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientOpts {
+    pub iters: usize,
+    pub warmup: usize,
+    pub crc: bool,
+}
+
 /// Run one test as the client against `addr`.
-///
-/// send_lat runs `warmup` round trips first and leaves them out of the figures (the server
-/// learns the total from the request).
 pub fn run_client(
     net: &Net,
     addr: SocketAddr,
     pd: &Pd,
     test: Test,
     size: usize,
-    iters: usize,
-    warmup: usize,
+    o: ClientOpts,
 ) -> Result<PerfResult, String> {
+    let ClientOpts { iters, warmup, crc } = o;
     let wire_iters = match test {
         Test::SendLat => iters + warmup,
         Test::WriteBw => iters,
@@ -408,6 +424,7 @@ pub fn run_client(
     }
     let p = ConnParam {
         private_data: encode_req(test, size, wire_iters),
+        crc,
         ..ConnParam::default()
     };
     let n = net
@@ -422,6 +439,7 @@ pub fn run_client(
     let mut r = PerfResult {
         size,
         iters,
+        mpa_crc: Some(n.crc_tx),
         ..Default::default()
     };
     match test {
@@ -712,6 +730,11 @@ pub struct Args {
     /// worker's core; run to completion) or `background` (worker threads).
     #[arg(long, value_enum, default_value_t = ModeArg::Driven)]
     pub worker_mode: ModeArg,
+    /// Ask for FPDUs without CRC32c (MPA C bit 0, RFC 5044 §7.1; a trusted link). CRC is
+    /// off only when both the server and the client are given this: either end asking for it
+    /// turns it on in both directions.
+    #[arg(long)]
+    pub no_crc: bool,
     #[command(flatten)]
     pub verbosity: Verbosity,
 }
@@ -748,7 +771,7 @@ pub fn run(a: Args) -> Result<(), String> {
             match l.get_request(Duration::from_secs(3600)) {
                 Ok(req) => {
                     let before = _dp.as_ref().map(dp_counts);
-                    match serve_one(req, &pd, &net) {
+                    match serve_one(req, &pd, &net, !a.no_crc) {
                         Err(e) => eprintln!("perf server: {e}"),
                         Ok((test, size)) => {
                             if let (true, Some(dp), Some((b, _, bt))) = (a.json, &_dp, before) {
@@ -784,7 +807,12 @@ pub fn run(a: Args) -> Result<(), String> {
     for &size in &a.size {
         let before = _dp.as_ref().map(dp_counts);
         crate::cli::progress_phase(format!("dpperf: {} {size} B", test.name()));
-        let mut r = run_client(&net, a.addr, &pd, test, size, a.iters, a.warmup)?;
+        let o = ClientOpts {
+            iters: a.iters,
+            warmup: a.warmup,
+            crc: !a.no_crc,
+        };
+        let mut r = run_client(&net, a.addr, &pd, test, size, o)?;
         crate::cli::progress_clear();
         if let (Some(dp), Some((bc, bs, bt))) = (&_dp, before) {
             let (c, (segs, gso), t) = dp_counts(dp);
@@ -828,14 +856,19 @@ pub fn local_pair(
             let req = l
                 .get_request(Duration::from_secs(20))
                 .map_err(|e| e.to_string())?;
-            serve_one(req, &spd, &net_s)?;
+            serve_one(req, &spd, &net_s, true)?;
         }
         Ok(())
     });
     let pd = dev.alloc_pd();
     let mut out = Vec::new();
     for &s in sizes {
-        out.push(run_client(net_c, addr, &pd, test, s, iters, warmup)?);
+        let o = ClientOpts {
+            iters,
+            warmup,
+            crc: true,
+        };
+        out.push(run_client(net_c, addr, &pd, test, s, o)?);
     }
     srv.join().map_err(|_| "perf server panicked")??;
     let _ = SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0);
