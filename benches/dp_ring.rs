@@ -11,8 +11,12 @@
 //!
 //! ```text
 //! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
-//!     [--tx-zero-copy auto|off] [--idle N] [--kernel-writes 16384,32768,...] [--json FILE]
+//!     [--tx-zero-copy auto|off] [--idle N] [--kernel-writes 16384,32768,...] [--no-crc]
+//!     [--json FILE]
 //! ```
+//!
+//! `--no-crc`: the Write connection negotiates FPDUs without CRC32c (MPA C bit 0 on both
+//! ends, RFC 5044 §7.1): what the CRC costs where no PMD copies (JSON `mpa_crc`).
 //!
 //! `--kernel-writes` sets the kernel stream's write sizes (default `KERNEL_WRITES`; `--size`
 //! is always among them); scripts/bench gives its quiet-connection run (`--idle`), whose
@@ -57,6 +61,7 @@ struct Args {
     lat_iters: usize,
     idle: usize,
     kernel_writes: Vec<usize>,
+    crc: bool,
 }
 
 fn args() -> Args {
@@ -70,6 +75,7 @@ fn args() -> Args {
         zero_copy: "auto".into(),
         idle: 0,
         kernel_writes: KERNEL_WRITES.to_vec(),
+        crc: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -83,6 +89,7 @@ fn args() -> Args {
             "--tx-zero-copy" => a.zero_copy = v(),
             "--lat-iters" => a.lat_iters = v().parse().expect("--lat-iters N"),
             "--idle" => a.idle = v().parse().expect("--idle N"),
+            "--no-crc" => a.crc = false,
             "--kernel-writes" => {
                 a.kernel_writes = v()
                     .split(',')
@@ -168,7 +175,13 @@ fn rdma_round(
     port: u16,
     size: usize,
     total: usize,
+    crc: bool,
 ) -> (f64, CopyStats, CopyStats, u64) {
+    let param = ConnParam {
+        crc,
+        ..ConnParam::default()
+    };
+    let sparam = param.clone();
     let ((sd, server_ep), (cd, client_ep)) = (side(dp, 0), side(dp, 1));
     let server_ip = server_ep.ip();
     let dev = Device::open();
@@ -190,7 +203,7 @@ fn rdma_round(
         let listener = server_ep.listen(port).unwrap();
         adv_tx.send((target.addr(), target.stag())).unwrap();
         let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        req.accept(&qp, &ConnParam::default()).unwrap();
+        req.accept(&qp, &sparam).unwrap();
         next_recv(&sd, &cq);
         let t_end = Instant::now();
         done_tx.send(t_end).unwrap();
@@ -206,13 +219,10 @@ fn rdma_round(
     let src = pd.reg_mr(size, Access::LOCAL_WRITE);
     src.write_at(0, &vec![0x5a; size]);
     let (raddr, rkey) = adv_rx.recv().unwrap();
-    client_ep
-        .connect(
-            SocketAddrV4::new(server_ip, port),
-            &qp,
-            &ConnParam::default(),
-        )
+    let neg = client_ep
+        .connect(SocketAddrV4::new(server_ip, port), &qp, &param)
         .expect("connect");
+    assert_eq!(neg.crc_tx, crc, "MPA CRC as asked on both ends");
     let n = total / size;
     let window = 32;
     let t0 = Instant::now();
@@ -545,10 +555,11 @@ fn main() {
                     kl.push(l);
                 }
                 0 => {
-                    let (g, c, s, n) = rdma_round(&dp, 4900 + r as u16, a.size, total);
+                    let (g, c, s, n) = rdma_round(&dp, 4900 + r as u16, a.size, total, a.crc);
                     eprintln!(
-                        "dp_ring: round {r}: dpwarp net_ring mtu {} {g:.2} Gbit/s",
-                        a.mtu
+                        "dp_ring: round {r}: dpwarp net_ring mtu {}{} {g:.2} Gbit/s",
+                        a.mtu,
+                        if a.crc { "" } else { ", MPA CRC off," }
                     );
                     d.push(g);
                     ctx = CopyStats::sum([&ctx, &c]);
@@ -595,6 +606,7 @@ fn main() {
     let out = serde_json::json!({
         "bench": "dp_ring",
         "mtu": a.mtu,
+        "mpa_crc": a.crc,
         "size": a.size,
         "bytes_per_round": total,
         "rounds": a.rounds,
