@@ -5,7 +5,11 @@
 //!
 //! ```text
 //! cargo bench --bench pmd_floor -- [--iters 200000] [--frame 142] [--stream-ms 1000] [--json FILE]
+//! cargo bench --bench pmd_floor -- --cacheline-only [--iters 20000]
 //! ```
+//!
+//! `--cacheline-only` times just the cache line (no EAL, well under a second) and prints its
+//! one-way p50: scripts/bench's probe for this host's slow phases, before every round.
 //!
 //! Two devices: `net_memif` (a server and a client port in this process on one socket; the
 //! PMD copies each frame into and out of the shared-memory ring, as between two processes)
@@ -38,6 +42,7 @@ struct Args {
     frame: usize,
     stream_ms: u64,
     json: Option<String>,
+    cacheline_only: bool,
 }
 
 fn args() -> Args {
@@ -46,6 +51,7 @@ fn args() -> Args {
         frame: 142,
         stream_ms: 1000,
         json: None,
+        cacheline_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -55,6 +61,7 @@ fn args() -> Args {
             "--frame" => a.frame = v().parse().expect("--frame OCTETS"),
             "--stream-ms" => a.stream_ms = v().parse().expect("--stream-ms MS"),
             "--json" => a.json = Some(v()),
+            "--cacheline-only" => a.cacheline_only = true,
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
             // this binary has none.
@@ -283,6 +290,11 @@ fn main() {
         .unwrap_or(1);
     if cpus < 2 {
         println!("pmd_floor: needs 2 CPUs, this host has {cpus}; nothing measured");
+        return;
+    }
+    if a.cacheline_only {
+        let (p50, p99) = percentiles(cacheline(a.iters));
+        println!("pmd_floor: one cache line between CPU 0 and 1: one-way p50 {p50:.3} us, p99 {p99:.3} us");
         return;
     }
     let sock = format!("/tmp/dpwarp-pmd-floor-{}.sock", std::process::id());
