@@ -320,9 +320,8 @@ fn wait_closed(qp: &Qp, net: &Net, timeout: Duration) -> bool {
     qp.is_closed()
 }
 
-/// Serve one perf connection (the test is named by the client's private data).
-/// Serves one client's test; `crc`: the C bit of the MPA Reply (false: no CRC unless the
-/// client asks for it, RFC 5044 §7.1).
+/// Serve one perf connection (the test is named by the client's private data); `crc`: the C
+/// bit of the MPA Reply (false: no CRC unless the client asks for it, RFC 5044 §7.1).
 pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net, crc: bool) -> Result<(Test, usize), String> {
     let (test, size, iters) =
         decode_req(req.private_data()).ok_or("not a dpwarp dpperf request")?;
