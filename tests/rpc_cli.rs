@@ -30,9 +30,18 @@ struct Server {
 }
 
 impl Server {
-    fn spawn(cmd: &mut Command, log: std::path::PathBuf) -> Server {
+    /// `dpwarp rpc-server --config CFG --duration 60`, its stderr to `server.log` in `dir`.
+    fn start(cfg: &std::path::Path, stdout: Stdio, dir: &std::path::Path) -> Server {
+        let log = dir.join("server.log");
         let f = std::fs::File::create(&log).unwrap();
-        let child = cmd.stderr(f).spawn().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+            .args(["rpc-server", "--config"])
+            .arg(cfg)
+            .args(["--duration", "60"])
+            .stdout(stdout)
+            .stderr(f)
+            .spawn()
+            .unwrap();
         Server { child, log }
     }
 }
@@ -78,14 +87,7 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
         ),
     )
     .unwrap();
-    let server = Server::spawn(
-        Command::new(env!("CARGO_BIN_EXE_dpwarp"))
-            .args(["rpc-server", "--config"])
-            .arg(&cfg)
-            .args(["--duration", "60"])
-            .stdout(Stdio::null()),
-        dir.join("server.log"),
-    );
+    let server = Server::start(&cfg, Stdio::null(), &dir);
     let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p1)));
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     let rep = c
@@ -165,14 +167,7 @@ fn rpc_server_tcp_busy_polled() {
         ),
     )
     .unwrap();
-    let mut server = Server::spawn(
-        Command::new(env!("CARGO_BIN_EXE_dpwarp"))
-            .args(["rpc-server", "--config"])
-            .arg(&cfg)
-            .args(["--duration", "60"])
-            .stdout(Stdio::piped()),
-        dir.join("server.log"),
-    );
+    let mut server = Server::start(&cfg, Stdio::piped(), &dir);
     let mut out = std::io::BufReader::new(server.child.stdout.take().unwrap());
     let mut line = String::new();
     while !line.contains("ONC RPC over TCP") {
