@@ -12,8 +12,12 @@
 //! ```text
 //! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
 //!     [--tx-zero-copy auto|off] [--idle N] [--kernel-writes 16384,32768,...] [--no-crc]
-//!     [--json FILE]
+//!     [--sweep-us N] [--json FILE]
 //! ```
+//!
+//! `--sweep-us N`: the workers' `[worker] sweep_us` (default that of configs/net_ring.toml:
+//! 1000), how often a pass visits every connection; with `--idle` it is what the quiet
+//! connections cost.
 //!
 //! `--no-crc`: the Write connection negotiates FPDUs without CRC32c (MPA C bit 0 on both
 //! ends, RFC 5044 §7.1): what the CRC costs where no PMD copies (JSON `mpa_crc`).
@@ -62,6 +66,7 @@ struct Args {
     idle: usize,
     kernel_writes: Vec<usize>,
     crc: bool,
+    sweep_us: Option<u64>,
 }
 
 fn args() -> Args {
@@ -76,6 +81,7 @@ fn args() -> Args {
         idle: 0,
         kernel_writes: KERNEL_WRITES.to_vec(),
         crc: true,
+        sweep_us: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -90,6 +96,7 @@ fn args() -> Args {
             "--lat-iters" => a.lat_iters = v().parse().expect("--lat-iters N"),
             "--idle" => a.idle = v().parse().expect("--idle N"),
             "--no-crc" => a.crc = false,
+            "--sweep-us" => a.sweep_us = Some(v().parse().expect("--sweep-us N")),
             "--kernel-writes" => {
                 a.kernel_writes = v()
                     .split(',')
@@ -520,7 +527,10 @@ fn main() {
     let a = args();
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(ncpu >= 2, "needs two CPUs (server CPU 0, client CPU 1)");
-    let cfg = config(a.mtu, &a.zero_copy);
+    let mut cfg = config(a.mtu, &a.zero_copy);
+    if let Some(us) = a.sweep_us {
+        cfg.worker.sweep_us = us;
+    }
     let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
     let idle = idle_connections(&dp, a.idle);
     if a.idle > 0 {
@@ -607,6 +617,7 @@ fn main() {
         "bench": "dp_ring",
         "mtu": a.mtu,
         "mpa_crc": a.crc,
+        "sweep_us": cfg.worker.sweep_us,
         "size": a.size,
         "bytes_per_round": total,
         "rounds": a.rounds,

@@ -213,7 +213,8 @@ pub struct WorkerConfig {
     /// what no frame or post announces (smoltcp's retransmission, delayed-ACK and close timers
     /// of quiet connections; a post that raced with its QP's adoption). Other passes cost what
     /// the busy connections need (docs/dataplane.md "Workers"). Default 1000; larger values
-    /// make timers of quiet connections late by up to that much.
+    /// make timers of quiet connections late by up to that much, and cost many quiet
+    /// connections less (docs/dataplane.md "What the sweep costs with quiet connections").
     #[serde(default = "d_sweep")]
     pub sweep_us: u64,
 }
