@@ -51,7 +51,7 @@ fn memif_zero_copy_client_copies_payload_into_its_mbufs() {
 
 /// A memif client whose server is not accepting yet (started after it, or still tearing down
 /// the previous client's connection) fails its port start ("memif_connect_client(): Failed to
-/// connect socket"); the dataplane tries the start again for up to 3 s. Here the client
+/// connect socket"); the dataplane tries the start again for up to 10 s. Here the client
 /// process starts first and its server a second later: the client must still connect and run
 /// its test (without the retry it exited at once with "rte_eth_dev_start failed").
 #[test]

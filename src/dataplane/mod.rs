@@ -146,10 +146,11 @@ fn poll_driven(worker: &Mutex<Worker>, pass: fn(&mut Worker) -> bool) -> bool {
 /// the server is not accepting yet, e.g. still tearing down the connection of the client
 /// before it (seen when one client process follows another at once: "memif_connect_client():
 /// Failed to connect socket", then rte_eth_dev_start fails): such a start is tried again for
-/// up to 3 s, with a log line, before the error is returned.
+/// up to 10 s (a server process starting on a loaded machine took more than 3), with a log
+/// line, before the error is returned.
 fn start_port(port: &crate::dpdk::Port, device: &str) -> Result<(), DataplaneError> {
     let retry_for = if device.starts_with("net_memif") {
-        Duration::from_secs(3)
+        Duration::from_secs(10)
     } else {
         Duration::ZERO
     };

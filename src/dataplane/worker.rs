@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use crate::config::{TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::rdma::MIN_ULPDU_ROOM;
-use crate::verbs::{PostFlag, QpShared, QpSlot};
+use crate::verbs::{PostFlag, PostFlags, QpShared, QpSlot};
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::{SliceBuf, TxBuf};
 
@@ -161,6 +161,10 @@ pub struct WorkerStats {
     /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
     /// QPs posted to since (their post flags), so quiet connections cost it nothing.
     pub post_ring_reads: u64,
+    /// Post flags the post phase read outside the sweep, summed over passes: only those of
+    /// the groups of slots posted to since ([`PostFlags`]), at most 64 per group, not one per
+    /// socket slot.
+    pub post_flag_reads: u64,
     /// Connections the transmit phase visited, summed over passes. Outside the sweep (and
     /// passes that ran a command or an MPA startup step) it visits only those not quiet yet
     /// and those posted to or touched since.
@@ -446,8 +450,9 @@ pub(crate) struct Worker {
     egress_handles: Vec<SocketHandle>,
     /// One flag per socket slot (`SocketHandle::index`), raised by every post to the QP of
     /// the connection on that socket (`QpShared::post_flag`, `kick`): the post phase reads the
-    /// post rings of those QPs only, not of every QP it holds.
-    post_flags: Arc<[AtomicBool]>,
+    /// post rings of those QPs only, not of every QP it holds; and one flag per group of
+    /// slots, so that it reads only the flags of groups posted to ([`PostFlags`]).
+    post_flags: Arc<PostFlags>,
     /// Connections whose QP has no flag here (its socket slot beyond `post_flags`, or the QP
     /// took a flag elsewhere earlier): their rings are read on every pass.
     unflagged: usize,
@@ -509,9 +514,7 @@ impl Worker {
             wcfg,
             tcp,
         } = p;
-        let post_flags = (0..post_flag_slots(tcp.max_connections))
-            .map(|_| AtomicBool::new(false))
-            .collect();
+        let post_flags = Arc::new(PostFlags::new(post_flag_slots(tcp.max_connections)));
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
@@ -951,7 +954,7 @@ impl Worker {
                 .get()
                 .is_some_and(|f| f.is(&self.post_flags, slot));
             if c.post_flag {
-                self.post_flags[slot].store(true, Ordering::Relaxed);
+                self.post_flags.raise(slot);
             } else {
                 self.unflagged += 1;
             }
@@ -1190,8 +1193,13 @@ impl Worker {
         if self.sweeping {
             // Every QP's rings, as a safety net (a post that raced with the QP's adoption and
             // found no flag to raise): the flags raised meanwhile are taken with them.
-            let slots = self.conn_index.len().min(self.post_flags.len());
-            for f in self.post_flags[..slots].iter() {
+            let slots = self.conn_index.len().min(self.post_flags.flags.len());
+            for g in self.post_flags.groups[..slots.div_ceil(PostFlags::GROUP)].iter() {
+                if g.load(Ordering::Relaxed) {
+                    g.swap(false, Ordering::Acquire);
+                }
+            }
+            for f in self.post_flags.flags[..slots].iter() {
                 if f.load(Ordering::Relaxed) {
                     f.swap(false, Ordering::Acquire);
                 }
@@ -1202,29 +1210,53 @@ impl Worker {
             return work;
         }
         self.index_conns();
-        let slots = self.conn_index.len().min(self.post_flags.len());
-        for (f, &i) in self.post_flags[..slots].iter().zip(&self.conn_index) {
-            if i == u32::MAX || !f.load(Ordering::Relaxed) {
+        let slots = self.conn_index.len().min(self.post_flags.flags.len());
+        let flags = &self.post_flags;
+        for (g, group) in flags.groups[..slots.div_ceil(PostFlags::GROUP)]
+            .iter()
+            .enumerate()
+        {
+            if !group.load(Ordering::Relaxed) {
                 continue;
             }
-            let c = &mut self.conns[i as usize];
-            list_once(&mut c.active, i as usize, &mut self.active);
-            // The flag stays up while posts keep coming, so a busy QP costs no
-            // read-modify-write here; it is lowered on the first pass that finds nothing.
-            if drain_posted(c, &mut self.stats.post_ring_reads) {
-                work = true;
-                continue;
+            // Lowered before its flags are read: a raise whose group store this swap does not
+            // read puts the group up again for the next pass (`PostFlags::raise`).
+            group.swap(false, Ordering::Acquire);
+            let lo = g * PostFlags::GROUP;
+            let hi = (lo + PostFlags::GROUP).min(slots);
+            self.stats.post_flag_reads += (hi - lo) as u64;
+            let mut keep = false;
+            for (f, &i) in flags.flags[lo..hi].iter().zip(&self.conn_index[lo..hi]) {
+                if i == u32::MAX || !f.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let c = &mut self.conns[i as usize];
+                list_once(&mut c.active, i as usize, &mut self.active);
+                // The flag stays up while posts keep coming, so a busy QP costs no
+                // read-modify-write here; it is lowered on the first pass that finds
+                // nothing. Its group stays up with it, for the next pass.
+                if drain_posted(c, &mut self.stats.post_ring_reads) {
+                    work = true;
+                    keep = true;
+                    continue;
+                }
+                // Lowered, then one more look: a post whose raise came before this swap is
+                // seen now (Acquire pairs with the raise's release), one after it raises the
+                // flag (and its group) again.
+                f.swap(false, Ordering::Acquire);
+                if drain_posted(c, &mut self.stats.post_ring_reads) {
+                    work = true;
+                } else if c.sh.as_ref().is_some_and(close_asked) {
+                    // Raised for a disconnect (`Qp::disconnect` and dropping the last handle
+                    // kick the QP after setting it; the swap above made that visible): the
+                    // completions phase reaps it, though it is quiet otherwise.
+                    c.marks.dirty = true;
+                }
             }
-            // Lowered, then one more look: a post whose raise came before this swap is seen
-            // now (Acquire pairs with the raise's release), one after it raises the flag again.
-            f.swap(false, Ordering::Acquire);
-            if drain_posted(c, &mut self.stats.post_ring_reads) {
-                work = true;
-            } else if c.sh.as_ref().is_some_and(close_asked) {
-                // Raised for a disconnect (`Qp::disconnect` and dropping the last handle
-                // kick the QP after setting it; the swap above made that visible): the
-                // completions phase reaps it, though it is quiet otherwise.
-                c.marks.dirty = true;
+            if keep {
+                // A read-modify-write, like a poster's raise: a plain store here would end
+                // the release sequence of a raise that came since the swap above.
+                group.swap(true, Ordering::Relaxed);
             }
         }
         if self.unflagged > 0 {

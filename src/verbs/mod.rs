@@ -318,9 +318,49 @@ pub(crate) struct QpShared {
     hook_waiting: AtomicBool,
 }
 
+/// A poll-mode worker's post flags: one per socket slot, and one per group of
+/// [`PostFlags::GROUP`] slots that goes up with any of its flags, so that a pass reads the
+/// flags of the groups posted to, not every slot's (with 200 quiet connections the flag scan
+/// was 40 % of a worker's passes).
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+pub(crate) struct PostFlags {
+    /// One per socket slot.
+    pub(crate) flags: Box<[AtomicBool]>,
+    /// One per `GROUP` slots.
+    pub(crate) groups: Box<[AtomicBool]>,
+}
+
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+impl PostFlags {
+    /// Slots per group: the flags of one group share a cache line.
+    pub(crate) const GROUP: usize = 64;
+
+    /// `slots` flags, all down.
+    pub(crate) fn new(slots: usize) -> PostFlags {
+        let down = |n: usize| (0..n).map(|_| AtomicBool::new(false)).collect();
+        PostFlags {
+            flags: down(slots),
+            groups: down(slots.div_ceil(Self::GROUP)),
+        }
+    }
+
+    /// Raise the flag of `slot` (a release store after the ring push), then its group's. The
+    /// worker lowers a group with an acquiring swap before it reads the group's flags, so
+    /// either the swap reads this raise (or a later one) and then sees the flag and the push,
+    /// or the group goes up again after the swap and the next pass reads it. The group's
+    /// raise is a read-modify-write: other posters raise the same group, and a plain store
+    /// of theirs would end this raise's release sequence, so a swap that read theirs would
+    /// not be ordered after this flag (C++/Rust memory model; on x86 either is one locked
+    /// instruction or a plain store). The slot's flag stays a plain store: one QP's.
+    pub(crate) fn raise(&self, slot: usize) {
+        self.flags[slot].store(true, Ordering::Release);
+        self.groups[slot / Self::GROUP].swap(true, Ordering::Release);
+    }
+}
+
 /// One QP's flag among a poll-mode worker's post flags ([`QpShared::post_flag`]).
 pub(crate) struct PostFlag {
-    flags: Arc<[AtomicBool]>,
+    flags: Arc<PostFlags>,
     slot: usize,
 }
 
@@ -328,21 +368,20 @@ pub(crate) struct PostFlag {
 #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
 impl PostFlag {
     /// Flag `slot` of `flags`, or None if there is no such flag.
-    pub(crate) fn new(flags: Arc<[AtomicBool]>, slot: usize) -> Option<PostFlag> {
-        (slot < flags.len()).then_some(PostFlag { flags, slot })
+    pub(crate) fn new(flags: Arc<PostFlags>, slot: usize) -> Option<PostFlag> {
+        (slot < flags.flags.len()).then_some(PostFlag { flags, slot })
     }
 
     /// Whether this is flag `slot` of `flags`.
-    pub(crate) fn is(&self, flags: &Arc<[AtomicBool]>, slot: usize) -> bool {
+    pub(crate) fn is(&self, flags: &Arc<PostFlags>, slot: usize) -> bool {
         Arc::ptr_eq(&self.flags, flags) && self.slot == slot
     }
 
-    /// A release store after the ring push, each QP its own flag: the worker takes it with an
+    /// Raised after the ring push ([`PostFlags::raise`]); the worker takes the flag with an
     /// acquiring swap, so either the swap reads this store and sees the push, or it comes
-    /// earlier in the flag's modification order and the flag stays up for its next pass. (A
-    /// plain store suffices, no read-modify-write, since every writer writes `true`.)
+    /// earlier in the flag's modification order and the flag stays up for its next pass.
     fn raise(&self) {
-        self.flags[self.slot].store(true, Ordering::Release);
+        self.flags.raise(self.slot);
     }
 }
 
