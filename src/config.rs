@@ -341,6 +341,13 @@ impl DataplaneConfig {
             && vdev_arg(&self.eal.args, device, "role") == Some("client")
     }
 
+    /// Whether `device` is a net_memif client (`role=client` among its `--vdev` arguments;
+    /// the role defaults to server).
+    pub fn memif_client(&self, device: &str) -> bool {
+        device.starts_with("net_memif")
+            && vdev_arg(&self.eal.args, device, "role") == Some("client")
+    }
+
     /// `zero-copy=yes` among `device`'s net_memif `--vdev` arguments (DPDK's `memif_set_zc`
     /// looks for "yes" in the value).
     fn memif_zero_copy_asked(&self, device: &str) -> bool {

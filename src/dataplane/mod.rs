@@ -147,8 +147,15 @@ fn poll_driven(worker: &Mutex<Worker>, pass: fn(&mut Worker) -> bool) -> bool {
 /// before it (seen when one client process follows another at once: "memif_connect_client():
 /// Failed to connect socket", then rte_eth_dev_start fails): such a start is tried again for
 /// up to 10 s (a server process starting on a loaded machine took more than 3), with a log
-/// line, before the error is returned.
-fn start_port(port: &crate::dpdk::Port, device: &str) -> Result<(), DataplaneError> {
+/// line, before the error is returned. A client whose connection was taken while its server
+/// was still starting may get no link (seen: start succeeded, the link never came up within
+/// 20 s; DPDK's client does not connect again by itself): with no link 2 s after a start, it
+/// is stopped and started again, within the same 10 s.
+fn start_port(
+    port: &crate::dpdk::Port,
+    device: &str,
+    memif_client: bool,
+) -> Result<(), DataplaneError> {
     let retry_for = if device.starts_with("net_memif") {
         Duration::from_secs(10)
     } else {
@@ -157,7 +164,25 @@ fn start_port(port: &crate::dpdk::Port, device: &str) -> Result<(), DataplaneErr
     let t0 = Instant::now();
     loop {
         match port.start() {
-            Ok(()) => return Ok(()),
+            Ok(()) if !memif_client => return Ok(()),
+            Ok(()) => {
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(2) {
+                    if port.link().is_ok_and(|l| l.1) {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if t0.elapsed() >= retry_for {
+                    // The caller's own wait for the link decides.
+                    return Ok(());
+                }
+                log::warn!(
+                    "dataplane: {device}: started, but no link after 2 s (its server may have taken the connection while still starting); connecting again"
+                );
+                let _ = port.stop();
+                std::thread::sleep(Duration::from_millis(100));
+            }
             Err(e) if t0.elapsed() < retry_for => {
                 log::warn!("dataplane: {device}: start failed ({e}); trying again");
                 std::thread::sleep(Duration::from_millis(100));
@@ -358,7 +383,7 @@ impl Dataplane {
                 },
                 pool,
             )?;
-            start_port(&port, &pc.device)?;
+            start_port(&port, &pc.device, cfg.memif_client(&pc.device))?;
             ports.push(port);
             let mac = match &pc.mac {
                 Some(m) => parse_mac(m).map_err(DataplaneError::Config)?,
