@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod memif_common;
-use memif_common::{config_zc, Kill};
+use memif_common::{configs, Kill};
 
 #[test]
 fn memif_two_processes_write_bw_and_send_lat() {
@@ -59,24 +59,7 @@ fn memif_client_started_before_its_server_connects_when_the_server_comes() {
     let dir = std::env::temp_dir().join(format!("dpwarp-memif-early-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config_zc(
-        &dir,
-        "server",
-        &sock,
-        "10.96.0.1",
-        "02:00:00:96:00:01",
-        0,
-        false,
-    );
-    let ccfg = config_zc(
-        &dir,
-        "client",
-        &sock,
-        "10.96.0.2",
-        "02:00:00:96:00:02",
-        0,
-        false,
-    );
+    let (scfg, ccfg) = configs(&dir, &sock, 96, 0, false);
     let bin = env!("CARGO_BIN_EXE_dpwarp");
     let client = Kill(
         Command::new(bin)
@@ -133,24 +116,7 @@ fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
     let dir = std::env::temp_dir().join(format!("dpwarp-memif-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config_zc(
-        &dir,
-        "server",
-        &sock,
-        "10.93.0.1",
-        "02:00:00:93:00:01",
-        mtu,
-        false,
-    );
-    let ccfg = config_zc(
-        &dir,
-        "client",
-        &sock,
-        "10.93.0.2",
-        "02:00:00:93:00:02",
-        mtu,
-        client_zc,
-    );
+    let (scfg, ccfg) = configs(&dir, &sock, 93, mtu, client_zc);
     let bin = env!("CARGO_BIN_EXE_dpwarp");
 
     let mut server = Kill(

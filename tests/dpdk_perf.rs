@@ -14,7 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 const PORT: &str = "18611";
 
 mod memif_common;
-use memif_common::{config, Kill};
+use memif_common::{configs, Kill};
 
 /// Run `dpwarp perf <test> <args>` as server and client over a fresh memif pair; assert both
 /// exit 0 and return (client stdout, server stdout).
@@ -23,8 +23,7 @@ fn run_pair(name: &str, test: &str, args: &[&str]) -> (String, String) {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config(&dir, "server", &sock, "10.95.0.1", "02:00:00:95:00:01");
-    let ccfg = config(&dir, "client", &sock, "10.95.0.2", "02:00:00:95:00:02");
+    let (scfg, ccfg) = configs(&dir, &sock, 95, 0, false);
 
     let mut server = Kill(
         Command::new(BIN)

@@ -12,7 +12,7 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 
 mod memif_common;
-use memif_common::{config, Kill};
+use memif_common::{configs, Kill};
 
 #[test]
 fn rping_over_dpdk_memif_two_processes() {
@@ -21,8 +21,7 @@ fn rping_over_dpdk_memif_two_processes() {
     let dir = std::env::temp_dir().join(format!("dpwarp-dprping-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config(&dir, "server", &sock, "10.94.0.1", "02:00:00:94:00:01");
-    let ccfg = config(&dir, "client", &sock, "10.94.0.2", "02:00:00:94:00:02");
+    let (scfg, ccfg) = configs(&dir, &sock, 94, 0, false);
 
     let mut server = Kill(
         Command::new(BIN)

@@ -21,7 +21,7 @@ use dpwarp::rpc::client::{ClientConfig, RdmaClient};
 
 mod memif_common;
 mod rpc_common;
-use memif_common::{config, Kill};
+use memif_common::{configs, Kill};
 use rpc_common::exercise_with;
 
 const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
@@ -44,8 +44,7 @@ fn rpc_over_dpdk_memif_server_child_process() {
     let dir = std::env::temp_dir().join(format!("dpwarp-rpcmemif-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let scfg = config(&dir, "server", &sock, "10.95.0.1", "02:00:00:95:00:01");
-    let ccfg = config(&dir, "client", &sock, "10.95.0.2", "02:00:00:95:00:02");
+    let (scfg, ccfg) = configs(&dir, &sock, 95, 0, false);
     // The rpc-server config names its dataplane config relative to its own directory.
     let rcfg = dir.join("rpc.toml");
     std::fs::write(

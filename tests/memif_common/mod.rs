@@ -1,5 +1,5 @@
 //! Shared by the DPDK tests that run dpwarp processes over a net_memif pair (one EAL per
-//! process): a child that is killed when the test ends, and the dataplane config of one end.
+//! process): a child that is killed when the test ends, and the dataplane configs of the link.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -15,21 +15,25 @@ impl Drop for Kill {
     }
 }
 
-/// Write `DIR/ROLE.toml`: one net_memif port (`role` server or client on socket `sock`) with
-/// address `ip`/24 and `mac`, no hugepages.
-pub fn config(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str) -> PathBuf {
-    config_mtu(dir, role, sock, ip, mac, 0)
+/// Write `DIR/server.toml` and `DIR/client.toml`: the two ends of one net_memif link on socket
+/// `sock`, addresses 10.`net`.0.1/24 (server) and 10.`net`.0.2/24 (client), MACs
+/// 02:00:00:`net`:00:01 and :02, `mtu` on both ports (0: the default 1500), and with
+/// `client_zc` the client in memif's zero-copy mode. Returns (server, client).
+pub fn configs(dir: &Path, sock: &Path, net: u8, mtu: u16, client_zc: bool) -> (PathBuf, PathBuf) {
+    let end = |role: &str, host: u8, zc: bool| {
+        let ip = format!("10.{net}.0.{host}");
+        let mac = format!("02:00:00:{net}:00:{host:02}");
+        config_zc(dir, role, sock, &ip, &mac, mtu, zc)
+    };
+    (end("server", 1, false), end("client", 2, client_zc))
 }
 
-/// [`config`] with `mtu` on the port (0: the default 1500); above 1500 the memif buffers are
-/// made large enough for a frame (`bsize`, see `DataplaneConfig` validation).
-pub fn config_mtu(dir: &Path, role: &str, sock: &Path, ip: &str, mac: &str, mtu: u16) -> PathBuf {
-    config_zc(dir, role, sock, ip, mac, mtu, false)
-}
-
-/// [`config_mtu`], and with `zero_copy` the memif devarg `zero-copy=yes` (which DPDK takes
-/// from a client only, and only with the EAL option `--single-file-segments`).
-pub fn config_zc(
+/// One end: `DIR/ROLE.toml`, a net_memif port (`role` server or client on socket `sock`) with
+/// address `ip`/24 and `mac`, `mtu` (0: the default 1500; above 1500 the memif buffers are
+/// made large enough for a frame, `bsize`, see `DataplaneConfig` validation), and with
+/// `zero_copy` the memif devarg `zero-copy=yes` (which DPDK takes from a client only, and only
+/// with the EAL option `--single-file-segments`).
+fn config_zc(
     dir: &Path,
     role: &str,
     sock: &Path,
