@@ -8,7 +8,7 @@
 use crc_fast::{CrcAlgorithm, Digest};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-const SIZES: [usize; 6] = [64, 512, 1448, 4096, 8948, 65536];
+const SIZES: [usize; 11] = [64, 128, 160, 200, 256, 300, 512, 1448, 4096, 8948, 65536];
 
 fn crc(c: &mut Criterion) {
     let mut g = c.benchmark_group("crc32c");
