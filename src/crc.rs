@@ -136,17 +136,12 @@ mod tail {
     }
 
     #[inline]
-    fn qword(b: &[u8]) -> u64 {
-        u64::from_le_bytes(b.try_into().expect("an 8-octet chunk"))
-    }
-
-    #[inline]
     fn serial(mut reg: u32, data: &[u8]) -> u32 {
-        let mut q = data.chunks_exact(8);
-        for c in &mut q {
-            reg = crc32_u64(u64::from(reg), qword(c)) as u32;
+        let (qwords, bytes) = data.as_chunks::<8>();
+        for q in qwords {
+            reg = crc32_u64(u64::from(reg), u64::from_le_bytes(*q)) as u32;
         }
-        for &b in q.remainder() {
+        for &b in bytes {
             reg = crc32_u8(reg, b);
         }
         reg
@@ -164,14 +159,16 @@ mod tail {
         let (b, rest) = rest.split_at(8 * q);
         let (c, rest) = rest.split_at(8 * q);
         let (mut ra, mut rb, mut rc) = (reg, 0u32, 0u32);
-        for ((x, y), z) in a
-            .chunks_exact(8)
-            .zip(b.chunks_exact(8))
-            .zip(c.chunks_exact(8))
-        {
-            ra = crc32_u64(u64::from(ra), qword(x)) as u32;
-            rb = crc32_u64(u64::from(rb), qword(y)) as u32;
-            rc = crc32_u64(u64::from(rc), qword(z)) as u32;
+        // Whole qwords as arrays, so the loop indexes three slices of one length.
+        let (a, b, c) = (
+            a.as_chunks::<8>().0,
+            b.as_chunks::<8>().0,
+            c.as_chunks::<8>().0,
+        );
+        for ((x, y), z) in a.iter().zip(b).zip(c) {
+            ra = crc32_u64(u64::from(ra), u64::from_le_bytes(*x)) as u32;
+            rb = crc32_u64(u64::from(rb), u64::from_le_bytes(*y)) as u32;
+            rc = crc32_u64(u64::from(rc), u64::from_le_bytes(*z)) as u32;
         }
         // crc32(0, v) is linear in v, so one `crc32` finishes both shifts (see SHIFT).
         let v = product(ra, 16 * q) ^ product(rb, 8 * q);
