@@ -17,7 +17,10 @@ fn fixture(name: &str) -> Vec<u8> {
         .map(|l| l.split('#').next().unwrap_or(""))
         .flat_map(|l| l.bytes().filter(|b| b.is_ascii_hexdigit()))
         .collect();
-    assert!(digits.len() % 2 == 0, "{name}: odd number of hex digits");
+    assert!(
+        digits.len().is_multiple_of(2),
+        "{name}: odd number of hex digits"
+    );
     digits
         .chunks(2)
         .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())

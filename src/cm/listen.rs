@@ -114,7 +114,7 @@ pub(super) fn run(
     while !shared.stop.load(Ordering::Acquire) {
         let now = Instant::now();
         // New connections.
-        if backoff_until.map_or(true, |t| now >= t) {
+        if backoff_until.is_none_or(|t| now >= t) {
             backoff_until = None;
             loop {
                 match listener.accept() {
@@ -153,7 +153,7 @@ pub(super) fn run(
                     Err(e) => {
                         // Out of descriptors or memory: try again shortly; say so once a second.
                         if last_accept_error
-                            .map_or(true, |t| now.duration_since(t) > Duration::from_secs(1))
+                            .is_none_or(|t| now.duration_since(t) > Duration::from_secs(1))
                         {
                             log::warn!("cm: listener {local}: accept: {e}");
                             last_accept_error = Some(now);

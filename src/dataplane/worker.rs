@@ -606,7 +606,7 @@ impl Worker {
         self.egress_all |= work;
         // The clock is read when the previous pass did work, and every 16th idle pass: an idle
         // pass costs little more than a clock read, and smoltcp's timers are millisecond ones.
-        let now = if self.idle_passes % 16 == 0 {
+        let now = if self.idle_passes.is_multiple_of(16) {
             let n = Instant::now();
             // Since the last read: one pass that did work (idle_passes was reset by it), or
             // 16 that did not.
@@ -740,7 +740,7 @@ impl Worker {
         // crossbeam's `try_recv` on an empty channel issues a full fence (`mfence`); the
         // emptiness check is two plain loads. Every 64th pass still calls it, which is how a
         // channel whose senders are all gone (the endpoint dropped) is noticed.
-        if self.stats.loops % 64 != 0 && self.cmds.is_empty() {
+        if !self.stats.loops.is_multiple_of(64) && self.cmds.is_empty() {
             return false;
         }
         let mut work = false;
@@ -1025,7 +1025,7 @@ impl Worker {
                     // cannot make this worker allocate more; the RST tells it at once.
                     if self
                         .last_refusal
-                        .map_or(true, |t| now.duration_since(t) > Duration::from_secs(1))
+                        .is_none_or(|t| now.duration_since(t) > Duration::from_secs(1))
                     {
                         log::warn!(
                             "dataplane: worker {} holds tcp.max_connections = {}; refusing connections to port {port} (RST)",
@@ -1352,7 +1352,7 @@ impl Worker {
             if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
                 continue;
             }
-            if c.marks.tx_checked.is_some() && c.marks.timer_at.map_or(true, |t| now < t) {
+            if c.marks.tx_checked.is_some() && c.marks.timer_at.is_none_or(|t| now < t) {
                 continue;
             }
             let Some(sh) = c.sh.as_ref() else { continue };

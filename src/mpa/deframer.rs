@@ -139,7 +139,9 @@ impl Deframer {
                     break;
                 }
             }
-            if self.markers && self.marker_have.is_none() && self.pos % MARKER_INTERVAL as u64 == 0
+            if self.markers
+                && self.marker_have.is_none()
+                && self.pos.is_multiple_of(MARKER_INTERVAL as u64)
             {
                 self.marker_have = Some(0);
             }

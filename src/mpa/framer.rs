@@ -104,7 +104,7 @@ impl Framer {
             out.reserve(len + pad.len() + OVERHEAD + markers * MARKER_LEN);
             // RFC 5044 §4.3: a marker falling exactly between FPDUs belongs to the following
             // FPDU (FPDUPTR 0, included in its CRC): emit it first.
-            if self.pos % MARKER_INTERVAL as u64 == 0 {
+            if self.pos.is_multiple_of(MARKER_INTERVAL as u64) {
                 self.put_marker(0, out);
             }
             let hdr_pos = self.pos;
@@ -113,7 +113,7 @@ impl Framer {
             }
             // A marker right after the pad precedes the CRC field and is in this FPDU's CRC
             // (RFC 5044 §4.4 rule 1).
-            if self.pos % MARKER_INTERVAL as u64 == 0 {
+            if self.pos.is_multiple_of(MARKER_INTERVAL as u64) {
                 self.put_marker(self.pos.wrapping_sub(hdr_pos) as u16, out);
             }
         }

@@ -505,7 +505,7 @@ impl Export {
         }
         if offset
             .checked_add(data.len() as u64)
-            .map_or(true, |e| e > i64::MAX as u64)
+            .is_none_or(|e| e > i64::MAX as u64)
         {
             return Err(Stat::FBig);
         }

@@ -621,7 +621,7 @@ impl Reactor {
             // Idle: spin a while (the next call is usually microseconds away), then nap so an
             // idle server leaves its CPU to others. The clock is read every 64 idle passes.
             idle_passes += 1;
-            if idle_passes % 64 == 0 {
+            if idle_passes.is_multiple_of(64) {
                 let now = Instant::now();
                 if idle_passes == 64 {
                     last_work = now;
@@ -1152,7 +1152,7 @@ impl ConnServer {
                 }
             }
             None => {
-                if !rcs.first().is_some_and(|c| c.position == 0) {
+                if rcs.first().is_none_or(|c| c.position != 0) {
                     return Err(Fail::Chunk(
                         "RDMA_NOMSG call without a position-zero read chunk",
                     ));

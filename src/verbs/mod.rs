@@ -179,7 +179,7 @@ impl Cq {
             }
             let worked = d();
             passes = passes.wrapping_add(1);
-            if passes % 32 == 0 && Instant::now() >= end {
+            if passes.is_multiple_of(32) && Instant::now() >= end {
                 return self.rx.try_recv().ok();
             }
             if !worked {

@@ -52,7 +52,7 @@ impl Wait {
                         return Some(wc);
                     }
                     n = n.wrapping_add(1);
-                    if n % 256 == 0
+                    if n.is_multiple_of(256)
                         && Instant::now() >= *end.get_or_insert_with(|| Instant::now() + slice)
                     {
                         return None;
@@ -155,7 +155,7 @@ pub fn bw_window(qp: &Qp, cq: &Cq, wait: Wait, w: &Window<'_>) -> Result<WindowR
         if t_completed.len() < w.track {
             t_completed.push(Instant::now());
         }
-        if done % 256 == 0 {
+        if done.is_multiple_of(256) {
             progress_tick(done, want);
         }
     }
@@ -349,7 +349,7 @@ impl PingPong {
     fn send(&mut self) -> Result<(), String> {
         self.posted_at.push(Instant::now());
         self.scnt += 1;
-        if self.progress && self.scnt % 1024 == 0 {
+        if self.progress && self.scnt.is_multiple_of(1024) {
             progress_tick(self.scnt, self.iters);
         }
         self.qp

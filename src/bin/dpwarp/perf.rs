@@ -551,7 +551,7 @@ fn best_time_per_message(posted: &[Instant], completed: &[Instant]) -> Option<f6
     for (i, p) in posted[..n].iter().enumerate() {
         for (k, c) in completed[i..n].iter().enumerate() {
             let t = c.saturating_duration_since(*p).as_secs_f64() / (k + 1) as f64;
-            if best.map_or(true, |b| t < b) {
+            if best.is_none_or(|b| t < b) {
                 best = Some(t);
             }
         }
@@ -939,11 +939,11 @@ fn send_server(a: &Args, net: &Net, param: &ConnParam, sizes: &[usize]) -> Resul
                     t0.get_or_insert_with(Instant::now);
                     got += 1;
                     last = Instant::now();
-                    if got % 256 == 0 {
+                    if got.is_multiple_of(256) {
                         progress_tick(got, a.iters);
                     }
                     post(got)?;
-                    if got % batch == 0 || got == a.iters {
+                    if got.is_multiple_of(batch) || got == a.iters {
                         cnt.write_at(0, &(got as u32).to_le_bytes());
                         data.qp
                             .post_send(SendWr {
@@ -1305,7 +1305,7 @@ impl load::Stepped for WriteLat {
             if self.scnt < self.iters {
                 self.posted_at.push(Instant::now());
                 self.scnt += 1;
-                if self.progress && self.scnt % 1024 == 0 {
+                if self.progress && self.scnt.is_multiple_of(1024) {
                     progress_tick(self.scnt, self.iters);
                 }
                 self.local.write_at(self.size - 1, &[self.scnt as u8]);

@@ -521,7 +521,7 @@ fn bench_rdma(
     let mut running = true;
     let mut turns = 0u32;
     loop {
-        if turns % 64 == 0 {
+        if turns.is_multiple_of(64) {
             running = t0.elapsed() < dur;
         }
         turns = turns.wrapping_add(1);
@@ -597,7 +597,7 @@ fn bench_tcp(
         Ok(())
     };
     let mut turns = 0u32;
-    while turns % 64 != 0 || t0.elapsed() < dur {
+    while !turns.is_multiple_of(64) || t0.elapsed() < dur {
         turns = turns.wrapping_add(1);
         let (p, body, _, _) = args_for(op, size);
         let (_, earlier) = c
