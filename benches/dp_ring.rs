@@ -595,6 +595,28 @@ fn main() {
             }
         }
     }
+    // The rounds as measured, and how far apart they are: a slow phase of the host inside
+    // one round shows as a spread no probe around the whole run sees (scripts/bench reruns
+    // a run spread over 1.4x and flags it).
+    let (d_rounds, dl_rounds) = (d.clone(), dl.clone());
+    let spread = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        if lo > 0.0 {
+            hi / lo
+        } else {
+            f64::NAN
+        }
+    };
+    let (kb_rounds, kp_rounds) = (kb.clone(), kp.clone());
+    let best_kernel_rounds = |i: usize, busy: bool| {
+        if busy {
+            kp_rounds[i].clone()
+        } else {
+            kb_rounds[i].clone()
+        }
+    };
     let dm = median(&mut d);
     let kbw: Vec<f64> = kb.iter_mut().map(|v| median(v)).collect();
     let kpw: Vec<f64> = kp.iter_mut().map(|v| median(v)).collect();
@@ -607,6 +629,13 @@ fn main() {
         .enumerate()
         .flat_map(|(i, &w)| [(kbw[i], w, false), (kpw[i], w, true)])
         .fold((0.0, 0, false), |b, c| if c.0 > b.0 { c } else { b });
+    let kernel_best_rounds = best_kernel_rounds(
+        writes
+            .iter()
+            .position(|&w| w == best_write)
+            .unwrap_or(at_size),
+        best_busy,
+    );
     let by_write: Vec<_> = writes
         .iter()
         .enumerate()
@@ -622,6 +651,12 @@ fn main() {
         "bytes_per_round": total,
         "rounds": a.rounds,
         "write_bw_gbps_dpdk_ring": dm,
+        "write_bw_gbps_dpdk_ring_rounds": d_rounds,
+        "write_bw_spread_dpdk_ring": spread(&d_rounds),
+        "send_lat_p50_us_dpdk_ring_rounds": dl_rounds,
+        "send_lat_spread_dpdk_ring": spread(&dl_rounds),
+        "stream_gbps_kernel_best_rounds": kernel_best_rounds,
+        "stream_spread_kernel_best": spread(&kernel_best_rounds),
         "stream_gbps_kernel_blocking": kbm,
         "stream_gbps_kernel_busy": kpm,
         "stream_gbps_kernel_best": best,
