@@ -507,46 +507,40 @@ pub const MAX_MTU: u16 = 65535 - 128 - 14 - 4;
 /// net_memif's packet buffer size when its `bsize` devarg is not given.
 const MEMIF_DEFAULT_BSIZE: usize = 2048;
 
+/// The `--vdev` specs among the EAL `args`, in their order (`--vdev=net_memif0,role=server`
+/// or `--vdev net_memif0,role=server`: `net_memif0,role=server`).
+fn vdev_specs(args: &[String]) -> impl Iterator<Item = &str> {
+    let mut it = args.iter();
+    std::iter::from_fn(move || loop {
+        let a = it.next()?;
+        match a.strip_prefix("--vdev") {
+            Some(rest) if rest.starts_with('=') => return Some(&rest[1..]),
+            Some("") => return Some(it.next().map(String::as_str).unwrap_or("")),
+            _ => continue,
+        }
+    })
+}
+
 /// The devices of the `--vdev` arguments among the EAL `args`, in their order.
 fn vdev_names(args: &[String]) -> Vec<&str> {
-    let mut names = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let spec = match a.strip_prefix("--vdev") {
-            Some(rest) if rest.starts_with('=') => &rest[1..],
-            Some("") => it.next().map(String::as_str).unwrap_or(""),
-            _ => continue,
-        };
-        if let Some(name) = spec.split(',').next().filter(|n| !n.is_empty()) {
-            names.push(name);
-        }
-    }
-    names
+    vdev_specs(args)
+        .filter_map(|spec| spec.split(',').next().filter(|n| !n.is_empty()))
+        .collect()
 }
 
 /// The value of `key` in the `--vdev` arguments of `device` among the EAL `args`
 /// (`--vdev=net_memif0,role=server,bsize=9216` or `--vdev net_memif0,...`).
 fn vdev_arg<'a>(args: &'a [String], device: &str, key: &str) -> Option<&'a str> {
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let spec = match a.strip_prefix("--vdev") {
-            Some(rest) if rest.starts_with('=') => &rest[1..],
-            Some("") => it.next().map(String::as_str).unwrap_or(""),
-            _ => continue,
-        };
+    vdev_specs(args).find_map(|spec| {
         let mut parts = spec.split(',');
         if parts.next() != Some(device) {
-            continue;
+            return None;
         }
-        for kv in parts {
-            if let Some((k, v)) = kv.split_once('=') {
-                if k.trim() == key {
-                    return Some(v.trim());
-                }
-            }
-        }
-    }
-    None
+        parts.find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k.trim() == key).then(|| v.trim())
+        })
+    })
 }
 
 /// `a.b.c.d/len`.
