@@ -5,8 +5,8 @@
 //! detects the CPU's features once at run time; it beats the SSE4.2 `crc32`-instruction loop of
 //! the `crc32c` crate by several times from 512 bytes up, which is where FPDUs live. What is left
 //! after its last whole block (up to 446 octets; about 290 of an FPDU at MTU 1500) crc-fast runs
-//! as one serial `crc32` chain; x86-64 builds run it as three chains instead ([`tail`]), which
-//! takes an MTU 1500 FPDU's CRC from 47 to 38-40 ns on the development host.
+//! as one serial `crc32` chain; x86-64 builds run it as three chains instead (module `tail`),
+//! which takes an MTU 1500 FPDU's CRC from 47 to 38-42 ns on the development host.
 //!
 //! Both functions work on the *finished* CRC value (reflected, initial value and final XOR
 //! 0xFFFFFFFF, RFC 3385); MPA puts that value on the wire least-significant byte first, as the

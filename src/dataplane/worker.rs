@@ -162,7 +162,7 @@ pub struct WorkerStats {
     /// QPs posted to since (their post flags), so quiet connections cost it nothing.
     pub post_ring_reads: u64,
     /// Post flags the post phase read outside the sweep, summed over passes: only those of
-    /// the groups of slots posted to since ([`PostFlags`]), at most 64 per group, not one per
+    /// the groups of slots posted to since (`verbs::PostFlags`), at most 64 per group, not one per
     /// socket slot.
     pub post_flag_reads: u64,
     /// Connections the transmit phase visited, summed over passes. Outside the sweep (and
