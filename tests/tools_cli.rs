@@ -674,6 +674,15 @@ fn dpperf_no_crc_needs_both_ends() {
             "server --no-crc {server_no_crc}, client --no-crc {client_no_crc}: {}",
             lines[0]
         );
+        // With CRC on, which code computed it (the x86-64 build's split one, src/crc.rs).
+        if want {
+            assert_eq!(
+                lines[0]["mpa_crc_impl"],
+                serde_json::Value::from(dpwarp::crc::IMPLEMENTATION)
+            );
+        } else {
+            assert!(lines[0].get("mpa_crc_impl").is_none(), "{}", lines[0]);
+        }
         assert!(lines[0]["gbps"].as_f64().unwrap() > 0.0);
     }
 }

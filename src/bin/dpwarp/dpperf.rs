@@ -86,7 +86,9 @@ impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
     /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup` and `on_driver_thread`,
     /// and, on DPDK, `copies`,
-    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`; for RDMA tests `mpa_crc`.
+    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`; for RDMA tests `mpa_crc`,
+    /// and with CRC on `mpa_crc_impl` (the code that computed it, `dpwarp::crc::IMPLEMENTATION`:
+    /// a build without SSE4.2 and PCLMULQDQ, e.g. with RUSTFLAGS set, runs the slower one).
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
             transport,
@@ -112,6 +114,7 @@ impl PerfResult {
             gso_frames: self.gso_frames,
             worker_busy: self.worker_busy,
             mpa_crc: self.mpa_crc,
+            mpa_crc_impl: (self.mpa_crc == Some(true)).then_some(dpwarp::crc::IMPLEMENTATION),
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
@@ -143,6 +146,8 @@ struct ResultJson<'a> {
     worker_busy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mpa_crc: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mpa_crc_impl: Option<&'static str>,
 }
 
 #[derive(serde::Serialize)]
