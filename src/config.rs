@@ -337,8 +337,7 @@ impl DataplaneConfig {
     /// segment list), so every transmitted octet must lie in an mbuf from a pool, not in
     /// memory outside EAL such as a TCP transmit ring.
     pub fn memif_zero_copy_client(&self, device: &str) -> bool {
-        self.memif_zero_copy_asked(device)
-            && vdev_arg(&self.eal.args, device, "role") == Some("client")
+        self.memif_zero_copy_asked(device) && self.memif_client(device)
     }
 
     /// Whether `device` is a net_memif client (`role=client` among its `--vdev` arguments;
@@ -371,28 +370,26 @@ impl DataplaneConfig {
                  connects to its server at start"
             ))
         };
-        let vdevs = vdev_names(&self.eal.args);
-        for (i, client) in vdevs.iter().enumerate() {
-            if self.memif_client(client) {
+        // The first memif client in `devices` listed before the server of its link, by index.
+        let out_of_order = |devices: &[&str]| {
+            devices.iter().enumerate().find_map(|(i, client)| {
+                if !self.memif_client(client) {
+                    return None;
+                }
                 let link = end(client);
-                if let Some(server) = vdevs[i + 1..]
+                let j = devices[i + 1..]
                     .iter()
-                    .find(|d| is_memif_server(d) && end(d) == link)
-                {
-                    return order_error("the --vdev arguments", client, server);
-                }
-            }
+                    .position(|d| is_memif_server(d) && end(d) == link)?;
+                Some((i, i + 1 + j))
+            })
+        };
+        let vdevs = vdev_names(&self.eal.args);
+        if let Some((c, s)) = out_of_order(&vdevs) {
+            return order_error("the --vdev arguments", vdevs[c], vdevs[s]);
         }
-        for (i, client) in self.ports.iter().enumerate() {
-            if self.memif_client(&client.device) {
-                let link = end(&client.device);
-                if let Some(server) = self.ports[i + 1..]
-                    .iter()
-                    .find(|p| is_memif_server(&p.device) && end(&p.device) == link)
-                {
-                    return order_error("the [[port]]s", &client.device, &server.device);
-                }
-            }
+        let ports: Vec<&str> = self.ports.iter().map(|p| p.device.as_str()).collect();
+        if let Some((c, s)) = out_of_order(&ports) {
+            return order_error("the [[port]]s", ports[c], ports[s]);
         }
         Ok(())
     }
