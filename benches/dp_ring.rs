@@ -340,7 +340,7 @@ fn lat_round(dp: &Dataplane, port: u16, iters: usize) -> f64 {
     qp.disconnect();
     drive_until_closed(&cd, &qp);
     server.join().unwrap();
-    median(&mut lat)
+    median(&lat)
 }
 
 /// The ping-pong's receive buffer: all of `buf` (its size is the message size).
@@ -415,7 +415,7 @@ fn kernel_pingpong(iters: usize) -> f64 {
         }
     }
     srv.join().unwrap();
-    median(&mut lat)
+    median(&lat)
 }
 
 /// The write sizes the kernel stream is measured in (plus `--size`): the baseline is the best.
@@ -512,9 +512,11 @@ fn close_idle(dp: &Dataplane, (sq, cq): (Vec<Qp>, Vec<Qp>)) {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+/// The median of `v`, which keeps its order (the JSON reports the rounds as they ran).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
 }
 
 fn main() {
@@ -595,10 +597,9 @@ fn main() {
             }
         }
     }
-    // The rounds as measured, and how far apart they are: a slow phase of the host inside
-    // one round shows as a spread no probe around the whole run sees (scripts/bench reruns
-    // a run spread over 1.4x and flags it).
-    let (d_rounds, dl_rounds) = (d.clone(), dl.clone());
+    // How far apart the rounds are: a slow phase of the host inside one round shows as a
+    // spread no probe around the whole run sees (scripts/bench reruns a run spread over 1.4x
+    // and flags it).
     let spread = |v: &[f64]| {
         let (lo, hi) = v
             .iter()
@@ -609,18 +610,10 @@ fn main() {
             f64::NAN
         }
     };
-    let (kb_rounds, kp_rounds) = (kb.clone(), kp.clone());
-    let best_kernel_rounds = |i: usize, busy: bool| {
-        if busy {
-            kp_rounds[i].clone()
-        } else {
-            kb_rounds[i].clone()
-        }
-    };
-    let dm = median(&mut d);
-    let kbw: Vec<f64> = kb.iter_mut().map(|v| median(v)).collect();
-    let kpw: Vec<f64> = kp.iter_mut().map(|v| median(v)).collect();
-    let (dlm, klm) = (median(&mut dl), median(&mut kl));
+    let dm = median(&d);
+    let kbw: Vec<f64> = kb.iter().map(|v| median(v)).collect();
+    let kpw: Vec<f64> = kp.iter().map(|v| median(v)).collect();
+    let (dlm, klm) = (median(&dl), median(&kl));
     let at_size = writes.iter().position(|&w| w == a.size).unwrap();
     let (kbm, kpm) = (kbw[at_size], kpw[at_size]);
     // The best kernel stream: any write size, blocking or busy.
@@ -629,13 +622,15 @@ fn main() {
         .enumerate()
         .flat_map(|(i, &w)| [(kbw[i], w, false), (kpw[i], w, true)])
         .fold((0.0, 0, false), |b, c| if c.0 > b.0 { c } else { b });
-    let kernel_best_rounds = best_kernel_rounds(
-        writes
-            .iter()
-            .position(|&w| w == best_write)
-            .unwrap_or(at_size),
-        best_busy,
-    );
+    let best_at = writes
+        .iter()
+        .position(|&w| w == best_write)
+        .unwrap_or(at_size);
+    let kernel_best_rounds = if best_busy {
+        &kp[best_at]
+    } else {
+        &kb[best_at]
+    };
     let by_write: Vec<_> = writes
         .iter()
         .enumerate()
@@ -651,12 +646,12 @@ fn main() {
         "bytes_per_round": total,
         "rounds": a.rounds,
         "write_bw_gbps_dpdk_ring": dm,
-        "write_bw_gbps_dpdk_ring_rounds": d_rounds,
-        "write_bw_spread_dpdk_ring": spread(&d_rounds),
-        "send_lat_p50_us_dpdk_ring_rounds": dl_rounds,
-        "send_lat_spread_dpdk_ring": spread(&dl_rounds),
+        "write_bw_gbps_dpdk_ring_rounds": d,
+        "write_bw_spread_dpdk_ring": spread(&d),
+        "send_lat_p50_us_dpdk_ring_rounds": dl,
+        "send_lat_spread_dpdk_ring": spread(&dl),
         "stream_gbps_kernel_best_rounds": kernel_best_rounds,
-        "stream_spread_kernel_best": spread(&kernel_best_rounds),
+        "stream_spread_kernel_best": spread(kernel_best_rounds),
         "stream_gbps_kernel_blocking": kbm,
         "stream_gbps_kernel_busy": kpm,
         "stream_gbps_kernel_best": best,
