@@ -1194,16 +1194,7 @@ impl Worker {
             // Every QP's rings, as a safety net (a post that raced with the QP's adoption and
             // found no flag to raise): the flags raised meanwhile are taken with them.
             let slots = self.conn_index.len().min(self.post_flags.flags.len());
-            for g in self.post_flags.groups[..slots.div_ceil(PostFlags::GROUP)].iter() {
-                if g.load(Ordering::Relaxed) {
-                    g.swap(false, Ordering::Acquire);
-                }
-            }
-            for f in self.post_flags.flags[..slots].iter() {
-                if f.load(Ordering::Relaxed) {
-                    f.swap(false, Ordering::Acquire);
-                }
-            }
+            self.post_flags.lower_all(slots);
             for c in self.conns.iter_mut() {
                 work |= drain_posted(c, &mut self.stats.post_ring_reads);
             }

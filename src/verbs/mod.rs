@@ -356,6 +356,17 @@ impl PostFlags {
         self.flags[slot].store(true, Ordering::Release);
         self.groups[slot / Self::GROUP].swap(true, Ordering::Release);
     }
+
+    /// Lower the flags of the first `slots` slots and their groups (a sweep, which reads every
+    /// QP's rings anyway): each raised one with an acquiring swap, the raises' pair.
+    pub(crate) fn lower_all(&self, slots: usize) {
+        let groups = &self.groups[..slots.div_ceil(Self::GROUP)];
+        for f in groups.iter().chain(&self.flags[..slots]) {
+            if f.load(Ordering::Relaxed) {
+                f.swap(false, Ordering::Acquire);
+            }
+        }
+    }
 }
 
 /// One QP's flag among a poll-mode worker's post flags ([`QpShared::post_flag`]).
