@@ -231,6 +231,16 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     for s in [&ss, &cs] {
         assert!(s.loops > 0 && s.pinned && s.lcore.is_some(), "{s:?}");
     }
+    // Run to completion: a pass whose segments completed a receive hands the completion to
+    // the driving thread before its transmit phase (the answer then goes out with the ACK,
+    // in one transmit phase); every pong did that on the client, every ping on the server.
+    for (who, s) in [("server", &ss), ("client", &cs)] {
+        assert!(
+            s.transmit_deferred >= PINGS as u64,
+            "{who}: {} of {PINGS} receive completions handed over before the transmit phase",
+            s.transmit_deferred
+        );
+    }
     // The receive side placed the Write from the frames: about one copy per payload octet.
     let rx = ss.copies.rx_per_byte().unwrap();
     assert!(

@@ -26,15 +26,14 @@ pub(crate) fn timers(conn: &mut Connection, now: Instant) {
     }
 }
 
-/// Completions to the CQs, events noted on the QP and handed to `sink`. True if any event
-/// came.
+/// Completions to the CQs, events noted on the QP and handed to `sink`. True if any
+/// completion or event came.
 pub(crate) fn events(
     sh: &QpShared,
     conn: &mut Connection,
     mut sink: impl FnMut(ConnEvent),
 ) -> bool {
-    sh.reap(conn);
-    let mut any = false;
+    let mut any = sh.reap(conn);
     while let Some(ev) = conn.poll_event() {
         sh.note_event(&ev);
         sink(ev);

@@ -581,15 +581,18 @@ impl QpShared {
         }
     }
 
-    /// Move completions from the engine to the CQs.
-    pub(crate) fn reap(&self, conn: &mut Connection) {
+    /// Move completions from the engine to the CQs; true if there were any.
+    pub(crate) fn reap(&self, conn: &mut Connection) -> bool {
+        let mut any = false;
         while let Some(wc) = conn.poll_completion() {
+            any = true;
             if wc.opcode == WcOpcode::Recv {
                 self.recv_cq.push(wc)
             } else {
                 self.send_cq.push(wc)
             }
         }
+        any
     }
 }
 
