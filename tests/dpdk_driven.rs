@@ -233,10 +233,13 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     }
     // Run to completion: a pass whose segments completed a receive hands the completion to
     // the driving thread before its transmit phase (the answer then goes out with the ACK,
-    // in one transmit phase); every pong did that on the client, every ping on the server.
+    // in one transmit phase). Not every one: a message that arrives in a sweep pass, or in
+    // the pass that runs the transmit phase owed from the last hand-over (the server has no
+    // doorbell, so its pong goes out in its next pass, and a loaded machine can deliver the
+    // next ping to that same pass), takes the usual order. Without the hand-over: none.
     for (who, s) in [("server", &ss), ("client", &cs)] {
         assert!(
-            s.transmit_deferred >= PINGS as u64,
+            s.transmit_deferred >= PINGS as u64 / 2,
             "{who}: {} of {PINGS} receive completions handed over before the transmit phase",
             s.transmit_deferred
         );
