@@ -670,7 +670,7 @@ impl Worker {
         // ACK, a window update, an engine's reply) goes out with the application's answer, in
         // the transmit phase its doorbell (`poll_transmit`) or its next pass runs: one egress
         // instead of two, and its completion one egress earlier (a 64 B Send ping-pong over
-        // memif: about 0.1 us of 1.25 each way). Never twice in a row, so a stream of
+        // memif: 0.05 us of 1.24 each way). Never twice in a row, so a stream of
         // completions still gets a transmit phase every other pass; never on a sweep or on a
         // pass whose egress visits every socket (commands, MPA startups); never in the
         // background mode, which has nobody to hand over to.
@@ -689,10 +689,11 @@ impl Worker {
                 self.idle_passes = 0;
                 return true;
             }
-            work |= self.transmit(now);
-            if work {
-                // Sends the transmit phase framed may have completed.
-                work |= self.completions(now);
+            // Nothing to hand over: the usual order, the completions again only if the
+            // transmit phase moved something (Sends it framed may have completed).
+            if self.transmit(now) {
+                self.completions(now);
+                work = true;
             }
         } else {
             work |= self.transmit(now);
