@@ -248,7 +248,8 @@ mod tests {
 
     /// Every length to past two 384-octet blocks plus the alignment prefix, at every start
     /// offset in a cache line: the block/remainder split moves with both, and the remainder's
-    /// three streams and their shift constants are used at every length from 96 octets.
+    /// three streams and their shift constants are used at every remainder length from
+    /// `tail::THREE_STREAMS_FROM` (160) octets.
     #[test]
     fn every_length_and_alignment_agrees_with_the_crc32c_crate() {
         let data: Vec<u8> = (0..1024 + 64u32)
