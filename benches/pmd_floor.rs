@@ -27,6 +27,11 @@
 //! Reported as frames per second and as TCP payload (1460 octets a frame) in Gbit/s: no
 //! stack over this device can move more at this frame size.
 //!
+//! Last, the ceiling of any copying transport between these two CPUs: 64 KiB messages
+//! copied by CPU 1 from its own buffer into a 2 MiB ring and by CPU 0 out of it into its own,
+//! one copy per octet on each side (what kernel TCP over loopback does), no protocol, no
+//! device. A 3x-the-kernel target above this figure is above what the host's caches move.
+//!
 //! `scripts/bench` runs it and puts the figures beside dpwarp's send_lat and the kernel's
 //! ping-pong (docs/dataplane.md "The latency floor"), and beside write_bw at MTU 1500.
 
@@ -250,6 +255,81 @@ fn stream(eal: &'static Eal, name: &str, tx: Port, rx: Port, ms: u64) -> (u64, f
     (n - n0, s.elapsed().as_secs_f64())
 }
 
+/// Octets of one message of the cross-core streams: the 64 KiB of the headline RDMA Write.
+const XC_MSG: usize = 64 * 1024;
+/// Messages in flight between the two CPUs (2 MiB: the ring stays in the caches).
+const XC_SLOTS: usize = 32;
+
+/// The most a transport that copies can stream from CPU 1 to CPU 0 on this host, with no
+/// protocol and no device: CPU 1 copies a 64 KiB message from its own buffer into a ring
+/// slot, CPU 0 takes the slot and copies it into its own buffer. One copy per octet on each
+/// side is the least a transport between two processes' private memories does through shared
+/// memory, and what kernel TCP over loopback does (`write` into the socket buffer, `read` out
+/// of it); dpwarp does more (the MPA CRC on each side, and over memif the PMD's copies beside
+/// its own). An RDMA Write has to land in the receiver's region, so the receiver writes
+/// every octet. Returns Gbit/s over the last `ms` milliseconds (after a warm-up of a tenth).
+fn cross_core(ms: u64) -> f64 {
+    use std::sync::Mutex;
+    // One lock per slot, taken once per 64 KiB: its cost is noise beside the copy, and the
+    // slots stay plain memory without `unsafe`.
+    let ring: Arc<Vec<Mutex<Box<[u8]>>>> = Arc::new(
+        (0..XC_SLOTS)
+            .map(|_| Mutex::new(vec![0u8; XC_MSG].into_boxed_slice()))
+            .collect(),
+    );
+    let (made, taken) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let stop = Arc::new(AtomicU64::new(0));
+    let (r, m, t, st) = (ring.clone(), made.clone(), taken.clone(), stop.clone());
+    let producer = thread::spawn(move || {
+        pin(1);
+        let src = vec![0x5au8; XC_MSG];
+        let mut i = 0u64;
+        while st.load(Ordering::Relaxed) == 0 {
+            if i - t.load(Ordering::Acquire) >= XC_SLOTS as u64 {
+                std::hint::spin_loop();
+                continue;
+            }
+            r[i as usize % XC_SLOTS]
+                .lock()
+                .expect("slot")
+                .copy_from_slice(&src);
+            i += 1;
+            m.store(i, Ordering::Release);
+        }
+    });
+    pin(0);
+    let mut dst = vec![0u8; XC_MSG];
+    let (warm, total) = (
+        Duration::from_millis(ms / 10),
+        Duration::from_millis(ms + ms / 10),
+    );
+    let t0 = Instant::now();
+    let (mut i, mut start) = (0u64, None);
+    loop {
+        if i & 15 == 0 {
+            let now = Instant::now();
+            if now - t0 >= total {
+                break;
+            }
+            if start.is_none() && now - t0 >= warm {
+                start = Some((now, i));
+            }
+        }
+        if made.load(Ordering::Acquire) <= i {
+            std::hint::spin_loop();
+            continue;
+        }
+        dst.copy_from_slice(&ring[i as usize % XC_SLOTS].lock().expect("slot"));
+        i += 1;
+        taken.store(i, Ordering::Release);
+    }
+    stop.store(1, Ordering::Relaxed);
+    producer.join().expect("producer thread");
+    std::hint::black_box(&dst);
+    let (s, i0) = start.expect("stream ran past its warm-up");
+    (i - i0) as f64 * XC_MSG as f64 * 8.0 / s.elapsed().as_secs_f64() / 1e9
+}
+
 /// RTT samples of one cache line passed back and forth between CPUs 0 and 1.
 fn cacheline(iters: usize) -> Vec<Duration> {
     #[repr(align(128))]
@@ -360,6 +440,13 @@ fn main() {
         "\"memif_stream_mpps\":{:.4},\"memif_stream_payload_gbps\":{gbps:.3}",
         fps / 1e6
     ));
+
+    let copy = cross_core(a.stream_ms);
+    println!(
+        "pmd_floor: 64 KiB messages from CPU 1 to CPU 0 through the caches, copied once on \
+         each side, no protocol, no device: {copy:.1} Gbit/s"
+    );
+    doc.push(format!("\"cross_core_copy_gbps\":{copy:.3}"));
     let _ = std::fs::remove_file(&sock);
     if let Some(path) = a.json {
         std::fs::write(&path, format!("{{{}}}\n", doc.join(","))).expect("write --json");
