@@ -244,6 +244,19 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
             s.transmit_deferred
         );
     }
+    // The client's QP has a doorbell (`drive_with`), so its posts go straight into its
+    // connection when nothing waits in its post rings: every ping's Send and every re-posted
+    // receive (the post phase counts the passes that found such posts: at least one a ping).
+    // The server's QP has none: its posts go through the rings. Without the direct post: 0.
+    assert!(
+        cs.posts_direct >= PINGS as u64,
+        "client: posts straight into the connection seen {} times for {PINGS} pings",
+        cs.posts_direct
+    );
+    assert_eq!(
+        ss.posts_direct, 0,
+        "server (no doorbell) posted through its rings"
+    );
     // The receive side placed the Write from the frames: about one copy per payload octet.
     let rx = ss.copies.rx_per_byte().unwrap();
     assert!(

@@ -164,6 +164,10 @@ pub struct WorkerStats {
     /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
     /// QPs posted to since (their post flags), so quiet connections cost it nothing.
     pub post_ring_reads: u64,
+    /// Times the post phase found WRs an application had posted straight into its connection
+    /// (driven mode: `Qp::post_send` and `post_recv` with nothing waiting in the post rings)
+    /// instead of through the post rings.
+    pub posts_direct: u64,
     /// Post flags the post phase read outside the sweep, summed over passes: only those of
     /// the groups of slots posted to since (`verbs::PostFlags`), at most 64 per group, not one per
     /// socket slot.
@@ -1257,7 +1261,11 @@ impl Worker {
             let slots = self.conn_index.len().min(self.post_flags.flags.len());
             self.post_flags.lower_all(slots);
             for c in self.conns.iter_mut() {
-                work |= drain_posted(c, &mut self.stats.post_ring_reads);
+                work |= drain_posted(
+                    c,
+                    &mut self.stats.post_ring_reads,
+                    &mut self.stats.posts_direct,
+                );
             }
             return work;
         }
@@ -1287,7 +1295,11 @@ impl Worker {
                 // The flag stays up while posts keep coming, so a busy QP costs no
                 // read-modify-write here; it is lowered on the first pass that finds
                 // nothing. Its group stays up with it, for the next pass.
-                if drain_posted(c, &mut self.stats.post_ring_reads) {
+                if drain_posted(
+                    c,
+                    &mut self.stats.post_ring_reads,
+                    &mut self.stats.posts_direct,
+                ) {
                     work = true;
                     keep = true;
                     continue;
@@ -1296,7 +1308,11 @@ impl Worker {
                 // seen now (Acquire pairs with the raise's release), one after it raises the
                 // flag (and its group) again.
                 f.swap(false, Ordering::Acquire);
-                if drain_posted(c, &mut self.stats.post_ring_reads) {
+                if drain_posted(
+                    c,
+                    &mut self.stats.post_ring_reads,
+                    &mut self.stats.posts_direct,
+                ) {
                     work = true;
                 } else if c.sh.as_ref().is_some_and(close_asked) {
                     // Raised for a disconnect (`Qp::disconnect` and dropping the last handle
@@ -1313,7 +1329,11 @@ impl Worker {
         }
         if self.unflagged > 0 {
             for c in self.conns.iter_mut().filter(|c| !c.post_flag) {
-                work |= drain_posted(c, &mut self.stats.post_ring_reads);
+                work |= drain_posted(
+                    c,
+                    &mut self.stats.post_ring_reads,
+                    &mut self.stats.posts_direct,
+                );
             }
         }
         work
@@ -1345,7 +1365,11 @@ impl Worker {
                         c.state = CState::Live;
                         // WRs posted while it connected: their flags were taken by passes
                         // that skipped it.
-                        drain_posted(c, &mut self.stats.post_ring_reads);
+                        drain_posted(
+                            c,
+                            &mut self.stats.post_ring_reads,
+                            &mut self.stats.posts_direct,
+                        );
                         work = true;
                     } else {
                         continue;
@@ -1814,7 +1838,7 @@ fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
 
 /// Posted WRs of `c`'s QP into its engine, if it is live and something is posted. True if so.
 /// `reads` counts the looks at the post rings.
-fn drain_posted(c: &mut Conn, reads: &mut u64) -> bool {
+fn drain_posted(c: &mut Conn, reads: &mut u64, direct: &mut u64) -> bool {
     if !matches!(c.state, CState::Live) {
         return false;
     }
@@ -1823,6 +1847,17 @@ fn drain_posted(c: &mut Conn, reads: &mut u64) -> bool {
     };
     *reads += 1;
     if sh.sq_ring.is_empty() && sh.rq_ring.is_empty() {
+        // A post that went straight into the connection (driven mode: `Qp::post_send` and
+        // `post_recv` through `QpShared::direct_slot`): nothing to drain, but the engine has
+        // new work. The load first, so a QP posted to through its rings costs no
+        // read-modify-write here.
+        if sh.posted_direct.load(Ordering::Relaxed)
+            && sh.posted_direct.swap(false, Ordering::Acquire)
+        {
+            *direct += 1;
+            c.marks.look_again();
+            return true;
+        }
         return false;
     }
     if let QpSlot::Live(conn) = &mut *sh.lock() {

@@ -285,6 +285,10 @@ pub(crate) struct QpShared {
     pub(crate) connecting: AtomicBool,
     /// Set when the connection is gone (stream closed); posts fail afterwards.
     pub(crate) closed: AtomicBool,
+    /// Set by a post that went straight into the connection ([`QpShared::direct_slot`]),
+    /// taken by the dataplane worker's post phase, which then looks at the connection as if
+    /// it had drained a WR from the post rings.
+    pub(crate) posted_direct: AtomicBool,
     /// Application asked to disconnect.
     pub(crate) disconnect: AtomicBool,
     /// Why the connection ended, if a TERMINATE did it (the `ibv_get_async_event` role).
@@ -462,6 +466,33 @@ impl QpShared {
         // A poisoned lock means a driver thread panicked; the data inside is still consistent
         // enough to flush.
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection, locked, when a WR may go straight into it as the worker's post phase
+    /// would hand it over ([`QpShared::drain_posts`]): for a QP whose driver runs on the
+    /// poster's thread (a driven dataplane worker: [`Qp::drive_with`]) no post ring between
+    /// them, no second copy of the WR, no ring operation on either side. Only when the post
+    /// ring (`send`: the send ring, else the receive ring) is empty, so WRs still reach the
+    /// connection in the order they were posted; the connection is live and takes another WR
+    /// now; and its lock is free (a `try_lock`: a poster never waits for a worker pass on
+    /// another thread, nor deadlocks on a lock its own thread holds). `None`: the WR goes
+    /// into the ring.
+    fn direct_slot(&self, send: bool) -> Option<MutexGuard<'_, QpSlot>> {
+        let ring_empty = if send {
+            self.sq_ring.is_empty()
+        } else {
+            self.rq_ring.is_empty()
+        };
+        if !ring_empty {
+            return None;
+        }
+        let slot = self.slot.try_lock().ok()?;
+        let room = match &*slot {
+            QpSlot::Live(conn) if send => conn.send_room(),
+            QpSlot::Live(conn) => conn.recv_room(),
+            QpSlot::Init => 0,
+        };
+        (room > 0).then_some(slot)
     }
 
     /// Work was posted: make sure the driver sees it now. A dataplane worker: the QP's post
@@ -672,6 +703,7 @@ impl Qp {
             post_driver: std::sync::OnceLock::new(),
             connecting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            posted_direct: AtomicBool::new(false),
             disconnect: AtomicBool::new(false),
             terminate: Mutex::new(None),
             wake: Wakeup::new()
@@ -702,7 +734,9 @@ impl Qp {
     /// Post a send-queue work request (`ibv_post_send`): Send, Send-SE, Send-Inv, RDMA Write,
     /// RDMA Read (RFC 5040 §5.3, §5.4). The local SGEs are checked now; the WR then goes into
     /// the QP's send ring, which the driver (kernel-TCP thread or DPDK worker) drains into the
-    /// connection without the application ever waiting for its lock. Errors mean nothing was
+    /// connection without the application ever waiting for its lock. A QP with a doorbell
+    /// ([`Qp::drive_with`]) hands it straight to the connection instead when the ring is empty
+    /// and the connection's lock free (never waiting for it). Errors mean nothing was
     /// queued: `QueueFull` when `max_send_wr` WRs wait in the ring. Requests posted before the
     /// connection is established go out once it is. An RDMA Read on a connection that
     /// negotiated ORD 0 is refused with `ZeroOrd` (posted before establishment, it completes
@@ -724,8 +758,11 @@ impl Qp {
     /// `driver` (a driven DPDK worker's transmit phases, `cm::Net::qp_driver`), so the WR is
     /// framed and its first frames handed to the PMD during the call, as an RNIC starts on a
     /// WR when its doorbell is rung, instead of on the worker's next pass. With data in
-    /// flight the WR waits for that pass, batched with the others. Set once; later calls are
-    /// ignored.
+    /// flight the WR waits for that pass, batched with the others. With a driver set, a send
+    /// or receive WR posted while its post ring is empty goes straight into the connection
+    /// (no ring between the poster and its driver, which runs on the same thread), when the
+    /// connection takes another WR and its lock is free; otherwise into the ring. Set once;
+    /// later calls are ignored.
     pub fn drive_with(&self, driver: CqDriver) {
         let _ = self.shared.post_driver.set(driver);
     }
@@ -733,13 +770,37 @@ impl Qp {
     /// Queue a checked send WR, then ring the doorbell ([`Qp::drive_with`]) if the stream is
     /// idle.
     fn post_sq(&self, posted: (SendWr, SendChecked, Option<InlineData>)) -> Result<(), PostError> {
+        if self.shared.post_driver.get().is_some() {
+            // Driven: straight into the connection when nothing waits in the ring.
+            if let Some(mut slot) = self.shared.direct_slot(true) {
+                if let QpSlot::Live(conn) = &mut *slot {
+                    let (wr, checked, inline) = posted;
+                    let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
+                    if let Err(e) = conn.post_send_checked(wr, checked, inline) {
+                        // As from the ring (`QpShared::drain_posts`).
+                        log::warn!("verbs: send WR {wr_id} refused by the connection: {e}");
+                        self.shared.send_cq.push(error_wc(wr_id, opcode, &e));
+                    }
+                    self.shared.posted_direct.store(true, Ordering::Release);
+                    drop(slot);
+                    self.shared.kick();
+                    self.ring_doorbell();
+                    return Ok(());
+                }
+            }
+        }
         self.push_posted(&self.shared.sq_ring, posted)?;
+        self.ring_doorbell();
+        Ok(())
+    }
+
+    /// Run the doorbell ([`Qp::drive_with`]) if there is one and the stream is idle.
+    fn ring_doorbell(&self) {
         if let Some(d) = self.shared.post_driver.get() {
             if self.shared.stream_idle.load(Ordering::Relaxed) {
                 d();
             }
         }
-        Ok(())
     }
 
     /// Post a Send (any Send opcode) or an RDMA Write whose payload is `data` itself
@@ -780,6 +841,27 @@ impl Qp {
             return Err(PostError::BadState);
         }
         let cap = validate_recv(&self.shared.pd.mem, self.shared.pd.id, &wr)?;
+        if self.shared.post_driver.get().is_some() {
+            // Driven: straight into the connection when nothing waits in the ring
+            // ([`QpShared::direct_slot`]).
+            if let Some(mut slot) = self.shared.direct_slot(false) {
+                if let QpSlot::Live(conn) = &mut *slot {
+                    let wr_id = wr.wr_id;
+                    if let Err(e) = conn.post_recv_checked(wr, cap) {
+                        log::warn!("verbs: receive WR {wr_id} refused by the connection: {e}");
+                        self.shared.recv_cq.push(error_wc(
+                            wr_id,
+                            WcOpcode::Recv,
+                            &PostError::BadState,
+                        ));
+                    }
+                    self.shared.posted_direct.store(true, Ordering::Release);
+                    drop(slot);
+                    self.shared.kick();
+                    return Ok(());
+                }
+            }
+        }
         self.push_posted(&self.shared.rq_ring, (wr, cap))
     }
 
