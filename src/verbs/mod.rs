@@ -767,8 +767,9 @@ impl Qp {
         let _ = self.shared.post_driver.set(driver);
     }
 
-    /// Queue a checked send WR, then ring the doorbell ([`Qp::drive_with`]) if the stream is
-    /// idle.
+    /// Queue a checked send WR (with a doorbell, straight into the connection when nothing
+    /// waits in the ring: [`QpShared::direct_slot`]), then ring the doorbell
+    /// ([`Qp::drive_with`]) if the stream is idle.
     fn post_sq(&self, posted: (SendWr, SendChecked, Option<InlineData>)) -> Result<(), PostError> {
         if self.shared.post_driver.get().is_some() {
             // Driven: straight into the connection when nothing waits in the ring.
