@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(args: &[&str], tag: &str) -> (Child, std::path::PathBuf) {
+fn spawn(args: &[&str], tag: &str) -> (Child, PathBuf) {
     let out =
         std::env::temp_dir().join(format!("dpwarp-interop-perf-{}-{tag}", std::process::id()));
     // Kernel TCP: DPDK is the tools' default transport.
@@ -30,10 +31,31 @@ fn spawn(args: &[&str], tag: &str) -> (Child, std::path::PathBuf) {
         .env_remove("DPWARP_TRANSPORT")
         .env_remove("DPWARP_CONFIG")
         .stdout(Stdio::from(File::create(&out).unwrap()))
-        .stderr(Stdio::null())
+        .stderr(Stdio::from(File::create(err_path(&out)).unwrap()))
         .spawn()
         .expect("run dpwarp");
     (child, out)
+}
+
+/// Where `spawn` keeps the stderr of the run whose stdout goes to `out`.
+fn err_path(out: &Path) -> PathBuf {
+    out.with_extension("err")
+}
+
+/// `finish`, which must succeed: otherwise the panic shows what the run printed (its log lines
+/// are on stderr), so a failure seen once in CI can be read. The stderr file is removed on
+/// success.
+fn finish_ok(c: Child, out: &Path, limit: Duration, who: &str) {
+    if finish(c, limit) {
+        let _ = std::fs::remove_file(err_path(out));
+        return;
+    }
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    panic!(
+        "{who} failed\n--- stdout\n{}\n--- stderr\n{}",
+        read(out),
+        read(&err_path(out))
+    );
 }
 
 fn finish(mut c: Child, limit: Duration) -> bool {
@@ -94,8 +116,8 @@ fn bw(test: &str, size: usize, iters: u64) {
         ],
         &format!("{test}-{size}-c"),
     );
-    assert!(finish(client, Duration::from_secs(60)), "client failed");
-    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    finish_ok(client, &cout, Duration::from_secs(60), "client");
+    finish_ok(server, &sout, Duration::from_secs(30), "server");
     let c = std::fs::read_to_string(&cout).unwrap();
     let sv = std::fs::read_to_string(&sout).unwrap();
     let _ = std::fs::remove_file(&cout);
@@ -145,8 +167,8 @@ fn perf_send_bw_loopback() {
         ],
         "send_bw-c",
     );
-    assert!(finish(client, Duration::from_secs(60)), "client failed");
-    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    finish_ok(client, &cout, Duration::from_secs(60), "client");
+    finish_ok(server, &sout, Duration::from_secs(30), "server");
     for f in [cout, sout] {
         let t = std::fs::read_to_string(&f).unwrap();
         let _ = std::fs::remove_file(&f);
@@ -178,8 +200,8 @@ fn lat(test: &str) {
         ],
         &format!("{test}-c"),
     );
-    assert!(finish(client, Duration::from_secs(60)), "client failed");
-    assert!(finish(server, Duration::from_secs(30)), "server failed");
+    finish_ok(client, &cout, Duration::from_secs(60), "client");
+    finish_ok(server, &sout, Duration::from_secs(30), "server");
     let c = std::fs::read_to_string(&cout).unwrap();
     let sv = std::fs::read_to_string(&sout).unwrap();
     let _ = std::fs::remove_file(&cout);
@@ -229,5 +251,6 @@ fn perf_send_lat_loopback() {
 fn perf_refuses_unknown_tests() {
     let (c, out) = spawn(&["atomic_lat", "127.0.0.1"], "refuse");
     assert!(!finish(c, Duration::from_secs(10)));
+    let _ = std::fs::remove_file(err_path(&out));
     let _ = std::fs::remove_file(out);
 }
