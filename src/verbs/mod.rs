@@ -567,29 +567,52 @@ impl QpShared {
     pub(crate) fn drain_posts(&self, conn: &mut Connection) {
         let mut room = conn.send_room();
         while room > 0 {
-            let Some((wr, checked, inline)) = self.sq_ring.pop() else {
+            let Some(posted) = self.sq_ring.pop() else {
                 break;
             };
             room -= 1;
-            let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
-            if let Err(e) = conn.post_send_checked(wr, checked, inline) {
-                log::warn!("verbs: send WR {wr_id} refused when handed to the connection: {e}");
-                self.send_cq.push(error_wc(wr_id, opcode, &e));
-            }
+            self.hand_send(conn, posted);
         }
         let mut room = conn.recv_room();
         while room > 0 {
-            let Some((wr, cap)) = self.rq_ring.pop() else {
+            let Some(posted) = self.rq_ring.pop() else {
                 break;
             };
             room -= 1;
-            let wr_id = wr.wr_id;
-            if let Err(e) = conn.post_recv_checked(wr, cap) {
-                log::warn!("verbs: receive WR {wr_id} refused when handed to the connection: {e}");
-                self.recv_cq
-                    .push(error_wc(wr_id, WcOpcode::Recv, &PostError::BadState));
-            }
+            self.hand_recv(conn, posted);
         }
+    }
+
+    /// Hand one checked send WR to the connection, from the post ring or straight from its
+    /// poster ([`QpShared::direct_slot`]): one the connection refuses (closed, terminated)
+    /// completes with an error instead.
+    #[inline]
+    fn hand_send(&self, conn: &mut Connection, posted: (SendWr, SendChecked, Option<InlineData>)) {
+        let (wr, checked, inline) = posted;
+        let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
+        if let Err(e) = conn.post_send_checked(wr, checked, inline) {
+            log::warn!("verbs: send WR {wr_id} refused when handed to the connection: {e}");
+            self.send_cq.push(error_wc(wr_id, opcode, &e));
+        }
+    }
+
+    /// [`QpShared::hand_send`] for a checked receive WR.
+    #[inline]
+    fn hand_recv(&self, conn: &mut Connection, (wr, cap): (RecvWr, u64)) {
+        let wr_id = wr.wr_id;
+        if let Err(e) = conn.post_recv_checked(wr, cap) {
+            log::warn!("verbs: receive WR {wr_id} refused when handed to the connection: {e}");
+            self.recv_cq
+                .push(error_wc(wr_id, WcOpcode::Recv, &PostError::BadState));
+        }
+    }
+
+    /// A WR went straight into the connection whose lock `slot` is: note it for the worker's
+    /// post phase, let go of the lock, and raise the post flag.
+    fn posted_directly(&self, slot: MutexGuard<'_, QpSlot>) {
+        self.posted_direct.store(true, Ordering::Release);
+        drop(slot);
+        self.kick();
     }
 
     /// The connection is gone: posts fail from now on, and every WR still in the post rings
@@ -775,16 +798,8 @@ impl Qp {
             // Driven: straight into the connection when nothing waits in the ring.
             if let Some(mut slot) = self.shared.direct_slot(true) {
                 if let QpSlot::Live(conn) = &mut *slot {
-                    let (wr, checked, inline) = posted;
-                    let (wr_id, opcode) = (wr.wr_id, send_wc_opcode(&wr.opcode));
-                    if let Err(e) = conn.post_send_checked(wr, checked, inline) {
-                        // As from the ring (`QpShared::drain_posts`).
-                        log::warn!("verbs: send WR {wr_id} refused by the connection: {e}");
-                        self.shared.send_cq.push(error_wc(wr_id, opcode, &e));
-                    }
-                    self.shared.posted_direct.store(true, Ordering::Release);
-                    drop(slot);
-                    self.shared.kick();
+                    self.shared.hand_send(conn, posted);
+                    self.shared.posted_directly(slot);
                     self.ring_doorbell();
                     return Ok(());
                 }
@@ -847,18 +862,8 @@ impl Qp {
             // ([`QpShared::direct_slot`]).
             if let Some(mut slot) = self.shared.direct_slot(false) {
                 if let QpSlot::Live(conn) = &mut *slot {
-                    let wr_id = wr.wr_id;
-                    if let Err(e) = conn.post_recv_checked(wr, cap) {
-                        log::warn!("verbs: receive WR {wr_id} refused by the connection: {e}");
-                        self.shared.recv_cq.push(error_wc(
-                            wr_id,
-                            WcOpcode::Recv,
-                            &PostError::BadState,
-                        ));
-                    }
-                    self.shared.posted_direct.store(true, Ordering::Release);
-                    drop(slot);
-                    self.shared.kick();
+                    self.shared.hand_recv(conn, (wr, cap));
+                    self.shared.posted_directly(slot);
                     return Ok(());
                 }
             }
