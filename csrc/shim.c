@@ -4,7 +4,10 @@
 #include <stddef.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
+#include <rte_alarm.h>
 #include <rte_eal.h>
+#include <rte_interrupts.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -160,9 +163,65 @@ int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 
 int dpw_port_start(uint16_t port) { return rte_eth_dev_start(port); }
 
-int dpw_port_stop(uint16_t port) { return rte_eth_dev_stop(port); }
+/*
+ * Stop and close run on the EAL interrupt thread, one after another with the PMDs' own
+ * control-channel handlers. DPDK 22.11's net_memif tears a connection down in
+ * memif_disconnect(), from rte_eth_dev_stop() on the caller's thread and from the handler of
+ * the peer's DISCONNECT message on the interrupt thread, with only the control channel under
+ * a lock: when the peer disconnected while this process stopped its port (both ends of a
+ * dpperf run finishing together), both closed the same queue fds and freed the same regions
+ * ("EAL: Error: Invalid memory", then a segfault in rte_eth_dev_stop; tests/
+ * dpdk_memif_stop_race.rs). An alarm callback runs on that thread, so the two cannot overlap.
+ */
+struct dpw_port_job {
+	uint16_t port;
+	int close;
+	int rc;
+	int done;
+};
 
-int dpw_port_close(uint16_t port) { return rte_eth_dev_close(port); }
+static int dpw_port_job_call(const struct dpw_port_job *j)
+{
+	return j->close ? rte_eth_dev_close(j->port) : rte_eth_dev_stop(j->port);
+}
+
+static void dpw_port_job_run(void *arg)
+{
+	struct dpw_port_job *j = arg;
+
+	j->rc = dpw_port_job_call(j);
+	__atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+}
+
+static int dpw_port_on_intr_thread(uint16_t port, int close)
+{
+	struct dpw_port_job j = { .port = port, .close = close, .rc = 0, .done = 0 };
+	const struct timespec nap = { .tv_sec = 0, .tv_nsec = 100 * 1000 };
+	long waited_us = 0;
+
+	if (rte_thread_is_intr() || rte_eal_alarm_set(1, dpw_port_job_run, &j) != 0)
+		return dpw_port_job_call(&j);
+	while (!__atomic_load_n(&j.done, __ATOMIC_ACQUIRE)) {
+		if (waited_us >= 10 * 1000 * 1000) {
+			/* A cancel from another thread waits for a callback already running. */
+			if (rte_eal_alarm_cancel(dpw_port_job_run, &j) > 0) {
+				RTE_LOG(WARNING, EAL, "dpwarp: port %u: the interrupt thread did not "
+					"run the %s within 10 s; doing it here\n", port,
+					close ? "close" : "stop");
+				return dpw_port_job_call(&j);
+			}
+			waited_us = 0;
+			continue;
+		}
+		nanosleep(&nap, NULL);
+		waited_us += 100;
+	}
+	return j.rc;
+}
+
+int dpw_port_stop(uint16_t port) { return dpw_port_on_intr_thread(port, 0); }
+
+int dpw_port_close(uint16_t port) { return dpw_port_on_intr_thread(port, 1); }
 
 int dpw_port_promisc(uint16_t port) { return rte_eth_promiscuous_enable(port); }
 

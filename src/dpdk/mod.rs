@@ -781,13 +781,15 @@ impl Port {
         Ok(())
     }
 
-    /// Stop the port.
+    /// Stop the port, on the EAL interrupt thread (csrc/shim.c `dpw_port_on_intr_thread`:
+    /// net_memif in DPDK 22.11 would otherwise race its own handler of the peer's DISCONNECT).
     pub fn stop(&self) -> Result<(), DpdkError> {
         // SAFETY: plain call.
         check("rte_eth_dev_stop", unsafe { sys::dpw_port_stop(self.id) })
     }
 
-    /// Close the port (stopped first); a memif server removes its socket file here.
+    /// Close the port (stopped first), on the EAL interrupt thread as [`Port::stop`]; a memif
+    /// server removes its socket file here.
     pub fn close(&self) -> Result<(), DpdkError> {
         // SAFETY: plain call; the caller no longer uses the port's queues.
         check("rte_eth_dev_close", unsafe { sys::dpw_port_close(self.id) })
