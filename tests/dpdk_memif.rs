@@ -40,12 +40,15 @@ fn memif_two_processes_at_mtu_9000_send_jumbo_frames() {
 fn memif_zero_copy_client_copies_payload_into_its_mbufs() {
     for mtu in [0, 9000] {
         let bw = two_processes(&format!("zc{mtu}"), mtu, true);
-        // Gathered into the TCP ring, then copied into the mbuf: not sent by reference (about
-        // 1.0 per byte). A retransmitted segment is copied into an mbuf again but not into
-        // the ring, so retransmissions pull the figure below 2: under a loaded test run
-        // (both processes share CPU 0) 2 % of the payload was resent once (1.98).
+        // Gathered into the TCP ring, then copied into the mbuf: 2 per byte, where by
+        // reference it would be 1. A retransmitted segment is copied into an mbuf again but
+        // not into the ring, and counts as payload sent again: with a share r of the payload
+        // resent, the copy gives 1 + 1/(1 + r) and by reference 1/(1 + r) <= 1, so 1.5
+        // tells them apart for any r below 1. Under a loaded test run (both processes share
+        // CPU 0, and memif drops what a descheduled peer does not take) r was 2 % (1.98) and
+        // once 18 % (1.85, 0.09 Gbit/s).
         let tx = bw["copies"]["tx_per_byte"].as_f64().unwrap();
-        assert!((1.9..2.01).contains(&tx), "{bw}");
+        assert!((1.5..2.01).contains(&tx), "{bw}");
     }
 }
 
