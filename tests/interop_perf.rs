@@ -247,6 +247,40 @@ fn perf_send_lat_loopback() {
     lat("send_lat");
 }
 
+/// `send_lat -a`: every size from 2 octets to 8 MiB on one connection, both ends print a row
+/// for each. The receives a size leaves posted take the next size's first Sends, so they must
+/// be as long as the largest message (they were reposted at the current size: the 4-octet
+/// Sends hit 2-octet receives, a DDP "message too long" TERMINATE and both ends failed).
+#[test]
+fn perf_send_lat_all_sizes_loopback() {
+    let port = free_port().to_string();
+    let (server, sout) = spawn(
+        &["send_lat", "-a", "-R", "-p", &port, "-n", "20"],
+        "send_lat-a-s",
+    );
+    wait_listening(&port);
+    let (client, cout) = spawn(
+        &["send_lat", "127.0.0.1", "-a", "-R", "-p", &port, "-n", "20"],
+        "send_lat-a-c",
+    );
+    finish_ok(client, &cout, Duration::from_secs(60), "client");
+    finish_ok(server, &sout, Duration::from_secs(30), "server");
+    for f in [cout, sout] {
+        let t = std::fs::read_to_string(&f).unwrap();
+        let _ = std::fs::remove_file(&f);
+        for e in 1..=23 {
+            let size = (1usize << e).to_string();
+            assert!(
+                t.lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                    // 20 round trips, 19 intervals between them (as `lat` above).
+                    .any(|f| f.len() == 9 && f[0] == size && f[1] == "19"),
+                "no row for {size} octets in:\n{t}"
+            );
+        }
+    }
+}
+
 #[test]
 fn perf_refuses_unknown_tests() {
     let (c, out) = spawn(&["atomic_lat", "127.0.0.1"], "refuse");

@@ -379,10 +379,13 @@ impl PingPong {
         if self.last_round && self.client && self.rcnt == self.iters {
             self.posted_at.push(Instant::now());
         }
+        // The whole buffer, as the receives posted before the test: with `perf -a` the next
+        // size's first Sends land in receives posted during this size (a 4-octet Send in a
+        // 2-octet receive was a DDP "too long" TERMINATE, RFC 5041 §7.2).
         self.qp
             .post_recv(RecvWr {
                 wr_id: self.rcnt,
-                sg_list: smallvec![sge(&self.buf, 0, self.size)],
+                sg_list: smallvec![sge(&self.buf, 0, self.buf.len())],
             })
             .map_err(|e| format!("post recv: {e}"))?;
         if self.scnt < self.iters {
