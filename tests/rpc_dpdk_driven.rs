@@ -67,6 +67,29 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     assert_eq!(c.server_limits().maxcall_sendsize, 4096);
     exercise(&mut c, &store);
 
+    // The client's QP has a doorbell (`Net::qp_driver`): a call's Send goes straight into its
+    // connection when posted and out at once (`WorkerStats::posts_direct` counts the passes
+    // that found such posts: at least one a call), instead of waiting in the post ring for
+    // the next pass. The server's reactor posts through the rings (no doorbell: its replies
+    // go out in the pass after the batch). Without the client's doorbell: 0.
+    let workers = dp.stats();
+    assert_eq!(workers.len(), 2, "one worker per port");
+    let before = workers[1].posts_direct;
+    const CALLS: u64 = 50;
+    for _ in 0..CALLS {
+        null(&mut c, "NULL");
+    }
+    let workers = dp.stats();
+    let direct = workers[1].posts_direct - before;
+    assert!(
+        direct >= CALLS,
+        "client: posts straight into the connection seen {direct} times for {CALLS} calls"
+    );
+    assert_eq!(
+        workers[0].posts_direct, 0,
+        "the server posted through its rings"
+    );
+
     let mut c2 = RdmaClient::connect(&client, h.addr, ClientConfig::default()).unwrap();
     let blk = 8192usize;
     for (i, cl) in [&mut c, &mut c2].into_iter().enumerate() {

@@ -346,21 +346,26 @@ impl RdmaClient {
     /// endpoint, [`crate::cm::Net`]), then run CONFIG_RDMA if configured. Everything after the
     /// MPA exchange is the same on both.
     pub fn connect(net: &Net, addr: SocketAddr, cfg: ClientConfig) -> Result<Self, RpcError> {
-        Self::connect_with(cfg, net.cq_driver(), |qp, p| net.connect(addr, qp, p))
+        Self::connect_with(cfg, net.cq_driver(), net.qp_driver(), |qp, p| {
+            net.connect(addr, qp, p)
+        })
     }
 
     /// Connect over an already-open byte stream (e.g. the in-memory link), then run
     /// CONFIG_RDMA if configured.
     pub fn connect_transport(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {
-        Self::connect_with(cfg, None, |qp, p| cm::connect(t, qp, p))
+        Self::connect_with(cfg, None, None, |qp, p| cm::connect(t, qp, p))
     }
 
     /// Post the reply buffers, connect with `connect`, then run CONFIG_RDMA if configured.
     /// With `driver` (a driven dataplane worker), waiting for completions runs the worker on
-    /// the calling thread: the client moves its own bytes, no hand-off.
+    /// the calling thread: the client moves its own bytes, no hand-off. With `doorbell` (the
+    /// same worker's transmit, [`cm::Net::qp_driver`]) a call's Send goes straight into the
+    /// connection and out when it is posted (`Qp::drive_with`), not at the next poll.
     fn connect_with(
         cfg: ClientConfig,
         driver: Option<crate::verbs::CqDriver>,
+        doorbell: Option<crate::verbs::CqDriver>,
         connect: impl FnOnce(&Qp, &ConnParam) -> Result<Negotiated, CmError>,
     ) -> Result<Self, RpcError> {
         let dev = Device::open();
@@ -372,6 +377,9 @@ impl RdmaClient {
             driver,
         );
         let qp = ep.qp.clone();
+        if let Some(d) = doorbell {
+            qp.drive_with(d);
+        }
         ep.timeout = cfg.timeout;
         ep.spin = cfg.poll_spin;
         for _ in 0..cfg.credits.max(1) {
