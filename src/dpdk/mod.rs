@@ -428,6 +428,20 @@ unsafe fn mbuf_field<T: Copy>(m: *const sys::rte_mbuf, off: u16) -> T {
     }
 }
 
+/// Ask the CPU to fetch the cache line holding `p` (`prefetcht0`) without waiting. Any
+/// address is fine; nothing is read or written.
+#[inline]
+fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is a hint: it loads nothing into a register, never faults (not even
+    // on an unmapped address) and changes no memory the program sees.
+    unsafe {
+        std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// `rte_pktmbuf_mtod` and `data_len` of `m`: where its data starts and how long it is.
 ///
 /// # Safety
@@ -467,6 +481,15 @@ impl Mbuf {
     }
 
     /// The data of the second segment of a two-segment packet (None otherwise).
+    ///
+    /// It also asks for the line that freeing the packet will wait for (a hint, no wait):
+    /// freeing a segment with an external buffer (what transmit by reference sends, `zc.rs`;
+    /// on net_ring the receiving worker frees the sender's frames) detaches it, and
+    /// `rte_pktmbuf_detach` reads the mbuf's IOVA from its mempool object header, in the 24
+    /// octets before the mbuf: a line nothing else touches, so out of every cache by then.
+    /// On net_ring at MTU 1500 that one load was 83 % of `dpw_pktmbuf_free` and 17 % of the
+    /// receiving worker's time (`perf annotate`); asked for here, when the frame goes to
+    /// smoltcp, it arrives while the deframer checks the CRC and places the payload.
     #[inline]
     pub fn second_segment(&self) -> Option<&[u8]> {
         if self.nb_segs() != 2 {
@@ -479,6 +502,7 @@ impl Mbuf {
             if n.is_null() {
                 return None;
             }
+            prefetch_line((n as *const u8).wrapping_sub(8));
             let (p, len) = mbuf_data(n);
             Some(std::slice::from_raw_parts(p, len))
         }
