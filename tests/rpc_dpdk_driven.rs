@@ -72,9 +72,13 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     // that found such posts: at least one a call), instead of waiting in the post ring for
     // the next pass. The server's reactor posts through the rings (no doorbell: its replies
     // go out in the pass after the batch). Without the client's doorbell: 0.
+    // The reactor, once its connections have posted (the replies), runs the worker's send
+    // side at once (`Net::poll_transmit_worker`, counted in `send_passes`) instead of leaving
+    // the replies for the next pass's transmit phase, after its receive phase. Without it the
+    // server's worker runs no send-side pass of its own (its QPs have no doorbell): 0.
     let workers = dp.stats();
     assert_eq!(workers.len(), 2, "one worker per port");
-    let before = workers[1].posts_direct;
+    let (before, server_before) = (workers[1].posts_direct, workers[0].send_passes);
     const CALLS: u64 = 50;
     for _ in 0..CALLS {
         null(&mut c, "NULL");
@@ -88,6 +92,11 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     assert_eq!(
         workers[0].posts_direct, 0,
         "the server posted through its rings"
+    );
+    let server_passes = workers[0].send_passes - server_before;
+    assert!(
+        server_passes >= CALLS,
+        "server: {server_passes} send-side passes of its own for {CALLS} replies"
     );
 
     let mut c2 = RdmaClient::connect(&client, h.addr, ClientConfig::default()).unwrap();

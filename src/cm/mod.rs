@@ -179,6 +179,10 @@ pub(crate) trait NetBackend: Send + Sync {
     fn poll_worker(&self, _k: usize) -> bool {
         false
     }
+    /// See [`Net::poll_transmit_worker`].
+    fn poll_transmit_worker(&self, _k: usize) -> bool {
+        false
+    }
     /// See [`Net::attach_worker`].
     fn attach_worker(&self, _k: usize) {}
     /// See [`Net::worker_cpu`].
@@ -255,6 +259,13 @@ impl Net {
     /// Drive the `k`-th worker once (driven mode); false when it did nothing or is not driven.
     pub fn poll_worker(&self, k: usize) -> bool {
         self.0.poll_worker(k)
+    }
+
+    /// The send side of [`Net::poll_worker`] only: what has been posted to the `k`-th
+    /// worker's connections framed and handed to the PMD now, before the next pass's receive
+    /// phase (driven mode; false otherwise).
+    pub fn poll_transmit_worker(&self, k: usize) -> bool {
+        self.0.poll_transmit_worker(k)
     }
 
     /// Make the calling thread the one that drives worker `k`: pinned to its CPU, with a DPDK

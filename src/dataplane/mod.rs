@@ -759,6 +759,13 @@ impl Endpoint {
             .is_some_and(|w| poll_driven(w, Worker::poll_once))
     }
 
+    /// The send side of [`Endpoint::poll_worker`] (`Worker::poll_transmit`).
+    pub fn poll_transmit_worker(&self, k: usize) -> bool {
+        self.driven
+            .get(k)
+            .is_some_and(|w| poll_driven(w, Worker::poll_transmit))
+    }
+
     /// The CPU of this endpoint's `k`-th worker.
     pub fn worker_cpu(&self, k: usize) -> Option<usize> {
         self.cpus.get(k).copied().flatten()
@@ -902,6 +909,10 @@ impl cm::NetBackend for Endpoint {
 
     fn poll_worker(&self, k: usize) -> bool {
         Endpoint::poll_worker(self, k)
+    }
+
+    fn poll_transmit_worker(&self, k: usize) -> bool {
+        Endpoint::poll_transmit_worker(self, k)
     }
 
     fn attach_worker(&self, k: usize) {

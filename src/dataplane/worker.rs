@@ -168,6 +168,9 @@ pub struct WorkerStats {
     /// (driven mode: `Qp::post_send` and `post_recv` with nothing waiting in the post rings)
     /// instead of through the post rings.
     pub posts_direct: u64,
+    /// Send-side passes run on their own (`poll_transmit`, driven mode): a QP's doorbell
+    /// after a post, or an RPC server's reactor after its connections posted.
+    pub send_passes: u64,
     /// Post flags the post phase read outside the sweep, summed over passes: only those of
     /// the groups of slots posted to since (`verbs::PostFlags`), at most 64 per group, not one per
     /// socket slot.
@@ -720,6 +723,7 @@ impl Worker {
         if self.stopped {
             return false;
         }
+        self.stats.send_passes += 1;
         let now = self.pass_clock;
         let mut work = self.post();
         if work {

@@ -599,10 +599,11 @@ impl Reactor {
                 work = true;
             }
             let mut i = 0;
+            let mut served = false;
             while i < self.conns.len() {
                 match self.conns[i].poll() {
                     Ok(w) => {
-                        work |= w;
+                        served |= w;
                         i += 1;
                     }
                     Err(e) => {
@@ -611,6 +612,12 @@ impl Reactor {
                     }
                 }
             }
+            if served {
+                // What the connections just posted (replies, RDMA Reads) goes out now, all of
+                // it in one send-side pass, not after the next pass's receive phase.
+                self.net.poll_transmit_worker(self.k);
+            }
+            work |= served;
             if work {
                 idle_passes = 0;
                 continue;
