@@ -92,6 +92,14 @@ fn row(text: &str, size: usize) -> Vec<String> {
         .unwrap_or_else(|| panic!("no result row for {size} in:\n{text}"))
 }
 
+/// The latency table row for `size`: (#bytes, #iterations, t_min, t_max, t_typical, t_avg,
+/// t_stdev, 99 %, 99.9 %) as strings.
+fn lat_row(text: &str, size: usize) -> Option<Vec<&str>> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 9 && f[0] == size.to_string())
+}
+
 fn bw(test: &str, size: usize, iters: u64) {
     let port = free_port().to_string();
     let s = size.to_string();
@@ -211,10 +219,7 @@ fn lat(test: &str) {
         outs.push(sv);
     }
     for t in outs {
-        let f: Vec<f64> = t
-            .lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|f| f.len() == 9 && f[0] == "64")
+        let f: Vec<f64> = lat_row(&t, 64)
             .unwrap_or_else(|| panic!("no latency row in:\n{t}"))
             .iter()
             .map(|v| v.parse().unwrap())
@@ -269,12 +274,10 @@ fn perf_send_lat_all_sizes_loopback() {
         let t = std::fs::read_to_string(&f).unwrap();
         let _ = std::fs::remove_file(&f);
         for e in 1..=23 {
-            let size = (1usize << e).to_string();
+            let size = 1usize << e;
             assert!(
-                t.lines()
-                    .map(|l| l.split_whitespace().collect::<Vec<_>>())
-                    // 20 round trips, 19 intervals between them (as `lat` above).
-                    .any(|f| f.len() == 9 && f[0] == size && f[1] == "19"),
+                // 20 round trips, 19 intervals between them (as `lat` above).
+                lat_row(&t, size).is_some_and(|f| f[1] == "19"),
                 "no row for {size} octets in:\n{t}"
             );
         }

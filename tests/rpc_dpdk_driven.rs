@@ -70,12 +70,12 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     // The client's QP has a doorbell (`Net::qp_driver`): a call's Send goes straight into its
     // connection when posted and out at once (`WorkerStats::posts_direct` counts the passes
     // that found such posts: at least one a call), instead of waiting in the post ring for
-    // the next pass. The server's reactor posts through the rings (no doorbell: its replies
-    // go out in the pass after the batch). Without the client's doorbell: 0.
-    // The reactor, once its connections have posted (the replies), runs the worker's send
-    // side at once (`Net::poll_transmit_worker`, counted in `send_passes`) instead of leaving
-    // the replies for the next pass's transmit phase, after its receive phase. Without it the
-    // server's worker runs no send-side pass of its own (its QPs have no doorbell): 0.
+    // the next pass. Without the client's doorbell: 0.
+    // The server's QPs have no doorbell (their posts go through the rings); instead its
+    // reactor, once its connections have posted (the replies), runs the worker's send side
+    // at once (`Net::poll_transmit_worker`, counted in `send_passes`) rather than leaving the
+    // replies for the next pass's transmit phase, after its receive phase. Without it the
+    // server's worker runs no send-side pass of its own: 0.
     let workers = dp.stats();
     assert_eq!(workers.len(), 2, "one worker per port");
     let (before, server_before) = (workers[1].posts_direct, workers[0].send_passes);
