@@ -288,6 +288,7 @@ fn with_conn<R>(sh: &QpShared, f: impl FnOnce(&mut Connection) -> R) -> Option<R
 
 /// The driver loop: rx -> engine -> completions/events -> hook -> tx, backing off when idle.
 fn drive(t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
+    sh.mark_driver_thread();
     let mut hooks = Hooks::default();
     drive_loop(t, &sh, &events, &mut hooks);
     sh.set_closed();
@@ -297,23 +298,26 @@ fn drive(t: Box<dyn Transport>, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
     for h in hooks.active.into_iter().chain(late) {
         h.closed();
     }
-    drop(hooks.finished);
+    drop(hooks.retired);
 }
 
-/// The driver's [`DriverHook`]: the one it runs, and one that finished (kept until the
-/// connection has closed, see [`drive`]).
+/// The driver's [`DriverHook`]: the one it runs, and one that panicked (kept until the
+/// connection has closed, see [`drive`]: its state may be half-updated, and its drop is not
+/// run while the connection it served is still up).
 #[derive(Default)]
 struct Hooks {
     active: Option<Box<dyn DriverHook>>,
-    finished: Option<Box<dyn DriverHook>>,
+    retired: Option<Box<dyn DriverHook>>,
 }
 
 impl Hooks {
     /// One pass of the attached hook (taking it from the QP first if it just arrived); true if
-    /// it did anything. A hook that panics is retired and the connection closed, as a
-    /// panicking application thread would leave it unserved.
+    /// it did anything. A finished hook is dropped here and now, and the next pass takes the
+    /// next one attached (a handle of this QP it owned does not wait here for the close:
+    /// `QpShared::mark_driver_thread`). A hook that panics is retired and the connection
+    /// closed, as a panicking application thread would leave it unserved.
     fn poll(&mut self, sh: &QpShared) -> bool {
-        if self.active.is_none() {
+        if self.active.is_none() && self.retired.is_none() {
             self.active = sh.take_hook();
         }
         let Some(h) = self.active.as_mut() else {
@@ -324,13 +328,13 @@ impl Hooks {
             Ok(HookPoll::Idle) => false,
             Ok(HookPoll::Worked) => true,
             Ok(HookPoll::Finished) => {
-                self.finished = self.active.take();
+                drop(self.active.take());
                 true
             }
             Err(_) => {
                 log::error!("transport: the QP's driver hook panicked; disconnecting");
                 sh.disconnect.store(true, Ordering::Release);
-                self.finished = self.active.take();
+                self.retired = self.active.take();
                 true
             }
         }

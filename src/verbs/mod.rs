@@ -400,14 +400,23 @@ impl PostFlag {
     }
 }
 
+thread_local! {
+    /// The QP whose connection this thread drives, as the address of its shared state (0:
+    /// none). Only compared, never dereferenced.
+    static DRIVING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Where [`Qp::attach_driver_hook`] leaves a hook for the driver thread. The slot only passes
-/// the hook on: the driver takes it into a local of its own on its next pass, so the QP's
-/// shared state never keeps holding a hook that holds the QP (no `Arc` cycle).
+/// the hook on: the driver takes it into a local of its own once it runs no other, and takes
+/// what is left here when it closes, so the QP's shared state holds a hook that holds the QP
+/// (an `Arc` cycle) only while that hook waits for a live driver.
 #[derive(Default)]
 struct HookSlot {
-    /// A driver that runs hooks is moving this QP's connection and takes none yet: set when a
-    /// kernel-transport driver starts, cleared when a hook is attached and when it closes.
+    /// A driver that runs hooks is moving this QP's connection: set when a kernel-transport
+    /// driver starts, cleared when it closes.
     accepts: bool,
+    /// Attached and not yet taken by the driver, which takes it once the hook it runs (if
+    /// any) has finished.
     hook: Option<Box<dyn DriverHook>>,
 }
 
@@ -419,10 +428,12 @@ pub enum HookPoll {
     Idle,
     /// Did something (handled completions, posted work): the driver runs again at once.
     Worked,
-    /// Done for good (typically it has called [`Qp::disconnect`]). The driver stops calling it
-    /// and drops it once the connection has closed; a QP handle the hook owns keeps counting
-    /// as an application handle until then, so a hook that finishes without disconnecting
-    /// leaves the connection up until the peer or another handle closes it.
+    /// Done (it may have called [`Qp::disconnect`], or leave the connection to the
+    /// application). The driver stops calling it, drops it on its own thread at once and
+    /// runs the next hook attached ([`Qp::attach_driver_hook`]): a benchmark runs one hook
+    /// per message size on one connection, as perftest's `-a`. A QP handle the hook owns is
+    /// dropped with it; if it was the last, the connection closes as when an application drops
+    /// its last handle, except that the driver does not wait there for its own close.
     Finished,
 }
 
@@ -523,6 +534,18 @@ impl QpShared {
     /// A driver that runs [`DriverHook`]s starts moving this QP's connection.
     pub(crate) fn accept_hooks(&self) {
         self.hook_slot().accepts = true;
+    }
+
+    /// The calling thread drives this QP's connection from now on (a kernel-transport
+    /// driver): the last application handle dropped here must not wait for the close, which
+    /// only this thread can carry out ([`QpHandle`]'s drop).
+    pub(crate) fn mark_driver_thread(&self) {
+        DRIVING.with(|d| d.set(self as *const QpShared as usize));
+    }
+
+    /// The calling thread drives this QP's connection ([`QpShared::mark_driver_thread`]).
+    fn on_driver_thread(&self) -> bool {
+        DRIVING.with(|d| d.get() == self as *const QpShared as usize)
     }
 
     /// The hook attached since the last call, if any (the driver keeps it from here on).
@@ -682,6 +705,11 @@ impl Drop for QpHandle {
             return;
         }
         sh.disconnect.store(true, Ordering::Release);
+        if sh.on_driver_thread() {
+            // Dropped by a hook on the QP's own driver (a finished hook owned the last handle):
+            // the driver closes the connection after this pass; waiting here would stop it.
+            return;
+        }
         sh.kick();
         if !wait_closed(sh, CLOSE_FLUSH_TIMEOUT) {
             log::warn!(
@@ -912,13 +940,16 @@ impl Qp {
 
     /// Run `hook` on the thread that drives this QP's connection, after each pass of the
     /// protocol engine, until it reports [`HookPoll::Finished`] or the connection closes
-    /// ([`DriverHook::closed`]); it is dropped on that thread once the connection has closed,
-    /// so a hook may own a handle of this very QP (dropping the last handle waits for the
-    /// close, which here has happened already).
+    /// ([`DriverHook::closed`]); it is dropped on that thread, so a hook may own a handle of
+    /// this very QP (see [`HookPoll::Finished`]).
+    ///
+    /// Hooks run one at a time, in the order attached: one attached while another runs waits
+    /// until that one has finished (or is closed with the connection, unrun), so an
+    /// application may attach the next as soon as it has the previous one's result.
     ///
     /// Gives `hook` back when no driver can run it: the QP has not been handed to the
-    /// connection manager yet (connect, accept), its connection has closed, a hook is attached
-    /// already, or its backend has no driver thread of its own (the DPDK dataplane, whose
+    /// connection manager yet (connect, accept), its connection has closed, another hook is
+    /// already waiting for the driver to take it, or its backend has no driver thread of its own (the DPDK dataplane, whose
     /// workers run many QPs: there the application drives the worker instead, see
     /// `Net::poll_worker`).
     pub fn attach_driver_hook<H: DriverHook + 'static>(&self, hook: H) -> Result<(), H> {
@@ -927,10 +958,9 @@ impl Qp {
             // Under the slot's lock: a driver that has closed cleared `accepts` (after
             // `set_closed`) before it took what was left here, so a hook is either refused now
             // or taken and closed by it.
-            if !slot.accepts || self.is_closed() {
+            if !slot.accepts || slot.hook.is_some() || self.is_closed() {
                 return Err(hook);
             }
-            slot.accepts = false;
             slot.hook = Some(Box::new(hook));
             self.shared.hook_waiting.store(true, Ordering::Release);
         }
@@ -939,9 +969,11 @@ impl Qp {
     }
 
     /// True if [`Qp::attach_driver_hook`] would take a hook now: the QP's connection is moved
-    /// by a driver thread of its own that runs hooks, has not closed, and has no hook yet.
+    /// by a driver thread of its own that runs hooks, has not closed, and has no hook waiting
+    /// to be taken.
     pub fn accepts_driver_hook(&self) -> bool {
-        self.shared.hook_slot().accepts && !self.is_closed()
+        let slot = self.shared.hook_slot();
+        slot.accepts && slot.hook.is_none() && !self.is_closed()
     }
 
     /// A handle that wakes this QP's driver from any thread (see [`DriverHook`]).
