@@ -464,8 +464,11 @@ fn drive_loop(
         }
         if progressed {
             last_progress = Instant::now();
-        } else if last_progress.elapsed() < Duration::from_micros(50) {
+        } else if last_progress.elapsed() < SPIN_ALONE {
             std::hint::spin_loop();
+        } else if last_progress.elapsed() < SPIN_WINDOW {
+            // Spin, but let a thread waiting for this CPU run: see `SPIN_ALONE`.
+            thread::yield_now();
         } else {
             // Sleep until the peer sends, the application posts or wakes the hook (the QP's
             // eventfd) or the startup timer fires; with output still queued (send buffer full)
@@ -496,6 +499,23 @@ fn drive_loop(
         }
     }
 }
+
+/// How long a driver with nothing to do spins before it sleeps in poll(2): an answer within
+/// this time is taken without a thread wake-up.
+const SPIN_WINDOW: Duration = Duration::from_micros(50);
+
+/// How long of [`SPIN_WINDOW`] a driver spins without yielding the CPU: the gaps of a stream
+/// between two reads; after that it yields on every idle pass. Driver threads are not pinned
+/// (one per QP, on a machine the transport shares), and the kernel often places the two
+/// drivers of a loopback connection on one CPU (the waker's, where the wakee is woken). A
+/// driver that spun without yielding then kept its peer's driver off that CPU for its whole
+/// window, so a ping-pong fell into 50 us turns: `dpwarp perf send_lat` over kernel TCP with
+/// both ends on one CPU (`taskset -c 0`) p50 54 us one way, `read_lat` 108 us, and on two CPUs
+/// in about one short run of three (until the kernel spread the threads). Yielding after
+/// 2 us: 5.0 and 9.6 us on one CPU, 3.5 and 6.2 us on two, every run; 64 KiB `write_bw` the same
+/// on two CPUs, 27-39 Gbit/s against 18-25 on one. Yielding from the first idle pass was
+/// faster on one CPU (3.1 / 5.7 us) but cost 64 KiB `write_bw` on two 8-16 %.
+const SPIN_ALONE: Duration = Duration::from_micros(2);
 
 /// How long a closing driver keeps sending what its connection still queues (see `drive`).
 const CLOSE_FLUSH: Duration = Duration::from_secs(1);
