@@ -306,6 +306,30 @@ fn perf_send_lat_all_sizes_loopback() {
     }
 }
 
+/// `-D` where the test does not run for a duration (send_bw and the latency tests count -n
+/// iterations): refused on both ends, with the reason, before any connection. It was ignored:
+/// `send_lat -D 1` ran and reported its default 5000 iterations.
+#[test]
+fn perf_refuses_duration_where_it_counts_iterations() {
+    for test in ["send_bw", "send_lat", "write_lat", "read_lat"] {
+        for client in [false, true] {
+            let mut args = vec![test, "-D", "1", "-p", "9"];
+            if client {
+                args.push("127.0.0.1");
+            }
+            let (c, out) = spawn(&args, &format!("refuse-D-{test}-{client}"));
+            assert!(!finish(c, Duration::from_secs(10)), "{test} -D ran");
+            let err = std::fs::read_to_string(err_path(&out)).unwrap();
+            let _ = std::fs::remove_file(err_path(&out));
+            let _ = std::fs::remove_file(out);
+            assert!(
+                err.contains("-D (duration) is supported for write_bw and read_bw"),
+                "{test}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn perf_refuses_unknown_tests() {
     let (c, out) = spawn(&["atomic_lat", "127.0.0.1"], "refuse");

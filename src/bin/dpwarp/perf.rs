@@ -118,7 +118,7 @@ pub struct Args {
     /// Iterations.
     #[arg(short = 'n', long = "iters", default_value_t = 5000)]
     iters: u64,
-    /// Run for this many seconds instead of -n iterations.
+    /// Run for this many seconds instead of -n iterations (write_bw, read_bw).
     #[arg(short = 'D', long = "duration")]
     duration: Option<u64>,
     /// All sizes 2..2^23 (client and server must both give it).
@@ -181,6 +181,14 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     if sizes.iter().any(|&s| s == 0 || s > 1 << 23) {
         return Err("size must be 1..=8388608".into());
+    }
+    // Refused rather than ignored: a run of -n iterations reported as a run of -D seconds would
+    // be read as what was asked for. (perftest refuses -D where it does not run it, too.)
+    if a.duration.is_some() && !matches!(a.test, PerfTest::WriteBw | PerfTest::ReadBw) {
+        return Err(format!(
+            "-D (duration) is supported for write_bw and read_bw; {} runs -n iterations",
+            a.test.name()
+        ));
     }
     // perftest -R write_bw asks for responder_resources = initiator_depth = 0 (MPA IRD/ORD 0);
     // read_bw needs outstanding Reads: ask for READ_DEPTH both ways.
