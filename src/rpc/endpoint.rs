@@ -135,14 +135,26 @@ impl Endpoint {
 
     /// The next receive completion: busy-poll up to `spin` (a wake-up costs more than a short
     /// spin when messages arrive back to back), then sleep on the CQ up to `timeout`.
+    ///
+    /// Where the CQ is filled by another thread (a kernel-TCP QP's driver, not pinned), the
+    /// busy-poll yields the CPU between polls: that driver may be waiting for this very CPU,
+    /// and a spin that kept it off stretched each call to the spin's length (`rpc-bench
+    /// --transport kernel --poll-spin-us 50`, one credit: p50 86-97 us in three runs of six,
+    /// 11-17 us in the others; yielding, 10.9-11.1 us in each: docs/rpc.md). A driven CQ's
+    /// poll is the worker's pass.
     pub fn wait_recv(&self, timeout: Duration) -> Option<WorkCompletion> {
         if !self.spin.is_zero() {
+            let driven = self.rcq.is_driven();
             let t = std::time::Instant::now();
             while t.elapsed() < self.spin {
                 if let Some(wc) = self.rcq.poll_one() {
                     return Some(wc);
                 }
-                std::hint::spin_loop();
+                if driven {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
         self.rcq.wait(timeout)
