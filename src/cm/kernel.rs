@@ -512,9 +512,10 @@ const SPIN_WINDOW: Duration = Duration::from_micros(50);
 /// window, so a ping-pong fell into 50 us turns: `dpwarp perf send_lat` over kernel TCP with
 /// both ends on one CPU (`taskset -c 0`) p50 54 us one way, `read_lat` 108 us, and on two CPUs
 /// in about one short run of three (until the kernel spread the threads). Yielding after
-/// 2 us: 5.0 and 9.6 us on one CPU, 3.5 and 6.2 us on two, every run; 64 KiB `write_bw` the same
-/// on two CPUs, 27-39 Gbit/s against 18-25 on one. Yielding from the first idle pass was
-/// faster on one CPU (3.1 / 5.7 us) but cost 64 KiB `write_bw` on two 8-16 %.
+/// 2 us: 5.0 and 9.6 us on one CPU; on two, 3.5-5.5 and 6.3-10 us in every run (the higher
+/// figures where the drivers share a CPU). 64 KiB `write_bw` on one CPU 27-39 Gbit/s against
+/// 18-25; on two within the runs' spread. Yielding from the first idle pass was faster on
+/// one CPU (3.1 / 5.7 us) but cost 64 KiB `write_bw` on two 8-16 % (medians of three batches).
 const SPIN_ALONE: Duration = Duration::from_micros(2);
 
 /// How long a closing driver keeps sending what its connection still queues (see `drive`).
