@@ -949,9 +949,9 @@ impl Qp {
     ///
     /// Gives `hook` back when no driver can run it: the QP has not been handed to the
     /// connection manager yet (connect, accept), its connection has closed, another hook is
-    /// already waiting for the driver to take it, or its backend has no driver thread of its own (the DPDK dataplane, whose
-    /// workers run many QPs: there the application drives the worker instead, see
-    /// `Net::poll_worker`).
+    /// already waiting for the driver to take it, or its backend has no driver thread of its
+    /// own (the DPDK dataplane, whose workers run many QPs: there the application drives the
+    /// worker instead, see `Net::poll_worker`).
     pub fn attach_driver_hook<H: DriverHook + 'static>(&self, hook: H) -> Result<(), H> {
         {
             let mut slot = self.shared.hook_slot();
