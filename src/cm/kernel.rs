@@ -507,7 +507,7 @@ const SPIN_WINDOW: Duration = Duration::from_micros(50);
 /// How long of [`SPIN_WINDOW`] a driver spins without yielding the CPU: the gaps of a stream
 /// between two reads; after that it yields on every idle pass. Driver threads are not pinned
 /// (one per QP, on a machine the transport shares), and the kernel often places the two
-/// drivers of a loopback connection on one CPU (the waker's, where the wakee is woken). A
+/// drivers of a loopback connection on one CPU (seen in `/proc/PID/task/*/stat`). A
 /// driver that spun without yielding then kept its peer's driver off that CPU for its whole
 /// window, so a ping-pong fell into 50 us turns: `dpwarp perf send_lat` over kernel TCP with
 /// both ends on one CPU (`taskset -c 0`) p50 54 us one way, `read_lat` 108 us, and on two CPUs
