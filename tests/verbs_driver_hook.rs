@@ -27,8 +27,8 @@ struct Echo {
     threads: Arc<Mutex<Vec<String>>>,
     /// `closed` was called.
     closed: Arc<AtomicBool>,
-    /// The QP was closed when the hook was dropped.
-    dropped_closed: Arc<Mutex<Option<bool>>>,
+    /// The hook was dropped.
+    dropped: Arc<AtomicBool>,
     /// Calls of `poll` after `Finished`.
     polls_after_finish: Arc<AtomicUsize>,
     finished: bool,
@@ -70,21 +70,17 @@ impl DriverHook for Echo {
 
 impl Drop for Echo {
     fn drop(&mut self) {
-        *self.dropped_closed.lock().unwrap() = Some(self.qp.is_closed());
+        self.dropped.store(true, Ordering::SeqCst);
     }
 }
 
-type Probes = (
-    Arc<Mutex<Vec<String>>>,
-    Arc<AtomicBool>,
-    Arc<Mutex<Option<bool>>>,
-);
+type Probes = (Arc<Mutex<Vec<String>>>, Arc<AtomicBool>, Arc<AtomicBool>);
 
 /// An [`Echo`] for `s`; with `post`, its receive buffer is posted.
 fn echo(s: &Side, post: bool) -> (Echo, Probes) {
     let threads = Arc::new(Mutex::new(Vec::new()));
     let closed = Arc::new(AtomicBool::new(false));
-    let dropped = Arc::new(Mutex::new(None));
+    let dropped = Arc::new(AtomicBool::new(false));
     let buf = s.pd.reg_mr(256, Access::LOCAL_WRITE);
     if post {
         s.qp.post_recv(RecvWr {
@@ -99,7 +95,7 @@ fn echo(s: &Side, post: bool) -> (Echo, Probes) {
         buf,
         threads: threads.clone(),
         closed: closed.clone(),
-        dropped_closed: dropped.clone(),
+        dropped: dropped.clone(),
         polls_after_finish: Arc::new(AtomicUsize::new(0)),
         finished: false,
     };
@@ -166,7 +162,7 @@ fn hook_runs_on_the_driver(link: Link) {
     assert_eq!(&rbuf.to_vec()[..28], b"ping through the driver hook");
     // The hook disconnected and finished: it is dropped, and the connection closes.
     assert!(c.qp.wait_closed(Duration::from_secs(10)));
-    wait_for("the hook is dropped", || dropped.lock().unwrap().is_some());
+    wait_for("the hook is dropped", || dropped.load(Ordering::SeqCst));
     assert!(sqp.wait_closed(Duration::from_secs(10)));
     assert!(
         !closed.load(Ordering::SeqCst),
