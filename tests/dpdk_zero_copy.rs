@@ -85,10 +85,10 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
             ..ConnParam::default()
         };
         req.accept(&qp, &param).unwrap();
-        // The final Send comes after every Write and the Read: 16-24 s alone here (2 % of the
-        // client's frames dropped, most recovered by retransmission timeouts), more than 60 s
-        // once in a full parallel test run on two cores. The test asserts what arrives, not
-        // how fast.
+        // The final Send comes after every Write and the Read: 0.5-2 s alone here (2 % of the
+        // client's frames dropped, recovered by fast retransmits; 16-24 s while most losses
+        // cost a retransmission timeout, third_party/smoltcp/DPWARP.md "Loss recovery"). The
+        // test asserts what arrives, not how fast.
         let wc = cq.wait(Duration::from_secs(300)).expect("final send");
         assert_eq!(wc.status, WcStatus::Success);
         // The close goes through the same 2 % loss; after a run of losses smoltcp's
@@ -190,9 +190,14 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     // Worker 0 serves the server's port, worker 1 the client's.
     let (s_zc, s_lin, s_tx, s_rx, _, _) = sum(&stats[..1]);
     let (c_zc, c_lin, c_tx, c_rx, _, _) = sum(&stats[1..]);
+    let (fast, timeouts) = (
+        stats[1].tcp_fast_retransmits,
+        stats[1].tcp_timeout_retransmits,
+    );
     eprintln!(
         "server: by reference {s_zc} octets, tx {s_tx:.3} rx {s_rx:.3} copies/octet, linearized \
-         {s_lin}; client: by reference {c_zc}, tx {c_tx:.3} rx {c_rx:.3}, linearized {c_lin}"
+         {s_lin}; client: by reference {c_zc}, tx {c_tx:.3} rx {c_rx:.3}, linearized {c_lin}; \
+         client retransmits: fast {fast} timeout {timeouts}"
     );
     assert!(
         c_zc as usize >= WRITES * 10000,
@@ -202,8 +207,14 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     assert_eq!(s_zc, 0, "server port has tx_zero_copy off");
     assert!(s_tx > 1.9, "server copies per octet on transmit {s_tx}");
     assert_eq!(s_lin, 0, "the server made chained frames one buffer");
-    // Reordered and duplicated frames wait in the receive buffer (a second copy).
-    assert!(s_rx < 1.6, "server copies per octet on receive {s_rx}");
+    // What arrives behind a hole (a dropped or reordered frame) waits in the receive buffer
+    // until the hole is filled: a second copy. Under 2 % loss that is most of it, since the
+    // receiver keeps what lies past up to 128 holes (it used to refuse what lay past the
+    // fourth, which then came again in order); below 2, some was placed from the frames.
+    assert!(s_rx < 2.0, "server copies per octet on receive {s_rx}");
+    // The losses were repaired by fast retransmits (duplicate ACKs, partial ACKs, SACK
+    // blocks), not only by retransmission timeouts.
+    assert!(fast > 0, "no fast retransmit under 2 % loss: {stats:?}");
 
     // Nothing references a transmit ring once the frames are consumed, and every mbuf is
     // back in its pool (net_ring holds none of its own) or in its queue's transmit stash (one

@@ -150,6 +150,14 @@ pub struct WorkerStats {
     pub tx_refs: usize,
     /// Removed sockets kept because frames still point into their transmit rings.
     pub tx_rings_kept: usize,
+    /// TCP segments this worker's sockets retransmitted on their own (fast retransmit: three
+    /// duplicate ACKs, a partial ACK in recovery, or the peer's SACK blocks showing a hole,
+    /// RFC 5681 section 3.2, RFC 6582, RFC 6675) and retransmission timeouts (RFC 6298:
+    /// each resends from the first unacknowledged octet), over live and removed sockets.
+    /// Both 0 on a link that loses nothing.
+    pub tcp_fast_retransmits: u64,
+    /// See `tcp_fast_retransmits`.
+    pub tcp_timeout_retransmits: u64,
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
     pub mpa_crc_errors: u64,
@@ -190,6 +198,22 @@ pub struct WorkerStats {
     /// Passes of a driven worker that handed completions to the application before their
     /// transmit phase, which the application's next call then ran (`Worker::poll_once`).
     pub transmit_deferred: u64,
+}
+
+/// Remove a socket for good: count its retransmissions into `done`, and let the device keep
+/// its transmit ring while frames still point into it.
+fn retire_socket(
+    dev: &mut DpdkDevice,
+    done: &mut (u64, u64),
+    sock: smoltcp::socket::Socket<'static>,
+) {
+    #[allow(irrefutable_let_patterns)]
+    if let smoltcp::socket::Socket::Tcp(t) = &sock {
+        let (f, t) = t.retransmissions();
+        done.0 += f;
+        done.1 += t;
+    }
+    dev.zc_retire(sock);
 }
 
 /// Octets copied inside dpwarp, per direction, to compare with the payload octets moved
@@ -431,6 +455,8 @@ pub(crate) struct Worker {
     tx_fed: u64,
     /// Octets the engines of connections that ended copied on receive.
     rx_copied_done: u64,
+    /// Retransmissions (fast, timeout) of the sockets removed so far.
+    retransmits_done: (u64, u64),
     /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
     /// not copy them into a receive buffer).
     rx_direct: Arc<AtomicU64>,
@@ -580,6 +606,7 @@ impl Worker {
             tx_staged: 0,
             tx_fed: 0,
             rx_copied_done: 0,
+            retransmits_done: (0, 0),
             rx_direct: Arc::new(AtomicU64::new(0)),
             cpu,
             idle_passes: 0,
@@ -746,6 +773,19 @@ impl Worker {
         self.stats.ran_on = rustix::thread::sched_getcpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
+        let (mut fast, mut timeout) = self.retransmits_done;
+        for (_, sock) in self.sockets.iter() {
+            #[allow(irrefutable_let_patterns)]
+            if let smoltcp::socket::Socket::Tcp(t) = sock {
+                let (f, t) = t.retransmissions();
+                fast += f;
+                timeout += t;
+            }
+        }
+        (
+            self.stats.tcp_fast_retransmits,
+            self.stats.tcp_timeout_retransmits,
+        ) = (fast, timeout);
         // Transmit: engine -> staging buffer, staging buffer -> socket ring, socket ring ->
         // mbuf (smoltcp, counted by the device; not for payload sent by reference).
         // Receive: chained frames made one buffer, mbuf -> socket ring (smoltcp, counted by
@@ -842,7 +882,11 @@ impl Worker {
                 Cmd::Unlisten { port } => {
                     if let Some(l) = self.listening.remove(&port) {
                         for h in l.handles {
-                            self.dev.zc_retire(self.sockets.remove(h));
+                            retire_socket(
+                                &mut self.dev,
+                                &mut self.retransmits_done,
+                                self.sockets.remove(h),
+                            );
                         }
                     }
                 }
@@ -957,7 +1001,11 @@ impl Worker {
             let mut s = new_socket(&self.tcp);
             if let Err(e) = s.listen(port) {
                 for h in handles {
-                    self.dev.zc_retire(self.sockets.remove(h));
+                    retire_socket(
+                        &mut self.dev,
+                        &mut self.retransmits_done,
+                        self.sockets.remove(h),
+                    );
                 }
                 return Err(e.to_string());
             }
@@ -1740,7 +1788,11 @@ impl Worker {
                 if open {
                     lingered.push(c.h);
                 } else {
-                    self.dev.zc_retire(self.sockets.remove(c.h));
+                    retire_socket(
+                        &mut self.dev,
+                        &mut self.retransmits_done,
+                        self.sockets.remove(c.h),
+                    );
                 }
             }
         }
@@ -1756,7 +1808,11 @@ impl Worker {
             self.dev.flush();
         }
         for h in lingered {
-            self.dev.zc_retire(self.sockets.remove(h));
+            retire_socket(
+                &mut self.dev,
+                &mut self.retransmits_done,
+                self.sockets.remove(h),
+            );
         }
         for sh in newly_closed {
             sh.set_closed();
@@ -1795,7 +1851,11 @@ impl Drop for Worker {
         }
         let handles: Vec<SocketHandle> = self.sockets.iter().map(|(h, _)| h).collect();
         for h in handles {
-            self.dev.zc_retire(self.sockets.remove(h));
+            retire_socket(
+                &mut self.dev,
+                &mut self.retransmits_done,
+                self.sockets.remove(h),
+            );
         }
     }
 }

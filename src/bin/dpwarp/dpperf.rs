@@ -77,6 +77,9 @@ pub struct PerfResult {
     /// DPDK only: the share of this side's worker time in passes that did work (near 1: this
     /// side is the bottleneck).
     pub worker_busy: Option<f64>,
+    /// DPDK only: TCP segments this side retransmitted during the test (fast, timeout; see
+    /// `WorkerStats::tcp_fast_retransmits`).
+    pub tcp_retransmits: Option<(u64, u64)>,
     /// RDMA tests: whether FPDUs carried a CRC32c on this connection (negotiated in MPA
     /// startup, RFC 5044 §7.1: both ends must ask for none, `--no-crc`).
     pub mpa_crc: Option<bool>,
@@ -113,6 +116,7 @@ impl PerfResult {
             segments_per_msg: self.segments.map(|n| n as f64 / self.iters.max(1) as f64),
             gso_frames: self.gso_frames,
             worker_busy: self.worker_busy,
+            tcp_retransmits: self.tcp_retransmits.map(RetransmitsJson::from),
             mpa_crc: self.mpa_crc,
             mpa_crc_impl: (self.mpa_crc == Some(true)).then_some(dpwarp::crc::IMPLEMENTATION),
         };
@@ -145,6 +149,8 @@ struct ResultJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     worker_busy: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    tcp_retransmits: Option<RetransmitsJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mpa_crc: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mpa_crc_impl: Option<&'static str>,
@@ -160,6 +166,19 @@ struct LatUs {
     avg: f64,
     /// Samples behind the figures (the measured round trips).
     count: u64,
+}
+
+/// TCP retransmissions as JSON: `{"fast", "timeout"}`.
+#[derive(serde::Serialize)]
+pub struct RetransmitsJson {
+    fast: u64,
+    timeout: u64,
+}
+
+impl From<(u64, u64)> for RetransmitsJson {
+    fn from((fast, timeout): (u64, u64)) -> RetransmitsJson {
+        RetransmitsJson { fast, timeout }
+    }
 }
 
 /// Copy counts as JSON: the raw octets and copies per payload octet each way.
@@ -194,6 +213,8 @@ struct ServerJson {
     copies: CopiesJson,
     /// The share of the server's worker time in passes that did work during the test.
     worker_busy: Option<f64>,
+    /// TCP segments the server retransmitted during the test.
+    tcp_retransmits: RetransmitsJson,
     role: &'static str,
     /// Always "dpdk" (scripts/bench retags it with the link it measured).
     transport: &'static str,
@@ -201,11 +222,20 @@ struct ServerJson {
     test: &'static str,
 }
 
+/// What [`dp_counts`] returns: copy counts, (payload segments sent, of those the frames cut by
+/// segmentation offload), (time in passes that did work, in the rest), (fast, timeout TCP
+/// retransmissions), each summed over the workers.
+pub type DpCounts = (CopyStats, (u64, u64), (u64, u64), (u64, u64));
+
 /// The copy counts, the payload segments sent and of those the frames cut by segmentation
-/// offload, summed over the workers of `dp`, and their time in passes that did work and in the
-/// rest (`WorkerStats::busy_ns`, `idle_ns`).
-pub fn dp_counts(dp: &Dataplane) -> (CopyStats, (u64, u64), (u64, u64)) {
+/// offload, summed over the workers of `dp`, their time in passes that did work and in the
+/// rest (`WorkerStats::busy_ns`, `idle_ns`), and the TCP retransmissions.
+pub fn dp_counts(dp: &Dataplane) -> DpCounts {
     let st = dp.stats();
+    let retransmits = (
+        st.iter().map(|w| w.tcp_fast_retransmits).sum(),
+        st.iter().map(|w| w.tcp_timeout_retransmits).sum(),
+    );
     let c = CopyStats::sum(st.iter().map(|w| &w.copies));
     let time = (
         st.iter().map(|w| w.busy_ns).sum(),
@@ -215,7 +245,7 @@ pub fn dp_counts(dp: &Dataplane) -> (CopyStats, (u64, u64), (u64, u64)) {
         st.iter().map(|w| w.device.tx_tcp_segments).sum(),
         st.iter().map(|w| w.device.tx_gso_frames).sum(),
     );
-    (c, segments, time)
+    (c, segments, time, retransmits)
 }
 
 /// The share of worker time in passes that did work between two [`dp_counts`] (None without
@@ -778,11 +808,12 @@ pub fn run(a: Args) -> Result<(), String> {
                     match serve_one(req, &pd, &net, !a.no_crc) {
                         Err(e) => eprintln!("perf server: {e}"),
                         Ok((test, size)) => {
-                            if let (true, Some(dp), Some((b, _, bt))) = (a.json, &_dp, before) {
-                                let (c, _, t) = dp_counts(dp);
+                            if let (true, Some(dp), Some((b, _, bt, br))) = (a.json, &_dp, before) {
+                                let (c, _, t, r) = dp_counts(dp);
                                 let v = ServerJson {
                                     copies: CopiesJson::from(&c.since(&b)),
                                     worker_busy: busy_share(bt, t),
+                                    tcp_retransmits: (r.0 - br.0, r.1 - br.1).into(),
                                     transport: "dpdk",
                                     role: "server",
                                     size,
@@ -818,8 +849,9 @@ pub fn run(a: Args) -> Result<(), String> {
         };
         let mut r = run_client(&net, a.addr, &pd, test, size, o)?;
         crate::cli::progress_clear();
-        if let (Some(dp), Some((bc, bs, bt))) = (&_dp, before) {
-            let (c, (segs, gso), t) = dp_counts(dp);
+        if let (Some(dp), Some((bc, bs, bt, br))) = (&_dp, before) {
+            let (c, (segs, gso), t, rt) = dp_counts(dp);
+            r.tcp_retransmits = Some((rt.0 - br.0, rt.1 - br.1));
             r.copies = Some(c.since(&bc));
             r.segments = Some(segs - bs.0);
             r.gso_frames = Some(gso - bs.1);

@@ -223,11 +223,19 @@ impl RttEstimator {
         }
     }
 
+    /// Any retransmission: a segment sent twice gives no RTT sample (Karn's algorithm,
+    /// RFC 6298 section 3).
     fn on_retransmit(&mut self) {
         if self.timestamp.is_some() {
             tcp_trace!("rtte: abort sampling due to retransmit");
         }
         self.timestamp = None;
+    }
+
+    /// dpwarp: a retransmission timeout (upstream 29340b71: a fast retransmit is no reason to
+    /// back off). Aborts sampling and counts towards raising the estimate.
+    fn on_rto(&mut self) {
+        self.on_retransmit();
         self.rto_count = self.rto_count.saturating_add(1);
         if self.rto_count >= 3 {
             // This happens in 2 scenarios:
@@ -259,7 +267,6 @@ enum Timer {
         expires_at: Instant,
         delay: Duration,
     },
-    FastRetransmit,
     Close {
         expires_at: Instant,
     },
@@ -289,7 +296,6 @@ impl Timer {
             Timer::Retransmit { expires_at, delay } if timestamp >= expires_at => {
                 Some(timestamp - expires_at + delay)
             }
-            Timer::FastRetransmit => Some(Duration::from_millis(0)),
             _ => None,
         }
     }
@@ -310,7 +316,6 @@ impl Timer {
                 keep_alive_at: None,
             } => PollAt::Ingress,
             Timer::Retransmit { expires_at, .. } => PollAt::Time(expires_at),
-            Timer::FastRetransmit => PollAt::Now,
             Timer::Close { expires_at } => PollAt::Time(expires_at),
         }
     }
@@ -337,7 +342,7 @@ impl Timer {
 
     fn set_for_retransmit(&mut self, timestamp: Instant, delay: Duration) {
         match *self {
-            Timer::Idle { .. } | Timer::FastRetransmit { .. } => {
+            Timer::Idle { .. } => {
                 *self = Timer::Retransmit {
                     expires_at: timestamp + delay,
                     delay,
@@ -354,8 +359,12 @@ impl Timer {
         }
     }
 
-    fn set_for_fast_retransmit(&mut self) {
-        *self = Timer::FastRetransmit
+    /// dpwarp: start the retransmission timer afresh (RFC 6298 (5.3)).
+    fn restart_retransmit(&mut self, timestamp: Instant, delay: Duration) {
+        *self = Timer::Retransmit {
+            expires_at: timestamp + delay,
+            delay,
+        }
     }
 
     fn set_for_close(&mut self, timestamp: Instant) {
@@ -366,7 +375,7 @@ impl Timer {
 
     fn is_retransmit(&self) -> bool {
         match *self {
-            Timer::Retransmit { .. } | Timer::FastRetransmit => true,
+            Timer::Retransmit { .. } => true,
             _ => false,
         }
     }
@@ -427,7 +436,7 @@ pub struct Socket<'a> {
     state: State,
     timer: Timer,
     rtte: RttEstimator,
-    assembler: Assembler,
+    assembler: alloc::boxed::Box<Assembler>,
     rx_buffer: SocketBuffer<'a>,
     rx_fin_received: bool,
     tx_buffer: SocketBuffer<'a>,
@@ -477,6 +486,27 @@ pub struct Socket<'a> {
     /// The number of packets received directly after
     /// each other which have the same ACK number.
     local_rx_dup_acks: u8,
+    /// dpwarp: the next dispatch retransmits one segment at SND.UNA (the third duplicate
+    /// ACK, or a partial ACK in recovery), ahead of any new data (RFC 5681 section 3.2,
+    /// RFC 6582 section 3.2; upstream d84a8980).
+    pending_fast_retransmit: bool,
+    /// dpwarp: in fast recovery (RFC 6582 section 3.2) until `recover` is acknowledged.
+    in_recovery: bool,
+    /// dpwarp: RFC 6582's "recover": the highest sequence number sent when fast recovery
+    /// began or a timeout struck; duplicate ACKs at or below it start no fast retransmit
+    /// (section 4). None once acknowledged past (so that it never meets wrapped sequence
+    /// numbers).
+    recover: Option<TcpSeqNumber>,
+    /// dpwarp: the last fast retransmission: SND.UNA it repeated and SND.NXT when it went
+    /// out (see `note_sack`).
+    rexmit_at: Option<(TcpSeqNumber, TcpSeqNumber)>,
+    /// dpwarp: how far the last ACK that moved SND.UNA moved it (RFC 6582 section 4.1's
+    /// ACK heuristic).
+    last_ack_advance: usize,
+    /// dpwarp: segments retransmitted by fast retransmit and by timeout, since the socket
+    /// was created (see `Socket::retransmissions`).
+    fast_retransmits: u64,
+    timeout_retransmits: u64,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -563,7 +593,7 @@ impl<'a> Socket<'a> {
             state: State::Closed,
             timer: Timer::new(),
             rtte: RttEstimator::default(),
-            assembler: Assembler::new(),
+            assembler: alloc::boxed::Box::new(Assembler::new()),
             tx_buffer,
             rx_buffer,
             rx_fin_received: false,
@@ -586,6 +616,13 @@ impl<'a> Socket<'a> {
             local_rx_last_ack: None,
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
+            pending_fast_retransmit: false,
+            in_recovery: false,
+            recover: None,
+            last_ack_advance: 0,
+            rexmit_at: None,
+            fast_retransmits: 0,
+            timeout_retransmits: 0,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -881,7 +918,7 @@ impl<'a> Socket<'a> {
         self.state = State::Closed;
         self.timer = Timer::new();
         self.rtte = RttEstimator::default();
-        self.assembler = Assembler::new();
+        self.assembler.clear();
         self.tx_buffer.clear();
         if let Some(r) = self.tx_records.as_mut() {
             r.clear();
@@ -903,6 +940,11 @@ impl<'a> Socket<'a> {
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
+        self.local_rx_dup_acks = 0;
+        self.pending_fast_retransmit = false;
+        self.in_recovery = false;
+        self.recover = None;
+        self.rexmit_at = None;
 
         #[cfg(feature = "async")]
         {
@@ -1385,6 +1427,13 @@ impl<'a> Socket<'a> {
     pub fn tx_ring_layout(&self) -> (*const u8, usize, usize) {
         let (base, write_at) = self.tx_buffer.write_layout();
         (base, self.tx_buffer.capacity(), write_at)
+    }
+
+    /// dpwarp: segments this socket retransmitted since it was created: (fast retransmits,
+    /// those started by duplicate ACKs, partial ACKs or SACK blocks; retransmission
+    /// timeouts, each of which resends from SND.UNA). A loss-free link shows (0, 0).
+    pub fn retransmissions(&self) -> (u64, u64) {
+        (self.fast_retransmits, self.timeout_retransmits)
     }
 
     /// dpwarp: the maximum segment size the peer announced (the default 536 until its SYN
@@ -2058,9 +2107,15 @@ impl<'a> Socket<'a> {
 
             // ACK packets in ESTABLISHED state reset the retransmit timer,
             // except for duplicate ACK packets which preserve it.
+            // dpwarp: RFC 6298 (5.2) an ACK of all outstanding data stops the timer; (5.3)
+            // an ACK of some new data restarts it (upstream 13774ff2), so a recovery that
+            // is making progress is not cut short by a timeout.
             (State::Established, TcpControl::None) => {
                 if !self.timer.is_retransmit() || ack_all {
                     self.timer.set_for_idle(cx.now(), self.keep_alive);
+                } else if ack_len > 0 {
+                    self.timer
+                        .restart_retransmit(cx.now(), self.rtte.retransmission_timeout());
                 }
             }
 
@@ -2211,8 +2266,22 @@ impl<'a> Socket<'a> {
                         }
                     );
 
-                    if self.local_rx_dup_acks == 3 {
-                        self.timer.set_for_fast_retransmit();
+                    // dpwarp: the third duplicate ACK retransmits the segment at SND.UNA at
+                    // once, even while new data waits, and enters recovery until all that
+                    // was sent so far is acknowledged (RFC 5681 section 3.2 steps 2-4, RFC
+                    // 6582 section 3.2 step 2). Upstream 0.12 armed a timer that dispatch
+                    // only looked at when nothing new could be sent, and then resent all
+                    // in flight; the next new segment turned it into a full timeout.
+                    // After a timeout, duplicate ACKs below "recover" may only echo octets
+                    // sent twice; RFC 6582 section 4.1's heuristic still takes them for a
+                    // new loss when the last ACK moved SND.UNA by at most 4 segments (a
+                    // receiver that already held the octets would have jumped further).
+                    let new_loss = self.recover.is_none_or(|r| ack_number > r)
+                        || self.last_ack_advance <= 4 * self.remote_mss;
+                    if self.local_rx_dup_acks == 3 && !self.in_recovery && new_loss {
+                        self.pending_fast_retransmit = true;
+                        self.in_recovery = true;
+                        self.recover = Some(self.remote_last_seq);
                         net_debug!("started fast retransmit");
                     }
                 }
@@ -2223,6 +2292,25 @@ impl<'a> Socket<'a> {
                         net_debug!("reset duplicate ACK count");
                     }
                     self.local_rx_last_ack = Some(ack_number);
+                    if ack_len > 0 {
+                        self.last_ack_advance = ack_len;
+                    }
+                    // dpwarp: in recovery, an ACK short of the recovery point means the
+                    // next segment was lost too: retransmit it now, without waiting for
+                    // three more duplicates (NewReno's partial ACK, RFC 6582 section 3.2
+                    // step 5). One that reaches the point ends recovery (step 6).
+                    let passed = self.recover.is_some_and(|r| ack_number >= r);
+                    if self.in_recovery && passed {
+                        self.in_recovery = false;
+                        self.pending_fast_retransmit = false;
+                        self.rexmit_at = None;
+                    } else if self.in_recovery && ack_len > 0 {
+                        self.pending_fast_retransmit = true;
+                        net_debug!("partial ACK for seq {}: retransmitting", ack_number);
+                    }
+                    if self.recover.is_some_and(|r| ack_number > r) {
+                        self.recover = None;
+                    }
                 }
             };
             // We've processed everything in the incoming segment, so advance the local
@@ -2236,6 +2324,7 @@ impl<'a> Socket<'a> {
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
+            self.note_sack(repr);
         }
 
         // update last remote tsval
@@ -2292,7 +2381,10 @@ impl<'a> Socket<'a> {
                 payload_len,
                 payload_offset
             );
-            return None;
+            // dpwarp: still acknowledge at once, as for any out-of-order segment (RFC 5681
+            // section 4.2): the duplicate ACK and its SACK block tell the sender what is
+            // missing; upstream sent nothing.
+            return Some(self.ack_reply(ip_repr, repr));
         };
 
         // Place payload octets into the buffer.
@@ -2369,6 +2461,11 @@ impl<'a> Socket<'a> {
     }
 
     fn seq_to_transmit(&self, cx: &mut Context) -> bool {
+        // dpwarp: a fast retransmit goes out whatever the window and Nagle say: its octets
+        // were sent (and admitted by the window) before.
+        if self.pending_fast_retransmit && self.fast_retransmit_state() {
+            return true;
+        }
         let ip_header_len = match self.tuple.unwrap().local.addr {
             #[cfg(feature = "proto-ipv4")]
             IpAddress::Ipv4(_) => crate::wire::IPV4_HEADER_LEN,
@@ -2433,6 +2530,68 @@ impl<'a> Socket<'a> {
         let can_fin = want_fin && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len();
 
         can_send || can_fin
+    }
+
+    /// dpwarp: loss seen in the peer's SACK blocks (RFC 2018), which smoltcp 0.12 did not
+    /// read. Two cases that otherwise wait for the retransmission timeout:
+    /// - more than two segments' worth held above SND.UNA: the segment at SND.UNA is lost
+    ///   (RFC 6675 section 4, `IsLost` with DupThresh 3). This covers a hole that only
+    ///   comes to the front when recovery ends (NewReno's full ACK), when no further
+    ///   duplicate ACK will come because the peer already holds everything after it;
+    /// - octets sent after our fast retransmission of SND.UNA held while SND.UNA is still
+    ///   asked for: on a path that keeps order, that retransmission was lost (what RACK,
+    ///   RFC 8985 section 6.2, finds by time).
+    ///
+    /// Either way the segment at SND.UNA goes again at once. Only the blocks of this ACK
+    /// are looked at (no scoreboard).
+    fn note_sack(&mut self, repr: &TcpRepr) {
+        let una = self.local_seq_no;
+        if self.pending_fast_retransmit
+            || self.remote_last_seq <= una
+            || !self.fast_retransmit_state()
+        {
+            return;
+        }
+        let end = una + self.tx_buffer.len();
+        let mut held = 0;
+        let mut highest = una;
+        for &(left, right) in repr.sack_ranges.iter().flatten() {
+            let (left, right) = (TcpSeqNumber(left as i32), TcpSeqNumber(right as i32));
+            if left > una && right > left && right <= end {
+                held += right - left;
+                if right > highest {
+                    highest = right;
+                }
+            }
+        }
+        if held == 0 {
+            return;
+        }
+        let lost = match self.rexmit_at {
+            Some((at, sent_up_to)) if at == una => highest > sent_up_to,
+            _ => held > 2 * self.remote_mss,
+        };
+        if lost {
+            net_debug!("SACK: {} octets held above seq {}: retransmitting", held, una);
+            self.pending_fast_retransmit = true;
+            if !self.in_recovery {
+                self.in_recovery = true;
+                self.recover = Some(self.remote_last_seq);
+            }
+        }
+    }
+
+    /// dpwarp: whether the state lets a pending fast retransmit carry data.
+    fn fast_retransmit_state(&self) -> bool {
+        !self.tx_buffer.is_empty()
+            && matches!(
+                self.state,
+                State::Established
+                    | State::FinWait1
+                    | State::Closing
+                    | State::CloseWait
+                    | State::LastAck
+            )
     }
 
     fn delayed_ack_expired(&self, timestamp: Instant) -> bool {
@@ -2521,30 +2680,42 @@ impl<'a> Socket<'a> {
             // If a timeout expires, we should abort the connection.
             net_debug!("timeout exceeded");
             self.set_state(State::Closed);
-        } else if !self.seq_to_transmit(cx) {
-            if let Some(retransmit_delta) = self.timer.should_retransmit(cx.now()) {
-                // If a retransmit timer expired, we should resend data starting at the last ACK.
-                net_debug!("retransmitting at t+{}", retransmit_delta);
+        } else if let Some(retransmit_delta) = self.timer.should_retransmit(cx.now()) {
+            // dpwarp: an expired timer retransmits even while new data waits (upstream
+            // d84a8980; 0.12 waited until nothing new could be sent).
+            // If a retransmit timer expired, we should resend data starting at the last ACK.
+            net_debug!("retransmitting at t+{}", retransmit_delta);
 
-                // Rewind "last sequence number sent", as if we never
-                // had sent them. This will cause all data in the queue
-                // to be sent again.
-                self.remote_last_seq = self.local_seq_no;
+            // Rewind "last sequence number sent", as if we never
+            // had sent them. This will cause all data in the queue
+            // to be sent again.
+            let sent_up_to = self.remote_last_seq;
+            self.remote_last_seq = self.local_seq_no;
+            // dpwarp: a timeout ends fast recovery, and none starts again for what was
+            // sent before it (RFC 6582 section 4: "recover" is the highest sent).
+            let highest = match self.recover {
+                Some(r) if r > sent_up_to => r,
+                _ => sent_up_to,
+            };
+            self.recover = Some(highest);
+            self.pending_fast_retransmit = false;
+            self.in_recovery = false;
+            self.rexmit_at = None;
+            self.timeout_retransmits += 1;
 
-                // Clear the `should_retransmit` state. If we can't retransmit right
-                // now for whatever reason (like zero window), this avoids an
-                // infinite polling loop where `poll_at` returns `Now` but `dispatch`
-                // can't actually do anything.
-                self.timer.set_for_idle(cx.now(), self.keep_alive);
+            // Clear the `should_retransmit` state. If we can't retransmit right
+            // now for whatever reason (like zero window), this avoids an
+            // infinite polling loop where `poll_at` returns `Now` but `dispatch`
+            // can't actually do anything.
+            self.timer.set_for_idle(cx.now(), self.keep_alive);
 
-                // Inform RTTE, so that it can avoid bogus measurements.
-                self.rtte.on_retransmit();
+            // Inform RTTE, so that it can avoid bogus measurements.
+            self.rtte.on_rto();
 
-                // Inform the congestion controller that we're retransmitting.
-                self.congestion_controller
-                    .inner_mut()
-                    .on_retransmit(cx.now());
-            }
+            // Inform the congestion controller that we're retransmitting.
+            self.congestion_controller
+                .inner_mut()
+                .on_retransmit(cx.now());
         }
 
         // Decide whether we're sending a packet.
@@ -2584,6 +2755,9 @@ impl<'a> Socket<'a> {
             0,
             self.hop_limit.unwrap_or(64),
         );
+
+        // dpwarp: whether this segment is a pending fast retransmit.
+        let mut is_fast_retransmit = false;
 
         // Construct the basic TCP representation, an empty ACK packet.
         // We'll adjust this to be more specific as needed.
@@ -2664,27 +2838,41 @@ impl<'a> Socket<'a> {
                 let frame = self
                     .remote_mss
                     .min(cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN);
-                let size = win_limit.min(frame);
-                // dpwarp: end the segment on a record boundary when the sender marks them.
-                let size = self.cut_at_record(size);
-
-                let offset = self.remote_last_seq - self.local_seq_no;
-                // dpwarp: several frames' worth in one segment where the device cuts it
-                // (`Device::tcp_gso_frames`); the IPv4 total length must still hold it.
-                let max_len = 65535 - ip_repr.header_len() - 60;
-                let gso = self.gso_extend(
-                    cx.tcp_gso_frames,
-                    offset,
-                    size,
-                    frame,
-                    win_limit,
-                    max_len,
-                );
-                let size = if gso > size {
-                    cx.tcp_gso_size = frame;
-                    gso
+                let (offset, size) = if self.pending_fast_retransmit {
+                    // dpwarp: a fast retransmit is the one segment at SND.UNA (RFC 5681
+                    // section 3.2 step 4), cut at a record end like the segment it repeats;
+                    // where the next new segment is cut is left as it was.
+                    is_fast_retransmit = true;
+                    repr.seq_number = self.local_seq_no;
+                    let next = self.tx_record_next;
+                    let size = self
+                        .cut_at_record_from(self.local_seq_no, frame.min(self.tx_buffer.len()));
+                    self.tx_record_next = next;
+                    (0, size)
                 } else {
-                    size
+                    let size = win_limit.min(frame);
+                    // dpwarp: end the segment on a record boundary when the sender marks them.
+                    let size = self.cut_at_record(size);
+
+                    let offset = self.remote_last_seq - self.local_seq_no;
+                    // dpwarp: several frames' worth in one segment where the device cuts it
+                    // (`Device::tcp_gso_frames`); the IPv4 total length must still hold it.
+                    let max_len = 65535 - ip_repr.header_len() - 60;
+                    let gso = self.gso_extend(
+                        cx.tcp_gso_frames,
+                        offset,
+                        size,
+                        frame,
+                        win_limit,
+                        max_len,
+                    );
+                    let size = if gso > size {
+                        cx.tcp_gso_size = frame;
+                        gso
+                    } else {
+                        size
+                    };
+                    (offset, size)
                 };
                 // dpwarp: a segment whose octets wrap around the end of the transmit ring is
                 // sent whole (gathered into `tx_linear`), not cut at the wrap: a sender that
@@ -2797,8 +2985,25 @@ impl<'a> Socket<'a> {
             return Ok(());
         }
 
+        if is_fast_retransmit {
+            net_debug!(
+                "fast retransmit: {} octets at seq {}",
+                repr.payload.len(),
+                repr.seq_number
+            );
+            self.pending_fast_retransmit = false;
+            self.fast_retransmits += 1;
+            self.rexmit_at = Some((repr.seq_number, self.remote_last_seq));
+            self.rtte.on_retransmit();
+        }
+
         // We've sent a packet successfully, so we can update the internal state now.
-        self.remote_last_seq = repr.seq_number + repr.segment_len();
+        // dpwarp: a fast retransmit (behind SND.NXT) leaves SND.NXT where it was (upstream
+        // d84a8980).
+        let sent_up_to = repr.seq_number + repr.segment_len();
+        if sent_up_to > self.remote_last_seq {
+            self.remote_last_seq = sent_up_to;
+        }
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
@@ -4620,7 +4825,7 @@ mod test {
         // Update our scaling parameters for a TCP with a scaled buffer.
         assert_eq!(s.rx_buffer.len(), 0);
         s.rx_buffer = SocketBuffer::new(vec![0; 262143]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
         s.remote_win_scale = Some(0);
         s.remote_last_win = 65535;
         s.remote_win_shift = 2;
@@ -6379,66 +6584,399 @@ mod test {
             ..RECV_TEMPL
         }));
 
-        // First duplicate ACK
-        send!(s, time 1050, TcpRepr {
-            seq_number: REMOTE_SEQ + 1,
-            ack_number: Some(LOCAL_SEQ + 1),
-            ..SEND_TEMPL
-        });
-        // Second duplicate ACK
-        send!(s, time 1055, TcpRepr {
-            seq_number: REMOTE_SEQ + 1,
-            ack_number: Some(LOCAL_SEQ + 1),
-            ..SEND_TEMPL
-        });
-        // Third duplicate ACK
-        // Should trigger a fast retransmit of dropped packet
-        send!(s, time 1060, TcpRepr {
-            seq_number: REMOTE_SEQ + 1,
-            ack_number: Some(LOCAL_SEQ + 1),
-            ..SEND_TEMPL
-        });
+        // Three duplicate ACKs
+        for t in [1050, 1055, 1060] {
+            send!(s, time t, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
 
-        // Fast retransmit packet
+        // dpwarp: the fast retransmit is the lost segment alone (upstream d84a8980; 0.12
+        // resent everything in flight after it).
         recv!(s, time 1100, Ok(TcpRepr {
             seq_number: LOCAL_SEQ + 1,
             ack_number: Some(REMOTE_SEQ + 1),
             payload:    &b"xxxxxx"[..],
             ..RECV_TEMPL
         }));
+        recv_nothing!(s, time 1105);
+        assert_eq!(s.retransmissions(), (1, 0));
 
-        recv!(s, time 1105, Ok(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + 6,
-            ack_number: Some(REMOTE_SEQ + 1),
-            payload:    &b"yyyyyy"[..],
-            ..RECV_TEMPL
-        }));
-        recv!(s, time 1110, Ok(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + (6 * 2),
-            ack_number: Some(REMOTE_SEQ + 1),
-            payload:    &b"wwwwww"[..],
-            ..RECV_TEMPL
-        }));
-        recv!(s, time 1115, Ok(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + (6 * 3),
-            ack_number: Some(REMOTE_SEQ + 1),
-            payload:    &b"zzzzzz"[..],
-            ..RECV_TEMPL
-        }));
+        // The retransmission timer still runs for what is in flight.
+        assert!(matches!(s.timer, Timer::Retransmit { .. }));
 
-        // After all was send out, enter *normal* retransmission,
-        // don't stay in fast retransmission.
-        assert!(match s.timer {
-            Timer::Retransmit { expires_at, .. } => expires_at > Instant::from_millis(1115),
-            _ => false,
-        });
-
-        // ACK all received segments
+        // ACK all received segments: recovery is over.
         send!(s, time 1120, TcpRepr {
             seq_number: REMOTE_SEQ + 1,
             ack_number: Some(LOCAL_SEQ + 1 + (6 * 4)),
             ..SEND_TEMPL
         });
+        assert!(!s.in_recovery);
+        recv_nothing!(s, time 1125);
+    }
+
+    /// dpwarp: the fast retransmit goes out ahead of new data waiting to be sent, and the new
+    /// data follows (0.12 waited until nothing new could be sent, and the next new segment
+    /// then turned the fast retransmit into a full timeout).
+    #[test]
+    fn test_fast_retransmit_goes_before_new_data() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.remote_mss = 3;
+        s.send_slice(b"aaaBBBcccDDDeeeFFF").unwrap();
+        for (i, p) in [b"aaa", b"BBB", b"ccc", b"DDD"].iter().enumerate() {
+            recv!(s, time 1000, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 3 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &p[..],
+                ..RECV_TEMPL
+            }));
+        }
+        // "aaa" was lost: three duplicate ACKs.
+        for t in [1050, 1055, 1060] {
+            send!(s, time t, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1100, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 1105, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 12,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"eee"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 1110, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 15,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"FFF"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1115);
+        assert_eq!(s.retransmissions(), (1, 0));
+    }
+
+    /// dpwarp: in recovery, an ACK that covers the retransmitted segment but not all that was
+    /// sent (a partial ACK) retransmits the next missing segment at once (RFC 6582 section
+    /// 3.2 step 5), without waiting for three more duplicate ACKs.
+    #[test]
+    fn test_partial_ack_retransmits_the_next_hole() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.remote_mss = 3;
+        s.send_slice(b"aaaBBBcccDDDeeeFFF").unwrap();
+        for i in 0..6 {
+            recv(&mut s, Instant::from_millis(1000), |r: Result<TcpRepr, ()>| assert_eq!(
+                r.unwrap().seq_number,
+                LOCAL_SEQ + 1 + 3 * i
+            ));
+        }
+        // "aaa" and "ccc" were lost.
+        for t in [1050, 1055, 1060] {
+            send!(s, time t, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1100, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1101);
+        // The peer now has "aaaBBB": a partial ACK.
+        send!(s, time 1150, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1151, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"ccc"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1152);
+        // All acknowledged: recovery ends, nothing more is sent.
+        send!(s, time 1200, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 18),
+            ..SEND_TEMPL
+        });
+        assert!(!s.in_recovery);
+        recv_nothing!(s, time 1201);
+        assert_eq!(s.retransmissions(), (2, 0));
+    }
+
+    /// The peer's first ACK: the window it announces, and the ACK later duplicates repeat.
+    fn established_ack(s: &mut TestSocket) {
+        let ack = TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            ..SEND_TEMPL
+        };
+        assert_eq!(send(s, Instant::from_millis(0), &ack), None);
+    }
+
+    /// The SACK option of an ACK from the peer, for octets `left..right` after LOCAL_SEQ.
+    fn sack_block(left: usize, right: usize) -> [Option<(u32, u32)>; 3] {
+        [
+            Some(((LOCAL_SEQ + left).0 as u32, (LOCAL_SEQ + right).0 as u32)),
+            None,
+            None,
+        ]
+    }
+
+    /// dpwarp: a SACK block holding more than two segments above SND.UNA marks the segment
+    /// at SND.UNA lost (RFC 6675 section 4, IsLost): it is retransmitted on that ACK, with
+    /// no wait for the third duplicate. A block holding less does not.
+    #[test]
+    fn test_sack_shows_the_loss() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.remote_mss = 3;
+        s.send_slice(b"aaaBBBcccDDD").unwrap();
+        for i in 0..4 {
+            recv(&mut s, Instant::from_millis(1000), |r: Result<TcpRepr, ()>| assert_eq!(
+                r.unwrap().seq_number,
+                LOCAL_SEQ + 1 + 3 * i
+            ));
+        }
+        // "BBB" held above the hole: two segments' worth or less is not yet a loss.
+        send!(s, time 1050, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: sack_block(4, 7),
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1051);
+        // "BBBcccDDD" held: the next ACK (only the second duplicate) retransmits "aaa".
+        send!(s, time 1060, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: sack_block(4, 13),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1061, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1062);
+        // The same blocks again ask for nothing more: "aaa" is on its way.
+        send!(s, time 1063, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: sack_block(4, 13),
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1064);
+        assert_eq!(s.retransmissions(), (1, 0));
+    }
+
+    /// dpwarp: a hole that comes to the front only as recovery ends (the ACK reaches the
+    /// recovery point) is retransmitted on that ACK when its SACK block shows the octets
+    /// after it held; no duplicate ACK would follow, as the peer has everything else.
+    #[test]
+    fn test_sack_finds_the_hole_left_when_recovery_ends() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.remote_mss = 3;
+        s.send_slice(b"aaaBBBcccDDD").unwrap();
+        for i in 0..4 {
+            recv(&mut s, Instant::from_millis(1000), |r: Result<TcpRepr, ()>| assert!(r.is_ok()));
+            let _ = i;
+        }
+        // "aaa" lost: recovery up to LOCAL_SEQ + 13.
+        for t in [1050, 1055, 1060] {
+            send!(s, time t, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
+        recv(&mut s, Instant::from_millis(1061), |r: Result<TcpRepr, ()>| assert_eq!(
+            r.unwrap().payload,
+            &b"aaa"[..]
+        ));
+        // New data sent during recovery; its first segment is lost.
+        s.send_slice(b"eeeFFFgggHHH").unwrap();
+        for _ in 0..4 {
+            recv(&mut s, Instant::from_millis(1062), |r: Result<TcpRepr, ()>| assert!(r.is_ok()));
+        }
+        // The ACK reaches the recovery point (LOCAL_SEQ + 13) and SACKs "FFFgggHHH".
+        send!(s, time 1100, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 13),
+            sack_ranges: sack_block(16, 25),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1101, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 13,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"eee"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1102);
+        assert_eq!(s.retransmissions(), (2, 0));
+    }
+
+    /// dpwarp: octets sent after a fast retransmission are SACKed while SND.UNA is still
+    /// asked for: the retransmission was lost, and goes again at once (instead of waiting
+    /// for the retransmission timeout).
+    #[test]
+    fn test_lost_fast_retransmission_goes_again() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.remote_mss = 3;
+        s.send_slice(b"aaaBBBcccDDD").unwrap();
+        for _ in 0..4 {
+            recv(&mut s, Instant::from_millis(1000), |r: Result<TcpRepr, ()>| assert!(r.is_ok()));
+        }
+        send!(s, time 1050, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: sack_block(4, 13),
+            ..SEND_TEMPL
+        });
+        recv(&mut s, Instant::from_millis(1051), |r: Result<TcpRepr, ()>| assert_eq!(
+            r.unwrap().payload,
+            &b"aaa"[..]
+        ));
+        // New data after the retransmission.
+        s.send_slice(b"eee").unwrap();
+        recv!(s, time 1052, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 13,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"eee"[..],
+            ..RECV_TEMPL
+        }));
+        // The peer holds only what it held before: no news.
+        send!(s, time 1060, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: sack_block(4, 13),
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1061);
+        // It holds "eee", sent after the retransmission, and still asks for "aaa".
+        send!(s, time 1070, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: sack_block(4, 16),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1071, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1072);
+        assert_eq!(s.retransmissions(), (2, 0));
+    }
+
+    /// dpwarp: a fast retransmission ends where the segment it repeats ended, at a record
+    /// end (RFC 5044 Appendix A), not at the MSS.
+    #[test]
+    fn test_fast_retransmit_cut_at_record_end() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.set_tx_records(true);
+        s.set_nagle_enabled(false);
+        s.remote_mss = 6;
+        for r in [&b"abcd"[..], b"efgh", b"ij", b"klmn"] {
+            s.send_slice(r).unwrap();
+            s.push_tx_record_end();
+        }
+        let mut sent = vec![];
+        for _ in 0..3 {
+            recv(&mut s, Instant::from_millis(1000), |r: Result<TcpRepr, ()>| sent.push(r.unwrap().payload.to_vec()));
+        }
+        assert_eq!(sent, [&b"abcd"[..], b"efghij", b"klmn"]);
+        for t in [1050, 1055, 1060] {
+            send!(s, time t, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1061, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"abcd"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1062);
+    }
+
+    /// dpwarp: an ACK of some new data restarts the retransmission timer (RFC 6298 (5.3),
+    /// upstream 13774ff2); 0.12 left it running from the first segment.
+    #[test]
+    fn test_retransmit_timer_restart_on_partial_ack() {
+        let mut s = socket_established();
+        s.remote_mss = 6;
+        s.send_slice(b"abcdef012345").unwrap();
+        recv(&mut s, Instant::from_millis(0), |r: Result<TcpRepr, ()>| assert_eq!(r.unwrap().payload, &b"abcdef"[..]));
+        recv(&mut s, Instant::from_millis(0), |r: Result<TcpRepr, ()>| assert_eq!(r.unwrap().payload, &b"012345"[..]));
+        let first_rto = s.rtte.retransmission_timeout().total_millis() as i64;
+        // Acknowledge the first segment shortly before the timer would fire.
+        let t_ack = first_rto - 100;
+        send!(s, time t_ack, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        let rto = s.rtte.retransmission_timeout().total_millis() as i64;
+        // Nothing when the first timer would have fired, nor just before the new one.
+        recv_nothing!(s, time first_rto + 1);
+        recv_nothing!(s, time t_ack + rto - 1);
+        recv!(s, time t_ack + rto, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"012345"[..],
+            ..RECV_TEMPL
+        }));
+        assert_eq!(s.retransmissions(), (0, 1));
+    }
+
+    /// dpwarp: a segment the receiver cannot hold (more holes than its assembler tracks) is
+    /// still acknowledged at once, as any out-of-order segment (RFC 5681 section 4.2), so
+    /// the sender hears of the hole; 0.12 answered nothing.
+    #[test]
+    fn test_segment_refused_for_holes_is_acknowledged() {
+        let n = crate::config::ASSEMBLER_MAX_SEGMENT_COUNT;
+        let mut s = socket_established_with_buffer_sizes(64, 4 * n + 64);
+        // n one-octet segments, each after a one-octet hole: the assembler is full.
+        for i in 0..n {
+            let r = send(&mut s, Instant::from_millis(0), &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + (2 * i + 1),
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"x"[..],
+                ..SEND_TEMPL
+            });
+            assert_eq!(r.map(|a| a.ack_number), Some(Some(REMOTE_SEQ + 1)));
+        }
+        // One more after another hole is refused, and acknowledged.
+        let r = send(&mut s, Instant::from_millis(0), &TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + (2 * n + 1),
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"y"[..],
+            ..SEND_TEMPL
+        });
+        assert_eq!(r.map(|a| a.ack_number), Some(Some(REMOTE_SEQ + 1)));
+        assert_eq!(s.recv_queue(), 0);
     }
 
     #[test]
@@ -6914,7 +7452,7 @@ mod test {
     fn test_zero_window_ack() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
         send!(
             s,
             TcpRepr {
@@ -6954,7 +7492,7 @@ mod test {
     fn test_zero_window_fin() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
         s.ack_delay = None;
 
         send!(
@@ -7005,7 +7543,7 @@ mod test {
     fn test_zero_window_ack_on_window_growth() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
         send!(
             s,
             TcpRepr {
@@ -7141,7 +7679,7 @@ mod test {
     fn test_announce_window_after_read() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
         send!(
             s,
             TcpRepr {
@@ -7554,7 +8092,7 @@ mod test {
     fn test_buffer_wraparound_rx() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
         send!(
             s,
             TcpRepr {
@@ -8096,7 +8634,7 @@ mod test {
     fn test_doesnt_accept_wrong_port() {
         let mut s = socket_established();
         s.rx_buffer = SocketBuffer::new(vec![0; 6]);
-        s.assembler = Assembler::new();
+        s.assembler = alloc::boxed::Box::new(Assembler::new());
 
         let tcp_repr = TcpRepr {
             seq_number: REMOTE_SEQ + 1,
