@@ -89,7 +89,8 @@ impl PerfResult {
     /// The `--json` line: `{"transport", "test", "size", "iters", "gbps", "mpps", "lat_us": {min,
     /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup` and `on_driver_thread`,
     /// and, on DPDK, `copies`,
-    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`; for RDMA tests `mpa_crc`,
+    /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`, `tcp_retransmits`
+    /// (`{fast, timeout}`); for RDMA tests `mpa_crc`,
     /// and with CRC on `mpa_crc_impl` (the code that computed it, `dpwarp::crc::IMPLEMENTATION`:
     /// a build without SSE4.2 and PCLMULQDQ, e.g. with RUSTFLAGS set, runs the slower one).
     pub fn json(&self, transport: &str) -> String {

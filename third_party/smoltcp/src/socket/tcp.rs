@@ -2552,7 +2552,9 @@ impl<'a> Socket<'a> {
         {
             return;
         }
-        let end = una + self.tx_buffer.len();
+        // Blocks count only within what was sent: a peer cannot make us retransmit by
+        // claiming octets we never sent.
+        let end = self.remote_last_seq;
         let mut held = 0;
         let mut highest = una;
         for &(left, right) in repr.sack_ranges.iter().flatten() {
@@ -6783,6 +6785,42 @@ mod test {
         });
         recv_nothing!(s, time 1064);
         assert_eq!(s.retransmissions(), (1, 0));
+    }
+
+    /// dpwarp: SACK blocks about octets never sent (past SND.NXT, or at or below SND.UNA)
+    /// are ignored: a peer cannot make us retransmit with them.
+    #[test]
+    fn test_sack_blocks_outside_what_was_sent_are_ignored() {
+        let mut s = socket_established();
+        established_ack(&mut s);
+        s.remote_mss = 2;
+        s.set_nagle_enabled(false);
+        s.send_slice(b"aaBBccDDeeFF").unwrap();
+        for _ in 0..4 {
+            recv(&mut s, Instant::from_millis(1000), |r: Result<TcpRepr, ()>| assert!(r.is_ok()));
+        }
+        // Sent: up to LOCAL_SEQ + 9; "eeFF" queued. Blocks reaching past what was sent (into
+        // the queued octets, or beyond), or starting at or below SND.UNA, would each claim
+        // more than two segments held above SND.UNA; what goes next is new data. (Two ACKs:
+        // a third duplicate would start a fast retransmit by itself.)
+        for (block, next, payload) in [
+            (sack_block(3, 13), 9, &b"ee"[..]),
+            (sack_block(0, 9), 11, &b"FF"[..]),
+        ] {
+            send!(s, time 1050, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                sack_ranges: block,
+                ..SEND_TEMPL
+            });
+            recv!(s, time 1051, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + next,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload,
+                ..RECV_TEMPL
+            }));
+        }
+        assert_eq!(s.retransmissions(), (0, 0));
     }
 
     /// dpwarp: a hole that comes to the front only as recovery ends (the ACK reaches the
