@@ -114,6 +114,8 @@ pub struct WorkerStats {
     pub copies: CopyStats,
     pub busy_ns: u64,
     pub idle_ns: u64,
+    pub tcp_fast_retransmits: u64,
+    pub tcp_timeout_retransmits: u64,
 }
 
 /// Mirrors the fields of `dataplane::device::DeviceStats` the tools print.
