@@ -141,16 +141,21 @@ impl fmt::Display for State {
     }
 }
 
+// dpwarp: the estimator works in microseconds (upstream 0.12: milliseconds). Its rounding
+// (`+ 7` and `+ 3` below) then floors a millisecond estimate at 7 ms of RTT and 10 ms of
+// deviation when every sample reads 0 ms, which on a link with RTTs of tens of microseconds
+// held the RTO at 47 ms instead of the 10 ms minimum: every tail loss cost 47 ms.
+
 // Conservative initial RTT estimate.
-const RTTE_INITIAL_RTT: u32 = 300;
-const RTTE_INITIAL_DEV: u32 = 100;
+const RTTE_INITIAL_RTT: u32 = 300_000;
+const RTTE_INITIAL_DEV: u32 = 100_000;
 
 // Minimum "safety margin" for the RTO that kicks in when the
 // variance gets very low.
-const RTTE_MIN_MARGIN: u32 = 5;
+const RTTE_MIN_MARGIN: u32 = 5_000;
 
-const RTTE_MIN_RTO: u32 = 10;
-const RTTE_MAX_RTO: u32 = 10000;
+const RTTE_MIN_RTO: u32 = 10_000;
+const RTTE_MAX_RTO: u32 = 10_000_000;
 
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -178,11 +183,15 @@ impl Default for RttEstimator {
 impl RttEstimator {
     fn retransmission_timeout(&self) -> Duration {
         let margin = RTTE_MIN_MARGIN.max(self.deviation * 4);
-        let ms = (self.rtt + margin).clamp(RTTE_MIN_RTO, RTTE_MAX_RTO);
-        Duration::from_millis(ms as u64)
+        let us = (self.rtt + margin).clamp(RTTE_MIN_RTO, RTTE_MAX_RTO);
+        Duration::from_micros(us as u64)
     }
 
+    /// A round-trip time sample, in microseconds.
     fn sample(&mut self, new_rtt: u32) {
+        // dpwarp: no sample above the largest RTO (a stall, not a round trip), so that the
+        // sums below cannot overflow.
+        let new_rtt = new_rtt.min(RTTE_MAX_RTO);
         // "Congestion Avoidance and Control", Van Jacobson, Michael J. Karels, 1988
         self.rtt = (self.rtt * 7 + new_rtt + 7) / 8;
         let diff = (self.rtt as i32 - new_rtt as i32).unsigned_abs();
@@ -217,7 +226,8 @@ impl RttEstimator {
     fn on_ack(&mut self, timestamp: Instant, seq: TcpSeqNumber) {
         if let Some((sent_timestamp, sent_seq)) = self.timestamp {
             if seq >= sent_seq {
-                self.sample((timestamp - sent_timestamp).total_millis() as u32);
+                let rtt = (timestamp - sent_timestamp).total_micros();
+                self.sample(u32::try_from(rtt).unwrap_or(u32::MAX));
                 self.timestamp = None;
             }
         }
@@ -8762,15 +8772,29 @@ mod test {
     fn test_rtt_estimator() {
         let mut r = RttEstimator::default();
 
+        // dpwarp: microseconds (upstream, in milliseconds: 751, 766, 755, 731, 697, 656, 613,
+        // 567, 523, 484, 445, 411, 378, 350, 322, 299, 280, 261, 243, 229, 215, 206, 197, 188).
         let rtos = &[
-            751, 766, 755, 731, 697, 656, 613, 567, 523, 484, 445, 411, 378, 350, 322, 299, 280,
-            261, 243, 229, 215, 206, 197, 188,
+            750000, 762501, 750005, 721489, 683355, 640101, 594837, 549672, 505982, 464622,
+            426085, 390606, 358243, 328937, 302550, 278905, 257797, 239014, 222346, 207585,
+            194535, 183017, 172864, 163925,
         ];
 
         for &rto in rtos {
-            r.sample(100);
-            assert_eq!(r.retransmission_timeout(), Duration::from_millis(rto));
+            r.sample(100_000);
+            assert_eq!(r.retransmission_timeout(), Duration::from_micros(rto));
         }
+    }
+
+    /// dpwarp: on a link with round trips of tens of microseconds the RTO comes down to its
+    /// 10 ms minimum (a millisecond estimator read every sample as 0 ms and stopped at 47 ms).
+    #[test]
+    fn test_rtt_estimator_reaches_the_minimum_on_a_fast_link() {
+        let mut r = RttEstimator::default();
+        for _ in 0..200 {
+            r.sample(50);
+        }
+        assert_eq!(r.retransmission_timeout(), Duration::from_millis(10));
     }
 
     #[test]
