@@ -2283,15 +2283,14 @@ impl<'a> Socket<'a> {
                     // only looked at when nothing new could be sent, and then resent all
                     // in flight; the next new segment turned it into a full timeout.
                     // After a timeout, duplicate ACKs below "recover" may only echo octets
-                    // sent twice; RFC 6582 section 4.1's heuristic still takes them for a
+                    // sent twice; RFC 6582 section 4's ACK heuristic still takes them for a
                     // new loss when the last ACK moved SND.UNA by at most 4 segments (a
                     // receiver that already held the octets would have jumped further).
                     let new_loss = self.recover.is_none_or(|r| ack_number > r)
                         || self.last_ack_advance <= 4 * self.remote_mss;
                     if self.local_rx_dup_acks == 3 && !self.in_recovery && new_loss {
                         self.pending_fast_retransmit = true;
-                        self.in_recovery = true;
-                        self.recover = Some(self.remote_last_seq);
+                        self.enter_recovery();
                         net_debug!("started fast retransmit");
                     }
                 }
@@ -2587,10 +2586,20 @@ impl<'a> Socket<'a> {
             net_debug!("SACK: {} octets held above seq {}: retransmitting", held, una);
             self.pending_fast_retransmit = true;
             if !self.in_recovery {
-                self.in_recovery = true;
-                self.recover = Some(self.remote_last_seq);
+                self.enter_recovery();
             }
         }
+    }
+
+    /// dpwarp: fast recovery until what was sent so far is acknowledged: "recover" becomes
+    /// SND.NXT, or stays where a timeout left it if that is higher (RFC 6582 sections 3.2
+    /// and 4: after a timeout SND.NXT was rewound below what had been sent).
+    fn enter_recovery(&mut self) {
+        self.in_recovery = true;
+        self.recover = match self.recover {
+            Some(r) if r > self.remote_last_seq => Some(r),
+            _ => Some(self.remote_last_seq),
+        };
     }
 
     /// dpwarp: whether the state lets a pending fast retransmit carry data.
