@@ -1696,6 +1696,21 @@ impl<'a> Socket<'a> {
                     .map(|(left, right)| (left as u32, right as u32))
                     .next();
             }
+
+            // dpwarp: fill the other two blocks too, lowest ranges first (RFC 2018 section
+            // 4: "as many distinct SACK blocks as possible"). A sender then learns of up to
+            // three runs held per ACK instead of one: the lowest holes, which it repairs
+            // first, are the ones it learns about.
+            let first = reply_repr.sack_ranges[0];
+            let mut more = self
+                .assembler
+                .iter_data(reply_repr.ack_number.map(|s| s.0 as usize).unwrap_or(0))
+                .map(|(left, right)| Some((left as u32, right as u32)))
+                .filter(|r| *r != first);
+            if first.is_some() {
+                reply_repr.sack_ranges[1] = more.next().flatten();
+                reply_repr.sack_ranges[2] = more.next().flatten();
+            }
         }
 
         // Since the sACK option may have changed the length of the payload, update that.
@@ -7006,6 +7021,33 @@ mod test {
             ..RECV_TEMPL
         }));
         assert_eq!(s.retransmissions(), (0, 1));
+    }
+
+    /// dpwarp: an ACK for an out-of-order segment reports up to three SACK blocks: first the
+    /// one holding that segment (RFC 2018 section 4), then the lowest others.
+    #[test]
+    fn test_sack_reports_three_blocks() {
+        let mut s = socket_established();
+        s.remote_has_sack = true;
+        let seg = |off: usize| TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + off,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"xy"[..],
+            ..SEND_TEMPL
+        };
+        let block = |l: usize, r: usize| {
+            Some(((REMOTE_SEQ + 1 + l).0 as u32, (REMOTE_SEQ + 1 + r).0 as u32))
+        };
+        for off in [2, 6, 10] {
+            let _ = send(&mut s, Instant::from_millis(0), &seg(off));
+        }
+        // The segment at 14 makes a fourth run: its block first, then the two lowest.
+        let r = send(&mut s, Instant::from_millis(0), &seg(14)).expect("an immediate ACK");
+        assert_eq!(r.ack_number, Some(REMOTE_SEQ + 1));
+        assert_eq!(r.sack_ranges, [block(14, 16), block(2, 4), block(6, 8)]);
+        // One holding the segment at 6 first.
+        let r = send(&mut s, Instant::from_millis(0), &seg(6)).expect("an immediate ACK");
+        assert_eq!(r.sack_ranges, [block(6, 8), block(2, 4), block(10, 12)]);
     }
 
     /// dpwarp: a segment the receiver cannot hold (more holes than its assembler tracks) is
