@@ -163,6 +163,8 @@ struct RttEstimator {
     // Using u32 instead of Duration to save space (Duration is i64)
     rtt: u32,
     deviation: u32,
+    /// dpwarp: whether a sample was taken yet (RFC 6298 (2.2)).
+    have_measurement: bool,
     timestamp: Option<(Instant, TcpSeqNumber)>,
     max_seq_sent: Option<TcpSeqNumber>,
     rto_count: u8,
@@ -173,6 +175,7 @@ impl Default for RttEstimator {
         Self {
             rtt: RTTE_INITIAL_RTT,
             deviation: RTTE_INITIAL_DEV,
+            have_measurement: false,
             timestamp: None,
             max_seq_sent: None,
             rto_count: 0,
@@ -192,10 +195,20 @@ impl RttEstimator {
         // dpwarp: no sample above the largest RTO (a stall, not a round trip), so that the
         // sums below cannot overflow.
         let new_rtt = new_rtt.min(RTTE_MAX_RTO);
-        // "Congestion Avoidance and Control", Van Jacobson, Michael J. Karels, 1988
-        self.rtt = (self.rtt * 7 + new_rtt + 7) / 8;
-        let diff = (self.rtt as i32 - new_rtt as i32).unsigned_abs();
-        self.deviation = (self.deviation * 3 + diff + 3) / 4;
+        if !self.have_measurement {
+            // dpwarp: RFC 6298 (2.2): the first measurement R sets SRTT <- R, RTTVAR <- R/2
+            // (0.12 averaged it into its 300 ms guess, so a connection's RTO took some 40
+            // round trips to come down from 700 ms, and a loss early in a connection cost
+            // most of a second).
+            self.have_measurement = true;
+            self.rtt = new_rtt;
+            self.deviation = new_rtt / 2;
+        } else {
+            // "Congestion Avoidance and Control", Van Jacobson, Michael J. Karels, 1988
+            self.rtt = (self.rtt * 7 + new_rtt + 7) / 8;
+            let diff = (self.rtt as i32 - new_rtt as i32).unsigned_abs();
+            self.deviation = (self.deviation * 3 + diff + 3) / 4;
+        }
 
         self.rto_count = 0;
 
@@ -6306,7 +6319,9 @@ mod test {
             ..RECV_TEMPL
         }), exact);
 
-        recv_nothing!(s, time 1550);
+        // dpwarp: 1510, not upstream's 1550: the ACK at 5 ms is the first RTT sample and
+        // now sets the estimate (RFC 6298 (2.2)), so the RTO after the retransmission is 15 ms.
+        recv_nothing!(s, time 1510);
     }
 
     #[test]
@@ -6346,7 +6361,9 @@ mod test {
             ..RECV_TEMPL
         }), exact);
 
-        recv_nothing!(s, time 1550);
+        // dpwarp: 1510, not upstream's 1550: the ACK at 5 ms is the first RTT sample and
+        // now sets the estimate (RFC 6298 (2.2)), so the RTO after the retransmission is 15 ms.
+        recv_nothing!(s, time 1510);
     }
 
     #[test]
@@ -8823,12 +8840,14 @@ mod test {
     fn test_rtt_estimator() {
         let mut r = RttEstimator::default();
 
-        // dpwarp: microseconds (upstream, in milliseconds: 751, 766, 755, 731, 697, 656, 613,
-        // 567, 523, 484, 445, 411, 378, 350, 322, 299, 280, 261, 243, 229, 215, 206, 197, 188).
+        // dpwarp: microseconds, and the first sample taken as the estimate (RFC 6298 (2.2));
+        // upstream 0.12, in milliseconds, averaging from its 300 ms guess: 751, 766, 755, 731,
+        // 697, 656, 613, 567, 523, 484, 445, 411, 378, 350, 322, 299, 280, 261, 243, 229,
+        // 215, 206, 197, 188.
         let rtos = &[
-            750000, 762501, 750005, 721489, 683355, 640101, 594837, 549672, 505982, 464622,
-            426085, 390606, 358243, 328937, 302550, 278905, 257797, 239014, 222346, 207585,
-            194535, 183017, 172864, 163925,
+            300000, 250000, 212500, 184376, 163284, 147464, 135600, 126700, 120028, 115024,
+            111268, 108452, 106340, 105000, 105000, 105000, 105000, 105000, 105000, 105000,
+            105000, 105000, 105000, 105000,
         ];
 
         for &rto in rtos {
@@ -8837,15 +8856,18 @@ mod test {
         }
     }
 
-    /// dpwarp: on a link with round trips of tens of microseconds the RTO comes down to its
-    /// 10 ms minimum (a millisecond estimator read every sample as 0 ms and stopped at 47 ms).
+    /// dpwarp: on a link with round trips of tens of microseconds the RTO is at its 10 ms
+    /// minimum from the first sample on and stays there (a millisecond estimator read every
+    /// sample as 0 ms and stopped at 47 ms; averaging from the 300 ms guess took some 40
+    /// samples to get below 50 ms).
     #[test]
     fn test_rtt_estimator_reaches_the_minimum_on_a_fast_link() {
         let mut r = RttEstimator::default();
+        assert_eq!(r.retransmission_timeout(), Duration::from_millis(700));
         for _ in 0..200 {
             r.sample(50);
+            assert_eq!(r.retransmission_timeout(), Duration::from_millis(10));
         }
-        assert_eq!(r.retransmission_timeout(), Duration::from_millis(10));
     }
 
     #[test]
