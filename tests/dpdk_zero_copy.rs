@@ -208,10 +208,11 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     assert!(s_tx > 1.9, "server copies per octet on transmit {s_tx}");
     assert_eq!(s_lin, 0, "the server made chained frames one buffer");
     // What arrives behind a hole (a dropped or reordered frame) waits in the receive buffer
-    // until the hole is filled: a second copy. Under 2 % loss that is most of it, since the
-    // receiver keeps what lies past up to 128 holes (it used to refuse what lay past the
-    // fourth, which then came again in order); below 2, some was placed from the frames.
-    assert!(s_rx < 2.0, "server copies per octet on receive {s_rx}");
+    // until the hole is filled: a second copy. Under 2 % loss that is most of it (1.92-1.97
+    // here), since the receiver keeps what lies past up to 128 holes (it used to refuse what
+    // lay past the fourth, which then came again in order: under 1.6). The bound leaves room
+    // for FPDUs reassembled from segments a retransmission cut differently.
+    assert!(s_rx < 2.2, "server copies per octet on receive {s_rx}");
     // The losses were repaired by fast retransmits (duplicate ACKs, partial ACKs, SACK
     // blocks), not only by retransmission timeouts.
     assert!(fast > 0, "no fast retransmit under 2 % loss: {stats:?}");
