@@ -58,17 +58,27 @@ fn kernel_server(ns: &Netns, port: u16, count: usize) -> Kill {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = c.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
+    wait_listening(&mut c, "kernel server");
+    Kill(c)
+}
+
+/// Read a dpperf server's stdout up to its "listening" line (20 s at most).
+fn wait_listening(c: &mut Child, what: &str) {
+    let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
     let t0 = Instant::now();
     loop {
-        let l = lines.next().expect("kernel server exited").unwrap();
+        let l = lines
+            .next()
+            .unwrap_or_else(|| panic!("{what} exited"))
+            .unwrap();
         if l.contains("listening") {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10));
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{what} not listening"
+        );
     }
-    Kill(c)
 }
 
 fn write_config(tag: &str, vdev: &str, ip: &str, mac: &str) -> std::path::PathBuf {
@@ -102,6 +112,29 @@ spin_us = 5
     );
     std::fs::write(&p, text).unwrap();
     p
+}
+
+/// A veth pair `<tag>a<pid>` / `<tag>b<pid>` in `ns`, both up, the kernel end (b) at
+/// `kernel_ip` with `ethtool -K` `features` set; returns the DPDK end's name. The kernel end
+/// needs at least its tx checksum offload off: it would otherwise send frames with only a
+/// partial TCP checksum, which AF_PACKET passes to DPDK as they are.
+fn veth_in_netns(ns: &Netns, tag: &str, kernel_ip: &str, features: &[&str]) -> String {
+    let a = format!("{tag}a{}", std::process::id());
+    let b = format!("{tag}b{}", std::process::id());
+    ip(&[
+        "-n", &ns.0, "link", "add", &a, "type", "veth", "peer", "name", &b,
+    ]);
+    ip(&["-n", &ns.0, "addr", "add", kernel_ip, "dev", &b]);
+    ip(&["-n", &ns.0, "link", "set", &a, "up"]);
+    ip(&["-n", &ns.0, "link", "set", &b, "up"]);
+    let st = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "ethtool", "-K", &b])
+        .args(features)
+        .stdout(Stdio::null())
+        .status()
+        .expect("ethtool");
+    assert!(st.success(), "ethtool -K {features:?} failed");
+    a
 }
 
 /// Run the DPDK perf client inside `ns`; `setup` runs once the client process exists (to give
@@ -154,19 +187,7 @@ fn cksum_counters(err: &str) -> (u64, u64, u64, u64) {
 /// (IpInHdrErrors, which counts bad header checksums) plus TCP segments dropped for a bad
 /// checksum (TcpInCsumErrors).
 fn kernel_csum_errors(ns: &Netns) -> u64 {
-    let o = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "nstat", "-asz"])
-        .args(["IpInHdrErrors", "TcpInCsumErrors"])
-        .output()
-        .expect("nstat");
-    let s = String::from_utf8_lossy(&o.stdout);
-    let get = |k: &str| -> u64 {
-        s.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("nstat {k}: {s}"))
-    };
-    get("IpInHdrErrors") + get("TcpInCsumErrors")
+    kernel_counter(ns, "IpInHdrErrors") + kernel_counter(ns, "TcpInCsumErrors")
 }
 
 #[test]
@@ -229,22 +250,7 @@ fn tap_dpdk_to_kernel_stack_in_netns() {
 #[test]
 fn af_packet_on_veth_in_netns() {
     let ns = netns("afp");
-    let a = format!("dpwa{}", std::process::id());
-    let b = format!("dpwb{}", std::process::id());
-    ip(&[
-        "-n", &ns.0, "link", "add", &a, "type", "veth", "peer", "name", &b,
-    ]);
-    ip(&["-n", &ns.0, "addr", "add", "10.96.0.1/24", "dev", &b]);
-    ip(&["-n", &ns.0, "link", "set", &a, "up"]);
-    ip(&["-n", &ns.0, "link", "set", &b, "up"]);
-    // The kernel end would otherwise send frames with only a partial TCP checksum (offload),
-    // which AF_PACKET passes to DPDK as they are.
-    let st = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "ethtool", "-K", &b, "tx", "off"])
-        .stdout(Stdio::null())
-        .status()
-        .expect("ethtool");
-    assert!(st.success(), "ethtool -K tx off failed");
+    let a = veth_in_netns(&ns, "dpw", "10.96.0.1/24", &["tx", "off"]);
     let _srv = kernel_server(&ns, 18517, 2);
     let cfg = write_config(
         "afp",
@@ -304,23 +310,14 @@ fn json_u64(line: &str, key: &str) -> u64 {
 #[test]
 fn af_packet_loss_both_ways_with_kernel_peer() {
     let ns = netns("afl");
-    let a = format!("dpla{}", std::process::id());
-    let b = format!("dplb{}", std::process::id());
-    ip(&[
-        "-n", &ns.0, "link", "add", &a, "type", "veth", "peer", "name", &b,
-    ]);
-    ip(&["-n", &ns.0, "addr", "add", "10.98.0.1/24", "dev", &b]);
-    ip(&["-n", &ns.0, "link", "set", &a, "up"]);
-    ip(&["-n", &ns.0, "link", "set", &b, "up"]);
-    // No partial checksums (as above), and no segmentation offload: the kernel then sends
-    // frames of the MSS, each of which the faults may drop on its own.
-    let st = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "ethtool", "-K", &b])
-        .args(["tx", "off", "tso", "off", "gso", "off"])
-        .stdout(Stdio::null())
-        .status()
-        .expect("ethtool");
-    assert!(st.success(), "ethtool -K failed");
+    // No segmentation offload either: the kernel then sends frames of the MSS, each of which
+    // the faults may drop on its own.
+    let a = veth_in_netns(
+        &ns,
+        "dpl",
+        "10.98.0.1/24",
+        &["tx", "off", "tso", "off", "gso", "off"],
+    );
     let vdev = format!("net_af_packet0,iface={a}");
     let faults = |direction: &str| {
         format!(
@@ -373,15 +370,7 @@ fn af_packet_loss_both_ways_with_kernel_peer() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(srv.stdout.take().unwrap()).lines();
-    let t0 = Instant::now();
-    loop {
-        let l = lines.next().expect("DPDK server exited").unwrap();
-        if l.contains("listening") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20));
-    }
+    wait_listening(&mut srv, "DPDK server");
     let srv = Kill(srv);
     let retrans0 = kernel_counter(&ns, "TcpRetransSegs");
     let sack0 = kernel_counter(&ns, "TcpExtTCPSackRecovery");
