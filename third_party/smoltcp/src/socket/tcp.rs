@@ -167,7 +167,9 @@ struct RttEstimator {
     have_measurement: bool,
     timestamp: Option<(Instant, TcpSeqNumber)>,
     max_seq_sent: Option<TcpSeqNumber>,
-    rto_count: u8,
+    /// dpwarp: retransmission timeouts since the last sample: the RTO is doubled for each
+    /// (RFC 6298 (5.5)).
+    backoff: u8,
 }
 
 impl Default for RttEstimator {
@@ -178,7 +180,7 @@ impl Default for RttEstimator {
             have_measurement: false,
             timestamp: None,
             max_seq_sent: None,
-            rto_count: 0,
+            backoff: 0,
         }
     }
 }
@@ -187,7 +189,9 @@ impl RttEstimator {
     fn retransmission_timeout(&self) -> Duration {
         let margin = RTTE_MIN_MARGIN.max(self.deviation * 4);
         let us = (self.rtt + margin).clamp(RTTE_MIN_RTO, RTTE_MAX_RTO);
-        Duration::from_micros(us as u64)
+        // dpwarp: backed off (`on_rto`), up to the maximum.
+        let us = (u64::from(us) << self.backoff).min(u64::from(RTTE_MAX_RTO));
+        Duration::from_micros(us)
     }
 
     /// A round-trip time sample, in microseconds.
@@ -210,7 +214,7 @@ impl RttEstimator {
             self.deviation = (self.deviation * 3 + diff + 3) / 4;
         }
 
-        self.rto_count = 0;
+        self.backoff = 0;
 
         let rto = self.retransmission_timeout().total_millis();
         tcp_trace!(
@@ -256,27 +260,18 @@ impl RttEstimator {
     }
 
     /// dpwarp: a retransmission timeout (upstream 29340b71: a fast retransmit is no reason to
-    /// back off). Aborts sampling and counts towards raising the estimate.
+    /// back off). Aborts sampling and doubles the RTO until the next sample (RFC 6298 (5.5)).
+    /// 0.12 instead doubled the RTT estimate after every third timeout; from a round trip of
+    /// microseconds that left the RTO at its 10 ms floor for some twenty timeouts, and a
+    /// peer gone silent (a client process that exited before its last ACK) got a
+    /// retransmission every 10 ms while the socket lingered.
     fn on_rto(&mut self) {
         self.on_retransmit();
-        self.rto_count = self.rto_count.saturating_add(1);
-        if self.rto_count >= 3 {
-            // This happens in 2 scenarios:
-            // - The RTT is higher than the initial estimate
-            // - The network conditions change, suddenly making the RTT much higher
-            // In these cases, the estimator can get stuck, because it can't sample because
-            // all packets sent would incur a retransmit. To avoid this, force an estimate
-            // increase if we see 3 consecutive retransmissions without any successful sample.
-            self.rto_count = 0;
-            self.rtt = RTTE_MAX_RTO.min(self.rtt * 2);
-            let rto = self.retransmission_timeout().total_millis();
-            tcp_trace!(
-                "rtte: too many retransmissions, increasing: rtt={:?} dev={:?} rto={:?}",
-                self.rtt,
-                self.deviation,
-                rto
-            );
-        }
+        self.backoff = (self.backoff + 1).min(16);
+        tcp_trace!(
+            "rtte: timeout, backing off: rto={:?}",
+            self.retransmission_timeout().total_millis()
+        );
     }
 }
 
@@ -8854,6 +8849,31 @@ mod test {
             r.sample(100_000);
             assert_eq!(r.retransmission_timeout(), Duration::from_micros(rto));
         }
+    }
+
+    /// dpwarp: each retransmission timeout doubles the RTO until an RTT sample comes
+    /// (RFC 6298 (5.5)): a silent peer is retried after 10, 20, 40, 80 ms, not every 10 ms.
+    #[test]
+    fn test_retransmission_timeouts_back_off() {
+        let mut s = socket_established();
+        s.rtte.sample(50); // a fast link: RTO 10 ms
+        s.send_slice(b"abcdef").unwrap();
+        recv(&mut s, Instant::from_millis(0), |r: Result<TcpRepr, ()>| assert!(r.is_ok()));
+        let mut t = 0;
+        for rto in [10, 20, 40, 80] {
+            recv_nothing!(s, time t + rto - 1);
+            t += rto;
+            recv!(s, time t, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &b"abcdef"[..],
+                ..RECV_TEMPL
+            }));
+        }
+        assert_eq!(s.retransmissions(), (0, 4));
+        // An RTT sample ends the back-off.
+        s.rtte.sample(50);
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(10));
     }
 
     /// dpwarp: on a link with round trips of tens of microseconds the RTO is at its 10 ms
