@@ -1682,12 +1682,24 @@ impl<'a> Socket<'a> {
             // Acknowledgment Number field in the header.
             reply_repr.sack_ranges[0] = None;
 
-            if let Some(last_seg_seq) = self.local_rx_last_seq.map(|s| s.0 as u32) {
-                reply_repr.sack_ranges[0] = self
-                    .assembler
-                    .iter_data(reply_repr.ack_number.map(|s| s.0 as usize).unwrap_or(0))
-                    .map(|(left, right)| (left as u32, right as u32))
-                    .find(|(left, right)| *left <= last_seg_seq && *right >= last_seg_seq);
+            // dpwarp: the assembler's ranges are offsets from the ACK number; they are added to
+            // it as sequence numbers (upstream 25d4f7c5). 0.12 added them to the ACK number
+            // taken as an unsigned integer, which overflowed (a panic where overflow is
+            // checked, as in debug builds) for ACK numbers in the upper half of the sequence
+            // space, where half of all connections start.
+            let ack = reply_repr.ack_number.unwrap_or(TcpSeqNumber(0));
+            let assembler = &self.assembler;
+            let ranges = || {
+                assembler
+                    .iter_data(0)
+                    .map(move |(left, right)| (ack + left, ack + right))
+            };
+            let wire = |(left, right): (TcpSeqNumber, TcpSeqNumber)| (left.0 as u32, right.0 as u32);
+
+            if let Some(last_seg_seq) = self.local_rx_last_seq {
+                reply_repr.sack_ranges[0] = ranges()
+                    .find(|&(left, right)| left <= last_seg_seq && right >= last_seg_seq)
+                    .map(wire);
             }
 
             if reply_repr.sack_ranges[0].is_none() {
@@ -1698,11 +1710,7 @@ impl<'a> Socket<'a> {
                 // through those, that is currently infeasible. Instead, we offer the range with
                 // the lowest sequence number (if one exists) to hint at what segments would
                 // most quickly advance the acknowledgement number.
-                reply_repr.sack_ranges[0] = self
-                    .assembler
-                    .iter_data(reply_repr.ack_number.map(|s| s.0 as usize).unwrap_or(0))
-                    .map(|(left, right)| (left as u32, right as u32))
-                    .next();
+                reply_repr.sack_ranges[0] = ranges().next().map(wire);
             }
 
             // dpwarp: fill the other two blocks too, lowest ranges first (RFC 2018 section
@@ -1710,11 +1718,7 @@ impl<'a> Socket<'a> {
             // three runs held per ACK instead of one: the lowest holes, which it repairs
             // first, are the ones it learns about.
             let first = reply_repr.sack_ranges[0];
-            let mut more = self
-                .assembler
-                .iter_data(reply_repr.ack_number.map(|s| s.0 as usize).unwrap_or(0))
-                .map(|(left, right)| Some((left as u32, right as u32)))
-                .filter(|r| *r != first);
+            let mut more = ranges().map(|r| Some(wire(r))).filter(|r| *r != first);
             if first.is_some() {
                 reply_repr.sack_ranges[1] = more.next().flatten();
                 reply_repr.sack_ranges[2] = more.next().flatten();
@@ -7033,6 +7037,29 @@ mod test {
             ..RECV_TEMPL
         }));
         assert_eq!(s.retransmissions(), (0, 1));
+    }
+
+    /// Upstream 25d4f7c5's test: SACK blocks near the top of the sequence space (the
+    /// assembler's offsets were added to the ACK number taken as an unsigned integer, which
+    /// overflowed there).
+    #[test]
+    fn test_established_sack_no_overflow_on_near_max_seqnumber() {
+        let mut s = socket_established();
+        s.remote_has_sack = true;
+        s.remote_seq_no = TcpSeqNumber(-4);
+        s.remote_last_ack = Some(TcpSeqNumber(-4));
+        let r = send(&mut s, Instant::from_millis(0), &TcpRepr {
+            seq_number: TcpSeqNumber(-4 + 10),
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"AAAAAAAAAA"[..],
+            ..SEND_TEMPL
+        })
+        .expect("an immediate ACK");
+        assert_eq!(r.ack_number, Some(TcpSeqNumber(-4)));
+        assert_eq!(
+            r.sack_ranges,
+            [Some(((-4_i32 + 10) as u32, (-4_i32 + 20) as u32)), None, None]
+        );
     }
 
     /// dpwarp: an ACK for an out-of-order segment reports up to three SACK blocks: first the
