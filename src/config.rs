@@ -269,6 +269,13 @@ pub struct TcpConfig {
     /// RST and a log line (default 256).
     #[serde(default = "d_max_startups")]
     pub max_startups: usize,
+    /// The smallest TCP retransmission timeout, in ms (default 50; 1..=10000). It must
+    /// outlast the peer's delayed ACK (Linux: at least 40 ms; dpwarp: 10 ms) and the stalls of
+    /// the hosts on the path, or timeouts fire early and resend everything in flight. On a
+    /// link of dedicated cores and peers that ACK promptly, a lower one repairs a loss with
+    /// nothing sent after it sooner (docs/dataplane.md "Loss recovery").
+    #[serde(default = "d_rto_min_ms")]
+    pub rto_min_ms: u64,
 }
 
 impl Default for TcpConfig {
@@ -282,6 +289,7 @@ impl Default for TcpConfig {
             max_connections: d_max_conns(),
             mpa_timeout_ms: d_mpa_timeout_ms(),
             max_startups: d_max_startups(),
+            rto_min_ms: d_rto_min_ms(),
         }
     }
 }
@@ -291,6 +299,9 @@ fn d_corrupt_bytes() -> u8 {
 }
 fn d_mpa_timeout_ms() -> u64 {
     5000
+}
+fn d_rto_min_ms() -> u64 {
+    50
 }
 fn d_max_startups() -> usize {
     256
@@ -422,6 +433,12 @@ impl DataplaneConfig {
         }
         if self.worker.batch == 0 || self.worker.batch > 512 {
             return Err("worker.batch must be 1..=512".into());
+        }
+        if !(1..=10_000).contains(&self.tcp.rto_min_ms) {
+            return Err(format!(
+                "tcp.rto_min_ms = {}: 1..=10000",
+                self.tcp.rto_min_ms
+            ));
         }
         self.check_memif_start_order()?;
         for p in &self.ports {
@@ -731,6 +748,17 @@ mod tests {
             DataplaneConfig::parse(&format!("{base}ip='1.2.3.4/24'\nchecksum='trusted-link'\n"));
         assert_eq!(c.unwrap().ports[0].checksum, "trusted-link");
         assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap()[5], 10);
+    }
+
+    #[test]
+    fn rto_min_defaults_to_50_ms_and_is_checked() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        assert_eq!(DataplaneConfig::parse(base).unwrap().tcp.rto_min_ms, 50);
+        let c = DataplaneConfig::parse(&format!("{base}[tcp]\nrto_min_ms=10\n")).unwrap();
+        assert_eq!(c.tcp.rto_min_ms, 10);
+        for bad in ["rto_min_ms=0", "rto_min_ms=10001"] {
+            assert!(DataplaneConfig::parse(&format!("{base}[tcp]\n{bad}\n")).is_err());
+        }
     }
 
     #[test]

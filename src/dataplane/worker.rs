@@ -533,6 +533,7 @@ fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
     s.set_nagle_enabled(false);
     // RFC 5044 App. A: segments cut at the FPDU ends the worker marks (feed_direct).
     s.set_tx_records(tcp_cfg.fpdu_alignment);
+    s.set_rto_min(smoltcp::time::Duration::from_millis(tcp_cfg.rto_min_ms));
     s
 }
 
