@@ -197,7 +197,9 @@ fn payload_sent_by_reference_survives_loss_and_is_released() {
     eprintln!(
         "server: by reference {s_zc} octets, tx {s_tx:.3} rx {s_rx:.3} copies/octet, linearized \
          {s_lin}; client: by reference {c_zc}, tx {c_tx:.3} rx {c_rx:.3}, linearized {c_lin}; \
-         client retransmits: fast {fast} timeout {timeouts}"
+         client retransmits: fast {fast} timeout {timeouts}; server retransmits: fast {} \
+         timeout {}",
+        stats[0].tcp_fast_retransmits, stats[0].tcp_timeout_retransmits
     );
     assert!(
         c_zc as usize >= WRITES * 10000,
