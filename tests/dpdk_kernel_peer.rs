@@ -36,19 +36,22 @@ fn netns(tag: &str) -> Netns {
     ns
 }
 
+/// `dpwarp dpperf` run inside `ns`; the caller adds its arguments.
+fn dpperf_in(ns: &Netns) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &ns.0,
+        env!("CARGO_BIN_EXE_dpwarp"),
+        "dpperf",
+    ]);
+    c
+}
+
 fn kernel_server(ns: &Netns, port: u16, count: usize) -> Kill {
-    let bin = env!("CARGO_BIN_EXE_dpwarp");
-    let mut c = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            bin,
-            "dpperf",
-            "--transport",
-            "kernel",
-            "--server",
-        ])
+    let mut c = dpperf_in(ns)
+        .args(["--transport", "kernel", "--server"])
         .args([
             "--count",
             &count.to_string(),
@@ -140,11 +143,8 @@ fn veth_in_netns(ns: &Netns, tag: &str, kernel_ip: &str, features: &[&str]) -> S
 /// Run the DPDK perf client inside `ns`; `setup` runs once the client process exists (to give
 /// the tap its address).
 fn dpdk_client(ns: &Netns, cfg: &std::path::Path, server: &str, test: &str, size: &str) -> Child {
-    let bin = env!("CARGO_BIN_EXE_dpwarp");
-    Command::new("ip")
-        .args([
-            "netns", "exec", &ns.0, bin, "dpperf", "--json", "--iters", "200",
-        ])
+    dpperf_in(ns)
+        .args(["--json", "--iters", "200"])
         .args(["--addr", server, "--test", test, "--size", size, "--config"])
         .arg(cfg)
         // Info level: the port's checksum plan and the device counters logged at exit.
@@ -361,9 +361,8 @@ fn af_packet_loss_both_ways_with_kernel_peer() {
         "02:00:00:98:00:02",
         &faults("rx"),
     );
-    let bin = env!("CARGO_BIN_EXE_dpwarp");
-    let mut srv = Command::new("ip")
-        .args(["netns", "exec", &ns.0, bin, "dpperf", "--server", "--json"])
+    let mut srv = dpperf_in(&ns)
+        .args(["--server", "--json"])
         .args(["--count", "1", "--addr", "10.98.0.2:18519", "--config"])
         .arg(&cfg)
         .stdout(Stdio::piped())
@@ -374,16 +373,8 @@ fn af_packet_loss_both_ways_with_kernel_peer() {
     let srv = Kill(srv);
     let retrans0 = kernel_counter(&ns, "TcpRetransSegs");
     let sack0 = kernel_counter(&ns, "TcpExtTCPSackRecovery");
-    let c = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.0,
-            bin,
-            "dpperf",
-            "--transport",
-            "kernel",
-        ])
+    let c = dpperf_in(&ns)
+        .args(["--transport", "kernel"])
         .args([
             "--json", "--iters", "200", "--test", "write_bw", "--size", "65536",
         ])

@@ -200,6 +200,16 @@ pub struct WorkerStats {
     pub transmit_deferred: u64,
 }
 
+/// A socket's (fast, timeout) TCP retransmissions so far.
+fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64) {
+    #[allow(irrefutable_let_patterns)]
+    if let smoltcp::socket::Socket::Tcp(t) = sock {
+        t.retransmissions()
+    } else {
+        (0, 0)
+    }
+}
+
 /// Remove a socket for good: count its retransmissions into `done`, and let the device keep
 /// its transmit ring while frames still point into it.
 fn retire_socket(
@@ -207,12 +217,9 @@ fn retire_socket(
     done: &mut (u64, u64),
     sock: smoltcp::socket::Socket<'static>,
 ) {
-    #[allow(irrefutable_let_patterns)]
-    if let smoltcp::socket::Socket::Tcp(t) = &sock {
-        let (f, t) = t.retransmissions();
-        done.0 += f;
-        done.1 += t;
-    }
+    let (fast, timeout) = retransmissions(&sock);
+    done.0 += fast;
+    done.1 += timeout;
     dev.zc_retire(sock);
 }
 
@@ -776,12 +783,9 @@ impl Worker {
         self.stats.lcore = crate::dpdk::lcore_id();
         let (mut fast, mut timeout) = self.retransmits_done;
         for (_, sock) in self.sockets.iter() {
-            #[allow(irrefutable_let_patterns)]
-            if let smoltcp::socket::Socket::Tcp(t) = sock {
-                let (f, t) = t.retransmissions();
-                fast += f;
-                timeout += t;
-            }
+            let (f, t) = retransmissions(sock);
+            fast += f;
+            timeout += t;
         }
         (
             self.stats.tcp_fast_retransmits,

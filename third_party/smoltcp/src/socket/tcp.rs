@@ -2642,10 +2642,14 @@ impl<'a> Socket<'a> {
     /// and 4: after a timeout SND.NXT was rewound below what had been sent).
     fn enter_recovery(&mut self) {
         self.in_recovery = true;
-        self.recover = match self.recover {
-            Some(r) if r > self.remote_last_seq => Some(r),
-            _ => Some(self.remote_last_seq),
-        };
+        self.raise_recover(self.remote_last_seq);
+    }
+
+    /// dpwarp: "recover" becomes `seq`, unless it is already higher.
+    fn raise_recover(&mut self, seq: TcpSeqNumber) {
+        if self.recover.is_none_or(|r| seq > r) {
+            self.recover = Some(seq);
+        }
     }
 
     /// dpwarp: whether the state lets a pending fast retransmit carry data.
@@ -2760,11 +2764,7 @@ impl<'a> Socket<'a> {
             self.remote_last_seq = self.local_seq_no;
             // dpwarp: a timeout ends fast recovery, and none starts again for what was
             // sent before it (RFC 6582 section 4: "recover" is the highest sent).
-            let highest = match self.recover {
-                Some(r) if r > sent_up_to => r,
-                _ => sent_up_to,
-            };
-            self.recover = Some(highest);
+            self.raise_recover(sent_up_to);
             self.pending_fast_retransmit = false;
             self.in_recovery = false;
             self.rexmit_at = None;
