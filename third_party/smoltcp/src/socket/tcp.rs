@@ -195,6 +195,11 @@ impl Default for RttEstimator {
 }
 
 impl RttEstimator {
+    /// dpwarp: the smoothed round-trip time, microseconds (CUBIC's RTT, RFC 9438 4.4).
+    fn srtt_us(&self) -> u32 {
+        self.rtt
+    }
+
     fn retransmission_timeout(&self) -> Duration {
         let margin = RTTE_MIN_MARGIN.max(self.deviation * 4);
         let us = (self.rtt + margin).clamp(self.min_rto, RTTE_MAX_RTO);
@@ -519,6 +524,10 @@ pub struct Socket<'a> {
     pending_fast_retransmit: bool,
     /// dpwarp: in fast recovery (RFC 6582 section 3.2) until `recover` is acknowledged.
     in_recovery: bool,
+    /// dpwarp: the congestion window during fast recovery (RFC 6582 section 3.2 steps 2-5:
+    /// ssthresh plus three segments, one more per further duplicate ACK, less what a partial
+    /// ACK acknowledges); the controller's window outside it.
+    recovery_window: usize,
     /// dpwarp: RFC 6582's "recover": the highest sequence number sent when fast recovery
     /// began or a timeout struck; duplicate ACKs at or below it start no fast retransmit
     /// (section 4). None once acknowledged past (so that it never meets wrapped sequence
@@ -645,6 +654,7 @@ impl<'a> Socket<'a> {
             local_rx_dup_acks: 0,
             pending_fast_retransmit: false,
             in_recovery: false,
+            recovery_window: 0,
             recover: None,
             last_ack_advance: 0,
             rexmit_at: None,
@@ -720,7 +730,28 @@ impl<'a> Socket<'a> {
 
             #[cfg(feature = "socket-tcp-cubic")]
             CongestionControl::Cubic => AnyController::Cubic(cubic::Cubic::new()),
+        };
+        // dpwarp: a controller set after the handshake starts from what it told.
+        let controller = self.congestion_controller.inner_mut();
+        controller.set_mss(self.remote_mss);
+        controller.set_remote_window(self.remote_win_len);
+    }
+
+    /// dpwarp: the congestion window in octets: what may be in flight as far as congestion
+    /// control is concerned (`usize::MAX` without congestion control).
+    pub fn congestion_window(&self) -> usize {
+        if self.in_recovery {
+            self.recovery_window
+        } else {
+            self.congestion_controller.inner().window()
         }
+    }
+
+    /// dpwarp: the window from SND.UNA that may be in flight: the peer's receive window or
+    /// the congestion window, whichever is smaller (RFC 5681 section 3.1: "the minimum of
+    /// cwnd and rwnd").
+    fn send_window(&self) -> usize {
+        self.remote_win_len.min(self.congestion_window())
     }
 
     /// Return the current congestion control algorithm.
@@ -972,8 +1003,11 @@ impl<'a> Socket<'a> {
         self.local_rx_dup_acks = 0;
         self.pending_fast_retransmit = false;
         self.in_recovery = false;
+        self.recovery_window = 0;
         self.recover = None;
         self.rexmit_at = None;
+        // dpwarp: a fresh window for the next connection, same algorithm.
+        self.set_congestion_control(self.congestion_control());
 
         #[cfg(feature = "async")]
         {
@@ -1567,13 +1601,11 @@ impl<'a> Socket<'a> {
             return first;
         }
         let contiguous = self.tx_buffer.get_allocated(offset, unsent).len();
-        // The per-segment path cuts each segment by the window and the data queued; what it
-        // does not know (the IPv4 length limit, the congestion window, the ring's wrap) ends
-        // the segment before a frame it would cut differently, never inside one.
+        // The per-segment path cuts each segment by the window (receive and congestion) and
+        // the data queued; what it does not know (the IPv4 length limit, the ring's wrap)
+        // ends the segment before a frame it would cut differently, never inside one.
         let cut_by = win_limit.min(unsent);
-        let fits = max_len
-            .min(self.congestion_controller.inner().window())
-            .min(contiguous);
+        let fits = max_len.min(contiguous);
         let (mut total, mut n) = (first, 1);
         while n < frames && total < cut_by {
             let want = (cut_by - total).min(frame);
@@ -1592,10 +1624,11 @@ impl<'a> Socket<'a> {
         total
     }
 
-    /// dpwarp: the octets the peer's receive window still admits beyond SND.NXT, i.e. the
-    /// most the next segment may carry as far as the window is concerned.
+    /// dpwarp: the octets the peer's receive window and the congestion window still admit
+    /// beyond SND.NXT, i.e. the most the next segment may carry as far as the windows are
+    /// concerned.
     pub fn send_window_left(&self) -> usize {
-        let right_edge = self.local_seq_no + self.remote_win_len;
+        let right_edge = self.local_seq_no + self.send_window();
         if right_edge > self.remote_last_seq {
             right_edge - self.remote_last_seq
         } else {
@@ -2028,9 +2061,6 @@ impl<'a> Socket<'a> {
                 }
 
                 self.rtte.on_ack(cx.now(), ack_number);
-                self.congestion_controller
-                    .inner_mut()
-                    .on_ack(cx.now(), ack_len, &self.rtte);
             }
         }
 
@@ -2306,11 +2336,6 @@ impl<'a> Socket<'a> {
                     // Increment duplicate ACK count
                     self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
 
-                    // Inform congestion controller of duplicate ACK
-                    self.congestion_controller
-                        .inner_mut()
-                        .on_duplicate_ack(cx.now());
-
                     net_debug!(
                         "received duplicate ACK for seq {} (duplicate nr {}{})",
                         ack_number,
@@ -2336,8 +2361,13 @@ impl<'a> Socket<'a> {
                         || self.last_ack_advance <= 4 * self.remote_mss;
                     if self.local_rx_dup_acks == 3 && !self.in_recovery && new_loss {
                         self.pending_fast_retransmit = true;
-                        self.enter_recovery();
+                        self.enter_recovery(cx.now());
                         net_debug!("started fast retransmit");
+                    } else if self.in_recovery {
+                        // RFC 6582 section 3.2 step 4: each further duplicate ACK means a
+                        // segment left the network; the window lets one more go.
+                        self.recovery_window =
+                            self.recovery_window.saturating_add(self.remote_mss);
                     }
                 }
                 // No duplicate ACK -> Reset state and update last received ACK
@@ -2355,13 +2385,40 @@ impl<'a> Socket<'a> {
                     // three more duplicates (NewReno's partial ACK, RFC 6582 section 3.2
                     // step 5). One that reaches the point ends recovery (step 6).
                     let passed = self.recover.is_some_and(|r| ack_number >= r);
+                    let flight = if self.remote_last_seq > self.local_seq_no {
+                        self.remote_last_seq - self.local_seq_no
+                    } else {
+                        0
+                    };
                     if self.in_recovery && passed {
                         self.in_recovery = false;
                         self.pending_fast_retransmit = false;
                         self.rexmit_at = None;
+                        self.congestion_controller
+                            .inner_mut()
+                            .on_recovery_end(flight.saturating_sub(ack_len));
                     } else if self.in_recovery && ack_len > 0 {
                         self.pending_fast_retransmit = true;
+                        // Step 5: deflate by what was acknowledged, add back one segment
+                        // if it was at least one.
+                        let add_back = if ack_len >= self.remote_mss {
+                            self.remote_mss
+                        } else {
+                            0
+                        };
+                        self.recovery_window = self
+                            .recovery_window
+                            .saturating_sub(ack_len)
+                            .saturating_add(add_back)
+                            .max(self.remote_mss);
                         net_debug!("partial ACK for seq {}: retransmitting", ack_number);
+                    } else if ack_len > 0 {
+                        self.congestion_controller.inner_mut().on_ack(
+                            cx.now(),
+                            ack_len,
+                            flight,
+                            &self.rtte,
+                        );
                     }
                     if self.recover.is_some_and(|r| ack_number > r) {
                         self.recover = None;
@@ -2379,7 +2436,7 @@ impl<'a> Socket<'a> {
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
-            self.note_sack(repr);
+            self.note_sack(cx.now(), repr);
         }
 
         // update last remote tsval
@@ -2543,8 +2600,10 @@ impl<'a> Socket<'a> {
         }
 
         // max sequence number we can send.
+        // dpwarp: the congestion window limits what is in flight from SND.UNA, like the
+        // receive window (0.12 compared it with what the next dispatch could add).
         let max_send_seq =
-            self.local_seq_no + core::cmp::min(self.remote_win_len, self.tx_buffer.len());
+            self.local_seq_no + core::cmp::min(self.send_window(), self.tx_buffer.len());
 
         // Max amount of octets we can send.
         let max_send = if max_send_seq >= self.remote_last_seq {
@@ -2552,9 +2611,6 @@ impl<'a> Socket<'a> {
         } else {
             0
         };
-
-        // Compare max_send with the congestion window.
-        let max_send = max_send.min(self.congestion_controller.inner().window());
 
         // Can we send at least 1 octet?
         let mut can_send = max_send != 0;
@@ -2599,7 +2655,7 @@ impl<'a> Socket<'a> {
     ///
     /// Either way the segment at SND.UNA goes again at once. Only the blocks of this ACK
     /// are looked at (no scoreboard).
-    fn note_sack(&mut self, repr: &TcpRepr) {
+    fn note_sack(&mut self, now: Instant, repr: &TcpRepr) {
         let una = self.local_seq_no;
         if self.pending_fast_retransmit
             || self.remote_last_seq <= una
@@ -2632,7 +2688,7 @@ impl<'a> Socket<'a> {
             net_debug!("SACK: {} octets held above seq {}: retransmitting", held, una);
             self.pending_fast_retransmit = true;
             if !self.in_recovery {
-                self.enter_recovery();
+                self.enter_recovery(now);
             }
         }
     }
@@ -2640,7 +2696,24 @@ impl<'a> Socket<'a> {
     /// dpwarp: fast recovery until what was sent so far is acknowledged: "recover" becomes
     /// SND.NXT, or stays where a timeout left it if that is higher (RFC 6582 sections 3.2
     /// and 4: after a timeout SND.NXT was rewound below what had been sent).
-    fn enter_recovery(&mut self) {
+    ///
+    /// The congestion controller takes the loss (ssthresh and its window after recovery,
+    /// RFC 5681 section 3.2 step 2); the window during recovery starts at that plus the
+    /// three segments the duplicate ACKs say have left the network (step 3).
+    fn enter_recovery(&mut self, now: Instant) {
+        let flight = if self.remote_last_seq > self.local_seq_no {
+            self.remote_last_seq - self.local_seq_no
+        } else {
+            0
+        };
+        self.congestion_controller
+            .inner_mut()
+            .on_congestion(now, flight);
+        self.recovery_window = self
+            .congestion_controller
+            .inner()
+            .window()
+            .saturating_add(3 * self.remote_mss);
         self.in_recovery = true;
         self.raise_recover(self.remote_last_seq);
     }
@@ -2742,10 +2815,6 @@ impl<'a> Socket<'a> {
             self.remote_last_ts = Some(cx.now());
         }
 
-        self.congestion_controller
-            .inner_mut()
-            .pre_transmit(cx.now());
-
         // Check if any state needs to be changed because of a timer.
         if self.timed_out(cx.now()) {
             // If a timeout expires, we should abort the connection.
@@ -2777,12 +2846,18 @@ impl<'a> Socket<'a> {
             self.timer.set_for_idle(cx.now(), self.keep_alive);
 
             // Inform RTTE, so that it can avoid bogus measurements.
+            let repeated = self.rtte.backoff > 0;
             self.rtte.on_rto();
 
-            // Inform the congestion controller that we're retransmitting.
+            // dpwarp: the loss window (RFC 5681 section 3.1), from what was in flight.
+            let flight = if sent_up_to > self.local_seq_no {
+                sent_up_to - self.local_seq_no
+            } else {
+                0
+            };
             self.congestion_controller
                 .inner_mut()
-                .on_retransmit(cx.now());
+                .on_timeout(cx.now(), flight, repeated);
         }
 
         // Decide whether we're sending a packet.
@@ -2884,7 +2959,8 @@ impl<'a> Socket<'a> {
                 // from the transmit buffer.
 
                 // Right edge of window, ie the max sequence number we're allowed to send.
-                let win_right_edge = self.local_seq_no + self.remote_win_len;
+                // dpwarp: the congestion window's too.
+                let win_right_edge = self.local_seq_no + self.send_window();
 
                 // Max amount of octets we're allowed to send according to the remote window.
                 let win_limit = if win_right_edge >= self.remote_last_seq {
@@ -3077,9 +3153,6 @@ impl<'a> Socket<'a> {
         if repr.segment_len() > 0 {
             self.rtte
                 .on_send(cx.now(), repr.seq_number + repr.segment_len());
-            self.congestion_controller
-                .inner_mut()
-                .post_transmit(cx.now(), repr.segment_len());
         }
 
         if !self.seq_to_transmit(cx) && repr.segment_len() > 0 {
@@ -6793,6 +6866,108 @@ mod test {
             ..SEND_TEMPL
         };
         assert_eq!(send(s, Instant::from_millis(0), &ack), None);
+    }
+
+    /// dpwarp: what one dispatch round at `t` ms sends: the offsets after LOCAL_SEQ + 1 of
+    /// the segments, until the socket sends nothing more.
+    fn sent_offsets(s: &mut TestSocket, t: i64) -> Vec<usize> {
+        let mut seqs = Vec::new();
+        loop {
+            s.cx.set_now(Instant::from_millis(t));
+            let mut seq = None;
+            s.socket
+                .dispatch(&mut s.cx, |_, (_, repr)| {
+                    seq = Some(repr.seq_number - (LOCAL_SEQ + 1));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            match seq {
+                Some(seq) => seqs.push(seq),
+                None => return seqs,
+            }
+        }
+    }
+
+    /// dpwarp: an established socket with Reno, 10-octet segments and 300 octets queued.
+    fn socket_reno() -> TestSocket {
+        let mut s = socket_established_with_buffer_sizes(1024, 1024);
+        established_ack(&mut s);
+        s.remote_mss = 10;
+        s.set_congestion_control(CongestionControl::Reno);
+        s.send_slice(&[b'x'; 300]).unwrap();
+        s
+    }
+
+    fn ack_at(s: &mut TestSocket, t: i64, offset: usize) {
+        send(
+            s,
+            Instant::from_millis(t),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1 + offset),
+                ..SEND_TEMPL
+            },
+        );
+    }
+
+    /// dpwarp: the congestion window limits what is in flight from SND.UNA (0.12 compared it
+    /// with what one dispatch could add, so it limited nothing): the initial window of ten
+    /// segments (RFC 6928), then slow start (RFC 5681 section 3.1) by what each ACK covers.
+    #[test]
+    fn test_congestion_window_limits_what_is_in_flight() {
+        let mut s = socket_reno();
+        assert_eq!(s.congestion_window(), 100);
+        let first: Vec<usize> = (0..10).map(|i| i * 10).collect();
+        assert_eq!(sent_offsets(&mut s, 1000), first);
+        ack_at(&mut s, 1010, 50);
+        assert_eq!(s.congestion_window(), 150);
+        let next: Vec<usize> = (10..20).map(|i| i * 10).collect();
+        assert_eq!(sent_offsets(&mut s, 1010), next);
+        // Without congestion control the receive window (256) alone limits (25 full
+        // segments; Nagle holds the last 6 octets).
+        let mut s = socket_reno();
+        s.set_congestion_control(CongestionControl::None);
+        assert_eq!(sent_offsets(&mut s, 1000).len(), 25);
+    }
+
+    /// dpwarp: a fast retransmit halves the window once (RFC 5681 equation (4)); during
+    /// recovery each further duplicate ACK lets one new segment go (RFC 6582 section 3.2
+    /// steps 3-4), and the full ACK leaves the window at min(ssthresh, flight + 1 segment)
+    /// (step 6), not a burst of ssthresh.
+    #[test]
+    fn test_fast_recovery_window() {
+        let mut s = socket_reno();
+        assert_eq!(sent_offsets(&mut s, 1000).len(), 10);
+        // The first segment was lost: three duplicate ACKs retransmit it, and nothing new
+        // goes while the 100 octets in flight exceed ssthresh (50) + 3 segments.
+        for t in [1050, 1051, 1052] {
+            ack_at(&mut s, t, 0);
+        }
+        assert_eq!(sent_offsets(&mut s, 1053), vec![0]);
+        assert_eq!(s.congestion_window(), 80);
+        ack_at(&mut s, 1054, 0);
+        ack_at(&mut s, 1055, 0);
+        assert_eq!(sent_offsets(&mut s, 1056), vec![]);
+        ack_at(&mut s, 1057, 0);
+        assert_eq!(sent_offsets(&mut s, 1058), vec![100]);
+        // All that was sent before the loss is acknowledged: recovery ends with 10 octets
+        // in flight, so the window is 20 and one more segment goes.
+        ack_at(&mut s, 1060, 100);
+        assert_eq!(s.congestion_window(), 20);
+        assert_eq!(sent_offsets(&mut s, 1061), vec![110]);
+    }
+
+    /// dpwarp: a retransmission timeout leaves a window of one segment (RFC 5681 section
+    /// 3.1, the loss window): one segment goes, then slow start from what its ACK covers.
+    #[test]
+    fn test_timeout_sends_one_segment_then_slow_start() {
+        let mut s = socket_reno();
+        assert_eq!(sent_offsets(&mut s, 1000).len(), 10);
+        assert_eq!(sent_offsets(&mut s, 5000), vec![0]);
+        assert_eq!(s.congestion_window(), 10);
+        assert_eq!(s.retransmissions(), (0, 1));
+        ack_at(&mut s, 5010, 10);
+        assert_eq!(sent_offsets(&mut s, 5011), vec![10, 20]);
     }
 
     /// The SACK option of an ACK from the peer, for octets `left..right` after LOCAL_SEQ.

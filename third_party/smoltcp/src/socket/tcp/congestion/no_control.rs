@@ -1,5 +1,6 @@
 use super::Controller;
 
+/// No congestion control: the receive window alone limits what is in flight.
 #[derive(Debug)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct NoControl;
