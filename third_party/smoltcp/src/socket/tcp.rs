@@ -739,11 +739,43 @@ impl<'a> Socket<'a> {
 
     /// dpwarp: the congestion window in octets: what may be in flight as far as congestion
     /// control is concerned (`usize::MAX` without congestion control).
+    ///
+    /// Outside recovery, the first two duplicate ACKs each let one new segment go beyond it
+    /// (Limited Transmit, RFC 3042 section 2): a small window then still draws the third
+    /// duplicate ACK that starts fast retransmit, instead of waiting for the timeout.
     pub fn congestion_window(&self) -> usize {
         if self.in_recovery {
             self.recovery_window
         } else {
-            self.congestion_controller.inner().window()
+            let limited_transmit = usize::from(self.local_rx_dup_acks.min(2)) * self.remote_mss;
+            self.congestion_controller
+                .inner()
+                .window()
+                .saturating_add(limited_transmit)
+        }
+    }
+
+    /// dpwarp: the duplicate ACKs that start fast retransmit: three (RFC 5681 section 3.2),
+    /// or, with fewer than four segments outstanding and nothing new that may be sent, one
+    /// less than those outstanding (Early Retransmit, RFC 5827 section 3.1): with three
+    /// segments out, the third can draw only two duplicates.
+    fn duplicate_ack_threshold(&self) -> u8 {
+        let flight = if self.remote_last_seq > self.local_seq_no {
+            self.remote_last_seq - self.local_seq_no
+        } else {
+            0
+        };
+        let mss = self.remote_mss.max(1);
+        let outstanding = flight.div_ceil(mss);
+        let unsent = self.tx_buffer.len().saturating_sub(flight);
+        let room = self.send_window().saturating_sub(flight);
+        let nothing_new = unsent == 0 || room < mss.min(unsent);
+        // One segment outstanding draws no duplicate ACK of its own (an empty ACK then is a
+        // window update or a probe's answer): ER needs two (section 3.1, "oseg - 1" >= 1).
+        if (2..4).contains(&outstanding) && nothing_new {
+            (outstanding - 1) as u8
+        } else {
+            3
         }
     }
 
@@ -2029,6 +2061,19 @@ impl<'a> Socket<'a> {
                         self.timer.set_for_close(cx.now());
                     }
 
+                    // dpwarp (upstream #1162): a segment carrying data is ACKed every time,
+                    // not at most once a second: it is the peer's retransmission of data whose
+                    // ACK was lost (or a window probe), and the peer sends it from its timer,
+                    // never in answer to our ACK, so it cannot feed an ACK loop (RFC 9293
+                    // section 3.10.7.4: "an acknowledgment should be sent in reply"). With
+                    // the limit, one lost ACK stalled the connection for a second or more:
+                    // the peer's timeouts backed off while every retransmission went
+                    // unanswered (seen in tests/dpdk_soak.rs).
+                    if !repr.payload.is_empty()
+                        && !matches!(repr.control, TcpControl::Syn | TcpControl::Rst)
+                    {
+                        return Some(self.ack_reply(ip_repr, repr));
+                    }
                     return self.challenge_ack_reply(cx, ip_repr, repr);
                 }
             }
@@ -2359,7 +2404,9 @@ impl<'a> Socket<'a> {
                     // receiver that already held the octets would have jumped further).
                     let new_loss = self.recover.is_none_or(|r| ack_number > r)
                         || self.last_ack_advance <= 4 * self.remote_mss;
-                    if self.local_rx_dup_acks == 3 && !self.in_recovery && new_loss {
+                    let threshold = self.duplicate_ack_threshold();
+                    let dup_acks = self.local_rx_dup_acks;
+                    if (threshold..=3).contains(&dup_acks) && !self.in_recovery && new_loss {
                         self.pending_fast_retransmit = true;
                         self.enter_recovery(cx.now());
                         net_debug!("started fast retransmit");
@@ -6868,6 +6915,37 @@ mod test {
         assert_eq!(send(s, Instant::from_millis(0), &ack), None);
     }
 
+    /// dpwarp (upstream #1162): data the socket already holds, sent again because our ACK
+    /// was lost, is ACKed each time it comes, not once a second like a challenge ACK.
+    #[test]
+    fn test_retransmitted_data_is_acked_every_time() {
+        let mut s = socket_established();
+        let data = TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..SEND_TEMPL
+        };
+        send(&mut s, Instant::from_millis(0), &data);
+        assert_eq!(s.recv_queue(), 6);
+        for t in [100, 101, 102] {
+            let reply = send(&mut s, Instant::from_millis(t), &data);
+            assert_eq!(
+                reply.map(|r| r.ack_number),
+                Some(Some(REMOTE_SEQ + 1 + 6)),
+                "an ACK for the copy at {t} ms"
+            );
+        }
+        // An empty segment outside the window still draws at most one ACK a second.
+        let stale = TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 1000,
+            ack_number: Some(LOCAL_SEQ + 1),
+            ..SEND_TEMPL
+        };
+        assert!(send(&mut s, Instant::from_millis(200), &stale).is_some());
+        assert!(send(&mut s, Instant::from_millis(201), &stale).is_none());
+    }
+
     /// dpwarp: what one dispatch round at `t` ms sends: the offsets after LOCAL_SEQ + 1 of
     /// the segments, until the socket sends nothing more.
     fn sent_offsets(s: &mut TestSocket, t: i64) -> Vec<usize> {
@@ -6955,6 +7033,48 @@ mod test {
         ack_at(&mut s, 1060, 100);
         assert_eq!(s.congestion_window(), 20);
         assert_eq!(sent_offsets(&mut s, 1061), vec![110]);
+    }
+
+    /// dpwarp: the first two duplicate ACKs each send one new segment beyond a full
+    /// congestion window (Limited Transmit, RFC 3042); the third retransmits.
+    #[test]
+    fn test_limited_transmit() {
+        let mut s = socket_reno();
+        assert_eq!(sent_offsets(&mut s, 1000).len(), 10);
+        ack_at(&mut s, 1050, 0);
+        assert_eq!(sent_offsets(&mut s, 1051), vec![100]);
+        ack_at(&mut s, 1052, 0);
+        assert_eq!(sent_offsets(&mut s, 1053), vec![110]);
+        ack_at(&mut s, 1054, 0);
+        assert_eq!(sent_offsets(&mut s, 1055), vec![0]);
+        assert_eq!(s.retransmissions(), (1, 0));
+    }
+
+    /// dpwarp: with three segments outstanding and nothing more to send, two duplicate ACKs
+    /// retransmit (Early Retransmit, RFC 5827); with more to send, three are needed.
+    #[test]
+    fn test_early_retransmit() {
+        let mut s = socket_established_with_buffer_sizes(1024, 1024);
+        established_ack(&mut s);
+        s.remote_mss = 10;
+        s.send_slice(&[b'x'; 30]).unwrap();
+        assert_eq!(sent_offsets(&mut s, 1000), vec![0, 10, 20]);
+        ack_at(&mut s, 1050, 0);
+        assert_eq!(sent_offsets(&mut s, 1051), vec![]);
+        ack_at(&mut s, 1052, 0);
+        assert_eq!(sent_offsets(&mut s, 1053), vec![0]);
+        assert_eq!(s.retransmissions(), (1, 0));
+
+        let mut s = socket_established_with_buffer_sizes(1024, 1024);
+        established_ack(&mut s);
+        s.remote_mss = 10;
+        s.send_slice(&[b'x'; 30]).unwrap();
+        assert_eq!(sent_offsets(&mut s, 1000), vec![0, 10, 20]);
+        s.send_slice(&[b'y'; 10]).unwrap();
+        ack_at(&mut s, 1050, 0);
+        ack_at(&mut s, 1052, 0);
+        assert_eq!(sent_offsets(&mut s, 1053), vec![30], "new data, not a retransmission");
+        assert_eq!(s.retransmissions(), (0, 0));
     }
 
     /// dpwarp: a retransmission timeout leaves a window of one segment (RFC 5681 section
