@@ -400,3 +400,135 @@ fn af_packet_loss_both_ways_with_kernel_peer() {
     drop(srv);
     let _ = std::fs::remove_file(cfg);
 }
+
+/// (packets sent, packets dropped) by the root qdisc of `dev` in `ns` (`tc -s qdisc`).
+fn qdisc_counts(ns: &Netns, dev: &str) -> (u64, u64) {
+    let o = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.0, "tc", "-s", "qdisc", "show", "dev", dev,
+        ])
+        .output()
+        .expect("tc");
+    let s = String::from_utf8_lossy(&o.stdout);
+    let word_after = |k: &str| -> u64 {
+        let i = s.find(k).unwrap_or_else(|| panic!("{k} in {s}")) + k.len();
+        s[i..]
+            .trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let pkts = s
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find(|w| w[1] == "pkt")
+        .map(|w| w[0].parse().unwrap())
+        .unwrap_or_else(|| panic!("pkt in {s}"));
+    (pkts, word_after("dropped"))
+}
+
+/// Through a bottleneck (a Linux bridge whose port towards the receiver sends at 100 Mbit/s
+/// from a 60 KB queue, as a switch or router would), dpwarp's TCP sender with congestion
+/// control (`[tcp] congestion_control`, CUBIC by default, RFC 9438) fills the link and loses
+/// little at the queue; without it (`none`: only the receive window limits what is in
+/// flight) it overruns the queue every round trip and most of what it sends is dropped there.
+/// The receiver is Linux; the DPDK port is net_af_packet on a veth into the bridge's
+/// namespace.
+#[test]
+fn af_packet_through_a_bottleneck_with_kernel_peer() {
+    let (d, k, m) = (netns("bnd"), netns("bnk"), netns("bnm"));
+    ip(&[
+        "-n", &d.0, "link", "add", "d0", "type", "veth", "peer", "name", "d1", "netns", &m.0,
+    ]);
+    ip(&[
+        "-n", &k.0, "link", "add", "k0", "type", "veth", "peer", "name", "k1", "netns", &m.0,
+    ]);
+    ip(&["-n", &m.0, "link", "add", "br0", "type", "bridge"]);
+    for port in ["d1", "k1"] {
+        ip(&["-n", &m.0, "link", "set", port, "master", "br0"]);
+    }
+    for (ns, dev) in [(&m, "br0"), (&m, "d1"), (&m, "k1"), (&d, "d0"), (&k, "k0")] {
+        ip(&["-n", &ns.0, "link", "set", dev, "up"]);
+    }
+    ip(&["-n", &k.0, "addr", "add", "10.99.0.1/24", "dev", "k0"]);
+    // Frames of one MSS each way (the kernel would otherwise hand AF_PACKET partially
+    // checksummed frames, and send 64 KB ones through the bridge).
+    for (ns, dev) in [(&d, "d0"), (&k, "k0"), (&m, "d1"), (&m, "k1")] {
+        let st = Command::new("ip")
+            .args(["netns", "exec", &ns.0, "ethtool", "-K", dev])
+            .args(["tx", "off", "tso", "off", "gso", "off", "gro", "off"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("ethtool");
+        assert!(st.success(), "ethtool -K {dev}");
+    }
+    let st = Command::new("ip")
+        .args([
+            "netns", "exec", &m.0, "tc", "qdisc", "add", "dev", "k1", "root",
+        ])
+        .args(["tbf", "rate", "100mbit", "burst", "20k", "limit", "60000"])
+        .status()
+        .expect("tc");
+    assert!(st.success(), "tc qdisc add tbf");
+    let _srv = kernel_server(&k, 18520, 2);
+
+    // (qdisc drops, packets through it) for one write_bw run with `cc`.
+    let run = |cc: &str| -> (u64, u64) {
+        let cfg = write_config_with(
+            &format!("bn-{cc}"),
+            "net_af_packet0,iface=d0",
+            "10.99.0.2",
+            "02:00:00:99:00:02",
+            &format!("[tcp]\ncongestion_control = \"{cc}\""),
+        );
+        let (sent0, dropped0) = qdisc_counts(&m, "k1");
+        let c = dpperf_in(&d)
+            .args([
+                "--json", "--iters", "150", "--test", "write_bw", "--size", "65536",
+            ])
+            .args(["--addr", "10.99.0.1:18520", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (out, err) = finish(c, &format!("write_bw through the bottleneck, {cc}"));
+        let _ = std::fs::remove_file(cfg);
+        let (sent1, dropped1) = qdisc_counts(&m, "k1");
+        let line = out
+            .lines()
+            .find(|l| l.contains("\"test\":\"write_bw\""))
+            .unwrap_or_else(|| panic!("no result: {out}\n{err}"));
+        let (sent, dropped) = (sent1 - sent0, dropped1 - dropped0);
+        eprintln!(
+            "bottleneck, congestion_control = {cc}: {} Mbit/s, {sent} packets through, \
+             {dropped} dropped at the queue; fast retransmits {}, timeouts {}",
+            line.split("\"gbps\":")
+                .nth(1)
+                .and_then(|v| v.split([',', '}']).next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or(0.0, |g| g * 1000.0),
+            json_u64(line, "fast"),
+            json_u64(line, "timeout")
+        );
+        (dropped, sent)
+    };
+    let (cubic_dropped, cubic_sent) = run("cubic");
+    let (none_dropped, none_sent) = run("none");
+    assert!(
+        cubic_sent > 2000 && none_sent > 2000,
+        "3.2 MB went through the bottleneck: {cubic_sent} / {none_sent} packets"
+    );
+    assert!(
+        cubic_dropped * 20 < cubic_sent,
+        "with congestion control, {cubic_dropped} of {cubic_sent} packets dropped at the queue"
+    );
+    assert!(
+        none_dropped > 5 * cubic_dropped.max(1),
+        "without congestion control the sender should overrun the queue: {none_dropped} \
+         dropped, {cubic_dropped} with it"
+    );
+}
