@@ -645,14 +645,15 @@ fn soak_with_packet_faults() {
         let d = &s.device;
         println!(
             "dpdk_soak: worker rx {} tx {} tx_no_mbuf {} rx_dropped {} tcp segments {} \
-             (retransmitted: fast {}, timeout {})",
+             (retransmitted: fast {}, timeout {}; loss probes {})",
             d.rx_packets,
             d.tx_packets,
             d.tx_no_mbuf,
             d.rx_dropped,
             d.tx_tcp_segments,
             s.tcp_fast_retransmits,
-            s.tcp_timeout_retransmits
+            s.tcp_timeout_retransmits,
+            s.tcp_loss_probes
         );
     }
 

@@ -158,6 +158,9 @@ pub struct WorkerStats {
     pub tcp_fast_retransmits: u64,
     /// See `tcp_fast_retransmits`.
     pub tcp_timeout_retransmits: u64,
+    /// Tail loss probes (RFC 8985 section 7: the last segment of a burst sent again, or one
+    /// new segment, when no ACK came for 2 x SRTT), over live and removed sockets.
+    pub tcp_loss_probes: u64,
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
     pub mpa_crc_errors: u64,
@@ -200,13 +203,14 @@ pub struct WorkerStats {
     pub transmit_deferred: u64,
 }
 
-/// A socket's (fast, timeout) TCP retransmissions so far.
-fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64) {
+/// A socket's (fast, timeout) TCP retransmissions and tail loss probes so far.
+fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64, u64) {
     #[allow(irrefutable_let_patterns)]
     if let smoltcp::socket::Socket::Tcp(t) = sock {
-        t.retransmissions()
+        let (fast, timeout) = t.retransmissions();
+        (fast, timeout, t.loss_probes())
     } else {
-        (0, 0)
+        (0, 0, 0)
     }
 }
 
@@ -214,12 +218,13 @@ fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64) {
 /// its transmit ring while frames still point into it.
 fn retire_socket(
     dev: &mut DpdkDevice,
-    done: &mut (u64, u64),
+    done: &mut (u64, u64, u64),
     sock: smoltcp::socket::Socket<'static>,
 ) {
-    let (fast, timeout) = retransmissions(&sock);
+    let (fast, timeout, probes) = retransmissions(&sock);
     done.0 += fast;
     done.1 += timeout;
+    done.2 += probes;
     dev.zc_retire(sock);
 }
 
@@ -463,7 +468,7 @@ pub(crate) struct Worker {
     /// Octets the engines of connections that ended copied on receive.
     rx_copied_done: u64,
     /// Retransmissions (fast, timeout) of the sockets removed so far.
-    retransmits_done: (u64, u64),
+    retransmits_done: (u64, u64, u64),
     /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
     /// not copy them into a receive buffer).
     rx_direct: Arc<AtomicU64>,
@@ -624,7 +629,7 @@ impl Worker {
             tx_staged: 0,
             tx_fed: 0,
             rx_copied_done: 0,
-            retransmits_done: (0, 0),
+            retransmits_done: (0, 0, 0),
             rx_direct: Arc::new(AtomicU64::new(0)),
             cpu,
             idle_passes: 0,
@@ -791,16 +796,18 @@ impl Worker {
         self.stats.ran_on = rustix::thread::sched_getcpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
-        let (mut fast, mut timeout) = self.retransmits_done;
+        let (mut fast, mut timeout, mut probes) = self.retransmits_done;
         for (_, sock) in self.sockets.iter() {
-            let (f, t) = retransmissions(sock);
+            let (f, t, p) = retransmissions(sock);
             fast += f;
             timeout += t;
+            probes += p;
         }
         (
             self.stats.tcp_fast_retransmits,
             self.stats.tcp_timeout_retransmits,
-        ) = (fast, timeout);
+            self.stats.tcp_loss_probes,
+        ) = (fast, timeout, probes);
         // Transmit: engine -> staging buffer, staging buffer -> socket ring, socket ring ->
         // mbuf (smoltcp, counted by the device; not for payload sent by reference).
         // Receive: chained frames made one buffer, mbuf -> socket ring (smoltcp, counted by

@@ -77,9 +77,9 @@ pub struct PerfResult {
     /// DPDK only: the share of this side's worker time in passes that did work (near 1: this
     /// side is the bottleneck).
     pub worker_busy: Option<f64>,
-    /// DPDK only: TCP segments this side retransmitted during the test (fast, timeout; see
-    /// `WorkerStats::tcp_fast_retransmits`).
-    pub tcp_retransmits: Option<(u64, u64)>,
+    /// DPDK only: TCP segments this side retransmitted during the test and its tail loss
+    /// probes (fast, timeout, probe; see `WorkerStats::tcp_fast_retransmits`).
+    pub tcp_retransmits: Option<Retransmits>,
     /// RDMA tests: whether FPDUs carried a CRC32c on this connection (negotiated in MPA
     /// startup, RFC 5044 §7.1: both ends must ask for none, `--no-crc`).
     pub mpa_crc: Option<bool>,
@@ -90,7 +90,7 @@ impl PerfResult {
     /// p50, p99, p999, max, avg, count}}`, for latency tests `warmup` and `on_driver_thread`,
     /// and, on DPDK, `copies`,
     /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`, `tcp_retransmits`
-    /// (`{fast, timeout}`); for RDMA tests `mpa_crc`,
+    /// (`{fast, timeout, probe}`); for RDMA tests `mpa_crc`,
     /// and with CRC on `mpa_crc_impl` (the code that computed it, `dpwarp::crc::IMPLEMENTATION`:
     /// a build without SSE4.2 and PCLMULQDQ, e.g. with RUSTFLAGS set, runs the slower one).
     pub fn json(&self, transport: &str) -> String {
@@ -169,16 +169,34 @@ struct LatUs {
     count: u64,
 }
 
-/// TCP retransmissions as JSON: `{"fast", "timeout"}`.
+/// TCP (fast, timeout) retransmissions and tail loss probes.
+pub type Retransmits = (u64, u64, u64);
+
+/// What was counted between `before` and `now`.
+fn retransmits_since(now: Retransmits, before: Retransmits) -> Retransmits {
+    (
+        now.0.saturating_sub(before.0),
+        now.1.saturating_sub(before.1),
+        now.2.saturating_sub(before.2),
+    )
+}
+
+/// TCP retransmissions as JSON: `{"fast", "timeout", "probe"}` (tail loss probes, RFC 8985:
+/// the last segment again, or one new segment).
 #[derive(serde::Serialize)]
 pub struct RetransmitsJson {
     fast: u64,
     timeout: u64,
+    probe: u64,
 }
 
-impl From<(u64, u64)> for RetransmitsJson {
-    fn from((fast, timeout): (u64, u64)) -> RetransmitsJson {
-        RetransmitsJson { fast, timeout }
+impl From<Retransmits> for RetransmitsJson {
+    fn from((fast, timeout, probe): Retransmits) -> RetransmitsJson {
+        RetransmitsJson {
+            fast,
+            timeout,
+            probe,
+        }
     }
 }
 
@@ -225,8 +243,8 @@ struct ServerJson {
 
 /// What [`dp_counts`] returns: copy counts, (payload segments sent, of those the frames cut by
 /// segmentation offload), (time in passes that did work, in the rest), (fast, timeout TCP
-/// retransmissions), each summed over the workers.
-pub type DpCounts = (CopyStats, (u64, u64), (u64, u64), (u64, u64));
+/// retransmissions, tail loss probes), each summed over the workers.
+pub type DpCounts = (CopyStats, (u64, u64), (u64, u64), Retransmits);
 
 /// The copy counts, the payload segments sent and of those the frames cut by segmentation
 /// offload, summed over the workers of `dp`, their time in passes that did work and in the
@@ -236,6 +254,7 @@ pub fn dp_counts(dp: &Dataplane) -> DpCounts {
     let retransmits = (
         st.iter().map(|w| w.tcp_fast_retransmits).sum(),
         st.iter().map(|w| w.tcp_timeout_retransmits).sum(),
+        st.iter().map(|w| w.tcp_loss_probes).sum(),
     );
     let c = CopyStats::sum(st.iter().map(|w| &w.copies));
     let time = (
@@ -814,7 +833,7 @@ pub fn run(a: Args) -> Result<(), String> {
                                 let v = ServerJson {
                                     copies: CopiesJson::from(&c.since(&b)),
                                     worker_busy: busy_share(bt, t),
-                                    tcp_retransmits: (r.0 - br.0, r.1 - br.1).into(),
+                                    tcp_retransmits: retransmits_since(r, br).into(),
                                     transport: "dpdk",
                                     role: "server",
                                     size,
@@ -852,7 +871,7 @@ pub fn run(a: Args) -> Result<(), String> {
         crate::cli::progress_clear();
         if let (Some(dp), Some((bc, bs, bt, br))) = (&_dp, before) {
             let (c, (segs, gso), t, rt) = dp_counts(dp);
-            r.tcp_retransmits = Some((rt.0 - br.0, rt.1 - br.1));
+            r.tcp_retransmits = Some(retransmits_since(rt, br));
             r.copies = Some(c.since(&bc));
             r.segments = Some(segs - bs.0);
             r.gso_frames = Some(gso - bs.1);

@@ -133,9 +133,10 @@ pub fn log_device_stats(dp: &Dataplane) {
         );
         // A line of its own: scripts (and tests/dpdk_kernel_peer.rs) read the one above.
         log::info!(
-            "dataplane: worker {i}: tcp retransmits: fast {} timeout {}",
+            "dataplane: worker {i}: tcp retransmits: fast {} timeout {}, loss probes {}",
             w.tcp_fast_retransmits,
-            w.tcp_timeout_retransmits
+            w.tcp_timeout_retransmits,
+            w.tcp_loss_probes
         );
     }
 }

@@ -305,6 +305,20 @@ enum Timer {
 }
 
 const ACK_DELAY_DEFAULT: Duration = Duration::from_millis(10);
+/// dpwarp: the shortest probe timeout of a tail loss probe (RFC 8985 section 7.2 asks for
+/// 2 x SRTT; on links of tens of microseconds that is below the jitter of the hosts, and
+/// Linux adds 2 ms too).
+const TLP_MIN_PTO: Duration = Duration::from_millis(2);
+
+/// dpwarp: the tail loss probe that is due (RFC 8985 section 7.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+enum TlpProbe {
+    /// One new segment, beyond the congestion window.
+    NewData,
+    /// The last segment sent, again: from this sequence number to SND.NXT.
+    Retransmit(TcpSeqNumber),
+}
 const CLOSE_DELAY: Duration = Duration::from_millis(10_000);
 
 impl Timer {
@@ -543,6 +557,13 @@ pub struct Socket<'a> {
     /// was created (see `Socket::retransmissions`).
     fast_retransmits: u64,
     timeout_retransmits: u64,
+    /// dpwarp: the tail loss probe (RFC 8985 section 7): when its timeout fires, if armed;
+    /// the probe due; and the outstanding one's SND.NXT and whether it was a
+    /// retransmission (RFC 8985's TLP.end_seq and TLPRxtOut).
+    tlp_at: Option<Instant>,
+    tlp_pending: Option<TlpProbe>,
+    tlp_out: Option<(TcpSeqNumber, bool)>,
+    tail_loss_probes: u64,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -660,6 +681,10 @@ impl<'a> Socket<'a> {
             rexmit_at: None,
             fast_retransmits: 0,
             timeout_retransmits: 0,
+            tlp_at: None,
+            tlp_pending: None,
+            tlp_out: None,
+            tail_loss_probes: 0,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -783,7 +808,101 @@ impl<'a> Socket<'a> {
     /// the congestion window, whichever is smaller (RFC 5681 section 3.1: "the minimum of
     /// cwnd and rwnd").
     fn send_window(&self) -> usize {
-        self.remote_win_len.min(self.congestion_window())
+        let cwnd = if self.tlp_pending == Some(TlpProbe::NewData) {
+            // A probe of new data goes beyond the congestion window (RFC 8985 section 7.3):
+            // one segment more than is in flight.
+            self.flight().saturating_add(self.remote_mss)
+        } else {
+            self.congestion_window()
+        };
+        self.remote_win_len.min(cwnd)
+    }
+
+    /// dpwarp: the octets sent and not yet acknowledged (SND.NXT - SND.UNA).
+    fn flight(&self) -> usize {
+        if self.remote_last_seq > self.local_seq_no {
+            self.remote_last_seq - self.local_seq_no
+        } else {
+            0
+        }
+    }
+
+    /// dpwarp: arm the tail loss probe (RFC 8985 section 7.2) after new data went out or an
+    /// ACK of new data left some in flight: at 2 x SRTT (at least `TLP_MIN_PTO`), unless the
+    /// retransmission timer fires first. Not in fast recovery, not after a timeout until the
+    /// next RTT sample, not while a probe is outstanding, and not for one segment in flight:
+    /// there RFC 8985 adds the peer's worst-case delayed ACK (200 ms), which leaves the
+    /// timeout first anyway (as on Linux, which adds its minimum RTO).
+    fn arm_tlp(&mut self, now: Instant) {
+        self.tlp_at = None;
+        if !self.rtte.have_measurement
+            || self.rtte.backoff > 0
+            || self.in_recovery
+            || self.pending_fast_retransmit
+            || self.tlp_out.is_some()
+            || self.flight() <= self.remote_mss
+        {
+            return;
+        }
+        let pto = Duration::from_micros(2 * u64::from(self.rtte.srtt_us())).max(TLP_MIN_PTO);
+        let at = now + pto;
+        if let Timer::Retransmit { expires_at, .. } = self.timer {
+            if at >= expires_at {
+                return;
+            }
+        }
+        self.tlp_at = Some(at);
+    }
+
+    /// dpwarp: an ACK of `ack_len` new octets up to `ack_number`: it ends an outstanding
+    /// probe's episode once it covers the probe; a probe that resent the last segment then
+    /// repaired a loss, unless the original got through too, which only a D-SACK (RFC 2883,
+    /// not read here) would tell: the congestion response of a fast recovery follows (RFC
+    /// 8985 section 7.4.2). Then the probe is armed again for what is still in flight.
+    fn tlp_acked(&mut self, now: Instant, ack_number: TcpSeqNumber, ack_len: usize) {
+        let flight = if self.remote_last_seq > ack_number {
+            self.remote_last_seq - ack_number
+        } else {
+            0
+        };
+        if let Some((end, retransmitted)) = self.tlp_out {
+            if ack_number >= end {
+                self.tlp_out = None;
+                if retransmitted && !self.in_recovery {
+                    let controller = self.congestion_controller.inner_mut();
+                    controller.on_congestion(now, flight + ack_len);
+                    controller.on_recovery_end(flight);
+                }
+            }
+        }
+        if flight == 0 {
+            self.tlp_at = None;
+        } else {
+            self.arm_tlp(now);
+        }
+    }
+
+    /// dpwarp: the probe timeout fired (RFC 8985 section 7.3): send one new segment if the
+    /// receive window admits one, else the last segment sent again.
+    fn fire_tlp(&mut self) {
+        let flight = self.flight();
+        if flight == 0 || !self.fast_retransmit_state() || self.in_recovery {
+            return;
+        }
+        let unsent = self.tx_buffer.len().saturating_sub(flight);
+        let right_edge = self.local_seq_no + self.remote_win_len;
+        let room = if right_edge > self.remote_last_seq {
+            right_edge - self.remote_last_seq
+        } else {
+            0
+        };
+        let new_data = unsent > 0 && room > 0 && (!self.nagle || unsent.min(room) >= self.remote_mss);
+        self.tlp_pending = Some(if new_data {
+            TlpProbe::NewData
+        } else {
+            TlpProbe::Retransmit(self.remote_last_seq - flight.min(self.remote_mss))
+        });
+        net_debug!("tail loss probe: {:?}", self.tlp_pending);
     }
 
     /// Return the current congestion control algorithm.
@@ -1038,6 +1157,9 @@ impl<'a> Socket<'a> {
         self.recovery_window = 0;
         self.recover = None;
         self.rexmit_at = None;
+        self.tlp_at = None;
+        self.tlp_pending = None;
+        self.tlp_out = None;
         // dpwarp: a fresh window for the next connection, same algorithm.
         self.set_congestion_control(self.congestion_control());
 
@@ -1529,6 +1651,12 @@ impl<'a> Socket<'a> {
     /// timeouts, each of which resends from SND.UNA). A loss-free link shows (0, 0).
     pub fn retransmissions(&self) -> (u64, u64) {
         (self.fast_retransmits, self.timeout_retransmits)
+    }
+
+    /// dpwarp: tail loss probes sent since the socket was created (RFC 8985 section 7; new
+    /// data or the last segment again).
+    pub fn loss_probes(&self) -> u64 {
+        self.tail_loss_probes
     }
 
     /// dpwarp: the smallest retransmission timeout (default 50 ms; kept across `reset`). It
@@ -2480,6 +2608,9 @@ impl<'a> Socket<'a> {
             // Do not attempt to retransmit the latter segments; not only this is pointless
             // in theory but also impossible in practice, since they have been already
             // deallocated from the buffer.
+            if ack_len > 0 {
+                self.tlp_acked(cx.now(), ack_number, ack_len);
+            }
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
@@ -2625,6 +2756,10 @@ impl<'a> Socket<'a> {
         if self.pending_fast_retransmit && self.fast_retransmit_state() {
             return true;
         }
+        if matches!(self.tlp_pending, Some(TlpProbe::Retransmit(_))) && self.fast_retransmit_state()
+        {
+            return true;
+        }
         let ip_header_len = match self.tuple.unwrap().local.addr {
             #[cfg(feature = "proto-ipv4")]
             IpAddress::Ipv4(_) => crate::wire::IPV4_HEADER_LEN,
@@ -2763,6 +2898,10 @@ impl<'a> Socket<'a> {
             .saturating_add(3 * self.remote_mss);
         self.in_recovery = true;
         self.raise_recover(self.remote_last_seq);
+        // RFC 8985 section 7.4: fast recovery takes over from the probe.
+        self.tlp_at = None;
+        self.tlp_pending = None;
+        self.tlp_out = None;
     }
 
     /// dpwarp: "recover" becomes `seq`, unless it is already higher.
@@ -2884,6 +3023,9 @@ impl<'a> Socket<'a> {
             self.pending_fast_retransmit = false;
             self.in_recovery = false;
             self.rexmit_at = None;
+            self.tlp_at = None;
+            self.tlp_pending = None;
+            self.tlp_out = None;
             self.timeout_retransmits += 1;
 
             // Clear the `should_retransmit` state. If we can't retransmit right
@@ -2905,6 +3047,12 @@ impl<'a> Socket<'a> {
             self.congestion_controller
                 .inner_mut()
                 .on_timeout(cx.now(), flight, repeated);
+        }
+
+        // dpwarp: the tail loss probe's timeout (RFC 8985 section 7.3).
+        if self.tlp_at.is_some_and(|at| at <= cx.now()) {
+            self.tlp_at = None;
+            self.fire_tlp();
         }
 
         // Decide whether we're sending a packet.
@@ -2947,6 +3095,7 @@ impl<'a> Socket<'a> {
 
         // dpwarp: whether this segment is a pending fast retransmit.
         let mut is_fast_retransmit = false;
+        let mut is_probe = false;
 
         // Construct the basic TCP representation, an empty ACK packet.
         // We'll adjust this to be more specific as needed.
@@ -3039,6 +3188,14 @@ impl<'a> Socket<'a> {
                         .cut_at_record_from(self.local_seq_no, frame.min(self.tx_buffer.len()));
                     self.tx_record_next = next;
                     (0, size)
+                } else if let Some(TlpProbe::Retransmit(seq)) = self.tlp_pending {
+                    // dpwarp: a tail loss probe resends the last segment sent (RFC 8985
+                    // section 7.3), from `seq` to SND.NXT; SND.NXT stays.
+                    is_probe = true;
+                    let seq = seq.max(self.local_seq_no);
+                    repr.seq_number = seq;
+                    let offset = seq - self.local_seq_no;
+                    (offset, (self.remote_last_seq - seq).min(frame))
                 } else {
                     let size = win_limit.min(frame);
                     // dpwarp: end the segment on a record boundary when the sender marks them.
@@ -3191,8 +3348,28 @@ impl<'a> Socket<'a> {
         // dpwarp: a fast retransmit (behind SND.NXT) leaves SND.NXT where it was (upstream
         // d84a8980).
         let sent_up_to = repr.seq_number + repr.segment_len();
+        let new_data = sent_up_to > self.remote_last_seq && !repr.payload.is_empty();
         if sent_up_to > self.remote_last_seq {
             self.remote_last_seq = sent_up_to;
+        }
+        // dpwarp: a tail loss probe went (the last segment again, or new data while one was
+        // due): it is outstanding until SND.NXT now is acknowledged, and the retransmission
+        // timer starts afresh (RFC 8985 section 7.3). Other new data (re)arms the probe.
+        let probe_new_data = new_data && self.tlp_pending == Some(TlpProbe::NewData);
+        if is_probe || probe_new_data {
+            net_debug!(
+                "tail loss probe: {} octets at seq {}",
+                repr.payload.len(),
+                repr.seq_number
+            );
+            self.tlp_pending = None;
+            self.tlp_out = Some((self.remote_last_seq, is_probe));
+            self.tail_loss_probes += 1;
+            if is_probe {
+                self.rtte.on_retransmit();
+            }
+            self.timer
+                .restart_retransmit(cx.now(), self.rtte.retransmission_timeout());
         }
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
@@ -3207,6 +3384,9 @@ impl<'a> Socket<'a> {
             // data or flag, to transmit, not just an ACK), wind up the retransmit timer.
             self.timer
                 .set_for_retransmit(cx.now(), self.rtte.retransmission_timeout());
+        }
+        if new_data && !is_probe && !probe_new_data {
+            self.arm_tlp(cx.now());
         }
 
         if self.state == State::Closed {
@@ -3258,9 +3438,17 @@ impl<'a> Socket<'a> {
                 (_, _) => PollAt::Ingress,
             };
 
+            // dpwarp: and the tail loss probe's.
+            let tlp_poll_at = self.tlp_at.map_or(PollAt::Ingress, PollAt::Time);
+
             // We wait for the earliest of our timers to fire.
-            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at]
-                .iter()
+            *[
+                self.timer.poll_at(),
+                timeout_poll_at,
+                delayed_ack_poll_at,
+                tlp_poll_at,
+            ]
+            .iter()
                 .min()
                 .unwrap_or(&PollAt::Ingress)
         }
@@ -7075,6 +7263,77 @@ mod test {
         ack_at(&mut s, 1052, 0);
         assert_eq!(sent_offsets(&mut s, 1053), vec![30], "new data, not a retransmission");
         assert_eq!(s.retransmissions(), (0, 0));
+    }
+
+    /// dpwarp: an established socket with 10-octet segments and an RTT sample of 1 ms (so
+    /// the probe timeout is `TLP_MIN_PTO`, 2 ms), nothing in flight at 1001 ms.
+    fn socket_sampled() -> TestSocket {
+        let mut s = socket_established_with_buffer_sizes(1024, 1024);
+        established_ack(&mut s);
+        s.remote_mss = 10;
+        s.set_nagle_enabled(false);
+        s.send_slice(&[b'a'; 10]).unwrap();
+        assert_eq!(sent_offsets(&mut s, 1000), vec![0]);
+        ack_at(&mut s, 1001, 10);
+        assert!(s.rtte.have_measurement);
+        s
+    }
+
+    /// dpwarp: the last segments of a burst lost with nothing after them: 2 x SRTT (at
+    /// least 2 ms) after the last ACK the last segment goes again (a tail loss probe, RFC
+    /// 8985 section 7), where before only the retransmission timeout (at least 50 ms) came.
+    /// Its ACK then ends the episode with a congestion response.
+    #[test]
+    fn test_tail_loss_probe_resends_the_last_segment() {
+        let mut s = socket_sampled();
+        s.set_congestion_control(CongestionControl::Reno);
+        s.send_slice(&[b'b'; 30]).unwrap();
+        assert_eq!(sent_offsets(&mut s, 1001), vec![10, 20, 30]);
+        assert_eq!(sent_offsets(&mut s, 1002), vec![]);
+        assert_eq!(sent_offsets(&mut s, 1003), vec![30]);
+        assert_eq!(s.loss_probes(), 1);
+        assert_eq!(s.retransmissions(), (0, 0));
+        // One probe per episode: nothing more until the timeout.
+        assert_eq!(sent_offsets(&mut s, 1010), vec![]);
+        // The probe repaired a loss: ssthresh = half the flight of 30 octets, at least two
+        // segments (20), and the window min(ssthresh, nothing in flight + 1 segment).
+        ack_at(&mut s, 1012, 40);
+        assert_eq!(s.tlp_out, None);
+        assert_eq!(s.congestion_window(), 20);
+        // Slow start then stops at that ssthresh.
+        s.send_slice(&[b'c'; 200]).unwrap();
+        assert_eq!(sent_offsets(&mut s, 1012), vec![40, 50]);
+        ack_at(&mut s, 1013, 60);
+        // At ssthresh: congestion avoidance, one segment for the window acknowledged (slow
+        // start, without the response, would have doubled it to 40).
+        assert_eq!(s.congestion_window(), 30);
+    }
+
+    /// dpwarp: with new data waiting behind a full congestion window, the probe is one new
+    /// segment beyond the window (RFC 8985 section 7.3).
+    #[test]
+    fn test_tail_loss_probe_sends_new_data() {
+        let mut s = socket_reno();
+        assert_eq!(sent_offsets(&mut s, 1000).len(), 10);
+        ack_at(&mut s, 1001, 10);
+        assert_eq!(sent_offsets(&mut s, 1001), vec![100, 110]);
+        assert_eq!(sent_offsets(&mut s, 1002), vec![]);
+        assert_eq!(sent_offsets(&mut s, 1003), vec![120]);
+        assert_eq!(s.loss_probes(), 1);
+        assert_eq!(sent_offsets(&mut s, 1004), vec![]);
+    }
+
+    /// dpwarp: one segment in flight gets no probe (RFC 8985 section 7.2 would wait for the
+    /// peer's delayed ACK, 200 ms, past the retransmission timeout): the timeout resends it.
+    #[test]
+    fn test_no_tail_loss_probe_for_one_segment() {
+        let mut s = socket_sampled();
+        s.send_slice(&[b'b'; 10]).unwrap();
+        assert_eq!(sent_offsets(&mut s, 1001), vec![10]);
+        assert_eq!(sent_offsets(&mut s, 1040), vec![]);
+        assert_eq!(s.loss_probes(), 0);
+        assert_eq!(sent_offsets(&mut s, 1060), vec![10]);
+        assert_eq!(s.retransmissions(), (0, 1));
     }
 
     /// dpwarp: a retransmission timeout leaves a window of one segment (RFC 5681 section
