@@ -785,11 +785,7 @@ impl<'a> Socket<'a> {
     /// less than those outstanding (Early Retransmit, RFC 5827 section 3.1): with three
     /// segments out, the third can draw only two duplicates.
     fn duplicate_ack_threshold(&self) -> u8 {
-        let flight = if self.remote_last_seq > self.local_seq_no {
-            self.remote_last_seq - self.local_seq_no
-        } else {
-            0
-        };
+        let flight = self.flight();
         let mss = self.remote_mss.max(1);
         let outstanding = flight.div_ceil(mss);
         let unsent = self.tx_buffer.len().saturating_sub(flight);
@@ -860,6 +856,8 @@ impl<'a> Socket<'a> {
     /// not read here) would tell: the congestion response of a fast recovery follows (RFC
     /// 8985 section 7.4.2). Then the probe is armed again for what is still in flight.
     fn tlp_acked(&mut self, now: Instant, ack_number: TcpSeqNumber, ack_len: usize) {
+        // Progress: a probe due but not sent yet is not needed.
+        self.tlp_pending = None;
         let flight = if self.remote_last_seq > ack_number {
             self.remote_last_seq - ack_number
         } else {
@@ -896,7 +894,8 @@ impl<'a> Socket<'a> {
         } else {
             0
         };
-        let new_data = unsent > 0 && room > 0 && (!self.nagle || unsent.min(room) >= self.remote_mss);
+        let new_data =
+            unsent > 0 && room > 0 && (!self.nagle || unsent.min(room) >= self.remote_mss);
         self.tlp_pending = Some(if new_data {
             TlpProbe::NewData
         } else {
@@ -2560,11 +2559,7 @@ impl<'a> Socket<'a> {
                     // three more duplicates (NewReno's partial ACK, RFC 6582 section 3.2
                     // step 5). One that reaches the point ends recovery (step 6).
                     let passed = self.recover.is_some_and(|r| ack_number >= r);
-                    let flight = if self.remote_last_seq > self.local_seq_no {
-                        self.remote_last_seq - self.local_seq_no
-                    } else {
-                        0
-                    };
+                    let flight = self.flight();
                     if self.in_recovery && passed {
                         self.in_recovery = false;
                         self.pending_fast_retransmit = false;
@@ -2883,11 +2878,7 @@ impl<'a> Socket<'a> {
     /// RFC 5681 section 3.2 step 2); the window during recovery starts at that plus the
     /// three segments the duplicate ACKs say have left the network (step 3).
     fn enter_recovery(&mut self, now: Instant) {
-        let flight = if self.remote_last_seq > self.local_seq_no {
-            self.remote_last_seq - self.local_seq_no
-        } else {
-            0
-        };
+        let flight = self.flight();
         self.congestion_controller
             .inner_mut()
             .on_congestion(now, flight);
@@ -3449,8 +3440,8 @@ impl<'a> Socket<'a> {
                 tlp_poll_at,
             ]
             .iter()
-                .min()
-                .unwrap_or(&PollAt::Ingress)
+            .min()
+            .unwrap_or(&PollAt::Ingress)
         }
     }
 }

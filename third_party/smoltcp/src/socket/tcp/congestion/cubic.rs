@@ -228,8 +228,15 @@ mod test {
             }
         }
         let at_k = at_k.unwrap();
-        assert!((990..=1010).contains(&at_k), "at K ({k} s) the window is W_max: {at_k}");
-        assert!(c.window() / MSS > 1500, "convex beyond K: {}", c.window() / MSS);
+        assert!(
+            (990..=1010).contains(&at_k),
+            "at K ({k} s) the window is W_max: {at_k}"
+        );
+        assert!(
+            c.window() / MSS > 1500,
+            "convex beyond K: {}",
+            c.window() / MSS
+        );
     }
 
     /// On a short round trip the Reno-friendly estimate governs: about alpha_cubic (0.53)
@@ -250,7 +257,10 @@ mod test {
             now += Duration::from_micros(50);
         }
         let grown = (c.window() - 70 * MSS) as f64 / MSS as f64;
-        assert!((9.0..=12.0).contains(&grown), "20 round trips: {grown} segments");
+        assert!(
+            (9.0..=12.0).contains(&grown),
+            "20 round trips: {grown} segments"
+        );
     }
 
     #[test]

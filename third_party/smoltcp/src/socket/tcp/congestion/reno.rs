@@ -127,7 +127,11 @@ mod test {
         for _ in 0..20 {
             r.on_ack(now, MSS, 21 * MSS, &rtt);
         }
-        assert_eq!(r.window(), 21 * MSS, "21 segments' worth needed for the next one");
+        assert_eq!(
+            r.window(),
+            21 * MSS,
+            "21 segments' worth needed for the next one"
+        );
         r.on_ack(now, MSS, 21 * MSS, &rtt);
         assert_eq!(r.window(), 22 * MSS);
     }
