@@ -15,7 +15,7 @@
 //! receive with the SACK blocks dpwarp's receiver sends (third_party/smoltcp/DPWARP.md "Loss
 //! recovery").
 //!
-//! Through a bottleneck (a Linux bridge port at 100 Mbit/s with a 60 KB queue, in a third
+//! Through a bottleneck (a Linux bridge port at 20 Mbit/s with a 60 KB queue, in a third
 //! namespace): with congestion control dpwarp's sender loses little at the queue, without it
 //! (`[tcp] congestion_control = "none"`) it overruns the queue (docs/dataplane.md
 //! "Congestion control").
@@ -435,13 +435,16 @@ fn qdisc_counts(ns: &Netns, dev: &str) -> (u64, u64) {
     (pkts, word_after("dropped"))
 }
 
-/// Through a bottleneck (a Linux bridge whose port towards the receiver sends at 100 Mbit/s
+/// Through a bottleneck (a Linux bridge whose port towards the receiver sends at 20 Mbit/s
 /// from a 60 KB queue, as a switch or router would), dpwarp's TCP sender with congestion
 /// control (`[tcp] congestion_control`, CUBIC by default, RFC 9438) fills the link and loses
 /// little at the queue; without it (`none`: only the receive window limits what is in
 /// flight) it overruns the queue every round trip and most of what it sends is dropped there.
 /// The receiver is Linux; the DPDK port is net_af_packet on a veth into the bridge's
-/// namespace.
+/// namespace. 20 Mbit/s, far below what even a debug build sends on a loaded host, so that
+/// the sender without congestion control overruns the queue whatever the load (at 100 Mbit/s
+/// a CI run's debug sender dropped only 4.6 times as many frames as with CUBIC);
+/// scripts/bottleneck measures at 100 Mbit/s with a release build.
 #[test]
 fn af_packet_through_a_bottleneck_with_kernel_peer() {
     let (d, k, m) = (netns("bnd"), netns("bnk"), netns("bnm"));
@@ -474,7 +477,7 @@ fn af_packet_through_a_bottleneck_with_kernel_peer() {
         .args([
             "netns", "exec", &m.0, "tc", "qdisc", "add", "dev", "k1", "root",
         ])
-        .args(["tbf", "rate", "100mbit", "burst", "20k", "limit", "60000"])
+        .args(["tbf", "rate", "20mbit", "burst", "20k", "limit", "60000"])
         .status()
         .expect("tc");
     assert!(st.success(), "tc qdisc add tbf");
@@ -492,7 +495,7 @@ fn af_packet_through_a_bottleneck_with_kernel_peer() {
         let (sent0, dropped0) = qdisc_counts(&m, "k1");
         let c = dpperf_in(&d)
             .args([
-                "--json", "--iters", "150", "--test", "write_bw", "--size", "65536",
+                "--json", "--iters", "50", "--test", "write_bw", "--size", "65536",
             ])
             .args(["--addr", "10.99.0.1:18520", "--config"])
             .arg(&cfg)
@@ -525,7 +528,7 @@ fn af_packet_through_a_bottleneck_with_kernel_peer() {
     let (none_dropped, none_sent) = run("none");
     assert!(
         cubic_sent > 2000 && none_sent > 2000,
-        "3.2 MB went through the bottleneck: {cubic_sent} / {none_sent} packets"
+        "3.3 MB went through the bottleneck: {cubic_sent} / {none_sent} packets"
     );
     assert!(
         cubic_dropped * 20 < cubic_sent,
