@@ -2199,7 +2199,17 @@ impl<'a> Socket<'a> {
                     if !repr.payload.is_empty()
                         && !matches!(repr.control, TcpControl::Syn | TcpControl::Rst)
                     {
-                        return Some(self.ack_reply(ip_repr, repr));
+                        let (ip_reply, mut reply) = self.ack_reply(ip_repr, repr);
+                        // dpwarp: a D-SACK (RFC 2883 section 4): when all of the segment was
+                        // received before, the first SACK block reports it, and the others
+                        // follow. The sender learns its retransmission was not needed (Linux
+                        // then undoes the window reduction it made for it).
+                        if self.remote_has_sack && segment_end <= window_start {
+                            let dsack = (segment_start.0 as u32, segment_end.0 as u32);
+                            let [first, second, _] = reply.sack_ranges;
+                            reply.sack_ranges = [Some(dsack), first, second];
+                        }
+                        return Some((ip_reply, reply));
                     }
                     return self.challenge_ack_reply(cx, ip_repr, repr);
                 }
@@ -7125,6 +7135,35 @@ mod test {
         };
         assert!(send(&mut s, Instant::from_millis(200), &stale).is_some());
         assert!(send(&mut s, Instant::from_millis(201), &stale).is_none());
+    }
+
+    /// dpwarp: the ACK of a segment received before carries it as the first SACK block, a
+    /// D-SACK (RFC 2883 section 4), ahead of the blocks of data held out of order; without
+    /// SACK permitted, no block.
+    #[test]
+    fn test_duplicate_segment_reported_by_dsack() {
+        let mut s = socket_established();
+        s.remote_has_sack = true;
+        let data = |offset: usize, payload: &'static [u8]| TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + offset,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload,
+            ..SEND_TEMPL
+        };
+        send(&mut s, Instant::from_millis(0), &data(0, b"abcdef"));
+        // Held out of order: 10..13.
+        send(&mut s, Instant::from_millis(1), &data(10, b"klm"));
+        let reply = send(&mut s, Instant::from_millis(2), &data(0, b"abcdef")).unwrap();
+        let wire = |l: usize, r: usize| {
+            Some(((REMOTE_SEQ + 1 + l).0 as u32, (REMOTE_SEQ + 1 + r).0 as u32))
+        };
+        assert_eq!(reply.ack_number, Some(REMOTE_SEQ + 1 + 6));
+        assert_eq!(reply.sack_ranges, [wire(0, 6), wire(10, 13), None]);
+
+        let mut s = socket_established();
+        send(&mut s, Instant::from_millis(0), &data(0, b"abcdef"));
+        let reply = send(&mut s, Instant::from_millis(2), &data(0, b"abcdef")).unwrap();
+        assert_eq!(reply.sack_ranges, [None, None, None]);
     }
 
     /// dpwarp: what one dispatch round at `t` ms sends: the offsets after LOCAL_SEQ + 1 of
