@@ -449,7 +449,7 @@ fn qdisc_counts(ns: &Netns, dev: &str) -> (u64, u64) {
 /// The receiver is Linux; the DPDK port is net_af_packet on a veth into the bridge's
 /// namespace. 20 Mbit/s, far below what even a debug build sends on a loaded host, so that
 /// the sender without congestion control overruns the queue whatever the load (at 100 Mbit/s
-/// a CI run's debug sender dropped only 4.6 times as many frames as with CUBIC);
+/// CI runs' debug senders dropped only 2.8-4.6 times as many frames as with CUBIC);
 /// scripts/bottleneck measures at 100 Mbit/s with a release build.
 #[test]
 fn af_packet_through_a_bottleneck_with_kernel_peer() {
