@@ -2199,7 +2199,7 @@ impl<'a> Socket<'a> {
                     if !repr.payload.is_empty()
                         && !matches!(repr.control, TcpControl::Syn | TcpControl::Rst)
                     {
-                        let (ip_reply, mut reply) = self.ack_reply(ip_repr, repr);
+                        let (mut ip_reply, mut reply) = self.ack_reply(ip_repr, repr);
                         // dpwarp: a D-SACK (RFC 2883 section 4): when all of the segment was
                         // received before, the first SACK block reports it, and the others
                         // follow. The sender learns its retransmission was not needed (Linux
@@ -2208,6 +2208,9 @@ impl<'a> Socket<'a> {
                             let dsack = (segment_start.0 as u32, segment_end.0 as u32);
                             let [first, second, _] = reply.sack_ranges;
                             reply.sack_ranges = [Some(dsack), first, second];
+                            // The option grew: the IP payload with it, or the header would be
+                            // written past the buffer sized for it.
+                            ip_reply.set_payload_len(reply.buffer_len());
                         }
                         return Some((ip_reply, reply));
                     }
@@ -3622,8 +3625,11 @@ mod test {
         assert!(socket.socket.accepts(&mut socket.cx, &ip_repr, repr));
 
         match socket.socket.process(&mut socket.cx, &ip_repr, repr) {
-            Some((_ip_repr, repr)) => {
+            Some((ip_reply, repr)) => {
                 net_trace!("recv: {}", repr);
+                // dpwarp: the IP payload length of a reply must be what its TCP header and
+                // payload take, or emitting it writes past its buffer.
+                assert_eq!(ip_reply.payload_len(), repr.buffer_len(), "reply {repr}");
                 Some(repr)
             }
             None => None,
