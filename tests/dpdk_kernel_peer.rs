@@ -135,14 +135,19 @@ fn veth_in_netns(ns: &Netns, tag: &str, kernel_ip: &str, features: &[&str]) -> S
     ip(&["-n", &ns.0, "addr", "add", kernel_ip, "dev", &b]);
     ip(&["-n", &ns.0, "link", "set", &a, "up"]);
     ip(&["-n", &ns.0, "link", "set", &b, "up"]);
+    ethtool_k(ns, &b, features);
+    a
+}
+
+/// `ethtool -K dev features` in `ns`, required to succeed.
+fn ethtool_k(ns: &Netns, dev: &str, features: &[&str]) {
     let st = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "ethtool", "-K", &b])
+        .args(["netns", "exec", &ns.0, "ethtool", "-K", dev])
         .args(features)
         .stdout(Stdio::null())
         .status()
         .expect("ethtool");
-    assert!(st.success(), "ethtool -K {features:?} failed");
-    a
+    assert!(st.success(), "ethtool -K {dev} {features:?} failed");
 }
 
 /// Run the DPDK perf client inside `ns`; `setup` runs once the client process exists (to give
@@ -471,13 +476,11 @@ fn af_packet_through_a_bottleneck_with_kernel_peer() {
     // Frames of one MSS each way (the kernel would otherwise hand AF_PACKET partially
     // checksummed frames, and send 64 KB ones through the bridge).
     for (ns, dev) in [(&d, "d0"), (&k, "k0"), (&m, "d1"), (&m, "k1")] {
-        let st = Command::new("ip")
-            .args(["netns", "exec", &ns.0, "ethtool", "-K", dev])
-            .args(["tx", "off", "tso", "off", "gso", "off", "gro", "off"])
-            .stdout(Stdio::null())
-            .status()
-            .expect("ethtool");
-        assert!(st.success(), "ethtool -K {dev}");
+        ethtool_k(
+            ns,
+            dev,
+            &["tx", "off", "tso", "off", "gso", "off", "gro", "off"],
+        );
     }
     let st = Command::new("ip")
         .args([

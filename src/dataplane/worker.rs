@@ -37,7 +37,7 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 
 use super::device::{DeviceStats, DpdkDevice};
 use crate::cm::pump;
-use crate::config::{TcpConfig, WorkerConfig};
+use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
 use crate::rdma::MIN_ULPDU_ROOM;
@@ -546,17 +546,12 @@ fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
     // RFC 5044 App. A: segments cut at the FPDU ends the worker marks (feed_direct).
     s.set_tx_records(tcp_cfg.fpdu_alignment);
     s.set_rto_min(smoltcp::time::Duration::from_millis(tcp_cfg.rto_min_ms));
-    s.set_congestion_control(congestion_control(&tcp_cfg.congestion_control));
+    s.set_congestion_control(match tcp_cfg.congestion_control {
+        CongestionControl::Cubic => tcp::CongestionControl::Cubic,
+        CongestionControl::Reno => tcp::CongestionControl::Reno,
+        CongestionControl::None => tcp::CongestionControl::None,
+    });
     s
-}
-
-/// The `[tcp] congestion_control` setting (checked when the config was parsed).
-fn congestion_control(name: &str) -> tcp::CongestionControl {
-    match name {
-        "reno" => tcp::CongestionControl::Reno,
-        "none" => tcp::CongestionControl::None,
-        _ => tcp::CongestionControl::Cubic,
-    }
 }
 
 fn st_now(t0: Instant) -> smoltcp::time::Instant {

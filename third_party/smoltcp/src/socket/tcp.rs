@@ -849,35 +849,38 @@ impl<'a> Socket<'a> {
         self.tlp_at = Some(at);
     }
 
-    /// dpwarp: an ACK of `ack_len` new octets up to `ack_number`: it ends an outstanding
+    /// dpwarp: an ACK of new octets (SND.UNA has moved to it): it ends an outstanding
     /// probe's episode once it covers the probe, and arms the probe again for what is still
     /// in flight.
     ///
     /// No congestion response follows a probe that resent the last segment. RFC 8985
     /// section 7.4.2 asks for one unless a D-SACK (RFC 2883) shows the original arrived too,
-    /// and smoltcp reads no D-SACK (nor does its receiver send one), so every such probe
+    /// and the sender reads no D-SACK (only the receiver sends them), so every such probe
     /// would count as a repaired loss. On hosts whose stalls outlast 2 x SRTT, most probes
     /// are spurious, and the response cut the window at every round trip: over memif at MTU
     /// 9000 in a debug build, 1100 probes for 300 64 KiB Writes, the window held at its
     /// floor of two segments and 0.009 Gbit/s (tests/dpdk_memif.rs). A loss the probe did
     /// repair goes without its window reduction; one found by duplicate ACKs or SACK blocks
     /// after the probe gets the usual one (fast recovery).
-    fn tlp_acked(&mut self, now: Instant, ack_number: TcpSeqNumber) {
+    fn tlp_acked(&mut self, now: Instant) {
         // Progress: a probe due but not sent yet is not needed.
         self.tlp_pending = None;
-        let flight = if self.remote_last_seq > ack_number {
-            self.remote_last_seq - ack_number
-        } else {
-            0
-        };
-        if self.tlp_out.is_some_and(|end| ack_number >= end) {
+        if self.tlp_out.is_some_and(|end| self.local_seq_no >= end) {
             self.tlp_out = None;
         }
-        if flight == 0 {
+        if self.flight() == 0 {
             self.tlp_at = None;
         } else {
             self.arm_tlp(now);
         }
+    }
+
+    /// dpwarp: no probe armed, due or outstanding (fast recovery or a timeout takes over, or
+    /// the connection starts afresh).
+    fn cancel_tlp(&mut self) {
+        self.tlp_at = None;
+        self.tlp_pending = None;
+        self.tlp_out = None;
     }
 
     /// dpwarp: the probe timeout fired (RFC 8985 section 7.3): send one new segment if the
@@ -888,12 +891,7 @@ impl<'a> Socket<'a> {
             return;
         }
         let unsent = self.tx_buffer.len().saturating_sub(flight);
-        let right_edge = self.local_seq_no + self.remote_win_len;
-        let room = if right_edge > self.remote_last_seq {
-            right_edge - self.remote_last_seq
-        } else {
-            0
-        };
+        let room = self.window_left(self.remote_win_len);
         let new_data =
             unsent > 0 && room > 0 && (!self.nagle || unsent.min(room) >= self.remote_mss);
         self.tlp_pending = Some(if new_data {
@@ -1156,9 +1154,7 @@ impl<'a> Socket<'a> {
         self.recovery_window = 0;
         self.recover = None;
         self.rexmit_at = None;
-        self.tlp_at = None;
-        self.tlp_pending = None;
-        self.tlp_out = None;
+        self.cancel_tlp();
         // dpwarp: a fresh window for the next connection, same algorithm.
         self.set_congestion_control(self.congestion_control());
 
@@ -1787,7 +1783,13 @@ impl<'a> Socket<'a> {
     /// beyond SND.NXT, i.e. the most the next segment may carry as far as the windows are
     /// concerned.
     pub fn send_window_left(&self) -> usize {
-        let right_edge = self.local_seq_no + self.send_window();
+        self.window_left(self.send_window())
+    }
+
+    /// dpwarp: the octets a window of `window` from SND.UNA still admits beyond SND.NXT (0 if
+    /// the peer shrank its window below what was sent).
+    fn window_left(&self, window: usize) -> usize {
+        let right_edge = self.local_seq_no + window;
         if right_edge > self.remote_last_seq {
             right_edge - self.remote_last_seq
         } else {
@@ -2617,7 +2619,7 @@ impl<'a> Socket<'a> {
             // in theory but also impossible in practice, since they have been already
             // deallocated from the buffer.
             if ack_len > 0 {
-                self.tlp_acked(cx.now(), ack_number);
+                self.tlp_acked(cx.now());
             }
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
@@ -2903,9 +2905,7 @@ impl<'a> Socket<'a> {
         self.in_recovery = true;
         self.raise_recover(self.remote_last_seq);
         // RFC 8985 section 7.4: fast recovery takes over from the probe.
-        self.tlp_at = None;
-        self.tlp_pending = None;
-        self.tlp_out = None;
+        self.cancel_tlp();
     }
 
     /// dpwarp: "recover" becomes `seq`, unless it is already higher.
@@ -3020,6 +3020,7 @@ impl<'a> Socket<'a> {
             // had sent them. This will cause all data in the queue
             // to be sent again.
             let sent_up_to = self.remote_last_seq;
+            let flight = self.flight();
             self.remote_last_seq = self.local_seq_no;
             // dpwarp: a timeout ends fast recovery, and none starts again for what was
             // sent before it (RFC 6582 section 4: "recover" is the highest sent).
@@ -3027,9 +3028,7 @@ impl<'a> Socket<'a> {
             self.pending_fast_retransmit = false;
             self.in_recovery = false;
             self.rexmit_at = None;
-            self.tlp_at = None;
-            self.tlp_pending = None;
-            self.tlp_out = None;
+            self.cancel_tlp();
             self.timeout_retransmits += 1;
 
             // Clear the `should_retransmit` state. If we can't retransmit right
@@ -3043,11 +3042,6 @@ impl<'a> Socket<'a> {
             self.rtte.on_rto();
 
             // dpwarp: the loss window (RFC 5681 section 3.1), from what was in flight.
-            let flight = if sent_up_to > self.local_seq_no {
-                sent_up_to - self.local_seq_no
-            } else {
-                0
-            };
             self.congestion_controller
                 .inner_mut()
                 .on_timeout(cx.now(), flight, repeated);
@@ -3158,21 +3152,13 @@ impl<'a> Socket<'a> {
                 // Extract as much data as the remote side can receive in this packet
                 // from the transmit buffer.
 
-                // Right edge of window, ie the max sequence number we're allowed to send.
-                // dpwarp: the congestion window's too.
-                let win_right_edge = self.local_seq_no + self.send_window();
-
-                // Max amount of octets we're allowed to send according to the remote window.
-                let win_limit = if win_right_edge >= self.remote_last_seq {
-                    win_right_edge - self.remote_last_seq
-                } else {
-                    // This can happen if we've sent some data and later the remote side
-                    // has shrunk its window so that data is no longer inside the window.
-                    // This should be very rare and is strongly discouraged by the RFCs,
-                    // but it does happen in practice.
-                    // http://www.tcpipguide.com/free/t_TCPWindowManagementIssues.htm
-                    0
-                };
+                // Max amount of octets we're allowed to send according to the remote window
+                // (dpwarp: and the congestion window). It is 0 if we've sent some data and
+                // later the remote side has shrunk its window so that data is no longer
+                // inside the window. This should be very rare and is strongly discouraged by
+                // the RFCs, but it does happen in practice.
+                // http://www.tcpipguide.com/free/t_TCPWindowManagementIssues.htm
+                let win_limit = self.send_window_left();
 
                 // Maximum size we're allowed to send. This can be limited by 3 factors:
                 // 1. remote window

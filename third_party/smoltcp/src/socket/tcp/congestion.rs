@@ -153,14 +153,19 @@ impl Window {
     /// Whether the sender used the window (RFC 7661's "validated" window, as Linux's
     /// `tcp_is_cwnd_limited` does it in slow start): a window that limits nothing must not
     /// grow, or an application sending small messages would build one it never tested.
-    pub fn limited(&self, flight: usize) -> bool {
+    fn limited(&self, flight: usize) -> bool {
         flight.saturating_mul(2) >= self.cwnd
     }
 
     /// Slow start (RFC 5681 section 3.1, counting every octet acknowledged as Linux does,
     /// since an ACK may cover many segments here): grows the window by `acked` up to
-    /// ssthresh, and returns what is left over for congestion avoidance.
-    pub fn slow_start(&mut self, acked: usize) -> usize {
+    /// ssthresh, and returns what is left over for congestion avoidance; nothing grows (0
+    /// is returned) unless the sender used the window (`limited`, with `flight` octets in
+    /// flight before the ACK).
+    pub fn slow_start(&mut self, acked: usize, flight: usize) -> usize {
+        if !self.limited(flight) {
+            return 0;
+        }
         self.started = true;
         if self.cwnd >= self.ssthresh {
             return acked;

@@ -69,10 +69,7 @@ impl Controller for Cubic {
     }
 
     fn on_ack(&mut self, now: Instant, acked: usize, flight: usize, rtt: &RttEstimator) {
-        if !self.w.limited(flight) {
-            return;
-        }
-        let acked = self.w.slow_start(acked);
+        let acked = self.w.slow_start(acked, flight);
         if acked == 0 {
             return;
         }

@@ -32,10 +32,7 @@ impl Controller for Reno {
     }
 
     fn on_ack(&mut self, _now: Instant, acked: usize, flight: usize, _rtt: &RttEstimator) {
-        if !self.w.limited(flight) {
-            return;
-        }
-        let acked = self.w.slow_start(acked);
+        let acked = self.w.slow_start(acked, flight);
         if acked == 0 {
             return;
         }
