@@ -231,6 +231,15 @@ pub struct WorkerConfig {
     /// connections less (docs/dataplane.md "What the sweep costs with quiet connections").
     #[serde(default = "d_sweep")]
     pub sweep_us: u64,
+    /// Driven mode (no worker thread; the application's thread runs the passes): microseconds
+    /// without work after which the passes yield the core (`sched_yield`, once every 16 idle
+    /// passes) until work comes again. Default 50, more than a round trip between two
+    /// pinned processes, so a ping-pong or a stream on cores of its own never yields; but
+    /// where two driven processes share a core, the one waiting lets the other run instead
+    /// of spinning out its time slice (docs/dataplane.md "Workers"). `busy_poll = true`
+    /// never yields.
+    #[serde(default = "d_driven_spin")]
+    pub driven_spin_us: u64,
 }
 
 impl Default for WorkerConfig {
@@ -241,6 +250,7 @@ impl Default for WorkerConfig {
             spin_us: d_spin(),
             idle_sleep_us: d_sleep(),
             sweep_us: d_sweep(),
+            driven_spin_us: d_driven_spin(),
         }
     }
 }
@@ -344,6 +354,9 @@ fn d_batch() -> usize {
 }
 fn d_spin() -> u64 {
     0
+}
+fn d_driven_spin() -> u64 {
+    50
 }
 fn d_sleep() -> u64 {
     50

@@ -201,6 +201,9 @@ pub struct WorkerStats {
     /// Passes of a driven worker that handed completions to the application before their
     /// transmit phase, which the application's next call then ran (`Worker::poll_once`).
     pub transmit_deferred: u64,
+    /// Idle passes of a driven worker that yielded the core (`sched_yield`): those past
+    /// `worker.driven_spin_us` without work, one in 16 (`Worker::poll_once`).
+    pub idle_yields: u64,
 }
 
 /// A socket's (fast, timeout) TCP retransmissions and tail loss probes so far.
@@ -456,6 +459,8 @@ pub(crate) struct Worker {
     next_port: u16,
     stats: WorkerStats,
     last_work: Instant,
+    /// `wcfg.driven_spin_us`.
+    driven_spin: Duration,
     last_refusal: Option<Instant>,
     emss: usize,
     rbuf: Vec<u8>,
@@ -580,6 +585,7 @@ impl Worker {
             tcp,
         } = p;
         let post_flags = Arc::new(PostFlags::new(post_flag_slots(tcp.max_connections)));
+        let driven_spin = Duration::from_micros(wcfg.driven_spin_us);
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
@@ -617,6 +623,7 @@ impl Worker {
             next_port: 49152 + (rand::random::<u16>() % 8192),
             stats: WorkerStats::default(),
             last_work: Instant::now(),
+            driven_spin,
             last_refusal: None,
             emss,
             rbuf: vec![0u8; 64 * 1024],
@@ -755,6 +762,20 @@ impl Worker {
             self.last_work = now;
             self.idle_passes = 0;
         } else {
+            // Driven mode, long idle: whatever this thread waits for may need the core it
+            // holds (a peer process on the same core, the other end of a memif or net_ring
+            // link), and a thread that never blocks keeps the core for its whole time slice,
+            // milliseconds: two driven processes on one core moved 1 Gbit/s where they move
+            // 30 on two. So past `driven_spin_us` without work, every 16th idle pass (those
+            // that read the clock) yields. Background workers back off in `back_off`.
+            if !self.background
+                && !self.wcfg.busy_poll
+                && self.idle_passes.is_multiple_of(16)
+                && now.saturating_duration_since(self.last_work) >= self.driven_spin
+            {
+                self.stats.idle_yields += 1;
+                std::thread::yield_now();
+            }
             self.idle_passes = self.idle_passes.wrapping_add(1);
         }
         work

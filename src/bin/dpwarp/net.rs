@@ -138,6 +138,10 @@ pub fn log_device_stats(dp: &Dataplane) {
             w.tcp_timeout_retransmits,
             w.tcp_loss_probes
         );
+        log::info!(
+            "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us)",
+            w.idle_yields
+        );
     }
 }
 
