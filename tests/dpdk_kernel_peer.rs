@@ -284,6 +284,64 @@ fn af_packet_on_veth_in_netns() {
     let _ = std::fs::remove_file(cfg);
 }
 
+/// The kernel's TCP sockets in `ns` on `port` (local or remote) in a closing state that
+/// waits for the peer (FIN-WAIT-1, FIN-WAIT-2, CLOSING, LAST-ACK), one `ss` line each.
+fn kernel_closing_sockets(ns: &Netns, port: u16) -> Vec<String> {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "ss", "-tanH"])
+        .args(["state", "fin-wait-1", "state", "fin-wait-2"])
+        .args(["state", "closing", "state", "last-ack"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "ss: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!(":{port} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A DPDK process that closes its connection and exits at once still completes the TCP close
+/// with its peer: dropping the dataplane keeps the workers polling (for up to 200 ms) until
+/// every closing connection has had its FIN and the peer's acknowledged. The kernel peer's
+/// socket is then gone; without that drain the peer's FIN went to a port that no longer
+/// existed, and its socket sat in LAST-ACK, retransmitting the FIN (for minutes, Linux's
+/// `tcp_orphan_retries`). Over memif the peer's last segments were then sent into a link
+/// the departing process was tearing down (docs/dataplane.md "Stopping").
+#[test]
+fn af_packet_client_exit_completes_the_tcp_close() {
+    let ns = netns("afc");
+    let a = veth_in_netns(&ns, "dpc", "10.98.0.1/24", &["tx", "off"]);
+    let _srv = kernel_server(&ns, 18519, 3);
+    let cfg = write_config(
+        "afc",
+        &format!("net_af_packet0,iface={a}"),
+        "10.98.0.2",
+        "02:00:00:98:00:02",
+    );
+    for round in 0..3 {
+        let c = dpdk_client(&ns, &cfg, "10.98.0.1:18519", "send_lat", "64");
+        finish(c, "send_lat");
+        // The kernel server closes its side when it sees the client's FIN (at once); give
+        // a retransmitted FIN time to be answered, if there is anyone left to answer it.
+        let t0 = Instant::now();
+        let mut left = kernel_closing_sockets(&ns, 18519);
+        while !left.is_empty() && t0.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(50));
+            left = kernel_closing_sockets(&ns, 18519);
+        }
+        assert!(
+            left.is_empty(),
+            "round {round}: kernel sockets still closing 3 s after the DPDK client exited: {left:?}"
+        );
+    }
+    let _ = std::fs::remove_file(cfg);
+}
+
 /// The kernel's count in namespace `ns` of the TCP counter `key` (nstat, absolute).
 fn kernel_counter(ns: &Netns, key: &str) -> u64 {
     let o = Command::new("ip")

@@ -665,8 +665,14 @@ impl Drop for Dataplane {
                 let _ = j.join();
             }
             if let Some(d) = &w.driven {
-                // Takes the Stop sent above.
-                d.lock().unwrap_or_else(|p| p.into_inner()).poll_once();
+                // Takes the Stop sent above, then lets the closing connections finish
+                // (`STOP_DRAIN` at most).
+                let mut w = d.lock().unwrap_or_else(|p| p.into_inner());
+                while !w.is_stopped() {
+                    if !w.poll_once() {
+                        std::thread::yield_now();
+                    }
+                }
             }
         }
         for p in &self.ports {

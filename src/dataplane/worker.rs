@@ -59,6 +59,13 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// after a few lost segments (smoltcp's retransmission timeout backs off to seconds), and a
 /// peer that is gone still frees the socket in the end.
 const CLOSE_DATA_LINGER: Duration = Duration::from_secs(60);
+/// How long a stopping worker (its dataplane dropped) keeps polling while a connection that
+/// its application closed is still closing: its FIN not acknowledged yet, or the peer's FIN
+/// not received (RFC 9293 section 3.6: FIN-WAIT-1, FIN-WAIT-2, CLOSING, LAST-ACK). A process
+/// that closes its QPs and exits at once then still completes the close with its peers, as the
+/// kernel does for a process that exits; without it the peer's FIN found nobody, and the
+/// peer's socket retransmitted it from LAST-ACK for minutes.
+const STOP_DRAIN: Duration = Duration::from_millis(200);
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
 const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
@@ -464,8 +471,11 @@ pub(crate) struct Worker {
     last_refusal: Option<Instant>,
     emss: usize,
     rbuf: Vec<u8>,
-    /// Set by [`Cmd::Stop`] or when every command sender is gone.
+    /// Set once stopped: [`Cmd::Stop`] or every command sender gone, and then no closing
+    /// connection left open or `STOP_DRAIN` passed (`stop_by`).
     stopped: bool,
+    /// Stopping: until when the closing connections may still finish their close.
+    stop_by: Option<Instant>,
     /// Octets the engines wrote into the connections' staging buffers (`Conn::out`).
     tx_staged: u64,
     /// Octets copied from the staging buffers into the sockets' transmit rings.
@@ -628,6 +638,7 @@ impl Worker {
             emss,
             rbuf: vec![0u8; 64 * 1024],
             stopped: false,
+            stop_by: None,
             tx_staged: 0,
             tx_fed: 0,
             rx_copied_done: 0,
@@ -758,6 +769,9 @@ impl Worker {
             work |= self.transmit(now);
             work |= self.completions(now);
         }
+        if self.stop_by.is_some() {
+            self.stopped = self.drained(Instant::now());
+        }
         if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
             self.last_work = now;
             self.idle_passes = 0;
@@ -862,14 +876,48 @@ impl Worker {
         n
     }
 
-    /// Stop: every connection's QP is marked closed.
+    /// Stop: every connection's QP is marked closed; the worker stops once no connection is
+    /// closing (`STOP_DRAIN` at most, see `drained`). Connections still live stay as they are.
     fn stop(&mut self) {
+        if self.stop_by.is_some() {
+            return;
+        }
         for c in &self.conns {
             if let Some(sh) = &c.sh {
                 sh.set_closed();
             }
         }
-        self.stopped = true;
+        let now = Instant::now();
+        self.stop_by = Some(now + STOP_DRAIN);
+        self.stopped = self.drained(now);
+    }
+
+    /// Stopping, and nothing left to wait for: every connection that was closing is closed
+    /// (or in TIME-WAIT), or `STOP_DRAIN` has passed.
+    fn drained(&self, now: Instant) -> bool {
+        let Some(by) = self.stop_by else {
+            return false;
+        };
+        let closing = self
+            .conns
+            .iter()
+            .filter(|c| {
+                matches!(c.state, CState::Closing(_))
+                    && self.sockets.get::<tcp::Socket>(c.h).is_open()
+            })
+            .count();
+        if closing > 0 && now >= by {
+            log::info!(
+                "dataplane: worker {}: stopped with {closing} connection(s) still closing",
+                self.index
+            );
+        }
+        closing == 0 || now >= by
+    }
+
+    /// True once the worker has stopped (see [`Worker::poll_once`]).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
     }
 
     // --- phase 1: commands ----------------------------------------------------------------------
