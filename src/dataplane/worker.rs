@@ -65,7 +65,7 @@ const CLOSE_DATA_LINGER: Duration = Duration::from_secs(60);
 /// that closes its QPs and exits at once then still completes the close with its peers, as the
 /// kernel does for a process that exits; without it the peer's FIN found nobody, and the
 /// peer's socket retransmitted it from LAST-ACK for minutes.
-const STOP_DRAIN: Duration = Duration::from_millis(200);
+const STOP_DRAIN: Duration = Duration::from_secs(1);
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
 const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
@@ -889,30 +889,44 @@ impl Worker {
         }
         let now = Instant::now();
         self.stop_by = Some(now + STOP_DRAIN);
+        let closing = self.closing_open();
+        if closing > 0 {
+            log::info!(
+                "dataplane: worker {}: stopping: {closing} connection(s) closing",
+                self.index
+            );
+        }
         self.stopped = self.drained(now);
     }
 
+    /// Connections whose close is under way: closing, their socket neither closed nor in
+    /// TIME-WAIT, or in TIME-WAIT with the ACK of the peer's FIN not sent yet.
+    fn closing_open(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| {
+                let s = self.sockets.get::<tcp::Socket>(c.h);
+                matches!(c.state, CState::Closing(_)) && (s.is_open() || s.ack_pending())
+            })
+            .count()
+    }
+
     /// Stopping, and nothing left to wait for: every connection that was closing is closed
-    /// (or in TIME-WAIT), or `STOP_DRAIN` has passed.
+    /// (or in TIME-WAIT), or `STOP_DRAIN` has passed. Logs how long the closes took.
     fn drained(&self, now: Instant) -> bool {
         let Some(by) = self.stop_by else {
             return false;
         };
-        let closing = self
-            .conns
-            .iter()
-            .filter(|c| {
-                matches!(c.state, CState::Closing(_))
-                    && self.sockets.get::<tcp::Socket>(c.h).is_open()
-            })
-            .count();
-        if closing > 0 && now >= by {
+        let closing = self.closing_open();
+        let done = closing == 0 || now >= by;
+        let waited = now.saturating_duration_since(by - STOP_DRAIN);
+        if done && !waited.is_zero() {
             log::info!(
-                "dataplane: worker {}: stopped with {closing} connection(s) still closing",
+                "dataplane: worker {}: stopped after {waited:?}, {closing} connection(s) still closing",
                 self.index
             );
         }
-        closing == 0 || now >= by
+        done
     }
 
     /// True once the worker has stopped (see [`Worker::poll_once`]).
@@ -1794,7 +1808,13 @@ impl Worker {
                 // its ACK) until it is closed, or CLOSE_LINGER has passed since all its data
                 // was acknowledged (CLOSE_DATA_LINGER since the close while some is not).
                 CState::Closing(since) => {
-                    if !s.is_open() {
+                    if s.state() == tcp::State::TimeWait && s.ack_pending() {
+                        // The ACK of the peer's FIN goes out in a transmit phase still to
+                        // come (this pass handed its completions over first): removed
+                        // before that, the peer would wait for it in LAST-ACK.
+                        list_once(&mut c.active, i, &mut self.active);
+                        false
+                    } else if !s.is_open() {
                         true
                     } else if s.send_queue() > 0 {
                         now.duration_since(since) > CLOSE_DATA_LINGER

@@ -1111,6 +1111,13 @@ impl<'a> Socket<'a> {
         Some(self.tuple?.remote)
     }
 
+    /// dpwarp: whether the socket owes its peer an ACK (data or a FIN received and not yet
+    /// acknowledged). A socket in TIME-WAIT that still owes the ACK of the peer's FIN must not
+    /// be dropped before its next dispatch: the peer would wait for that ACK in LAST-ACK.
+    pub fn ack_pending(&self) -> bool {
+        self.ack_to_transmit()
+    }
+
     /// Return the connection state, in terms of the TCP state machine.
     #[inline]
     pub fn state(&self) -> State {
@@ -2416,6 +2423,12 @@ impl<'a> Socket<'a> {
             (State::FinWait1, TcpControl::Fin) => {
                 self.remote_seq_no += 1;
                 self.rx_fin_received = true;
+                // dpwarp: the ACK of a FIN that ends our close goes at once, not after the
+                // delayed-ACK timer (as Linux's tcp_fin in FIN-WAIT-1 and FIN-WAIT-2): no
+                // data of ours can come to carry it, and the peer waits for it in LAST-ACK.
+                // An application that exits once its close is done (dpwarp's dataplane stops
+                // when its closing sockets are in TIME-WAIT) would otherwise take the ACK along.
+                self.ack_delay_timer = AckDelayTimer::Immediate;
                 if ack_of_fin {
                     self.set_state(State::TimeWait);
                     self.timer.set_for_close(cx.now());
@@ -2434,6 +2447,8 @@ impl<'a> Socket<'a> {
             (State::FinWait2, TcpControl::Fin) => {
                 self.remote_seq_no += 1;
                 self.rx_fin_received = true;
+                // dpwarp: acknowledged at once, as in FIN-WAIT-1 above.
+                self.ack_delay_timer = AckDelayTimer::Immediate;
                 self.set_state(State::TimeWait);
                 self.timer.set_for_close(cx.now());
             }
@@ -5881,6 +5896,67 @@ mod test {
         });
         assert_eq!(s.state, State::TimeWait);
         sanity!(s, socket_time_wait(false));
+    }
+
+    /// dpwarp: with delayed ACKs on, the FIN that ends our close is still acknowledged at
+    /// once (from FIN-WAIT-2 and from FIN-WAIT-1), not after the delayed-ACK timer.
+    #[test]
+    fn test_fin_ending_our_close_is_acked_at_once() {
+        // Data first: its ACK waits for the delayed-ACK timer, which then runs when the FIN
+        // comes (a bare FIN on an idle timer was acknowledged at once anyway).
+        let mut s = socket_fin_wait_2();
+        s.set_ack_delay(Some(ACK_DELAY_DEFAULT));
+        send!(s, time 1_000, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 1),
+            payload: &b"abc"[..],
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1_000);
+        send!(s, time 1_001, TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1 + 1),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.state, State::TimeWait);
+        recv!(s, time 1_001, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 3 + 1),
+            window_len: 61,
+            ..RECV_TEMPL
+        }));
+
+        // FIN-WAIT-1, our FIN sent: data, then the peer's FIN acknowledging ours (straight
+        // to TIME-WAIT).
+        let mut s = socket_fin_wait_1();
+        s.set_ack_delay(Some(ACK_DELAY_DEFAULT));
+        recv!(s, time 1_000, Ok(TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            ..RECV_TEMPL
+        }));
+        send!(s, time 1_000, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"abc"[..],
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1_000);
+        send!(s, time 1_001, TcpRepr {
+            control: TcpControl::Fin,
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1 + 1),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.state, State::TimeWait);
+        recv!(s, time 1_001, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 3 + 1),
+            window_len: 61,
+            ..RECV_TEMPL
+        }));
     }
 
     #[test]
