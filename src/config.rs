@@ -233,13 +233,14 @@ pub struct WorkerConfig {
     pub sweep_us: u64,
     /// Driven mode (no worker thread; the application's thread runs the passes): microseconds
     /// without work after which the passes yield the core (`sched_yield`, once every 16 idle
-    /// passes) until work comes again. Default 50, more than a round trip between two
-    /// pinned processes, so a ping-pong or a stream on cores of its own never yields; but
-    /// where two driven processes share a core, the one waiting lets the other run instead
-    /// of spinning out its time slice (docs/dataplane.md "Workers"). `busy_poll = true`
-    /// never yields.
-    #[serde(default = "d_driven_spin")]
-    pub driven_spin_us: u64,
+    /// passes) until work comes again. Unset: 50 (more than a round trip between two pinned
+    /// processes, so a ping-pong or a stream on cores of its own never yields), or 2 for a
+    /// worker that shares its CPU with another worker of the process (more workers than
+    /// CPUs). Two driven processes on one core cannot know of each other: set a few
+    /// microseconds there, so that the one waiting lets the other run instead of spinning out
+    /// its time slice (docs/dataplane.md "Workers"). `busy_poll = true` never yields.
+    #[serde(default)]
+    pub driven_spin_us: Option<u64>,
 }
 
 impl Default for WorkerConfig {
@@ -250,7 +251,7 @@ impl Default for WorkerConfig {
             spin_us: d_spin(),
             idle_sleep_us: d_sleep(),
             sweep_us: d_sweep(),
-            driven_spin_us: d_driven_spin(),
+            driven_spin_us: None,
         }
     }
 }
@@ -354,9 +355,6 @@ fn d_batch() -> usize {
 }
 fn d_spin() -> u64 {
     0
-}
-fn d_driven_spin() -> u64 {
-    50
 }
 fn d_sleep() -> u64 {
     50
@@ -790,6 +788,18 @@ mod tests {
         for bad in ["rto_min_ms=0", "rto_min_ms=10001"] {
             assert!(DataplaneConfig::parse(&format!("{base}[tcp]\n{bad}\n")).is_err());
         }
+    }
+
+    #[test]
+    fn driven_spin_is_left_to_the_placement_unless_set() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        assert_eq!(
+            DataplaneConfig::parse(base).unwrap().worker.driven_spin_us,
+            None
+        );
+        let c = DataplaneConfig::parse(&format!("{base}[worker]\ndriven_spin_us=5\n")).unwrap();
+        assert_eq!(c.worker.driven_spin_us, Some(5));
+        assert!(DataplaneConfig::parse(&format!("{base}[worker]\ndriven_spin_us=-1\n")).is_err());
     }
 
     #[test]

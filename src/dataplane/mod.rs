@@ -536,6 +536,25 @@ impl Dataplane {
                 next: Arc::new(AtomicUsize::new(0)),
             });
         }
+        // Driven workers that share a CPU with another worker of this process (more workers
+        // than CPUs, e.g. one CPU for all) take turns on it: each yields its core after a
+        // short idle instead of `DRIVEN_SPIN_ALONE_US` (docs/dataplane.md "Workers").
+        if cfg.worker.driven_spin_us.is_none() {
+            for w in &workers {
+                let (Some(c), Some(d)) = (w.cpu, &w.driven) else {
+                    continue;
+                };
+                if workers.iter().filter(|o| o.cpu == Some(c)).count() > 1 {
+                    let spin = Duration::from_micros(worker::DRIVEN_SPIN_SHARED_US);
+                    d.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .set_driven_spin(spin);
+                    log::info!(
+                        "dataplane: driven workers share CPU {c}: each yields it after {spin:?} idle"
+                    );
+                }
+            }
+        }
         Ok(Dataplane {
             endpoints,
             workers,

@@ -66,6 +66,15 @@ const CLOSE_DATA_LINGER: Duration = Duration::from_secs(60);
 /// kernel does for a process that exits; without it the peer's FIN found nobody, and the
 /// peer's socket retransmitted it from LAST-ACK for minutes.
 const STOP_DRAIN: Duration = Duration::from_secs(1);
+/// A driven worker idle for longer than `worker.driven_spin_us` yields its core on every
+/// this many idle passes (a multiple of 16: those passes read the clock).
+const IDLE_YIELD_EVERY: u32 = 16;
+/// `worker.driven_spin_us` by default for a driven worker alone on its CPU (as far as this
+/// process knows): longer than any wait of a ping-pong or a stream between pinned processes.
+pub const DRIVEN_SPIN_ALONE_US: u64 = 50;
+/// `worker.driven_spin_us` by default for a driven worker that shares its CPU with another
+/// worker of this process (`Dataplane::start_with`).
+pub const DRIVEN_SPIN_SHARED_US: u64 = 2;
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
 const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
@@ -211,6 +220,9 @@ pub struct WorkerStats {
     /// Idle passes of a driven worker that yielded the core (`sched_yield`): those past
     /// `worker.driven_spin_us` without work, one in 16 (`Worker::poll_once`).
     pub idle_yields: u64,
+    /// The idle time after which a driven worker's passes yield (`worker.driven_spin_us`,
+    /// or its default for this worker's placement), in microseconds.
+    pub driven_spin_us: u64,
 }
 
 /// A socket's (fast, timeout) TCP retransmissions and tail loss probes so far.
@@ -595,7 +607,8 @@ impl Worker {
             tcp,
         } = p;
         let post_flags = Arc::new(PostFlags::new(post_flag_slots(tcp.max_connections)));
-        let driven_spin = Duration::from_micros(wcfg.driven_spin_us);
+        let driven_spin =
+            Duration::from_micros(wcfg.driven_spin_us.unwrap_or(DRIVEN_SPIN_ALONE_US));
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
@@ -784,7 +797,7 @@ impl Worker {
             // that read the clock) yields. Background workers back off in `back_off`.
             if !self.background
                 && !self.wcfg.busy_poll
-                && self.idle_passes.is_multiple_of(16)
+                && self.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
                 && now.saturating_duration_since(self.last_work) >= self.driven_spin
             {
                 self.stats.idle_yields += 1;
@@ -826,6 +839,7 @@ impl Worker {
         self.stats.ran_on = rustix::thread::sched_getcpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
+        self.stats.driven_spin_us = self.driven_spin.as_micros() as u64;
         let (mut fast, mut timeout, mut probes) = self.retransmits_done;
         for (_, sock) in self.sockets.iter() {
             let (f, t, p) = retransmissions(sock);
@@ -932,6 +946,12 @@ impl Worker {
     /// True once the worker has stopped (see [`Worker::poll_once`]).
     pub fn is_stopped(&self) -> bool {
         self.stopped
+    }
+
+    /// How long a driven worker stays idle before its passes yield the core (what
+    /// `worker.driven_spin_us` sets).
+    pub(crate) fn set_driven_spin(&mut self, d: Duration) {
+        self.driven_spin = d;
     }
 
     // --- phase 1: commands ----------------------------------------------------------------------
