@@ -287,22 +287,25 @@ fn af_packet_on_veth_in_netns() {
 /// The kernel's TCP sockets in `ns` on `port` (local or remote) in a closing state that
 /// waits for the peer (FIN-WAIT-1, FIN-WAIT-2, CLOSING, LAST-ACK), one `ss` line each.
 fn kernel_closing_sockets(ns: &Netns, port: u16) -> Vec<String> {
-    let o = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "ss", "-tanH"])
-        .args(["state", "fin-wait-1", "state", "fin-wait-2"])
-        .args(["state", "closing", "state", "last-ack"])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "ss: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter(|l| l.contains(&format!(":{port} ")))
-        .map(str::to_string)
-        .collect()
+    output_in(
+        ns,
+        &[
+            "ss",
+            "-tanH",
+            "state",
+            "fin-wait-1",
+            "state",
+            "fin-wait-2",
+            "state",
+            "closing",
+            "state",
+            "last-ack",
+        ],
+    )
+    .lines()
+    .filter(|l| l.contains(&format!(":{port} ")))
+    .map(str::to_string)
+    .collect()
 }
 
 /// A DPDK process that closes its connection and exits at once still completes the TCP close
@@ -344,13 +347,24 @@ fn af_packet_client_exit_completes_the_tcp_close() {
     let _ = std::fs::remove_file(cfg);
 }
 
+/// The standard output of `cmd` run in `ns` (`ip netns exec`), required to succeed.
+fn output_in(ns: &Netns, cmd: &[&str]) -> String {
+    let o = Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .args(cmd)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// The kernel's count in namespace `ns` of the TCP counter `key` (nstat, absolute).
 fn kernel_counter(ns: &Netns, key: &str) -> u64 {
-    let o = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "nstat", "-asz", key])
-        .output()
-        .expect("nstat");
-    let s = String::from_utf8_lossy(&o.stdout);
+    let s = output_in(ns, &["nstat", "-asz", key]);
     s.lines()
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
@@ -479,13 +493,7 @@ fn af_packet_loss_both_ways_with_kernel_peer() {
 
 /// (packets sent, packets dropped) by the root qdisc of `dev` in `ns` (`tc -s qdisc`).
 fn qdisc_counts(ns: &Netns, dev: &str) -> (u64, u64) {
-    let o = Command::new("ip")
-        .args([
-            "netns", "exec", &ns.0, "tc", "-s", "qdisc", "show", "dev", dev,
-        ])
-        .output()
-        .expect("tc");
-    let s = String::from_utf8_lossy(&o.stdout);
+    let s = output_in(ns, &["tc", "-s", "qdisc", "show", "dev", dev]);
     let word_after = |k: &str| -> u64 {
         let i = s.find(k).unwrap_or_else(|| panic!("{k} in {s}")) + k.len();
         s[i..]

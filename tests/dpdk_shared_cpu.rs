@@ -8,12 +8,15 @@
 
 use std::process::Command;
 
+mod dp_common;
+use dp_common::unique;
+
 /// Run `taskset -c 0 dpwarp rpc-bench` over `configs/net_ring.toml` (rings renamed for this
 /// run, `extra` added to its `[worker]` section) for half a second of NULL calls; returns
 /// (stderr at info level, the JSON line).
 fn rpc_bench_on_cpu0(tag: &str, extra: &str) -> (String, serde_json::Value) {
     let src = format!("{}/configs/net_ring.toml", env!("CARGO_MANIFEST_DIR"));
-    let ring = format!("{tag}{}", std::process::id() % 100000);
+    let ring = unique(tag);
     let text = std::fs::read_to_string(src)
         .unwrap()
         .replace("dpwring", &ring)

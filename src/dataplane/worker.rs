@@ -225,6 +225,16 @@ pub struct WorkerStats {
     pub driven_spin_us: u64,
 }
 
+/// A closing socket's close is over: closed, or in TIME-WAIT with the ACK of the peer's FIN
+/// sent (`ack_pending`: the peer waits for that ACK in LAST-ACK).
+fn close_finished(s: &tcp::Socket) -> bool {
+    match s.state() {
+        tcp::State::Closed => true,
+        tcp::State::TimeWait => !s.ack_pending(),
+        _ => false,
+    }
+}
+
 /// A socket's (fast, timeout) TCP retransmissions and tail loss probes so far.
 fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64, u64) {
     #[allow(irrefutable_let_patterns)]
@@ -484,10 +494,10 @@ pub(crate) struct Worker {
     emss: usize,
     rbuf: Vec<u8>,
     /// Set once stopped: [`Cmd::Stop`] or every command sender gone, and then no closing
-    /// connection left open or `STOP_DRAIN` passed (`stop_by`).
+    /// connection left open or `STOP_DRAIN` passed (`stopping_since`).
     stopped: bool,
-    /// Stopping: until when the closing connections may still finish their close.
-    stop_by: Option<Instant>,
+    /// Stopping since then: the closing connections may still finish their close.
+    stopping_since: Option<Instant>,
     /// Octets the engines wrote into the connections' staging buffers (`Conn::out`).
     tx_staged: u64,
     /// Octets copied from the staging buffers into the sockets' transmit rings.
@@ -651,7 +661,7 @@ impl Worker {
             emss,
             rbuf: vec![0u8; 64 * 1024],
             stopped: false,
-            stop_by: None,
+            stopping_since: None,
             tx_staged: 0,
             tx_fed: 0,
             rx_copied_done: 0,
@@ -782,7 +792,7 @@ impl Worker {
             work |= self.transmit(now);
             work |= self.completions(now);
         }
-        if self.stop_by.is_some() {
+        if self.stopping_since.is_some() {
             self.stopped = self.drained(Instant::now());
         }
         if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
@@ -893,7 +903,7 @@ impl Worker {
     /// Stop: every connection's QP is marked closed; the worker stops once no connection is
     /// closing (`STOP_DRAIN` at most, see `drained`). Connections still live stay as they are.
     fn stop(&mut self) {
-        if self.stop_by.is_some() {
+        if self.stopping_since.is_some() {
             return;
         }
         for c in &self.conns {
@@ -901,8 +911,7 @@ impl Worker {
                 sh.set_closed();
             }
         }
-        let now = Instant::now();
-        self.stop_by = Some(now + STOP_DRAIN);
+        self.stopping_since = Some(Instant::now());
         let closing = self.closing_open();
         if closing > 0 {
             log::info!(
@@ -910,31 +919,32 @@ impl Worker {
                 self.index
             );
         }
-        self.stopped = self.drained(now);
+        self.stopped = closing == 0;
     }
 
-    /// Connections whose close is under way: closing, their socket neither closed nor in
-    /// TIME-WAIT, or in TIME-WAIT with the ACK of the peer's FIN not sent yet.
+    /// Connections whose close is under way: closing, their socket's close not finished
+    /// (`close_finished`).
     fn closing_open(&self) -> usize {
         self.conns
             .iter()
             .filter(|c| {
-                let s = self.sockets.get::<tcp::Socket>(c.h);
-                matches!(c.state, CState::Closing(_)) && (s.is_open() || s.ack_pending())
+                matches!(c.state, CState::Closing(_))
+                    && !close_finished(self.sockets.get::<tcp::Socket>(c.h))
             })
             .count()
     }
 
-    /// Stopping, and nothing left to wait for: every connection that was closing is closed
-    /// (or in TIME-WAIT), or `STOP_DRAIN` has passed. Logs how long the closes took.
+    /// Stopping (with connections closing when it began), and nothing left to wait for:
+    /// every one of them closed (or in TIME-WAIT with its last ACK sent), or `STOP_DRAIN`
+    /// has passed. Logs how long the closes took.
     fn drained(&self, now: Instant) -> bool {
-        let Some(by) = self.stop_by else {
+        let Some(since) = self.stopping_since else {
             return false;
         };
         let closing = self.closing_open();
-        let done = closing == 0 || now >= by;
-        let waited = now.saturating_duration_since(by - STOP_DRAIN);
-        if done && !waited.is_zero() {
+        let waited = now.saturating_duration_since(since);
+        let done = closing == 0 || waited >= STOP_DRAIN;
+        if done {
             log::info!(
                 "dataplane: worker {}: stopped after {waited:?}, {closing} connection(s) still closing",
                 self.index
@@ -1828,14 +1838,15 @@ impl Worker {
                 // its ACK) until it is closed, or CLOSE_LINGER has passed since all its data
                 // was acknowledged (CLOSE_DATA_LINGER since the close while some is not).
                 CState::Closing(since) => {
-                    if s.state() == tcp::State::TimeWait && s.ack_pending() {
-                        // The ACK of the peer's FIN goes out in a transmit phase still to
-                        // come (this pass handed its completions over first): removed
-                        // before that, the peer would wait for it in LAST-ACK.
+                    if close_finished(s) {
+                        true
+                    } else if !s.is_open() {
+                        // TIME-WAIT, the ACK of the peer's FIN still owed: it goes out in a
+                        // transmit phase still to come (this pass handed its completions
+                        // over first); removed before that, the peer would wait for it in
+                        // LAST-ACK.
                         list_once(&mut c.active, i, &mut self.active);
                         false
-                    } else if !s.is_open() {
-                        true
                     } else if s.send_queue() > 0 {
                         now.duration_since(since) > CLOSE_DATA_LINGER
                     } else {
