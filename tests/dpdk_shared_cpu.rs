@@ -1,15 +1,26 @@
-//! Driven workers on one CPU: `dpwarp rpc-bench` (both ports of a net_ring pair in one
-//! process, each driven by its own thread) run under `taskset -c 0`, so both workers are placed
-//! on CPU 0. Left unset, `worker.driven_spin_us` then becomes 2 us for them (not 50): each
-//! yields the CPU soon after it runs out of work, so the other gets to run (on one CPU, NULL
-//! calls went from 7 thousand a second before any yield to about 195 thousand with 50 us and
-//! 527 thousand with 2 us; docs/dataplane.md "Workers"). Set in the config, the value is kept.
-//! Each run is a child process with its own EAL and its own ring names.
+//! Driven workers on one CPU.
+//!
+//! `dpwarp rpc-bench` (both ports of a net_ring pair in one process, each driven by its own
+//! thread) run under `taskset -c 0`, so both workers are placed on CPU 0. Left unset,
+//! `worker.driven_spin_us` then becomes 2 us for them (not 50): each yields the CPU soon after
+//! it runs out of work, so the other gets to run (on one CPU, NULL calls went from 7 thousand a
+//! second before any yield to about 195 thousand with 50 us and 527 thousand with 2 us;
+//! docs/dataplane.md "Workers"). Set in the config, the value is kept.
+//!
+//! Two processes on one CPU (a dpperf server and client over net_memif, both with EAL `-l 0`)
+//! cannot see each other's placement; each worker notices that its thread waits for its CPU
+//! (`/proc/thread-self/schedstat`) and shortens its spin to the same 2 us (a 64 B ping-pong:
+//! 56 us one way with 50, 4.6 with 2).
+//! Each run is a child process with its own EAL and its own ring or socket names.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 mod dp_common;
 use dp_common::unique;
+mod memif_common;
+use memif_common::{configs, Kill};
 
 /// Run `taskset -c 0 dpwarp rpc-bench` over `configs/net_ring.toml` (rings renamed for this
 /// run, `extra` added to its `[worker]` section) for half a second of NULL calls; returns
@@ -66,4 +77,82 @@ fn driven_workers_sharing_a_cpu_yield_it_soon() {
     let (err, json) = rpc_bench_on_cpu0("dpwsx", "driven_spin_us = 50\n");
     assert!(!err.contains("driven workers share CPU"), "{err}");
     assert!(json["calls"].as_u64().unwrap() > 0, "{json}");
+}
+
+/// A dpperf server and client over one memif link, both on CPU 0 (`-l 0` in both configs,
+/// and `taskset`), `worker.driven_spin_us` unset: a 64 B ping-pong long enough for several
+/// 100 ms windows of the run delay. Both workers find their CPU shared and yield it after 2 us
+/// idle; the server's counters say so at exit.
+#[test]
+fn two_processes_on_one_cpu_each_find_it_shared() {
+    let dir = std::env::temp_dir().join(unique("dpwarp-shcpu"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("memif.sock");
+    let (scfg, ccfg) = configs(&dir, &sock, 92, 0, false);
+    let bin = env!("CARGO_BIN_EXE_dpwarp");
+    let mut server = Kill(
+        Command::new("taskset")
+            .args(["-c", "0", bin, "dpperf", "--server", "--count", "1"])
+            .args(["--addr", "10.92.0.1:18515", "--config"])
+            .arg(&scfg)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
+    let t0 = Instant::now();
+    loop {
+        let l = lines.next().expect("server exited early").unwrap();
+        if l.contains("listening") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+    // About 2 s of round trips in a debug build on a quiet CPU, 0.3 s in release.
+    let c = Command::new("taskset")
+        .args(["-c", "0", bin, "dpperf", "--addr", "10.92.0.1:18515"])
+        .args(["--json", "--test", "send_lat", "--size", "64"])
+        .args(["--iters", "60000", "--config"])
+        .arg(&ccfg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let cerr = String::from_utf8_lossy(&c.stderr).to_string();
+    assert!(c.status.success(), "client: {cerr}");
+    let out = server.0.wait_with_output_of_stderr();
+    let shared =
+        "worker 0: CPU shared (its thread takes turns on it with another): yields after 2µs idle";
+    assert!(cerr.contains(shared), "client: {cerr}");
+    assert!(out.contains(shared), "server: {out}");
+    // The counters at exit: contended windows counted, and the spin still the shared one.
+    let counters = out
+        .lines()
+        .find(|l| l.contains("idle yields"))
+        .unwrap_or_else(|| panic!("no counters: {out}"));
+    assert!(counters.ends_with("yields after 2us idle"), "{counters}");
+    let contended: u64 = counters
+        .split("CPU contended in ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{counters}"));
+    assert!(contended >= 2, "{counters}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Wait for a child and return its stderr.
+trait StderrOf {
+    fn wait_with_output_of_stderr(&mut self) -> String;
+}
+
+impl StderrOf for std::process::Child {
+    fn wait_with_output_of_stderr(&mut self) -> String {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut self.stderr.take().unwrap(), &mut s).unwrap();
+        let st = self.wait().unwrap();
+        assert!(st.success(), "server exit {st}: {s}");
+        s
+    }
 }

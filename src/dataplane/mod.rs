@@ -15,6 +15,7 @@
 //! worker *i*. NICs that spread flows by RSS would need flow steering (not done; one queue per
 //! port is the tested setup for those).
 
+mod contention;
 pub mod device;
 pub mod fault;
 mod worker;

@@ -35,6 +35,7 @@ use smoltcp::iface::{
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
 
+use super::contention::{Contention, RunDelay};
 use super::device::{DeviceStats, DpdkDevice};
 use crate::cm::pump;
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
@@ -220,9 +221,22 @@ pub struct WorkerStats {
     /// Idle passes of a driven worker that yielded the core (`sched_yield`): those past
     /// `worker.driven_spin_us` without work, one in 16 (`Worker::poll_once`).
     pub idle_yields: u64,
-    /// The idle time after which a driven worker's passes yield (`worker.driven_spin_us`,
-    /// or its default for this worker's placement), in microseconds.
+    /// The idle time after which a driven worker's passes yield now (`worker.driven_spin_us`,
+    /// or its default for this worker's placement and the contention of its CPU), in
+    /// microseconds.
     pub driven_spin_us: u64,
+    /// Windows in which a driven worker left to its default spin measured how long its
+    /// thread waited for its CPU (`contention::WINDOW`, 100 ms of idle passes).
+    pub contention_windows: u64,
+    /// Of those, the windows in which it waited for its CPU more than a tenth of the window.
+    pub contended_windows: u64,
+    /// Of those, the windows in which it waited mostly inside its own yields shorter than a
+    /// millisecond: the thread it yielded to gave the CPU back. Two in a row: the CPU is shared with such a thread (a
+    /// peer process), and the worker yields after `DRIVEN_SPIN_SHARED_US` until a window that
+    /// is not one of these (`dataplane::contention`).
+    pub turn_windows: u64,
+    /// Times the worker found its CPU shared (and shortened its spin) after finding it its own.
+    pub cpu_found_shared: u64,
 }
 
 /// A closing socket's close is over: closed, or in TIME-WAIT with the ACK of the peer's FIN
@@ -488,8 +502,15 @@ pub(crate) struct Worker {
     next_port: u16,
     stats: WorkerStats,
     last_work: Instant,
-    /// `wcfg.driven_spin_us`.
+    /// How long a driven worker stays idle before its passes yield: `spin_base`, or
+    /// `DRIVEN_SPIN_SHARED_US` while its thread takes turns on its CPU with another
+    /// (`contention`).
     driven_spin: Duration,
+    /// `wcfg.driven_spin_us`, or its default for this worker's placement.
+    spin_base: Duration,
+    /// Left to its default (`wcfg.driven_spin_us` unset), the spin follows how the driving
+    /// thread shares its CPU: windows of its run delay and its yields (`dataplane::contention`).
+    contention: Option<(Contention, RunDelay)>,
     last_refusal: Option<Instant>,
     emss: usize,
     rbuf: Vec<u8>,
@@ -619,6 +640,7 @@ impl Worker {
         let post_flags = Arc::new(PostFlags::new(post_flag_slots(tcp.max_connections)));
         let driven_spin =
             Duration::from_micros(wcfg.driven_spin_us.unwrap_or(DRIVEN_SPIN_ALONE_US));
+        let adaptive = wcfg.driven_spin_us.is_none();
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
@@ -657,6 +679,8 @@ impl Worker {
             stats: WorkerStats::default(),
             last_work: Instant::now(),
             driven_spin,
+            spin_base: driven_spin,
+            contention: adaptive.then(|| (Contention::new(t0), RunDelay::default())),
             last_refusal: None,
             emss,
             rbuf: vec![0u8; 64 * 1024],
@@ -808,10 +832,15 @@ impl Worker {
             if !self.background
                 && !self.wcfg.busy_poll
                 && self.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
-                && now.saturating_duration_since(self.last_work) >= self.driven_spin
             {
-                self.stats.idle_yields += 1;
-                std::thread::yield_now();
+                self.check_contention(now);
+                if now.saturating_duration_since(self.last_work) >= self.driven_spin {
+                    self.stats.idle_yields += 1;
+                    std::thread::yield_now();
+                    if let Some((c, _)) = self.contention.as_mut() {
+                        c.note_yield(Instant::now().saturating_duration_since(now));
+                    }
+                }
             }
             self.idle_passes = self.idle_passes.wrapping_add(1);
         }
@@ -962,6 +991,68 @@ impl Worker {
     /// `worker.driven_spin_us` sets).
     pub(crate) fn set_driven_spin(&mut self, d: Duration) {
         self.driven_spin = d;
+        self.spin_base = d;
+    }
+
+    /// Once a window (`contention::WINDOW`), from an idle pass of a driven worker left to its
+    /// default spin: did its thread take turns on its CPU with another in the window that
+    /// ended (waited for it, and mostly inside its own yields)? Two such windows in a row: a
+    /// peer process shares the core, which this process cannot see otherwise, and the worker
+    /// yields after `DRIVEN_SPIN_SHARED_US` idle until a window that is not one of these
+    /// (docs/dataplane.md "Workers").
+    fn check_contention(&mut self, now: Instant) {
+        let Some((c, delay)) = self.contention.as_mut() else {
+            return;
+        };
+        if !c.due(now) {
+            return;
+        }
+        let Some(waited) = delay.read() else {
+            self.contention = None;
+            return;
+        };
+        let Some(w) = c.observe(now, waited) else {
+            return;
+        };
+        log::trace!(
+            "dataplane: worker {}: run delay {waited} ns: {w:?}",
+            self.index
+        );
+        self.stats.contention_windows += 1;
+        self.stats.contended_windows += u64::from(w.contended);
+        self.stats.turn_windows += u64::from(w.taking_turns);
+        let spin = if c.shared() {
+            self.spin_base
+                .min(Duration::from_micros(DRIVEN_SPIN_SHARED_US))
+        } else {
+            self.spin_base
+        };
+        if spin != self.driven_spin {
+            // Said once at info (a CPU shared on and off would fill the log), then at debug.
+            let level = if c.shared() && self.stats.cpu_found_shared == 0 {
+                log::Level::Info
+            } else {
+                log::Level::Debug
+            };
+            if c.shared() {
+                log::log!(
+                    level,
+                    "dataplane: worker {}: CPU shared (its thread takes turns on it with \
+                     another): yields after {spin:?} idle",
+                    self.index
+                );
+            } else {
+                log::debug!(
+                    "dataplane: worker {}: CPU its own again (or busy with a thread that \
+                     keeps it): yields after {spin:?} idle",
+                    self.index
+                );
+            }
+            if c.shared() {
+                self.stats.cpu_found_shared += 1;
+            }
+            self.driven_spin = spin;
+        }
     }
 
     // --- phase 1: commands ----------------------------------------------------------------------

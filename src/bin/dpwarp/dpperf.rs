@@ -849,6 +849,9 @@ pub fn run(a: Args) -> Result<(), String> {
                     }
                     served += 1;
                     if a.count != 0 && served >= a.count {
+                        if let Some(dp) = &_dp {
+                            log_device_stats(dp);
+                        }
                         return Ok(());
                     }
                 }

@@ -139,8 +139,13 @@ pub fn log_device_stats(dp: &Dataplane) {
             w.tcp_loss_probes
         );
         log::info!(
-            "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us)",
-            w.idle_yields
+            "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us); \
+             CPU contended in {} of {} windows, taking turns in {}; yields after {}us idle",
+            w.idle_yields,
+            w.contended_windows,
+            w.contention_windows,
+            w.turn_windows,
+            w.driven_spin_us
         );
     }
 }

@@ -118,6 +118,10 @@ pub struct WorkerStats {
     pub tcp_timeout_retransmits: u64,
     pub tcp_loss_probes: u64,
     pub idle_yields: u64,
+    pub contended_windows: u64,
+    pub turn_windows: u64,
+    pub contention_windows: u64,
+    pub driven_spin_us: u64,
 }
 
 /// Mirrors the fields of `dataplane::device::DeviceStats` the tools print.
