@@ -269,13 +269,14 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     // run (two driven memif processes on one core: 1 Gbit/s without, 10-13 with). Nothing
     // happens on the link now: 20 ms of idle passes must have yielded. Without: 0.
     // Unset in the config: 50 us for a worker alone on its CPU, 2 us where the two workers
-    // share one (a machine with one CPU; tests/dpdk_shared_cpu.rs).
+    // share one (a machine with one CPU; tests/dpdk_shared_cpu.rs), or where the worker found
+    // that its thread takes turns on its CPU with another (other tests running beside this
+    // one; dataplane::contention).
     let spin = if ss.cpu == cs.cpu { 2 } else { 50 };
-    assert_eq!(
-        (ss.driven_spin_us, cs.driven_spin_us),
-        (spin, spin),
-        "{ss:?} {cs:?}"
-    );
+    for w in [&ss, &cs] {
+        let found_shared = w.cpu_found_shared > 0 && w.driven_spin_us == 2;
+        assert!(w.driven_spin_us == spin || found_shared, "{ss:?} {cs:?}");
+    }
     let before = cd.stats().idle_yields;
     let end = Instant::now() + Duration::from_millis(20);
     while Instant::now() < end {
