@@ -112,7 +112,8 @@ fn memif_client_started_before_its_server_connects_when_the_server_comes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A dpperf server and two client processes (write_bw 64 KiB, send_lat 64 B) over one memif
+/// A dpperf server and two client processes (write_bw 64 KiB, send_lat 64 B paced at 2000
+/// pings a second) over one memif
 /// link at `mtu` (the client in memif's zero-copy mode with `client_zc`); returns the client's
 /// write_bw result.
 fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
@@ -150,7 +151,7 @@ fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
         }
         assert!(t0.elapsed() < Duration::from_secs(20));
     }
-    let run = |test: &str, sizes: &str, iters: &str| {
+    let run = |test: &str, sizes: &str, iters: &str, extra: &[&str]| {
         let o = Command::new(bin)
             .args([
                 "dpperf",
@@ -160,7 +161,9 @@ fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
                 "--test",
                 test,
             ])
-            .args(["--size", sizes, "--iters", iters, "--config"])
+            .args(["--size", sizes, "--iters", iters])
+            .args(extra)
+            .arg("--config")
             .arg(&ccfg)
             .output()
             .unwrap();
@@ -173,13 +176,29 @@ fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
         stdout
     };
     // Each client process makes one connection (one size): the server serves two.
-    let bw = run("write_bw", "65536", "300");
+    let bw = run("write_bw", "65536", "300", &[]);
     assert!(
         bw.contains("\"test\":\"write_bw\"") && bw.contains("\"size\":65536"),
         "{bw}"
     );
-    let lat = run("send_lat", "64", "300");
-    assert!(lat.contains("\"test\":\"send_lat\""), "{lat}");
+    // Paced pings (`--mps`, sockperf's under-load): the client drives its worker between
+    // them (the idle gaps a server sees between requests); 320 pings at 2000 a second take at
+    // least 0.1595 s.
+    let lat = run(
+        "send_lat",
+        "64",
+        "300",
+        &["--warmup", "20", "--mps", "2000"],
+    );
+    let lat: serde_json::Value = lat
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no send_lat JSON: {lat}"));
+    assert_eq!(lat["test"], "send_lat", "{lat}");
+    assert_eq!(lat["pings_per_s"], 2000, "{lat}");
+    assert_eq!(lat["lat_us"]["count"], 300, "{lat}");
+    assert!(lat["run_s"].as_f64().unwrap() >= 0.1595, "{lat}");
     let st = server.0.wait().unwrap();
     assert!(st.success(), "server exit {st}");
     // The server's --json lines: this side's copy counts per connection, in the shape

@@ -686,3 +686,67 @@ fn dpperf_no_crc_needs_both_ends() {
         assert!(lines[0]["gbps"].as_f64().unwrap() > 0.0);
     }
 }
+
+/// `dpperf --mps N`: the client's pings go N a second, not back to back (sockperf's
+/// `under-load --mps`), and each latency is half of one ping's own round trip. Over kernel TCP
+/// the ping-pong runs on the QP's driver thread (`Stepped::step`). 100 pings at 1000 a second
+/// take at least 99 ms; back to back they took well under 10 here.
+#[test]
+fn dpperf_paced_pings_go_at_the_rate_asked() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = cmd(&[
+        "dpperf",
+        "--transport",
+        "kernel",
+        "--server",
+        "--count",
+        "1",
+        "--addr",
+        &addr,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t = Instant::now();
+    let o = loop {
+        let o = run(&mut cmd(&[
+            "dpperf",
+            "--transport",
+            "kernel",
+            "--addr",
+            &addr,
+            "--json",
+            "--test",
+            "send_lat",
+            "--size",
+            "64",
+            "--iters",
+            "100",
+            "--warmup",
+            "0",
+            "--mps",
+            "1000",
+        ]));
+        if o.status.success() || t.elapsed() > Duration::from_secs(20) {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = finish(server, Duration::from_secs(30), "dpperf server");
+    assert!(s.status.success(), "{}", text(&s.stderr));
+    let v = &json_lines(&text(&o.stdout))[0];
+    assert_eq!(v["pings_per_s"], 1000, "{v}");
+    assert_eq!(v["lat_us"]["count"], 100, "{v}");
+    let run_s = v["run_s"].as_f64().unwrap();
+    assert!(run_s >= 0.099, "100 pings at 1000/s in {run_s} s: {v}");
+}
+
+/// `--mps 0` is a usage error (a rate of nothing).
+#[test]
+fn dpperf_mps_zero_is_a_usage_error() {
+    let o = run(&mut cmd(&["dpperf", "--test", "send_lat", "--mps", "0"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}

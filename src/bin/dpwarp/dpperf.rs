@@ -64,6 +64,11 @@ pub struct PerfResult {
     pub lat: Summary,
     /// Latency tests: the round trips exchanged before the measured ones and left out.
     pub warmup: Option<usize>,
+    /// send_lat with `--mps`: the pings sent per second (the latencies are then half of each
+    /// ping's own round trip).
+    pub pings_per_s: Option<u32>,
+    /// send_lat: how long the ping-pong took, warm-up round trips included (seconds).
+    pub run_s: Option<f64>,
     /// send_lat: whether this side's ping-pong ran on its QP's driver thread (the kernel-TCP
     /// transport: `load::send_pingpong_run_to_completion`) rather than on the calling thread.
     pub on_driver_thread: Option<bool>,
@@ -111,6 +116,8 @@ impl PerfResult {
                 count: self.lat.count,
             },
             warmup: self.warmup,
+            pings_per_s: self.pings_per_s,
+            run_s: self.run_s,
             on_driver_thread: self.on_driver_thread,
             copies: self.copies.as_ref().map(CopiesJson::from),
             segments: self.segments,
@@ -137,6 +144,10 @@ struct ResultJson<'a> {
     lat_us: LatUs,
     #[serde(skip_serializing_if = "Option::is_none")]
     warmup: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pings_per_s: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     on_driver_thread: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -423,6 +434,7 @@ pub fn serve_one(req: ConnRequest, pd: &Pd, net: &Net, crc: bool) -> Result<(Tes
                 size,
                 iters as u64,
                 false,
+                None,
             )?;
         }
     }
@@ -448,6 +460,8 @@ pub struct ClientOpts {
     pub iters: usize,
     pub warmup: usize,
     pub crc: bool,
+    /// send_lat: pings per second instead of back to back (`--mps`).
+    pub mps: Option<u32>,
 }
 
 /// Run one test as the client against `addr`.
@@ -459,7 +473,13 @@ pub fn run_client(
     size: usize,
     o: ClientOpts,
 ) -> Result<PerfResult, String> {
-    let ClientOpts { iters, warmup, crc } = o;
+    let ClientOpts {
+        iters,
+        warmup,
+        crc,
+        mps,
+    } = o;
+    let pace = mps.map(|n| Duration::from_secs(1) / n.max(1));
     let wire_iters = match test {
         Test::SendLat => iters + warmup,
         Test::WriteBw => iters,
@@ -531,6 +551,7 @@ pub fn run_client(
         }
         Test::SendLat => {
             r.test = "send_lat".into();
+            let t0 = Instant::now();
             let (lat, on_driver) = load::send_pingpong_run_to_completion(
                 &qp,
                 &cq,
@@ -540,6 +561,7 @@ pub fn run_client(
                 size,
                 wire_iters as u64,
                 true,
+                pace,
             )?;
             let us: Vec<f64> = lat
                 .iter()
@@ -547,6 +569,8 @@ pub fn run_client(
                 .map(|d| d.as_secs_f64() * 1e6)
                 .collect();
             r.warmup = Some(warmup);
+            r.pings_per_s = mps;
+            r.run_s = Some(t0.elapsed().as_secs_f64());
             r.on_driver_thread = Some(on_driver);
             fill_lat(&mut r, &us);
         }
@@ -776,6 +800,11 @@ pub struct Args {
     /// inflate p99; sockperf warms up the same way). 0 measures from the first.
     #[arg(long, default_value_t = WARMUP)]
     pub warmup: usize,
+    /// send_lat: send this many pings per second instead of back to back, as sockperf's
+    /// `under-load --mps` does (client). Each latency is then half of one ping's round trip,
+    /// and the dataplane sees the idle gaps between requests that a server sees.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub mps: Option<u32>,
     /// Print one JSON line per result (client; a server prints its copy counts per
     /// connection).
     #[arg(long)]
@@ -869,6 +898,7 @@ pub fn run(a: Args) -> Result<(), String> {
             iters: a.iters,
             warmup: a.warmup,
             crc: !a.no_crc,
+            mps: a.mps,
         };
         let mut r = run_client(&net, a.addr, &pd, test, size, o)?;
         crate::cli::progress_clear();
@@ -926,6 +956,7 @@ pub fn local_pair(
             iters,
             warmup,
             crc: true,
+            mps: None,
         };
         out.push(run_client(net_c, addr, &pd, test, s, o)?);
     }

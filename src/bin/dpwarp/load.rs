@@ -179,6 +179,12 @@ pub fn bw_window(qp: &Qp, cq: &Cq, wait: Wait, w: &Window<'_>) -> Result<WindowR
 /// this thread waits for the result. Elsewhere (the DPDK dataplane, whose application thread
 /// drives the worker itself) it runs here, waiting for each completion with `wait`. The flag
 /// says whether it ran on the driver thread.
+///
+/// With `pace` the client sends one ping per `pace` instead of back to back (sockperf's
+/// `under-load --mps`): after a reply it polls its CQ (which drives a driven worker) until
+/// `pace` has passed since its last ping, so the dataplane sees the idle gaps a storage target
+/// sees between requests. The latencies are then half of each ping's own round trip (ping to
+/// its reply, `iters` samples), not of the time between pings.
 #[allow(clippy::too_many_arguments)]
 pub fn send_pingpong_run_to_completion(
     qp: &Qp,
@@ -189,8 +195,10 @@ pub fn send_pingpong_run_to_completion(
     size: usize,
     iters: u64,
     last_round: bool,
+    pace: Option<Duration>,
 ) -> Result<(Vec<Duration>, bool), String> {
-    let pp = PingPong::new(qp, cq, buf, client, size, iters, last_round);
+    let mut pp = PingPong::new(qp, cq, buf, client, size, iters, last_round);
+    pp.pace = pace.filter(|_| client);
     let mut pp = match run_on_driver_thread(qp, pp) {
         Ok(r) => return r,
         Err(pp) => pp,
@@ -198,6 +206,14 @@ pub fn send_pingpong_run_to_completion(
     pp.progress = true;
     pp.start()?;
     while !pp.is_done() {
+        if pp.due.is_some() {
+            // Between paced pings: poll (and so drive) until the next one is due.
+            pp.send_due()?;
+            if let Some(wc) = cq.poll_one() {
+                pp.on_wc(wc)?;
+            }
+            continue;
+        }
         let wc = next_ok(qp, cq, wait, "send_lat")?;
         pp.on_wc(wc)?;
     }
@@ -309,6 +325,11 @@ struct PingPong {
     posted_at: Vec<Instant>,
     /// Tick this thread's progress line (the calling thread's; not the driver thread's).
     progress: bool,
+    /// The client's ping interval, if paced; then `due` is when the next ping goes (set by
+    /// the reply to the last) and `paced` holds half of each ping's round trip.
+    pace: Option<Duration>,
+    due: Option<Instant>,
+    paced: Vec<Duration>,
 }
 
 impl PingPong {
@@ -334,6 +355,20 @@ impl PingPong {
             sends_done: 0,
             posted_at: Vec::with_capacity(iters as usize + 1),
             progress: false,
+            pace: None,
+            due: None,
+            paced: Vec::new(),
+        }
+    }
+
+    /// Send the paced ping that is due, if one is. True if it sent.
+    fn send_due(&mut self) -> Result<bool, String> {
+        match self.due {
+            Some(t) if Instant::now() >= t => {
+                self.due = None;
+                self.send().map(|()| true)
+            }
+            _ => Ok(false),
         }
     }
 
@@ -376,6 +411,20 @@ impl PingPong {
             return Ok(());
         }
         self.rcnt += 1;
+        if let (Some(pace), Some(&sent)) = (self.pace, self.posted_at.last()) {
+            let now = Instant::now();
+            self.paced.push(now.saturating_duration_since(sent) / 2);
+            if self.scnt < self.iters {
+                self.due = Some(sent + pace);
+            }
+            return self
+                .qp
+                .post_recv(RecvWr {
+                    wr_id: self.rcnt,
+                    sg_list: smallvec![sge(&self.buf, 0, self.buf.len())],
+                })
+                .map_err(|e| format!("post recv: {e}"));
+        }
         if self.last_round && self.client && self.rcnt == self.iters {
             self.posted_at.push(Instant::now());
         }
@@ -399,8 +448,12 @@ impl PingPong {
         self.rcnt >= self.iters && self.scnt >= self.iters && self.sends_done >= self.scnt
     }
 
-    /// Half the time between consecutive sends (and the last reply, with `last_round`).
+    /// Half the time between consecutive sends (and the last reply, with `last_round`); paced,
+    /// half of each ping's round trip.
     fn latencies(&self) -> Vec<Duration> {
+        if self.pace.is_some() {
+            return self.paced.clone();
+        }
         half_round_trips(&self.posted_at)
     }
 }
@@ -414,6 +467,7 @@ pub fn half_round_trips(posted_at: &[Instant]) -> Vec<Duration> {
 impl Stepped for PingPong {
     fn step(&mut self) -> Result<bool, String> {
         let mut moved = self.start()?;
+        moved |= self.send_due()?;
         while let Some(wc) = self.cq.try_poll_one() {
             moved = true;
             self.on_wc(wc)?;
@@ -485,6 +539,7 @@ mod tests {
                 64,
                 ITERS,
                 false,
+                None,
             );
             qp.wait_closed(Duration::from_secs(5));
             r
@@ -494,9 +549,18 @@ mod tests {
         Net::kernel()
             .connect(addr, &qp, &ConnParam::default())
             .unwrap();
-        let (lat, on_driver) =
-            send_pingpong_run_to_completion(&qp, &cq, Wait::Spin, true, &buf, 64, ITERS, true)
-                .unwrap();
+        let (lat, on_driver) = send_pingpong_run_to_completion(
+            &qp,
+            &cq,
+            Wait::Spin,
+            true,
+            &buf,
+            64,
+            ITERS,
+            true,
+            None,
+        )
+        .unwrap();
         qp.disconnect();
         let (_, server_on_driver) = server.join().unwrap().unwrap();
         assert!(

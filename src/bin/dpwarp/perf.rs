@@ -1066,6 +1066,7 @@ fn lat(
                 size,
                 a.iters,
                 false,
+                None,
             )
             .map(|(l, on_driver)| (l, Some(on_driver)))?
         } else if read {
