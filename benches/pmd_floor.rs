@@ -5,8 +5,13 @@
 //!
 //! ```text
 //! cargo bench --bench pmd_floor -- [--iters 200000] [--frame 142] [--stream-ms 1000] [--json FILE]
+//!                                  [--gap-us 0]
 //! cargo bench --bench pmd_floor -- --cacheline-only [--iters 20000]
 //! ```
+//!
+//! `--gap-us N` paces the frame ping-pongs: the initiator sends a frame every N us (polling
+//! its receive queue meanwhile) instead of at once, as `dpwarp dpperf --mps` paces a Send
+//! ping-pong: the floor for sporadic requests.
 //!
 //! `--cacheline-only` times just the cache line (no EAL, well under a second) and prints its
 //! one-way p50: scripts/bench's probe for this host's slow phases, before every round.
@@ -48,6 +53,7 @@ struct Args {
     stream_ms: u64,
     json: Option<String>,
     cacheline_only: bool,
+    gap: Duration,
 }
 
 fn args() -> Args {
@@ -57,6 +63,7 @@ fn args() -> Args {
         stream_ms: 1000,
         json: None,
         cacheline_only: false,
+        gap: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -67,6 +74,7 @@ fn args() -> Args {
             "--stream-ms" => a.stream_ms = v().parse().expect("--stream-ms MS"),
             "--json" => a.json = Some(v()),
             "--cacheline-only" => a.cacheline_only = true,
+            "--gap-us" => a.gap = Duration::from_micros(v().parse().expect("--gap-us N")),
             // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
             // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
             // this binary has none.
@@ -165,6 +173,7 @@ fn pingpong(
     b: Port,
     iters: usize,
     frame: usize,
+    gap: Duration,
 ) -> Vec<Duration> {
     let (pa, pb) = bring_up(eal, name, &a, &b, 4095);
     let stop = Arc::new(AtomicU64::new(0));
@@ -193,6 +202,11 @@ fn pingpong(
         assert_eq!(got, i, "{name}: frames out of order");
         if i as usize >= warm {
             rtts.push(t.elapsed());
+        }
+        // Paced: poll the (empty) receive queue until the next frame is due.
+        while t.elapsed() < gap {
+            qa.rx_burst(&mut inb, 32);
+            inb.clear();
         }
     }
     stop.store(1, Ordering::Relaxed);
@@ -409,7 +423,7 @@ fn main() {
 
     let m0 = Port::by_name(eal, "net_memif0").expect("net_memif0");
     let m1 = Port::by_name(eal, "net_memif1").expect("net_memif1");
-    let (p50, p99) = percentiles(pingpong(eal, "memif", m1, m0, a.iters, a.frame));
+    let (p50, p99) = percentiles(pingpong(eal, "memif", m1, m0, a.iters, a.frame, a.gap));
     println!(
         "pmd_floor: net_memif, {} octet frames, no protocol: one-way p50 {p50:.3} us, p99 {p99:.3} us",
         a.frame
@@ -419,7 +433,7 @@ fn main() {
     ));
 
     let (r0, r1) = Port::ring_pair(eal, "floor", 1, 1024).expect("net_ring pair");
-    let (p50, p99) = percentiles(pingpong(eal, "ring", r0, r1, a.iters, a.frame));
+    let (p50, p99) = percentiles(pingpong(eal, "ring", r0, r1, a.iters, a.frame, a.gap));
     println!(
         "pmd_floor: net_ring, {} octet frames, no protocol: one-way p50 {p50:.3} us, p99 {p99:.3} us",
         a.frame
