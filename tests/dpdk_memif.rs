@@ -5,12 +5,12 @@
 //! 9000: memif carries jumbo frames although the PMD reports a 1518-octet maximum, and a 64 KiB
 //! Write travels in 8 segments instead of 46.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod memif_common;
-use memif_common::{configs, Kill};
+use memif_common::{configs, listening, Kill};
 
 #[test]
 fn memif_two_processes_write_bw_and_send_lat() {
@@ -140,17 +140,7 @@ fn two_processes(tag: &str, mtu: u16, client_zc: bool) -> serde_json::Value {
             .spawn()
             .unwrap(),
     );
-    // Wait for the server to listen (its memif socket exists then).
-    let out = server.0.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let t0 = Instant::now();
-    loop {
-        let l = lines.next().expect("server exited early").unwrap();
-        if l.contains("listening") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20));
-    }
+    let lines = listening(&mut server.0);
     let run = |test: &str, sizes: &str, iters: &str, extra: &[&str]| {
         let o = Command::new(bin)
             .args([

@@ -13,14 +13,12 @@
 //! 56 us one way with 50, 4.6 with 2).
 //! Each run is a child process with its own EAL and its own ring or socket names.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 mod dp_common;
 use dp_common::unique;
 mod memif_common;
-use memif_common::{configs, Kill};
+use memif_common::{configs, listening, Kill};
 
 /// Run `taskset -c 0 dpwarp rpc-bench` over `configs/net_ring.toml` (rings renamed for this
 /// run, `extra` added to its `[worker]` section) for half a second of NULL calls; returns
@@ -101,15 +99,8 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
             .spawn()
             .unwrap(),
     );
-    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
-    let t0 = Instant::now();
-    loop {
-        let l = lines.next().expect("server exited early").unwrap();
-        if l.contains("listening") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20));
-    }
+    // Kept open to the end: the server prints its results there.
+    let _stdout = listening(&mut server.0);
     // About 2 s of round trips in a debug build on a quiet CPU, 0.3 s in release.
     let c = Command::new("taskset")
         .args(["-c", "0", bin, "dpperf", "--addr", "10.92.0.1:18515"])

@@ -367,49 +367,53 @@ fn verbose_turns_on_info_logs_on_stderr_only() {
     assert!(!text(&c.stderr).contains(" INFO "), "{}", text(&c.stderr));
 }
 
-#[test]
-fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let server = cmd(&[
+/// A `dpwarp dpperf --server` over kernel TCP on `addr` serving `count` connections, its
+/// output piped.
+fn kernel_dpperf_server(addr: &str, count: &str) -> std::process::Child {
+    cmd(&[
         "dpperf",
         "--transport",
         "kernel",
         "--server",
         "--count",
-        "2",
+        count,
         "--addr",
-        &addr,
+        addr,
     ])
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
-    .unwrap();
+    .unwrap()
+}
+
+/// A `dpwarp dpperf --transport kernel --addr ADDR ARGS` client, tried again for up to 20 s
+/// while its server is not listening yet.
+fn kernel_dpperf_client(addr: &str, args: &[&str]) -> Output {
+    let t = Instant::now();
+    loop {
+        let mut a = vec!["dpperf", "--transport", "kernel", "--addr", addr];
+        a.extend_from_slice(args);
+        let o = run(&mut cmd(&a));
+        if o.status.success() || t.elapsed() > Duration::from_secs(20) {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn dpperf_and_tcp_baseline_json_keep_the_bench_keys() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = kernel_dpperf_server(&addr, "2");
     let mut lines = Vec::new();
     for test in ["write_bw", "send_lat"] {
-        let t = Instant::now();
-        let o = loop {
-            let o = run(&mut cmd(&[
-                "dpperf",
-                "--transport",
-                "kernel",
-                "--addr",
-                &addr,
-                "--json",
-                "--test",
-                test,
-                "--size",
-                "64",
-                "--iters",
-                "200",
-                "--warmup",
-                "300",
-            ]));
-            if o.status.success() || t.elapsed() > Duration::from_secs(20) {
-                break o;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let o = kernel_dpperf_client(
+            &addr,
+            &[
+                "--json", "--test", test, "--size", "64", "--iters", "200", "--warmup", "300",
+            ],
+        );
         assert!(o.status.success(), "{}", text(&o.stderr));
         assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
         // scripts/bench rewrites `"transport":"kernel"` and the leading `{` with sed.
@@ -649,20 +653,12 @@ fn dpperf_no_crc_needs_both_ends() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut cargs = vec!["dpperf", "--transport", "kernel", "--json"];
-        cargs.extend(["--addr", &addr, "--test", "write_bw"]);
+        let mut cargs = vec!["--json", "--test", "write_bw"];
         cargs.extend(["--size", "65536", "--iters", "50"]);
         if client_no_crc {
             cargs.push("--no-crc");
         }
-        let t = Instant::now();
-        let o = loop {
-            let o = run(&mut cmd(&cargs));
-            if o.status.success() || t.elapsed() > Duration::from_secs(20) {
-                break o;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let o = kernel_dpperf_client(&addr, &cargs);
         assert!(o.status.success(), "{}", text(&o.stderr));
         let s = finish(server, Duration::from_secs(30), "dpperf server");
         assert!(s.status.success(), "{}", text(&s.stderr));
@@ -695,45 +691,14 @@ fn dpperf_no_crc_needs_both_ends() {
 fn dpperf_paced_pings_go_at_the_rate_asked() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let server = cmd(&[
-        "dpperf",
-        "--transport",
-        "kernel",
-        "--server",
-        "--count",
-        "1",
-        "--addr",
+    let server = kernel_dpperf_server(&addr, "1");
+    let o = kernel_dpperf_client(
         &addr,
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let t = Instant::now();
-    let o = loop {
-        let o = run(&mut cmd(&[
-            "dpperf",
-            "--transport",
-            "kernel",
-            "--addr",
-            &addr,
-            "--json",
-            "--test",
-            "send_lat",
-            "--size",
-            "64",
-            "--iters",
-            "100",
-            "--warmup",
-            "0",
-            "--mps",
-            "1000",
-        ]));
-        if o.status.success() || t.elapsed() > Duration::from_secs(20) {
-            break o;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        &[
+            "--json", "--test", "send_lat", "--size", "64", "--iters", "100", "--warmup", "0",
+            "--mps", "1000",
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let s = finish(server, Duration::from_secs(30), "dpperf server");
     assert!(s.status.success(), "{}", text(&s.stderr));

@@ -2,8 +2,10 @@
 //! process): a child that is killed when the test ends, and the dataplane configs of the link.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, ChildStdout};
+use std::time::{Duration, Instant};
 
 /// Kills (and reaps) the child process when dropped, so a failing test leaves nothing behind.
 pub struct Kill(pub Child);
@@ -12,6 +14,20 @@ impl Drop for Kill {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Wait (20 s at most) until a `dpwarp dpperf --server` started with its stdout piped prints
+/// that it listens (its memif socket exists then); returns the rest of its stdout.
+pub fn listening(server: &mut Child) -> Lines<BufReader<ChildStdout>> {
+    let mut lines = BufReader::new(server.stdout.take().expect("stdout piped")).lines();
+    let t0 = Instant::now();
+    loop {
+        let l = lines.next().expect("server exited early").unwrap();
+        if l.contains("listening") {
+            return lines;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20));
     }
 }
 
