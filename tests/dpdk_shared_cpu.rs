@@ -112,7 +112,10 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
         .unwrap();
     let cerr = String::from_utf8_lossy(&c.stderr).to_string();
     assert!(c.status.success(), "client: {cerr}");
-    let out = server.0.wait_with_output_of_stderr();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut server.0.stderr.take().unwrap(), &mut out).unwrap();
+    let st = server.0.wait().unwrap();
+    assert!(st.success(), "server exit {st}: {out}");
     let shared =
         "worker 0: CPU shared (its thread takes turns on it with another): yields after 2µs idle";
     assert!(cerr.contains(shared), "client: {cerr}");
@@ -131,19 +134,4 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
         .unwrap_or_else(|| panic!("{counters}"));
     assert!(contended >= 2, "{counters}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Wait for a child and return its stderr.
-trait StderrOf {
-    fn wait_with_output_of_stderr(&mut self) -> String;
-}
-
-impl StderrOf for std::process::Child {
-    fn wait_with_output_of_stderr(&mut self) -> String {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut self.stderr.take().unwrap(), &mut s).unwrap();
-        let st = self.wait().unwrap();
-        assert!(st.success(), "server exit {st}: {s}");
-        s
-    }
 }

@@ -48,24 +48,19 @@ pub(crate) const SHARED_AFTER: u32 = 2;
 #[derive(Default)]
 pub(crate) struct RunDelay {
     file: Option<(ThreadId, File)>,
-    /// Opening failed (no procfs, a kernel without CONFIG_SCHED_INFO): not tried again.
-    unavailable: bool,
 }
 
 impl RunDelay {
     /// Nanoseconds the calling thread has waited on a runqueue, or None where the kernel
-    /// does not say.
+    /// does not say (no procfs, a kernel without CONFIG_SCHED_INFO): the worker then stops
+    /// asking.
     pub fn read(&mut self) -> Option<u64> {
-        if self.unavailable {
-            return None;
-        }
         let me = std::thread::current().id();
         if self.file.as_ref().is_none_or(|(t, _)| *t != me) {
             match File::open("/proc/thread-self/schedstat") {
                 Ok(f) => self.file = Some((me, f)),
                 Err(e) => {
                     log::debug!("dataplane: no /proc/thread-self/schedstat ({e}): CPU contention not measured");
-                    self.unavailable = true;
                     return None;
                 }
             }

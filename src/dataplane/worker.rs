@@ -231,9 +231,10 @@ pub struct WorkerStats {
     /// Of those, the windows in which it waited for its CPU more than a tenth of the window.
     pub contended_windows: u64,
     /// Of those, the windows in which it waited mostly inside its own yields shorter than a
-    /// millisecond: the thread it yielded to gave the CPU back. Two in a row: the CPU is shared with such a thread (a
-    /// peer process), and the worker yields after `DRIVEN_SPIN_SHARED_US` until a window that
-    /// is not one of these (`dataplane::contention`).
+    /// millisecond: the thread it yielded to gave the CPU back. Two in a row: the CPU is
+    /// shared with such a thread (a peer process), and the worker yields after
+    /// `DRIVEN_SPIN_SHARED_US` until a window that is not one of these
+    /// (`dataplane::contention`).
     pub turn_windows: u64,
     /// Times the worker found its CPU shared (and shortened its spin) after finding it its own.
     pub cpu_found_shared: u64,
@@ -1028,28 +1029,26 @@ impl Worker {
             self.spin_base
         };
         if spin != self.driven_spin {
-            // Said once at info (a CPU shared on and off would fill the log), then at debug.
-            let level = if c.shared() && self.stats.cpu_found_shared == 0 {
-                log::Level::Info
-            } else {
-                log::Level::Debug
-            };
             if c.shared() {
+                // Said once at info (a CPU shared on and off would fill the log), then at debug.
+                let level = if self.stats.cpu_found_shared == 0 {
+                    log::Level::Info
+                } else {
+                    log::Level::Debug
+                };
                 log::log!(
                     level,
                     "dataplane: worker {}: CPU shared (its thread takes turns on it with \
                      another): yields after {spin:?} idle",
                     self.index
                 );
+                self.stats.cpu_found_shared += 1;
             } else {
                 log::debug!(
                     "dataplane: worker {}: CPU its own again (or busy with a thread that \
                      keeps it): yields after {spin:?} idle",
                     self.index
                 );
-            }
-            if c.shared() {
-                self.stats.cpu_found_shared += 1;
             }
             self.driven_spin = spin;
         }

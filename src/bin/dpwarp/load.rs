@@ -411,21 +411,16 @@ impl PingPong {
             return Ok(());
         }
         self.rcnt += 1;
-        if let (Some(pace), Some(&sent)) = (self.pace, self.posted_at.last()) {
-            let now = Instant::now();
-            self.paced.push(now.saturating_duration_since(sent) / 2);
+        // Paced: this reply ends the last ping's round trip, and the next ping waits for its
+        // time (`send_due`) instead of going now.
+        let paced = self.pace.zip(self.posted_at.last().copied());
+        if let Some((pace, sent)) = paced {
+            self.paced
+                .push(Instant::now().saturating_duration_since(sent) / 2);
             if self.scnt < self.iters {
                 self.due = Some(sent + pace);
             }
-            return self
-                .qp
-                .post_recv(RecvWr {
-                    wr_id: self.rcnt,
-                    sg_list: smallvec![sge(&self.buf, 0, self.buf.len())],
-                })
-                .map_err(|e| format!("post recv: {e}"));
-        }
-        if self.last_round && self.client && self.rcnt == self.iters {
+        } else if self.last_round && self.client && self.rcnt == self.iters {
             self.posted_at.push(Instant::now());
         }
         // The whole buffer, as the receives posted before the test: with `perf -a` the next
@@ -437,7 +432,7 @@ impl PingPong {
                 sg_list: smallvec![sge(&self.buf, 0, self.buf.len())],
             })
             .map_err(|e| format!("post recv: {e}"))?;
-        if self.scnt < self.iters {
+        if paced.is_none() && self.scnt < self.iters {
             self.send()?;
         }
         Ok(())
