@@ -241,6 +241,18 @@ pub struct WorkerConfig {
     /// its time slice (docs/dataplane.md "Workers"). `busy_poll = true` never yields.
     #[serde(default)]
     pub driven_spin_us: Option<u64>,
+    /// Keep the send and receive paths warm while the application is quiet: a worker idle
+    /// for this many microseconds sends a TCP keep-alive on the connection it last sent data
+    /// on (RFC 1122 §4.2.3.6), which the peer answers with an ACK, so that both ends run
+    /// their packet paths again (smoltcp, the PMD, the mempool). For as long as one second
+    /// after the connection last sent data; 0 (the default) never. On the hosts measured a
+    /// core loses what it has not touched for 20-50 us, and a request after such a gap took
+    /// 2-4 times as long (docs/dataplane.md "Keeping the path warm"). It costs a frame each
+    /// way per interval (50 000 a second at 20), so it is for links whose both ends poll
+    /// (memif, net_ring, a NIC to a poll-mode peer), on cores of their own: a driven worker
+    /// that finds its CPU shared does not warm. 0 or 5..=1000000.
+    #[serde(default)]
+    pub warm_us: u64,
 }
 
 impl Default for WorkerConfig {
@@ -252,6 +264,7 @@ impl Default for WorkerConfig {
             idle_sleep_us: d_sleep(),
             sweep_us: d_sweep(),
             driven_spin_us: None,
+            warm_us: 0,
         }
     }
 }
@@ -462,6 +475,12 @@ impl DataplaneConfig {
         }
         if self.worker.batch == 0 || self.worker.batch > 512 {
             return Err("worker.batch must be 1..=512".into());
+        }
+        if self.worker.warm_us != 0 && !(5..=1_000_000).contains(&self.worker.warm_us) {
+            return Err(format!(
+                "worker.warm_us = {}: 0 (off) or 5..=1000000",
+                self.worker.warm_us
+            ));
         }
         if !(1..=10_000).contains(&self.tcp.rto_min_ms) {
             return Err(format!(
@@ -800,6 +819,23 @@ mod tests {
         let c = DataplaneConfig::parse(&format!("{base}[worker]\ndriven_spin_us=5\n")).unwrap();
         assert_eq!(c.worker.driven_spin_us, Some(5));
         assert!(DataplaneConfig::parse(&format!("{base}[worker]\ndriven_spin_us=-1\n")).is_err());
+    }
+
+    #[test]
+    fn warm_is_off_unless_set_and_is_checked() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        assert_eq!(DataplaneConfig::parse(base).unwrap().worker.warm_us, 0);
+        for (v, ok) in [
+            (0, true),
+            (4, false),
+            (5, true),
+            (20, true),
+            (1_000_000, true),
+            (1_000_001, false),
+        ] {
+            let c = DataplaneConfig::parse(&format!("{base}[worker]\nwarm_us={v}\n"));
+            assert_eq!(c.is_ok(), ok, "warm_us = {v}: {c:?}");
+        }
     }
 
     #[test]

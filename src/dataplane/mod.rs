@@ -36,7 +36,7 @@ use crate::mpa::Negotiated;
 use crate::verbs::Qp;
 
 use worker::{Cmd, Incoming, Worker, WorkerParts};
-pub use worker::{CopyStats, WorkerStats};
+pub use worker::{CopyStats, WorkerStats, WARM_FOR};
 
 /// RTE_PKTMBUF_HEADROOM in the Debian DPDK 22.11 build.
 const MBUF_HEADROOM: u16 = 128;

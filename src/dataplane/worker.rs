@@ -76,6 +76,9 @@ pub const DRIVEN_SPIN_ALONE_US: u64 = 50;
 /// `worker.driven_spin_us` by default for a driven worker that shares its CPU with another
 /// worker of this process (`Dataplane::start_with`).
 pub const DRIVEN_SPIN_SHARED_US: u64 = 2;
+/// How long after its connection last sent data a worker with `worker.warm_us` keeps the
+/// path warm (`Worker::warm`): a request a second after the last one finds it cold again.
+pub const WARM_FOR: Duration = Duration::from_secs(1);
 /// Bytes an incoming connection may send before its MPA Request must have been recognised.
 const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
@@ -238,6 +241,9 @@ pub struct WorkerStats {
     pub turn_windows: u64,
     /// Times the worker found its CPU shared (and shortened its spin) after finding it its own.
     pub cpu_found_shared: u64,
+    /// Keep-alives sent to keep the packet paths warm while the application was quiet
+    /// (`worker.warm_us`, `Worker::warm`).
+    pub warm_frames: u64,
 }
 
 /// A closing socket's close is over: closed, or in TIME-WAIT with the ACK of the peer's FIN
@@ -585,6 +591,9 @@ pub(crate) struct Worker {
     /// Scratch for the sockets touched by a pass while `touched` still holds those of the
     /// pass whose transmit phase is owed.
     touched_more: Vec<SocketHandle>,
+    /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
+    /// socket) and until when its path is kept warm (`Worker::warm`).
+    warm_conn: Option<(usize, SocketHandle, Instant)>,
 }
 
 /// A worker's post flags: one for every socket slot it is likely to use (its connections,
@@ -713,6 +722,7 @@ impl Worker {
             background: false,
             transmit_owed: false,
             touched_more: Vec::new(),
+            warm_conn: None,
         }
     }
 
@@ -843,9 +853,57 @@ impl Worker {
                     }
                 }
             }
+            if self.wcfg.warm_us != 0 && self.idle_passes.is_multiple_of(16) {
+                self.warm(now);
+            }
             self.idle_passes = self.idle_passes.wrapping_add(1);
         }
         work
+    }
+
+    /// `worker.warm_us`: idle that long, with a connection that sent data less than
+    /// `WARM_FOR` ago, send a TCP keep-alive on it (RFC 1122 §4.2.3.6; smoltcp's
+    /// `keep_alive_now`). Its egress and the peer's ACK run both ends' packet paths (smoltcp,
+    /// the PMD, the mempool) through the lines a request will need: on the hosts measured a
+    /// core loses what it has not touched for 20-50 us (docs/dataplane.md "Keeping the path
+    /// warm"). Only an established connection with nothing in flight; not while stopping, and
+    /// not on a driven worker that shares its CPU (the frames would keep it from yielding).
+    fn warm(&mut self, now: Instant) {
+        let Some((i, h, until)) = self.warm_conn else {
+            return;
+        };
+        if now >= until || self.stopping_since.is_some() {
+            self.warm_conn = None;
+            return;
+        }
+        if now.saturating_duration_since(self.last_work) < Duration::from_micros(self.wcfg.warm_us)
+            || (!self.background
+                && !self.wcfg.busy_poll
+                && self.driven_spin <= Duration::from_micros(DRIVEN_SPIN_SHARED_US))
+        {
+            return;
+        }
+        // `conns` may have changed since (an index moved, a connection gone): then no
+        // keep-alive until the next data sent names one.
+        if !self
+            .conns
+            .get(i)
+            .is_some_and(|c| c.h == h && matches!(c.state, CState::Live))
+        {
+            self.warm_conn = None;
+            return;
+        }
+        let s = self.sockets.get_mut::<tcp::Socket>(h);
+        if s.send_queue() > 0 || !s.keep_alive_now() {
+            return;
+        }
+        let ts = st_at(self.t0, now);
+        self.iface
+            .poll_egress_sockets(ts, &mut self.dev, &mut self.sockets, &[h]);
+        self.dev.flush();
+        self.stats.warm_frames += 1;
+        // The next one an interval after this one (its ACK, when it comes, counts as work).
+        self.last_work = now;
     }
 
     /// The send side of a pass only: posted work into the engines, then FPDUs framed into
@@ -1769,6 +1827,9 @@ impl Worker {
                     fed = true;
                     self.tx_fed += n as u64;
                     list_once(&mut c.touched, i, &mut self.touched_conns);
+                    if self.wcfg.warm_us != 0 && c.sh.is_some() {
+                        self.warm_conn = Some((i, c.h, now + WARM_FOR));
+                    }
                 }
             }
             // An idle pass (nothing received, posted or fed, the clock unchanged since an

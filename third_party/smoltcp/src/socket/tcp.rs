@@ -1066,6 +1066,25 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// dpwarp: have the next dispatch send a keep-alive (RFC 1122 §4.2.3.6: the last octet
+    /// already acknowledged, again), if the connection is established and idle (nothing in
+    /// flight, no retransmission timer running); the keep-alive interval is left as set.
+    /// The peer answers it with an ACK. dpwarp's workers use it to run both ends' send and
+    /// receive paths while the application is quiet (`worker.warm_us`). Returns whether one
+    /// is armed.
+    pub fn keep_alive_now(&mut self) -> bool {
+        if self.state != State::Established {
+            return false;
+        }
+        match &mut self.timer {
+            Timer::Idle { keep_alive_at } => {
+                *keep_alive_at = Some(Instant::from_millis(0));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Return the time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.
     ///
     /// See also the [set_hop_limit](#method.set_hop_limit) method
@@ -8754,6 +8773,38 @@ mod test {
                 ..RECV_TEMPL
             })
         );
+    }
+
+    #[test]
+    fn test_keep_alive_now() {
+        // dpwarp: one keep-alive on demand, no interval set and none after it.
+        let mut s = socket_established();
+        recv_nothing!(s, time 0);
+        assert!(s.keep_alive_now());
+        assert_eq!(s.socket.poll_at(&mut s.cx), PollAt::Time(Instant::from_millis(0)));
+        recv!(s, time 1, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &[0],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1_000);
+        assert_eq!(s.keep_alive(), None);
+
+        // Data in flight (the retransmission timer runs): no keep-alive.
+        s.send_slice(b"abc").unwrap();
+        recv!(s, time 1_000, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"abc"[..],
+            ..RECV_TEMPL
+        }));
+        assert!(!s.keep_alive_now());
+        recv_nothing!(s, time 1_001);
+
+        // Not established: none.
+        let mut s = socket_syn_received();
+        assert!(!s.keep_alive_now());
     }
 
     #[test]
