@@ -242,12 +242,13 @@ pub struct WorkerConfig {
     #[serde(default)]
     pub driven_spin_us: Option<u64>,
     /// Keep the send and receive paths warm while the application is quiet: a worker idle
-    /// for this many microseconds sends a TCP keep-alive on the connection it last sent data
-    /// on (RFC 1122 §4.2.3.6), which the peer answers with an ACK, so that both ends run
-    /// their packet paths again (smoltcp, the PMD, the mempool). For as long as one second
-    /// after the connection last sent data; 0 (the default) never. On the hosts measured a
-    /// core loses what it has not touched for 20-50 us, and a request after such a gap took
-    /// 2-4 times as long (docs/dataplane.md "Keeping the path warm"). It costs a frame each
+    /// for this many microseconds runs a 64 B Send through a private pair of engines (the
+    /// engine's code: framing, CRC, placement) and sends a TCP keep-alive on the connection
+    /// it last sent data on (RFC 1122 §4.2.3.6), which the peer answers with an ACK, so that
+    /// both ends run their packet paths again (smoltcp, the PMD, the mempool). For as long as
+    /// one second after the connection last sent data; 0 (the default) never. On the hosts
+    /// measured a core loses what it has not touched for 20-50 us, and a request after such a
+    /// gap took 2-5 times as long (docs/dataplane.md "Keeping the path warm"). It costs a frame each
     /// way per interval (50 000 a second at 20), so it is for links whose both ends poll
     /// (memif, net_ring, a NIC to a poll-mode peer), on cores of their own: a driven worker
     /// that finds its CPU shared does not warm. 0 or 5..=1000000.

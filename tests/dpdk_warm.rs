@@ -4,7 +4,8 @@
 //! net_ring pair in one process (background workers): Send ping-pongs with 3 ms gaps between
 //! them and an RDMA Write after a gap, every byte verified (the keep-alives' octet, the last
 //! one already acknowledged, must never reach the MPA stream); frames go out during the gaps,
-//! the workers count their keep-alives, and a second after the last data they stop. One EAL
+//! the workers count their keep-alives and the Sends through their private engines
+//! (`dataplane::rehearsal`), and a second after the last data both stop. One EAL
 //! per process: the only EAL test of this binary.
 
 use dpwarp::verbs::smallvec;
@@ -45,10 +46,11 @@ fn recv_wr(mr: &dpwarp::verbs::Mr, len: usize) -> RecvWr {
     }
 }
 
-/// (keep-alives sent, frames sent) by worker `i` (0: the server's port, 1: the client's).
-fn counts(dp: &Dataplane, i: usize) -> (u64, u64) {
+/// (keep-alives sent, frames sent, Sends through the private engines) by worker `i` (0: the
+/// server's port, 1: the client's).
+fn counts(dp: &Dataplane, i: usize) -> (u64, u64, u64) {
     let s = &dp.stats()[i];
-    (s.warm_frames, s.device.tx_packets)
+    (s.warm_frames, s.device.tx_packets, s.warm_rehearsals)
 }
 
 #[test]
@@ -140,11 +142,19 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
         assert_eq!(b[..], pattern(i as u8, 64)[..], "pong {i}");
         qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
     }
-    let (client_warm, _) = counts(&dp, 1);
+    let (client_warm, _, client_rehearsed) = counts(&dp, 1);
     assert!(
         client_warm > 0 && sent_in_gaps > 0,
         "the client's worker sent no keep-alive in {PINGS} gaps of {GAP:?} \
          ({client_warm} counted, {sent_in_gaps} frames in the gaps)"
+    );
+    // The server's replies wait for the client's ACK, which comes with the next ping or a
+    // keep-alive: its engines are kept warm whether or not it may send a keep-alive.
+    let server_rehearsed = counts(&dp, 0).2;
+    assert!(
+        client_rehearsed > 0 && server_rehearsed > 0,
+        "no Send through the private engines: client {client_rehearsed}, server \
+         {server_rehearsed}"
     );
 
     thread::sleep(GAP);
@@ -176,12 +186,14 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
 
     // WARM_FOR after the last data sent, the keep-alives stop.
     thread::sleep(WARM_FOR + Duration::from_millis(300));
-    let a = (counts(&dp, 0).0, counts(&dp, 1).0);
+    let quiet = |c: (u64, u64, u64)| (c.0, c.2);
+    let a = (quiet(counts(&dp, 0)), quiet(counts(&dp, 1)));
     thread::sleep(Duration::from_millis(200));
-    let b = (counts(&dp, 0).0, counts(&dp, 1).0);
-    assert_eq!(a, b, "keep-alives went on after {WARM_FOR:?} without data");
+    let b = (quiet(counts(&dp, 0)), quiet(counts(&dp, 1)));
+    assert_eq!(a, b, "kept warm after {WARM_FOR:?} without data");
     eprintln!(
-        "warm keep-alives: server {} client {}; client frames in the gaps {sent_in_gaps}",
+        "warm keep-alives, rehearsals: server {:?} client {:?}; client frames in the gaps \
+         {sent_in_gaps}",
         b.0, b.1
     );
     assert!(

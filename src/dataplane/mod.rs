@@ -18,6 +18,7 @@
 mod contention;
 pub mod device;
 pub mod fault;
+mod rehearsal;
 mod worker;
 
 use std::collections::HashMap;

@@ -37,6 +37,7 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 
 use super::contention::{Contention, RunDelay};
 use super::device::{DeviceStats, DpdkDevice};
+use super::rehearsal::Rehearsal;
 use crate::cm::pump;
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
@@ -244,6 +245,9 @@ pub struct WorkerStats {
     /// Keep-alives sent to keep the packet paths warm while the application was quiet
     /// (`worker.warm_us`, `Worker::warm`).
     pub warm_frames: u64,
+    /// 64 B Sends run through the worker's private pair of engines meanwhile, to keep the
+    /// engine's code warm (`worker.warm_us`, `dataplane::rehearsal`).
+    pub warm_rehearsals: u64,
 }
 
 /// A closing socket's close is over: closed, or in TIME-WAIT with the ACK of the peer's FIN
@@ -594,6 +598,13 @@ pub(crate) struct Worker {
     /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
     /// socket) and until when its path is kept warm (`Worker::warm`).
     warm_conn: Option<(usize, SocketHandle, Instant)>,
+    /// When `warm` last ran: it runs again `warm_us` after it or after the last work,
+    /// whichever is later.
+    last_warm: Instant,
+    /// The private pair of engines `warm` runs a Send through (made at its first run; None
+    /// after it failed to establish or to complete a Send, and then not made again).
+    rehearsal: Option<Rehearsal>,
+    rehearsal_tried: bool,
 }
 
 /// A worker's post flags: one for every socket slot it is likely to use (its connections,
@@ -723,6 +734,9 @@ impl Worker {
             transmit_owed: false,
             touched_more: Vec::new(),
             warm_conn: None,
+            last_warm: t0,
+            rehearsal: None,
+            rehearsal_tried: false,
         }
     }
 
@@ -861,13 +875,16 @@ impl Worker {
         work
     }
 
-    /// `worker.warm_us`: idle that long, with a connection that sent data less than
-    /// `WARM_FOR` ago, send a TCP keep-alive on it (RFC 1122 §4.2.3.6; smoltcp's
-    /// `keep_alive_now`). Its egress and the peer's ACK run both ends' packet paths (smoltcp,
-    /// the PMD, the mempool) through the lines a request will need: on the hosts measured a
-    /// core loses what it has not touched for 20-50 us (docs/dataplane.md "Keeping the path
-    /// warm"). Only an established connection with nothing in flight; not while stopping, and
-    /// not on a driven worker that shares its CPU (the frames would keep it from yielding).
+    /// `worker.warm_us`: idle that long (and that long since the last run of this), with a
+    /// connection that sent data less than `WARM_FOR` ago, run a 64 B Send through the
+    /// worker's private pair of engines (`dataplane::rehearsal`: the engine's code) and send
+    /// a TCP keep-alive on that connection (RFC 1122 §4.2.3.6; smoltcp's `keep_alive_now`),
+    /// whose egress and the peer's ACK run both ends' packet paths (smoltcp, the PMD, the
+    /// mempool) through the lines a request will need: on the hosts measured a core loses
+    /// what it has not touched for 20-50 us (docs/dataplane.md "Keeping the path warm"). The
+    /// keep-alive only on an established connection with nothing in flight. Not while
+    /// stopping, and not on a driven worker that shares its CPU (the frames would keep it
+    /// from yielding to the thread it takes turns with).
     fn warm(&mut self, now: Instant) {
         let Some((i, h, until)) = self.warm_conn else {
             return;
@@ -876,15 +893,16 @@ impl Worker {
             self.warm_conn = None;
             return;
         }
-        if now.saturating_duration_since(self.last_work) < Duration::from_micros(self.wcfg.warm_us)
+        let interval = Duration::from_micros(self.wcfg.warm_us);
+        if now.saturating_duration_since(self.last_work.max(self.last_warm)) < interval
             || (!self.background
                 && !self.wcfg.busy_poll
                 && self.driven_spin <= Duration::from_micros(DRIVEN_SPIN_SHARED_US))
         {
             return;
         }
-        // `conns` may have changed since (an index moved, a connection gone): then no
-        // keep-alive until the next data sent names one.
+        // `conns` may have changed since (an index moved, a connection gone): then nothing
+        // until the next data sent names one.
         if !self
             .conns
             .get(i)
@@ -892,6 +910,30 @@ impl Worker {
         {
             self.warm_conn = None;
             return;
+        }
+        self.last_warm = now;
+        if !self.rehearsal_tried {
+            self.rehearsal_tried = true;
+            self.rehearsal = Rehearsal::new(self.emss);
+            if self.rehearsal.is_none() {
+                log::warn!(
+                    "dataplane: worker {}: the engines kept warm did not establish; \
+                     warm_us sends keep-alives only",
+                    self.index
+                );
+            }
+        }
+        if let Some(r) = self.rehearsal.as_mut() {
+            if r.run() {
+                self.stats.warm_rehearsals += 1;
+            } else {
+                log::warn!(
+                    "dataplane: worker {}: a Send through the engines kept warm did not \
+                     complete; warm_us sends keep-alives only",
+                    self.index
+                );
+                self.rehearsal = None;
+            }
         }
         let s = self.sockets.get_mut::<tcp::Socket>(h);
         if s.send_queue() > 0 || !s.keep_alive_now() {
@@ -902,8 +944,6 @@ impl Worker {
             .poll_egress_sockets(ts, &mut self.dev, &mut self.sockets, &[h]);
         self.dev.flush();
         self.stats.warm_frames += 1;
-        // The next one an interval after this one (its ACK, when it comes, counts as work).
-        self.last_work = now;
     }
 
     /// The send side of a pass only: posted work into the engines, then FPDUs framed into

@@ -141,13 +141,14 @@ pub fn log_device_stats(dp: &Dataplane) {
         log::info!(
             "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us); \
              CPU contended in {} of {} windows, taking turns in {}; yields after {}us idle; \
-             warm keep-alives {}",
+             warm keep-alives {}, rehearsals {}",
             w.idle_yields,
             w.contended_windows,
             w.contention_windows,
             w.turn_windows,
             w.driven_spin_us,
-            w.warm_frames
+            w.warm_frames,
+            w.warm_rehearsals
         );
     }
 }
