@@ -709,6 +709,41 @@ fn dpperf_paced_pings_go_at_the_rate_asked() {
     assert!(run_s >= 0.099, "100 pings at 1000/s in {run_s} s: {v}");
 }
 
+/// `tcp-baseline --mps`: the kernel's ping-pong paced the same way, ping-pong only (no
+/// stream); 100 round trips at 1000 a second take at least 99 ms (back to back, a few).
+#[test]
+fn tcp_baseline_paced_pings_go_at_the_rate_asked() {
+    let o = run(&mut cmd(&[
+        "tcp-baseline",
+        "--pingpong-only",
+        "--wait",
+        "busy",
+        "--json",
+        "--size",
+        "64",
+        "--iters",
+        "100",
+        "--warmup",
+        "0",
+        "--mps",
+        "1000",
+    ]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines = json_lines(&text(&o.stdout));
+    assert_eq!(lines.len(), 1, "the ping-pong only: {lines:?}");
+    let v = &lines[0];
+    assert_eq!(v["test"], "tcp_pingpong", "{v}");
+    assert_eq!(v["pings_per_s"], 1000, "{v}");
+    assert_eq!(v["lat_us"]["count"], 100, "{v}");
+    let run_s = v["run_s"].as_f64().unwrap();
+    assert!(
+        run_s >= 0.099,
+        "100 round trips at 1000/s in {run_s} s: {v}"
+    );
+    let o = run(&mut cmd(&["tcp-baseline", "--mps", "0"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}
+
 /// `--mps 0` is a usage error (a rate of nothing).
 #[test]
 fn dpperf_mps_zero_is_a_usage_error() {

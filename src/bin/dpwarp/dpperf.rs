@@ -715,13 +715,18 @@ pub fn tcp_stream(
 }
 
 /// Plain kernel TCP over loopback: `size`-byte ping-pong with TCP_NODELAY; one-way = RTT/2.
-/// Client and server on their own CPUs; `warmup` round trips first, not counted.
+/// Client and server on their own CPUs; `warmup` round trips first, not counted. With `mps`
+/// the client starts a round trip every 1/`mps` s (spinning on the clock in between, as
+/// sockperf's `under-load --mps` and dpperf's `--mps` do) instead of back to back; each
+/// latency is still half of one round trip.
 pub fn tcp_pingpong(
     size: usize,
     iters: usize,
     warmup: usize,
     wait: KernelWait,
+    mps: Option<u32>,
 ) -> Result<PerfResult, String> {
+    let pace = mps.map(|n| Duration::from_secs(1) / n.max(1));
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let srv = std::thread::spawn(move || -> std::io::Result<()> {
@@ -738,6 +743,7 @@ pub fn tcp_pingpong(
     });
     let old = dpwarp::affinity::thread_cpus();
     pin_side(1);
+    let t0 = Instant::now();
     let res = (|| -> Result<Vec<f64>, String> {
         let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -745,7 +751,14 @@ pub fn tcp_pingpong(
             .map_err(|e| e.to_string())?;
         let mut buf = vec![1u8; size];
         let mut lat = Vec::with_capacity(iters);
+        let mut next = Instant::now();
         for i in 0..iters + warmup {
+            if let Some(p) = pace {
+                while Instant::now() < next {
+                    std::hint::spin_loop();
+                }
+                next = (next + p).max(Instant::now());
+            }
             let t = Instant::now();
             write_all(&mut s, &buf, wait).map_err(|e| e.to_string())?;
             read_exact(&mut s, &mut buf, wait).map_err(|e| e.to_string())?;
@@ -765,6 +778,8 @@ pub fn tcp_pingpong(
         size,
         iters,
         warmup: Some(warmup),
+        pings_per_s: mps,
+        run_s: Some(t0.elapsed().as_secs_f64()),
         ..Default::default()
     };
     fill_lat(&mut r, &lat);
@@ -993,8 +1008,16 @@ pub struct TcpArgs {
     #[arg(long)]
     pub nodelay: bool,
     /// Only the stream, no ping-pong.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pingpong_only")]
     pub stream_only: bool,
+    /// Only the ping-pong, no stream.
+    #[arg(long)]
+    pub pingpong_only: bool,
+    /// Ping-pong: start this many round trips per second instead of back to back (as dpperf
+    /// `--mps` and sockperf's `under-load --mps`): the latency of requests with gaps between
+    /// them. Each latency is still half of one round trip.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub mps: Option<u32>,
     #[command(flatten)]
     pub verbosity: Verbosity,
 }
@@ -1018,15 +1041,17 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
     let mut bw = Vec::new();
     let mut lat = Vec::new();
     for &s in &a.size {
-        // At most a million writes per size: small writes are syscall-bound and slow.
-        bw.push(tcp_stream(
-            s,
-            a.total.min(s * 1_000_000).max(s),
-            wait,
-            a.nodelay,
-        )?);
+        if !a.pingpong_only {
+            // At most a million writes per size: small writes are syscall-bound and slow.
+            bw.push(tcp_stream(
+                s,
+                a.total.min(s * 1_000_000).max(s),
+                wait,
+                a.nodelay,
+            )?);
+        }
         if !a.stream_only {
-            lat.push(tcp_pingpong(s, a.iters, a.warmup, wait)?);
+            lat.push(tcp_pingpong(s, a.iters, a.warmup, wait, a.mps)?);
         }
     }
     if a.json {
@@ -1034,7 +1059,9 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
             println!("{}", r.json(transport));
         }
     } else {
-        print_table(&format!("{transport} stream (loopback)"), &bw);
+        if !a.pingpong_only {
+            print_table(&format!("{transport} stream (loopback)"), &bw);
+        }
         if !a.stream_only {
             print_table(
                 &format!("{transport} ping-pong (loopback, one-way = RTT/2)"),
