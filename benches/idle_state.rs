@@ -63,9 +63,13 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
-        // `cargo bench` passes --bench to every bench binary.
-        if k == "--bench" {
-            continue;
+        // What cargo and test runners pass to a harness-less bench: `--bench` from `cargo
+        // bench`; `--list` (and its `--format terse`) from `cargo nextest` listing tests:
+        // this binary has none.
+        match k.as_str() {
+            "--bench" | "--exact" | "--ignored" | "--nocapture" => continue,
+            "--list" => std::process::exit(0),
+            _ => {}
         }
         let Some(v) = it.next() else {
             usage(&format!("{k} needs a value"))
@@ -81,6 +85,7 @@ fn args() -> Args {
             }
             "--gaps" => a.gaps = list(&v),
             "--warm-us" => a.warm = list(&v),
+            "--format" => {}
             _ => usage(&format!("unknown option {k}")),
         }
     }

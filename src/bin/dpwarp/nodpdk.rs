@@ -122,6 +122,8 @@ pub struct WorkerStats {
     pub turn_windows: u64,
     pub contention_windows: u64,
     pub driven_spin_us: u64,
+    pub warm_frames: u64,
+    pub warm_rehearsals: u64,
 }
 
 /// Mirrors the fields of `dataplane::device::DeviceStats` the tools print.
