@@ -22,7 +22,7 @@ use dpwarp::verbs::{
 };
 
 mod dp_common;
-use dp_common::{advertise, advertised, pattern, shipped_config, unique};
+use dp_common::{accept_advertising, advertised, pattern, shipped_config, unique};
 
 const PINGS: usize = 500;
 const N: usize = 128 * 1024;
@@ -83,16 +83,7 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
         let target = spd.reg_mr(N, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
         // listen/get_request/accept drive the worker while they wait.
-        let listener = server_ep.listen(4796).unwrap();
-        let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        req.accept(
-            &qp,
-            &ConnParam {
-                private_data: advertise(&target),
-                ..ConnParam::default()
-            },
-        )
-        .unwrap();
+        let _listener = accept_advertising(&server_ep, 4796, &qp, &target);
         // Echo every ping's payload back (its first 8 bytes carry the sequence number).
         let mut got = 0;
         while got < PINGS {

@@ -21,7 +21,7 @@ use dpwarp::verbs::{
 };
 
 mod dp_common;
-use dp_common::{advertise, advertised, pattern, ring_config};
+use dp_common::{accept_advertising, advertised, pattern, ring_config};
 
 const PINGS: usize = 20;
 const GAP: Duration = Duration::from_millis(3);
@@ -73,16 +73,7 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
         let sbuf = spd.reg_mr(64, Access::LOCAL_WRITE);
         let target = spd.reg_mr(N, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
-        let listener = server_ep.listen(4797).unwrap();
-        let req = listener.get_request(Duration::from_secs(10)).unwrap();
-        req.accept(
-            &qp,
-            &ConnParam {
-                private_data: advertise(&target),
-                ..ConnParam::default()
-            },
-        )
-        .unwrap();
+        let _listener = accept_advertising(&server_ep, 4797, &qp, &target);
         // Echo every ping (64 octets of a pattern seeded by its number) after checking it.
         let mut got = 0;
         while got < PINGS {

@@ -8,8 +8,12 @@
 pub mod align;
 pub mod jumbo;
 
+use std::time::Duration;
+
+use dpwarp::cm::{ConnParam, Listener};
 use dpwarp::config::{DataplaneConfig, PortConfig};
-use dpwarp::verbs::Mr;
+use dpwarp::dataplane::Endpoint;
+use dpwarp::verbs::{Mr, Qp};
 
 /// `configs/<file>` with each `(from, to)` replaced (unique ring names, MTU, cores, ...).
 pub fn shipped_config(file: &str, edits: &[(&str, &str)]) -> DataplaneConfig {
@@ -40,6 +44,22 @@ pub fn advertise(mr: &Mr) -> Vec<u8> {
     let mut adv = mr.addr().to_be_bytes().to_vec();
     adv.extend_from_slice(&mr.stag().to_be_bytes());
     adv
+}
+
+/// Listen on `port` of `ep`, take the first connection request (within 10 s) and accept it on
+/// `qp`, advertising `target` in the MPA private data. The listener is returned, to keep.
+pub fn accept_advertising(ep: &Endpoint, port: u16, qp: &Qp, target: &Mr) -> Listener {
+    let listener = ep.listen(port).unwrap();
+    let req = listener.get_request(Duration::from_secs(10)).unwrap();
+    req.accept(
+        qp,
+        &ConnParam {
+            private_data: advertise(target),
+            ..ConnParam::default()
+        },
+    )
+    .unwrap();
+    listener
 }
 
 /// The client's reading of an [`advertise`]ment: (address, rkey).
