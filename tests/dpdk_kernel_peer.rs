@@ -347,6 +347,89 @@ fn af_packet_client_exit_completes_the_tcp_close() {
     let _ = std::fs::remove_file(cfg);
 }
 
+/// `[worker] warm_us` against the Linux TCP stack: the DPDK client's keep-alives while its
+/// application is quiet (RFC 1122 §4.2.3.6: the last acknowledged octet again) are answered by
+/// the kernel (an ACK each: the client receives at least as many frames beyond the ping-pong's
+/// as it sent keep-alives), they carry nothing the kernel takes as data (the paced ping-pong
+/// completes, no retransmission on either side), and the kernel counts each as a duplicate of
+/// data it already has (its D-SACK counter).
+#[test]
+fn af_packet_warm_keep_alives_are_answered_by_the_kernel() {
+    let ns = netns("afw");
+    let a = veth_in_netns(&ns, "dpk", "10.92.0.1/24", &["tx", "off"]);
+    let _srv = kernel_server(&ns, 18521, 1);
+    let cfg = write_config(
+        "afw",
+        &format!("net_af_packet0,iface={a}"),
+        "10.92.0.2",
+        "02:00:00:92:00:02",
+    );
+    // The [worker] table is the config's last: warm_us joins it.
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str("warm_us = 20\n");
+    std::fs::write(&cfg, text).unwrap();
+    let retrans_before = kernel_counter(&ns, "TcpRetransSegs");
+    let dsacks_before = kernel_counter(&ns, "TcpExtTCPDSACKOldSent");
+    let c = dpperf_in(&ns)
+        .args([
+            "--json", "--iters", "200", "--warmup", "50", "--mps", "1000",
+        ])
+        .args([
+            "--addr",
+            "10.92.0.1:18521",
+            "--test",
+            "send_lat",
+            "--size",
+            "64",
+        ])
+        .arg("--config")
+        .arg(&cfg)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, err) = finish(c, "paced send_lat with warm_us");
+    assert_eq!(json_u64(&out, "count"), 200, "{out}");
+    let counter = |key: &str| -> u64 {
+        let l = err
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("no {key:?} logged:\n{err}"));
+        let i = l.find(key).unwrap() + key.len();
+        l[i..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let warm = counter("warm keep-alives ");
+    let rx = counter(": rx ");
+    // 250 pings in 0.25 s with 1 ms between them: thousands of 20 us idle stretches.
+    assert!(warm > 100, "{warm} keep-alives in 250 gaps of 1 ms:\n{err}");
+    // Each ping brings one reply; everything else the client received answered a keep-alive.
+    assert!(
+        rx >= 250 + warm * 9 / 10,
+        "{rx} frames received for 250 pings and {warm} keep-alives: the kernel left keep-alives \
+         unanswered\n{err}"
+    );
+    assert_eq!(counter("tcp retransmits: fast "), 0, "{err}");
+    assert_eq!(
+        kernel_counter(&ns, "TcpRetransSegs"),
+        retrans_before,
+        "the kernel retransmitted"
+    );
+    // Linux takes each as a duplicate of data it has (RFC 2883 D-SACK in its answer).
+    let dsacks = kernel_counter(&ns, "TcpExtTCPDSACKOldSent") - dsacks_before;
+    assert!(
+        (warm * 9 / 10..=warm).contains(&dsacks),
+        "{dsacks} D-SACKs for old data from the kernel for {warm} keep-alives"
+    );
+    eprintln!("keep-alives {warm}, frames received {rx}, kernel D-SACKs for old data {dsacks}");
+    let _ = std::fs::remove_file(cfg);
+}
+
 /// The standard output of `cmd` run in `ns` (`ip netns exec`), required to succeed.
 fn output_in(ns: &Netns, cmd: &[&str]) -> String {
     let o = Command::new("ip")
