@@ -596,11 +596,11 @@ pub(crate) struct Worker {
     /// pass whose transmit phase is owed.
     touched_more: Vec<SocketHandle>,
     /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
-    /// socket) and until when its path is kept warm (`Worker::warm`).
+    /// socket) and when it did (`Worker::warm` keeps its path warm for `WARM_FOR` after).
     warm_conn: Option<(usize, SocketHandle, Instant)>,
-    /// When `warm` last ran: it runs again `warm_us` after it or after the last work,
-    /// whichever is later.
-    last_warm: Instant,
+    /// When `warm` last ran the private engines, and last sent a keep-alive.
+    last_rehearsal: Instant,
+    last_keep_alive: Instant,
     /// The private pair of engines `warm` runs a Send through (made at its first run; None
     /// after it failed to establish or to complete a Send, and then not made again).
     rehearsal: Option<Rehearsal>,
@@ -734,7 +734,8 @@ impl Worker {
             transmit_owed: false,
             touched_more: Vec::new(),
             warm_conn: None,
-            last_warm: t0,
+            last_rehearsal: t0,
+            last_keep_alive: t0,
             rehearsal: None,
             rehearsal_tried: false,
         }
@@ -875,26 +876,34 @@ impl Worker {
         work
     }
 
-    /// `worker.warm_us`: idle that long (and that long since the last run of this), with a
-    /// connection that sent data less than `WARM_FOR` ago, run a 64 B Send through the
-    /// worker's private pair of engines (`dataplane::rehearsal`: the engine's code) and send
-    /// a TCP keep-alive on that connection (RFC 1122 §4.2.3.6; smoltcp's `keep_alive_now`),
-    /// whose egress and the peer's ACK run both ends' packet paths (smoltcp, the PMD, the
-    /// mempool) through the lines a request will need: on the hosts measured a core loses
-    /// what it has not touched for 20-50 us (docs/dataplane.md "Keeping the path warm"). The
-    /// keep-alive only on an established connection with nothing in flight. Not while
-    /// stopping, and not on a driven worker that shares its CPU (the frames would keep it
-    /// from yielding to the thread it takes turns with).
+    /// `worker.warm_us`, on an idle pass, while a connection sent data less than `WARM_FOR`
+    /// ago: on a core that loses what it has not touched for 20-50 us (docs/dataplane.md
+    /// "Keeping the path warm"), keep the lines a request will need in use.
+    /// - `warm_us` after that data and after the last run, a 64 B Send through the worker's
+    ///   private pair of engines (`dataplane::rehearsal`: the engine's code). Counted from
+    ///   the data sent, not from the last frame, so that the keep-alives and their answers
+    ///   either way do not put it off;
+    /// - `warm_us` without a frame either way and after the last one, a TCP keep-alive on
+    ///   that connection (RFC 1122 §4.2.3.6; smoltcp's `keep_alive_now`), whose egress and
+    ///   the peer's ACK run both ends' packet paths (smoltcp, the PMD, the mempool). Only on
+    ///   an established connection with nothing in flight; the side that answers the other's
+    ///   keep-alives sends none of its own.
+    ///
+    /// Not while stopping, and not on a driven worker that shares its CPU (the frames would
+    /// keep it from yielding to the thread it takes turns with).
     fn warm(&mut self, now: Instant) {
-        let Some((i, h, until)) = self.warm_conn else {
+        let Some((i, h, fed)) = self.warm_conn else {
             return;
         };
-        if now >= until || self.stopping_since.is_some() {
+        if now.saturating_duration_since(fed) >= WARM_FOR || self.stopping_since.is_some() {
             self.warm_conn = None;
             return;
         }
         let interval = Duration::from_micros(self.wcfg.warm_us);
-        if now.saturating_duration_since(self.last_work.max(self.last_warm)) < interval
+        let rehearse = now.saturating_duration_since(fed.max(self.last_rehearsal)) >= interval;
+        let keep_alive =
+            now.saturating_duration_since(self.last_work.max(self.last_keep_alive)) >= interval;
+        if !(rehearse || keep_alive)
             || (!self.background
                 && !self.wcfg.busy_poll
                 && self.driven_spin <= Duration::from_micros(DRIVEN_SPIN_SHARED_US))
@@ -911,7 +920,27 @@ impl Worker {
             self.warm_conn = None;
             return;
         }
-        self.last_warm = now;
+        if rehearse {
+            self.last_rehearsal = now;
+            self.rehearse();
+        }
+        if !keep_alive {
+            return;
+        }
+        self.last_keep_alive = now;
+        let s = self.sockets.get_mut::<tcp::Socket>(h);
+        if s.send_queue() > 0 || !s.keep_alive_now() {
+            return;
+        }
+        let ts = st_at(self.t0, now);
+        self.iface
+            .poll_egress_sockets(ts, &mut self.dev, &mut self.sockets, &[h]);
+        self.dev.flush();
+        self.stats.warm_frames += 1;
+    }
+
+    /// One Send through the private pair of engines (made at the first call).
+    fn rehearse(&mut self) {
         if !self.rehearsal_tried {
             self.rehearsal_tried = true;
             self.rehearsal = Rehearsal::new(self.emss);
@@ -935,15 +964,6 @@ impl Worker {
                 self.rehearsal = None;
             }
         }
-        let s = self.sockets.get_mut::<tcp::Socket>(h);
-        if s.send_queue() > 0 || !s.keep_alive_now() {
-            return;
-        }
-        let ts = st_at(self.t0, now);
-        self.iface
-            .poll_egress_sockets(ts, &mut self.dev, &mut self.sockets, &[h]);
-        self.dev.flush();
-        self.stats.warm_frames += 1;
     }
 
     /// The send side of a pass only: posted work into the engines, then FPDUs framed into
@@ -1868,7 +1888,7 @@ impl Worker {
                     self.tx_fed += n as u64;
                     list_once(&mut c.touched, i, &mut self.touched_conns);
                     if self.wcfg.warm_us != 0 && c.sh.is_some() {
-                        self.warm_conn = Some((i, c.h, now + WARM_FOR));
+                        self.warm_conn = Some((i, c.h, now));
                     }
                 }
             }
