@@ -14,15 +14,15 @@ use std::net::SocketAddrV4;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::ConnParam;
 use dpwarp::dataplane::{Dataplane, Driver, WorkerMode};
 use dpwarp::verbs::{
-    sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 mod dp_common;
-use dp_common::{accept_advertising, advertised, pattern, shipped_config, unique};
+use dp_common::{
+    accept_advertising, connect_to_advertiser, pattern, recv_wr, shipped_config, unique,
+};
 
 const PINGS: usize = 500;
 const N: usize = 128 * 1024;
@@ -37,13 +37,6 @@ fn next_wc(cq: &Cq, d: &Driver) -> WorkCompletion {
         }
         assert!(Instant::now() < end, "no completion within 20 s");
         d.poll();
-    }
-}
-
-fn recv_wr(mr: &dpwarp::verbs::Mr, len: usize) -> RecvWr {
-    RecvWr {
-        wr_id: 0,
-        sg_list: smallvec![sge(mr, 0, len)],
     }
 }
 
@@ -134,14 +127,7 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     let rbuf = pd.reg_mr(64, Access::LOCAL_WRITE);
     let sbuf = pd.reg_mr(N, Access::LOCAL_WRITE);
     qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
-    let neg = client_ep
-        .connect(
-            SocketAddrV4::new(server_ip, 4796),
-            &qp,
-            &ConnParam::default(),
-        )
-        .unwrap();
-    let (raddr, rkey) = advertised(&neg.peer_private_data);
+    let (raddr, rkey) = connect_to_advertiser(&client_ep, SocketAddrV4::new(server_ip, 4796), &qp);
     for i in 0..PINGS {
         sbuf.write_at(0, &(i as u64).to_le_bytes());
         let sent = cd.stats().device.tx_packets;

@@ -13,15 +13,13 @@ use std::net::SocketAddrV4;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::ConnParam;
 use dpwarp::dataplane::{Dataplane, WARM_FOR};
 use dpwarp::verbs::{
-    sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
-    WorkCompletion,
+    sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 mod dp_common;
-use dp_common::{accept_advertising, advertised, pattern, ring_config};
+use dp_common::{accept_advertising, connect_to_advertiser, pattern, recv_wr, ring_config};
 
 const PINGS: usize = 20;
 const GAP: Duration = Duration::from_millis(3);
@@ -36,13 +34,6 @@ fn next_wc(cq: &Cq) -> WorkCompletion {
         }
         assert!(Instant::now() < end, "no completion within 20 s");
         thread::yield_now();
-    }
-}
-
-fn recv_wr(mr: &dpwarp::verbs::Mr, len: usize) -> RecvWr {
-    RecvWr {
-        wr_id: 0,
-        sg_list: smallvec![sge(mr, 0, len)],
     }
 }
 
@@ -105,14 +96,7 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
     let rbuf = pd.reg_mr(64, Access::LOCAL_WRITE);
     let sbuf = pd.reg_mr(N, Access::LOCAL_WRITE);
     qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
-    let neg = client_ep
-        .connect(
-            SocketAddrV4::new(server_ip, 4797),
-            &qp,
-            &ConnParam::default(),
-        )
-        .unwrap();
-    let (raddr, rkey) = advertised(&neg.peer_private_data);
+    let (raddr, rkey) = connect_to_advertiser(&client_ep, SocketAddrV4::new(server_ip, 4797), &qp);
     // Frames the client's worker sent while this thread had nothing posted.
     let mut sent_in_gaps = 0;
     for i in 0..PINGS {

@@ -8,12 +8,13 @@
 pub mod align;
 pub mod jumbo;
 
+use std::net::SocketAddrV4;
 use std::time::Duration;
 
 use dpwarp::cm::{ConnParam, Listener};
 use dpwarp::config::{DataplaneConfig, PortConfig};
 use dpwarp::dataplane::Endpoint;
-use dpwarp::verbs::{Mr, Qp};
+use dpwarp::verbs::{sge, smallvec, Mr, Qp, RecvWr};
 
 /// `configs/<file>` with each `(from, to)` replaced (unique ring names, MTU, cores, ...).
 pub fn shipped_config(file: &str, edits: &[(&str, &str)]) -> DataplaneConfig {
@@ -60,6 +61,21 @@ pub fn accept_advertising(ep: &Endpoint, port: u16, qp: &Qp, target: &Mr) -> Lis
     )
     .unwrap();
     listener
+}
+
+/// Connect `qp` from `ep` to `server` (with the default parameters) and read the target the
+/// server advertised in its MPA private data ([`accept_advertising`]): (address, rkey).
+pub fn connect_to_advertiser(ep: &Endpoint, server: SocketAddrV4, qp: &Qp) -> (u64, u32) {
+    let neg = ep.connect(server, qp, &ConnParam::default()).unwrap();
+    advertised(&neg.peer_private_data)
+}
+
+/// A receive WR for the first `len` octets of `mr`.
+pub fn recv_wr(mr: &Mr, len: usize) -> RecvWr {
+    RecvWr {
+        wr_id: 0,
+        sg_list: smallvec![sge(mr, 0, len)],
+    }
 }
 
 /// The client's reading of an [`advertise`]ment: (address, rkey).
