@@ -242,8 +242,9 @@ pub struct WorkerConfig {
     #[serde(default)]
     pub driven_spin_us: Option<u64>,
     /// Keep the send and receive paths warm while the application is quiet: a worker idle
-    /// for this many microseconds runs a 64 B Send through a private pair of engines (the
-    /// engine's code: framing, CRC, placement) and sends a TCP keep-alive on the connection
+    /// for this many microseconds runs a 64 B Send through a private pair of QPs (the verbs
+    /// and engine code: posts, framing, CRC, placement, completions) and sends a TCP
+    /// keep-alive on the connection
     /// it last sent data on (RFC 1122 §4.2.3.6), which the peer answers with an ACK, so that
     /// both ends run their packet paths again (smoltcp, the PMD, the mempool). For as long as
     /// one second after the connection last sent data; 0 (the default) never. On the hosts

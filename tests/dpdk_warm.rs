@@ -4,7 +4,7 @@
 //! net_ring pair in one process (background workers): Send ping-pongs with 3 ms gaps between
 //! them and an RDMA Write after a gap, every byte verified (the keep-alives' octet, the last
 //! one already acknowledged, must never reach the MPA stream); frames go out during the gaps,
-//! the workers count their keep-alives and the Sends through their private engines
+//! the workers count their keep-alives and the Sends through their private QPs
 //! (`dataplane::rehearsal`), and a second after the last data both stop. One EAL
 //! per process: the only EAL test of this binary.
 
@@ -37,7 +37,7 @@ fn next_wc(cq: &Cq) -> WorkCompletion {
     }
 }
 
-/// (keep-alives sent, frames sent, Sends through the private engines) by worker `i` (0: the
+/// (keep-alives sent, frames sent, Sends through the private QPs) by worker `i` (0: the
 /// server's port, 1: the client's).
 fn counts(dp: &Dataplane, i: usize) -> (u64, u64, u64) {
     let s = &dp.stats()[i];
@@ -128,7 +128,7 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
     let server_rehearsed = counts(&dp, 0).2;
     assert!(
         client_rehearsed > 0 && server_rehearsed > 0,
-        "no Send through the private engines: client {client_rehearsed}, server \
+        "no Send through the private QPs: client {client_rehearsed}, server \
          {server_rehearsed}"
     );
 

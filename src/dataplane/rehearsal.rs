@@ -1,5 +1,6 @@
-//! A private pair of engines that a worker with `worker.warm_us` runs a 64 B Send through
-//! while its application is quiet, so that the engine's code (posting, DDP/RDMAP segmentation,
+//! A private pair of QPs that a worker with `worker.warm_us` runs a 64 B Send through while
+//! its application is quiet, so that the code of a request's path outside TCP and the PMD
+//! (the verbs posts and CQ polls, the QP's shared state, the engine's DDP/RDMAP segmentation,
 //! MPA framing and CRC32c, deframing and placement, completions; RFC 5040 §5.3, RFC 5041
 //! §5, RFC 5044 §4) is still in this core's caches when the next request comes.
 //!
@@ -7,26 +8,33 @@
 //! engine sees nothing of them. On the hosts measured a core loses what it has not touched
 //! for 20-50 us (docs/dataplane.md "Keeping the path warm", `benches/idle_state`), and
 //! after 100 us the framing of a 64 B Send took four times as long as back to back. The pair
-//! here is two [`Connection`]s of the same type the worker's connections are, wired back to
-//! back through a buffer: a Send goes from one to the other by the entry points the worker
-//! and its sockets' receive sinks call (`post_send`, `post_recv`, `transmit_into` over a
-//! [`SliceBuf`], `on_bytes`, `poll_completion`). Nothing reaches a socket, a real QP or the
-//! wire; its memory is a table of its own.
+//! here is two [`Qp`]s of the application's kind (with a doorbell, so that posts go straight
+//! into their connections, as a driven application's do), whose [`Connection`]s are wired
+//! back to back through a buffer: a Send goes from one to the other by the calls the
+//! application, the worker and its sockets' receive sinks make (`Qp::post_send`,
+//! `Qp::post_recv`, `drain_posts`, `transmit_into` over a [`SliceBuf`], `on_bytes`,
+//! `pump::events`, `Cq::poll_one`). Nothing reaches a socket, a real QP or the wire; its
+//! memory is a device of its own.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use crate::cm::pump;
 use crate::conn::{ConnConfig, ConnEvent, Connection};
-use crate::rdma::smallvec;
-use crate::rdma::{Access, MemoryTable, Mr, Opcode, RecvWr, SendWr, Sge};
+use crate::rdma::{smallvec, Access, Opcode, RecvWr, SendWr, Sge, WcStatus};
+use crate::verbs::{Cq, Device, Mr, Qp, QpInitAttr, QpSlot};
 use crate::wire::txbuf::SliceBuf;
 
 /// The Send's size: a request's, as a ping or an RPC call.
 const SIZE: usize = 64;
 
-/// The pair, established.
+/// The pair, established: two QPs of the application's kind, each with its CQ, their
+/// connections installed as the connection manager installs them.
 pub(crate) struct Rehearsal {
-    a: Connection,
-    b: Connection,
+    qa: Qp,
+    qb: Qp,
+    ca: Cq,
+    cb: Cq,
     src: Mr,
     dst: Mr,
     wire: Vec<u8>,
@@ -36,20 +44,28 @@ pub(crate) struct Rehearsal {
 
 impl Rehearsal {
     /// Two engines through their MPA startup (RFC 5044 §7, RFC 6581 as configured by
-    /// default) at this worker's EMSS; None if they do not establish (they always do: the
-    /// startup is between two copies of this code).
+    /// default) at this worker's EMSS, each then made the live connection of a QP (with a
+    /// doorbell that does nothing, so that posts go straight into the connection, as a driven
+    /// application's do); None if they do not establish (they always do: the startup is
+    /// between two copies of this code).
     pub(crate) fn new(emss: usize) -> Option<Rehearsal> {
         let now = Instant::now();
-        let (ma, mb) = (MemoryTable::new(), MemoryTable::new());
-        let cfg = |pd| ConnConfig {
-            pd,
+        let dev = Device::open();
+        let pd = dev.alloc_pd();
+        let (ca, cb) = (Cq::new(8), Cq::new(8));
+        let (qa, qb) = (
+            Qp::new(&pd, &QpInitAttr::new(&ca)),
+            Qp::new(&pd, &QpInitAttr::new(&cb)),
+        );
+        let cfg = ConnConfig {
+            pd: pd.id(),
             emss,
             sq_depth: 4,
             rq_depth: 4,
             ..ConnConfig::default()
         };
-        let mut a = Connection::initiator(cfg(ma.alloc_pd()), ma.clone(), now);
-        let mut b = Connection::responder(cfg(mb.alloc_pd()), mb.clone(), now);
+        let mut a = Connection::initiator(cfg.clone(), pd.memory().clone(), now);
+        let mut b = Connection::responder(cfg, pd.memory().clone(), now);
         let mut wire = Vec::with_capacity(4096);
         for _ in 0..8 {
             wire.clear();
@@ -71,12 +87,21 @@ impl Rehearsal {
         if !(a.is_established() && b.is_established()) {
             return None;
         }
-        let src = ma.register(a.config().pd, SIZE, Access::LOCAL_WRITE);
-        let dst = mb.register(b.config().pd, SIZE, Access::LOCAL_WRITE);
+        for (qp, conn) in [(&qa, a), (&qb, b)] {
+            qp.drive_with(Arc::new(|| false));
+            let mut conn = conn;
+            let mut slot = qp.shared.lock();
+            qp.shared.drain_posts(&mut conn);
+            *slot = QpSlot::Live(Box::new(conn));
+        }
+        let src = pd.reg_mr(SIZE, Access::LOCAL_WRITE);
+        let dst = pd.reg_mr(SIZE, Access::LOCAL_WRITE);
         wire.resize(4096, 0);
         Some(Rehearsal {
-            a,
-            b,
+            qa,
+            qb,
+            ca,
+            cb,
             src,
             dst,
             wire,
@@ -85,11 +110,12 @@ impl Rehearsal {
         })
     }
 
-    /// One Send from A to B: posted, framed into the buffer, received and placed, both
-    /// completions reaped. False if it did not complete (then the pair is not used again).
+    /// One Send from A to B: posted on the QPs, framed into the buffer, received and placed,
+    /// the completions moved to the CQs and polled there. False if it did not complete (then
+    /// the pair is not used again).
     pub(crate) fn run(&mut self) -> bool {
         let posted = self
-            .b
+            .qb
             .post_recv(RecvWr {
                 wr_id: 2,
                 sg_list: smallvec![Sge {
@@ -100,7 +126,7 @@ impl Rehearsal {
             })
             .is_ok()
             && self
-                .a
+                .qa
                 .post_send(SendWr {
                     wr_id: 1,
                     opcode: Opcode::Send,
@@ -115,13 +141,48 @@ impl Rehearsal {
         if !posted {
             return false;
         }
-        self.ends.clear();
-        let mut out = SliceBuf::new(&mut self.wire);
-        let n = self.a.transmit_into(&mut out, Some(&mut self.ends));
-        self.b.on_bytes(&self.wire[..n], self.now);
-        let sent = self.a.poll_completion().is_some();
-        let received = self.b.poll_completion().is_some();
-        sent && received && !self.a.should_close() && !self.b.should_close()
+        let n = {
+            let sh = &self.qa.shared;
+            let mut slot = sh.lock();
+            let QpSlot::Live(a) = &mut *slot else {
+                return false;
+            };
+            sh.drain_posts(a);
+            self.ends.clear();
+            let n = a.transmit_into(&mut SliceBuf::new(&mut self.wire), Some(&mut self.ends));
+            pump::events(sh, a, |_| {});
+            if a.should_close() {
+                return false;
+            }
+            n
+        };
+        {
+            let sh = &self.qb.shared;
+            let mut slot = sh.lock();
+            let QpSlot::Live(b) = &mut *slot else {
+                return false;
+            };
+            sh.drain_posts(b);
+            b.on_bytes(&self.wire[..n], self.now);
+            pump::events(sh, b, |_| {});
+            if b.should_close() {
+                return false;
+            }
+        }
+        let ok = |cq: &Cq| {
+            cq.poll_one()
+                .is_some_and(|wc| wc.status == WcStatus::Success)
+        };
+        ok(&self.ca) & ok(&self.cb)
+    }
+}
+
+impl Drop for Rehearsal {
+    /// Nobody drives these connections: marked closed, the QPs' handles do not wait for a
+    /// close on their way out (`QpHandle`'s drop).
+    fn drop(&mut self) {
+        self.qa.shared.set_closed();
+        self.qb.shared.set_closed();
     }
 }
 

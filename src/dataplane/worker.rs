@@ -245,7 +245,7 @@ pub struct WorkerStats {
     /// Keep-alives sent to keep the packet paths warm while the application was quiet
     /// (`worker.warm_us`, `Worker::warm`).
     pub warm_frames: u64,
-    /// 64 B Sends run through the worker's private pair of engines meanwhile, to keep the
+    /// 64 B Sends run through the worker's private pair of QPs meanwhile, to keep the
     /// engine's code warm (`worker.warm_us`, `dataplane::rehearsal`).
     pub warm_rehearsals: u64,
 }
@@ -598,10 +598,10 @@ pub(crate) struct Worker {
     /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
     /// socket) and when it did (`Worker::warm` keeps its path warm for `WARM_FOR` after).
     warm_conn: Option<(usize, SocketHandle, Instant)>,
-    /// When `warm` last ran the private engines, and last sent a keep-alive.
+    /// When `warm` last ran the private QPs, and last sent a keep-alive.
     last_rehearsal: Instant,
     last_keep_alive: Instant,
-    /// The private pair of engines `warm` runs a Send through (made at its first run; None
+    /// The private pair of QPs `warm` runs a Send through (made at its first run; None
     /// after it failed to establish or to complete a Send, and then not made again).
     rehearsal: Option<Rehearsal>,
     rehearsal_tried: bool,
@@ -880,7 +880,7 @@ impl Worker {
     /// ago: on a core that loses what it has not touched for 20-50 us (docs/dataplane.md
     /// "Keeping the path warm"), keep the lines a request will need in use.
     /// - `warm_us` after that data and after the last run, a 64 B Send through the worker's
-    ///   private pair of engines (`dataplane::rehearsal`: the engine's code). Counted from
+    ///   private pair of QPs (`dataplane::rehearsal`: the verbs and engine code). Counted from
     ///   the data sent, not from the last frame, so that the keep-alives and their answers
     ///   either way do not put it off;
     /// - `warm_us` without a frame either way and after the last one, a TCP keep-alive on
@@ -939,14 +939,14 @@ impl Worker {
         self.stats.warm_frames += 1;
     }
 
-    /// One Send through the private pair of engines (made at the first call).
+    /// One Send through the private pair of QPs (made at the first call).
     fn rehearse(&mut self) {
         if !self.rehearsal_tried {
             self.rehearsal_tried = true;
             self.rehearsal = Rehearsal::new(self.emss);
             if self.rehearsal.is_none() {
                 log::warn!(
-                    "dataplane: worker {}: the engines kept warm did not establish; \
+                    "dataplane: worker {}: the QPs kept warm did not establish; \
                      warm_us sends keep-alives only",
                     self.index
                 );
@@ -957,7 +957,7 @@ impl Worker {
                 self.stats.warm_rehearsals += 1;
             } else {
                 log::warn!(
-                    "dataplane: worker {}: a Send through the engines kept warm did not \
+                    "dataplane: worker {}: a Send through the QPs kept warm did not \
                      complete; warm_us sends keep-alives only",
                     self.index
                 );
