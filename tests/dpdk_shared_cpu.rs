@@ -78,20 +78,27 @@ fn driven_workers_sharing_a_cpu_yield_it_soon() {
 }
 
 /// A dpperf server and client over one memif link, both on CPU 0 (`-l 0` in both configs,
-/// and `taskset`), `worker.driven_spin_us` unset: a 64 B ping-pong long enough for several
-/// 100 ms windows of the run delay. Both workers find their CPU shared and yield it after 2 us
-/// idle; the server's counters say so at exit.
-#[test]
-fn two_processes_on_one_cpu_each_find_it_shared() {
-    let dir = std::env::temp_dir().join(unique("dpwarp-shcpu"));
+/// and `taskset`), `worker.driven_spin_us` unset, `worker_extra` added to both configs'
+/// `[worker]`: a 64 B ping-pong (`client_args`) long enough for several 100 ms windows of the
+/// run delay. Both workers must find their CPU shared and yield it after 2 us idle; the
+/// server's counters say so at exit, which is returned.
+fn two_processes_on_cpu0(tag: &str, net: u8, worker_extra: &str, client_args: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(unique(tag));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
-    let (scfg, ccfg) = configs(&dir, &sock, 92, 0, false);
+    let (scfg, ccfg) = configs(&dir, &sock, net, 0, false);
+    for cfg in [&scfg, &ccfg] {
+        // `[worker]` is the configs' last table.
+        let mut text = std::fs::read_to_string(cfg).unwrap();
+        text.push_str(worker_extra);
+        std::fs::write(cfg, text).unwrap();
+    }
     let bin = env!("CARGO_BIN_EXE_dpwarp");
+    let addr = format!("10.{net}.0.1:18515");
     let mut server = Kill(
         Command::new("taskset")
             .args(["-c", "0", bin, "dpperf", "--server", "--count", "1"])
-            .args(["--addr", "10.92.0.1:18515", "--config"])
+            .args(["--addr", &addr, "--config"])
             .arg(&scfg)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
@@ -101,11 +108,11 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
     );
     // Kept open to the end: the server prints its results there.
     let _stdout = listening(&mut server.0);
-    // About 2 s of round trips in a debug build on a quiet CPU, 0.3 s in release.
     let c = Command::new("taskset")
-        .args(["-c", "0", bin, "dpperf", "--addr", "10.92.0.1:18515"])
+        .args(["-c", "0", bin, "dpperf", "--addr", &addr])
         .args(["--json", "--test", "send_lat", "--size", "64"])
-        .args(["--iters", "60000", "--config"])
+        .args(client_args)
+        .arg("--config")
         .arg(&ccfg)
         .env("RUST_LOG", "info")
         .output()
@@ -124,7 +131,8 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
     let counters = out
         .lines()
         .find(|l| l.contains("idle yields"))
-        .unwrap_or_else(|| panic!("no counters: {out}"));
+        .unwrap_or_else(|| panic!("no counters: {out}"))
+        .to_string();
     assert!(counters.contains("; yields after 2us idle;"), "{counters}");
     let contended: u64 = counters
         .split("CPU contended in ")
@@ -134,4 +142,29 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
         .unwrap_or_else(|| panic!("{counters}"));
     assert!(contended >= 2, "{counters}");
     let _ = std::fs::remove_dir_all(&dir);
+    counters
+}
+
+/// Back-to-back pings: about 2 s of round trips in a debug build on a quiet CPU, 0.3 s in
+/// release.
+#[test]
+fn two_processes_on_one_cpu_each_find_it_shared() {
+    two_processes_on_cpu0("dpwarp-shcpu", 92, "", &["--iters", "60000"]);
+}
+
+/// The same with `warm_us` and pings 1000 a second (0.6 s): the keep-alives and their answers
+/// are frames without application work, and the spin counts from the application's work (not
+/// from the last frame), so the workers still yield, find that they take turns and stop
+/// warming. Counted from the last frame, two release builds never found out (contended in 1
+/// of 29 windows; 29-30 us one way instead of 7). This debug build's slower passes found out
+/// with either rule, so here the test guards the outcome, not that difference.
+#[test]
+fn warm_workers_on_one_cpu_still_find_it_shared() {
+    let counters = two_processes_on_cpu0(
+        "dpwarp-shwarm",
+        91,
+        "warm_us = 20\n",
+        &["--iters", "500", "--warmup", "100", "--mps", "1000"],
+    );
+    assert!(counters.contains("warm keep-alives"), "{counters}");
 }

@@ -598,6 +598,10 @@ pub(crate) struct Worker {
     /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
     /// socket) and when it did (`Worker::warm` keeps its path warm for `WARM_FOR` after).
     warm_conn: Option<(usize, SocketHandle, Instant)>,
+    /// The pass clock of the last pass that did application work: posts, payload received
+    /// or delivered, completions, data fed, commands (with `warm_us` the driven spin counts
+    /// from it, not from `last_work`, which keep-alives and their answers renew).
+    last_app_work: Instant,
     /// When `warm` last ran the private QPs, and last sent a keep-alive.
     last_rehearsal: Instant,
     last_keep_alive: Instant,
@@ -734,6 +738,7 @@ impl Worker {
             transmit_owed: false,
             touched_more: Vec::new(),
             warm_conn: None,
+            last_app_work: t0,
             last_rehearsal: t0,
             last_keep_alive: t0,
             rehearsal: None,
@@ -758,7 +763,11 @@ impl Worker {
             return false;
         }
         self.stats.loops += 1;
+        // What the application's side of this pass moved (`last_app_work`): posts, payload
+        // received or delivered, completions, commands; not frames alone (ACKs, keep-alives).
+        let (fed_before, direct_before) = (self.tx_fed, self.rx_direct.load(Ordering::Relaxed));
         let mut work = self.commands();
+        let mut app = work;
         if self.stopped {
             return true;
         }
@@ -789,7 +798,9 @@ impl Worker {
             self.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
             self.stats.sweeps += 1;
         }
-        work |= self.post();
+        let posted = self.post();
+        work |= posted;
+        app |= posted;
         if self.rx(now) {
             // Bytes placed by the sockets' rx sinks may have queued frames for the staged path
             // (a TERMINATE): `transmit` looks again at every connection that took a segment.
@@ -803,7 +814,9 @@ impl Worker {
             self.egress_all = true;
         }
         work |= accepted;
-        work |= self.deliver(now);
+        let delivered = self.deliver(now);
+        work |= delivered;
+        app |= accepted || delivered || self.rx_direct.load(Ordering::Relaxed) != direct_before;
         if work {
             self.egress_idle_at = None;
         }
@@ -829,18 +842,24 @@ impl Worker {
                 self.transmit_owed = true;
                 self.publish_stream_idle(false);
                 self.last_work = now;
+                self.last_app_work = now;
                 self.idle_passes = 0;
                 return true;
             }
             // Nothing to hand over: the usual order, the completions again only if the
             // transmit phase moved something (Sends it framed may have completed).
             if self.transmit(now) {
-                self.completions(now);
+                app |= self.completions(now);
                 work = true;
             }
         } else {
             work |= self.transmit(now);
-            work |= self.completions(now);
+            let reaped = self.completions(now);
+            work |= reaped;
+            app |= reaped;
+        }
+        if app || self.tx_fed != fed_before {
+            self.last_app_work = now;
         }
         if self.stopping_since.is_some() {
             self.stopped = self.drained(Instant::now());
@@ -860,7 +879,16 @@ impl Worker {
                 && self.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
             {
                 self.check_contention(now);
-                if now.saturating_duration_since(self.last_work) >= self.driven_spin {
+                // With `warm_us` the keep-alives and their answers are frames without
+                // application work: the spin counts from the last application work, so that a
+                // worker whose CPU is shared still yields, finds that it takes turns, and stops
+                // warming (`warm`); on a CPU of its own a yield returns at once.
+                let idle_from = if self.wcfg.warm_us != 0 {
+                    self.last_app_work
+                } else {
+                    self.last_work
+                };
+                if now.saturating_duration_since(idle_from) >= self.driven_spin {
                     self.stats.idle_yields += 1;
                     std::thread::yield_now();
                     if let Some((c, _)) = self.contention.as_mut() {
