@@ -605,10 +605,10 @@ pub(crate) struct Worker {
     /// When `warm` last ran the private QPs, and last sent a keep-alive.
     last_rehearsal: Instant,
     last_keep_alive: Instant,
-    /// The private pair of QPs `warm` runs a Send through (made at its first run; None
-    /// after it failed to establish or to complete a Send, and then not made again).
+    /// The private pair of QPs `warm` runs a Send through (made with the worker when
+    /// `warm_us` is set; None without it, or after it failed to establish or to complete a
+    /// Send).
     rehearsal: Option<Rehearsal>,
-    rehearsal_tried: bool,
 }
 
 /// A worker's post flags: one for every socket slot it is likely to use (its connections,
@@ -680,6 +680,19 @@ impl Worker {
                 .add_default_ipv4_route(Ipv4Address::new(o[0], o[1], o[2], o[3]));
         }
         let emss = mtu.saturating_sub(40);
+        // `worker.warm_us`: the private pair of QPs `warm` runs a Send through.
+        let rehearsal = if wcfg.warm_us == 0 {
+            None
+        } else {
+            let r = Rehearsal::new(emss);
+            if r.is_none() {
+                log::warn!(
+                    "dataplane: worker {index}: the QPs kept warm did not establish; warm_us \
+                     sends keep-alives only"
+                );
+            }
+            r
+        };
         log::info!(
             "dataplane: worker {index} up: {}/{} mac {} mtu {mtu} emss {emss}",
             ip.0,
@@ -741,8 +754,7 @@ impl Worker {
             last_app_work: t0,
             last_rehearsal: t0,
             last_keep_alive: t0,
-            rehearsal: None,
-            rehearsal_tried: false,
+            rehearsal,
         }
     }
 
@@ -967,19 +979,8 @@ impl Worker {
         self.stats.warm_frames += 1;
     }
 
-    /// One Send through the private pair of QPs (made at the first call).
+    /// One Send through the private pair of QPs, if there is one.
     fn rehearse(&mut self) {
-        if !self.rehearsal_tried {
-            self.rehearsal_tried = true;
-            self.rehearsal = Rehearsal::new(self.emss);
-            if self.rehearsal.is_none() {
-                log::warn!(
-                    "dataplane: worker {}: the QPs kept warm did not establish; \
-                     warm_us sends keep-alives only",
-                    self.index
-                );
-            }
-        }
         if let Some(r) = self.rehearsal.as_mut() {
             if r.run() {
                 self.stats.warm_rehearsals += 1;
