@@ -181,10 +181,7 @@ fn cksum_counters(err: &str) -> (u64, u64, u64, u64) {
         .lines()
         .find(|l| l.contains("checksum offload: tx"))
         .unwrap_or_else(|| panic!("no device counters logged:\n{err}"));
-    let after = |k: &str| -> u64 {
-        let i = l.find(k).unwrap_or_else(|| panic!("{k} in {l}")) + k.len();
-        l[i..].split_whitespace().next().unwrap().parse().unwrap()
-    };
+    let after = |k: &str| number_after(l, k);
     (
         after("checksum offload: tx "),
         after("rx good "),
@@ -391,19 +388,7 @@ fn af_packet_warm_keep_alives_are_answered_by_the_kernel() {
         .unwrap();
     let (out, err) = finish(c, "paced send_lat with warm_us");
     assert_eq!(json_u64(&out, "count"), 200, "{out}");
-    let counter = |key: &str| -> u64 {
-        let l = err
-            .lines()
-            .find(|l| l.contains(key))
-            .unwrap_or_else(|| panic!("no {key:?} logged:\n{err}"));
-        let i = l.find(key).unwrap() + key.len();
-        l[i..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let counter = |key: &str| number_after(&err, key);
     let warm = counter("warm keep-alives ");
     let rx = counter(": rx ");
     // 250 pings in 0.25 s with 1 ms between them: thousands of 20 us idle stretches.
@@ -454,19 +439,23 @@ fn kernel_counter(ns: &Netns, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("nstat {key}: {s}"))
 }
 
-/// The value of `"key":N` in a JSON line.
-fn json_u64(line: &str, key: &str) -> u64 {
-    let i = line
-        .find(&format!("\"{key}\":"))
-        .unwrap_or_else(|| panic!("{key} in {line}"))
-        + key.len()
-        + 3;
-    line[i..]
+/// The number right after the first `key` in `text` (a log line's counter).
+fn number_after(text: &str, key: &str) -> u64 {
+    let i = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in:\n{text}"))
+        + key.len();
+    text[i..]
         .split(|c: char| !c.is_ascii_digit())
         .next()
         .unwrap()
         .parse()
         .unwrap()
+}
+
+/// The value of `"key":N` in a JSON line.
+fn json_u64(line: &str, key: &str) -> u64 {
+    number_after(line, &format!("\"{key}\":"))
 }
 
 /// Both directions through 2 % loss between dpwarp on DPDK (net_af_packet on a veth) and the
