@@ -1,6 +1,8 @@
 /* dpwarp's C shim over DPDK 22.11: the static-inline fast-path functions (rx/tx burst, mbuf
  * alloc/free/append/mtod), the TLS rte_errno, and port setup that needs the large rte_eth_conf
  * structs (kept in C so the Rust bindings stay small and opaque). Built by build.rs. */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stddef.h>
 #include <string.h>
 #include <stdio.h>
@@ -80,6 +82,10 @@ void dpw_pool_free(struct rte_mempool *mp) { rte_mempool_free(mp); }
 unsigned dpw_pool_avail(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
 
 unsigned dpw_lcore_id(void) { return rte_lcore_id(); }
+
+/* The CPU the calling thread runs on, -1 on error: glibc's sched_getcpu, which works under
+ * valgrind (rustix's reads the vDSO's ELF image, which valgrind does not map). */
+int dpw_current_cpu(void) { return sched_getcpu(); }
 
 /* A thread DPDK did not create gets an lcore id (and so per-lcore mempool caches); -1 when none
  * is left (RTE_MAX_LCORE). */

@@ -64,6 +64,7 @@ struct rte_mempool *dpw_pool_create(const char *name, unsigned n, unsigned cache
 void dpw_pool_free(struct rte_mempool *mp);
 unsigned dpw_pool_avail(const struct rte_mempool *mp);
 unsigned dpw_lcore_id(void);
+int dpw_current_cpu(void);
 int dpw_thread_register(void);
 void dpw_thread_unregister(void);
 int dpw_port_by_name(const char *name, uint16_t *port);

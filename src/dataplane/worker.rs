@@ -1023,7 +1023,7 @@ impl Worker {
         self.stats.connections = self.conns.len();
         (self.stats.tx_rings_kept, self.stats.tx_refs) = self.dev.zc_outstanding();
         self.stats.cpu = self.cpu;
-        self.stats.ran_on = rustix::thread::sched_getcpu();
+        self.stats.ran_on = crate::dpdk::current_cpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
         self.stats.driven_spin_us = self.driven_spin.as_micros() as u64;

@@ -140,6 +140,15 @@ pub fn lcore_id() -> Option<u32> {
     (id != u32::MAX).then_some(id)
 }
 
+/// The CPU the calling thread runs on now (`sched_getcpu`; 0 if it cannot be read). Through
+/// glibc rather than rustix, whose vDSO lookup faults under valgrind (benches/path_instructions
+/// runs the dataplane under callgrind).
+pub fn current_cpu() -> usize {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+    let c = unsafe { sys::dpw_current_cpu() };
+    usize::try_from(c).unwrap_or(0)
+}
+
 /// Give the calling thread an lcore id (`rte_thread_register`) unless it has one, so that
 /// per-lcore mempool caches serve its mbuf allocations instead of the shared ring (a thread
 /// without an lcore id goes to the ring for every mbuf). Returns the lcore id, or None when
