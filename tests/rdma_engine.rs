@@ -584,6 +584,39 @@ fn rfc5041_s7_1_send_without_receive_buffer() {
     );
 }
 
+/// A receive buffer whose region was deregistered after the post: the Send is placed nowhere,
+/// the receive completes with a local protection error, and the peer gets a TERMINATE (local
+/// catastrophic error, RFC 5040 §7.4). With one SGE the copy's own check finds it (nothing is
+/// checked before the copy); with two, where the second is the bad one, nothing is placed in
+/// the good first one either.
+#[test]
+fn rfc5040_s7_receive_sge_deregistered_after_post() {
+    for pieces in [1usize, 2] {
+        let mut p = Pair::new();
+        let good = p.b.mem.register(p.b.pd, 64, Access::LOCAL_WRITE);
+        let bad = p.b.mem.register(p.b.pd, 64, Access::LOCAL_WRITE);
+        let sg_list = if pieces == 1 {
+            smallvec![sge(&bad, 0, 64)]
+        } else {
+            smallvec![sge(&good, 0, 32), sge(&bad, 0, 32)]
+        };
+        p.b.qp.post_recv(RecvWr { wr_id: 9, sg_list }).unwrap();
+        assert!(p.b.mem.deregister(bad.stag()));
+        let u = untagged(RdmapOpcode::Send.control(), 0, 1, 0, true, 1, &[0xab; 64]);
+        assert_eq!(
+            inject(&mut p, &u),
+            Some(TermCause::RDMAP_LOCAL_CATASTROPHIC),
+            "{pieces} SGE(s)"
+        );
+        assert_eq!(good.to_vec(), vec![0; 64], "{pieces} SGE(s): placed");
+        assert_eq!(bad.to_vec(), vec![0; 64], "{pieces} SGE(s): placed");
+        let w = wcs(&mut p.b.qp);
+        assert_eq!(w.len(), 1, "{pieces} SGE(s): {w:?}");
+        assert_eq!((w[0].wr_id, w[0].status), (9, WcStatus::LocProtErr));
+        assert_eq!(p.b.qp.rx_placed(), 0, "{pieces} SGE(s)");
+    }
+}
+
 #[test]
 fn rfc5041_s7_1_tagged_bad_ddp_version() {
     let mut p = Pair::new();
