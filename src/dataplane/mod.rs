@@ -24,7 +24,7 @@ mod worker;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -83,14 +83,21 @@ struct WorkerRef {
     cmds: Sender<Cmd>,
     thread: Option<JoinHandle<()>>,
     /// Driven mode: the worker itself (polled by whoever holds a [`Driver`]).
-    driven: Option<Arc<Mutex<Worker>>>,
+    driven: Option<Arc<WorkerLock>>,
     cpu: Option<usize>,
 }
+
+/// A driven worker's lock. Drivers only ever try it (`poll_driven`): the thread that holds it
+/// runs the worker, the others have nothing to wait for. A spin lock's release is a plain
+/// store where std's `Mutex` swaps (an atomic read-modify-write on every pass, on the path of
+/// every message: scripts/instructions counts them); the rare blocking `lock` (counters,
+/// stop) yields the CPU while it waits.
+pub(crate) type WorkerLock = spin::mutex::SpinMutex<Worker, spin::relax::Yield>;
 
 /// A handle to drive one worker from an application thread ([`WorkerMode::Driven`]).
 #[derive(Clone)]
 pub struct Driver {
-    worker: Arc<Mutex<Worker>>,
+    worker: Arc<WorkerLock>,
     cpu: Option<usize>,
     index: usize,
 }
@@ -116,10 +123,7 @@ impl Driver {
 
     /// The worker's counters.
     pub fn stats(&self) -> WorkerStats {
-        self.worker
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stats()
+        self.worker.lock().stats()
     }
 
     /// The CPU the worker belongs to.
@@ -134,13 +138,11 @@ impl Driver {
 }
 
 /// `pass` (a whole pass or its send side) over a driven worker, unless another thread is
-/// polling it right now (a poisoned lock, left by a panicking driver, still holds a
-/// consistent worker).
-fn poll_driven(worker: &Mutex<Worker>, pass: fn(&mut Worker) -> bool) -> bool {
+/// polling it right now (a driver that panicked mid-pass released the lock as it unwound).
+fn poll_driven(worker: &WorkerLock, pass: fn(&mut Worker) -> bool) -> bool {
     match worker.try_lock() {
-        Ok(mut w) => pass(&mut w),
-        Err(std::sync::TryLockError::WouldBlock) => false,
-        Err(std::sync::TryLockError::Poisoned(p)) => pass(&mut p.into_inner()),
+        Some(mut w) => pass(&mut w),
+        None => false,
     }
 }
 
@@ -211,7 +213,7 @@ pub struct Endpoint {
     mtu: usize,
     workers: Arc<Vec<Sender<Cmd>>>,
     /// Driven mode: the workers to poll while a call waits.
-    driven: Arc<Vec<Arc<Mutex<Worker>>>>,
+    driven: Arc<Vec<Arc<WorkerLock>>>,
     /// The CPU of each worker (same order as `workers`).
     cpus: Arc<Vec<Option<usize>>>,
     /// The dataplane-wide index of the first worker (a port's workers are consecutive).
@@ -514,7 +516,7 @@ impl Dataplane {
                         (Some(j), None)
                     }
                     WorkerMode::Driven => {
-                        let w = Arc::new(Mutex::new(Worker::new(parts, cpu)));
+                        let w = Arc::new(WorkerLock::new(Worker::new(parts, cpu)));
                         driven.push(w.clone());
                         (None, Some(w))
                     }
@@ -548,9 +550,7 @@ impl Dataplane {
                 };
                 if workers.iter().filter(|o| o.cpu == Some(c)).count() > 1 {
                     let spin = Duration::from_micros(worker::DRIVEN_SPIN_SHARED_US);
-                    d.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .set_driven_spin(spin);
+                    d.lock().set_driven_spin(spin);
                     log::info!(
                         "dataplane: driven workers share CPU {c}: each yields it after {spin:?} idle"
                     );
@@ -608,7 +608,7 @@ impl Dataplane {
         let mut v = Vec::new();
         for w in &self.workers {
             if let Some(d) = &w.driven {
-                v.push(d.lock().unwrap_or_else(|p| p.into_inner()).stats());
+                v.push(d.lock().stats());
                 continue;
             }
             let (rtx, rrx) = crossbeam_channel::bounded(1);
@@ -688,7 +688,7 @@ impl Drop for Dataplane {
             if let Some(d) = &w.driven {
                 // Takes the Stop sent above, then lets the closing connections finish
                 // (`STOP_DRAIN` at most).
-                let mut w = d.lock().unwrap_or_else(|p| p.into_inner());
+                let mut w = d.lock();
                 while !w.is_stopped() {
                     if !w.poll_once() {
                         std::thread::yield_now();
@@ -705,11 +705,7 @@ impl Drop for Dataplane {
 
 /// Receive from `rx` within `timeout`, polling the driven workers `driven` meanwhile (a
 /// plain blocking receive when there are none).
-fn recv_pumping<T>(
-    rx: &Receiver<T>,
-    timeout: Duration,
-    driven: &[Arc<Mutex<Worker>>],
-) -> Option<T> {
+fn recv_pumping<T>(rx: &Receiver<T>, timeout: Duration, driven: &[Arc<WorkerLock>]) -> Option<T> {
     if driven.is_empty() {
         return rx.recv_timeout(timeout).ok();
     }
@@ -720,7 +716,7 @@ fn recv_pumping<T>(
         }
         let mut work = false;
         for w in driven {
-            if let Ok(mut w) = w.try_lock() {
+            if let Some(mut w) = w.try_lock() {
                 work |= w.poll_once();
             }
         }
@@ -1015,7 +1011,7 @@ impl Drop for DpListener {
 /// accepted or rejected.
 struct DpPending {
     emss: usize,
-    driven: Arc<Vec<Arc<Mutex<Worker>>>>,
+    driven: Arc<Vec<Arc<WorkerLock>>>,
     worker: Sender<Cmd>,
     /// The worker's index in the endpoint.
     index: usize,

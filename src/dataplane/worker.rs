@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -1297,12 +1297,16 @@ impl Worker {
     /// each holds whole FPDUs, which the deframer verifies and places in one pass from the
     /// mbuf): one copy per payload octet, into registered memory. Bytes that arrive while
     /// older ones wait in the buffer take the buffered path of `deliver`, so order holds.
+    ///
+    /// The sink holds the QP's shared state itself, not a weak reference: upgrading one per
+    /// segment cost two atomic read-modify-writes (scripts/instructions counts them), and the
+    /// worker's `Conn` holds it as long anyway; a QP that is gone is a slot no longer `Live`.
+    /// Only this worker's thread runs the sink, so its count of octets is a load and a store.
     fn set_rx_sink(&mut self, h: SocketHandle, sh: &Arc<QpShared>) {
-        let qp: Weak<QpShared> = Arc::downgrade(sh);
+        let sh = sh.clone();
         let direct = self.rx_direct.clone();
         let created = Instant::now();
         let sink = move |b: &[u8]| -> usize {
-            let Some(sh) = qp.upgrade() else { return 0 };
             let mut guard = sh.lock();
             let QpSlot::Live(conn) = &mut *guard else {
                 return 0;
@@ -1314,7 +1318,10 @@ impl Worker {
                 created
             };
             conn.on_bytes(b, now);
-            direct.fetch_add(b.len() as u64, Ordering::Relaxed);
+            direct.store(
+                direct.load(Ordering::Relaxed) + b.len() as u64,
+                Ordering::Relaxed,
+            );
             b.len()
         };
         self.sockets

@@ -267,7 +267,12 @@ pub(crate) enum QpSlot {
 pub(crate) struct QpShared {
     pub(crate) pd: Pd,
     pub(crate) cap: QpCap,
-    pub(crate) slot: Mutex<QpSlot>,
+    /// The connection. A spin lock: its release is a plain store where std's `Mutex` swaps,
+    /// and a message takes it several times (posts, the worker's receive, transmit and
+    /// completion phases), each an atomic read-modify-write on the message's path
+    /// (scripts/instructions counts them). Its holders keep it for engine work only, never
+    /// across a system call; a waiter yields the CPU.
+    pub(crate) slot: SlotLock,
     /// Send WRs posted by the application, not yet handed to the connection: a bounded
     /// lock-free ring (capacity `cap.max_send_wr`) the driver drains, so posting never waits
     /// for the driver's lock.
@@ -472,11 +477,16 @@ impl QpWaker {
     }
 }
 
+/// The lock of a QP's connection (`QpShared::slot`).
+pub(crate) type SlotLock = spin::mutex::SpinMutex<QpSlot, spin::relax::Yield>;
+/// A held [`SlotLock`].
+pub(crate) type SlotGuard<'a> = spin::mutex::SpinMutexGuard<'a, QpSlot, spin::relax::Yield>;
+
 impl QpShared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, QpSlot> {
-        // A poisoned lock means a driver thread panicked; the data inside is still consistent
-        // enough to flush.
-        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    /// The connection, locked. A driver thread that panicked while holding it released it as
+    /// it unwound; the data inside is still consistent enough to flush.
+    pub(crate) fn lock(&self) -> SlotGuard<'_> {
+        self.slot.lock()
     }
 
     /// The connection, locked, when a WR may go straight into it as the worker's post phase
@@ -488,7 +498,7 @@ impl QpShared {
     /// now; and its lock is free (a `try_lock`: a poster never waits for a worker pass on
     /// another thread, nor deadlocks on a lock its own thread holds). `None`: the WR goes
     /// into the ring.
-    fn direct_slot(&self, send: bool) -> Option<MutexGuard<'_, QpSlot>> {
+    fn direct_slot(&self, send: bool) -> Option<SlotGuard<'_>> {
         let ring_empty = if send {
             self.sq_ring.is_empty()
         } else {
@@ -497,7 +507,7 @@ impl QpShared {
         if !ring_empty {
             return None;
         }
-        let slot = self.slot.try_lock().ok()?;
+        let slot = self.slot.try_lock()?;
         let room = match &*slot {
             QpSlot::Live(conn) if send => conn.send_room(),
             QpSlot::Live(conn) => conn.recv_room(),
@@ -632,7 +642,7 @@ impl QpShared {
 
     /// A WR went straight into the connection whose lock `slot` is: note it for the worker's
     /// post phase, let go of the lock, and raise the post flag.
-    fn posted_directly(&self, slot: MutexGuard<'_, QpSlot>) {
+    fn posted_directly(&self, slot: SlotGuard<'_>) {
         self.posted_direct.store(true, Ordering::Release);
         drop(slot);
         self.kick();
@@ -746,7 +756,7 @@ impl Qp {
         let shared = Arc::new(QpShared {
             pd: pd.clone(),
             cap: attr.cap,
-            slot: Mutex::new(QpSlot::Init),
+            slot: SlotLock::new(QpSlot::Init),
             sq_ring: ArrayQueue::new(attr.cap.max_send_wr.max(1)),
             rq_ring: ArrayQueue::new(attr.cap.max_recv_wr.max(1)),
             send_cq: attr.send_cq.clone(),
