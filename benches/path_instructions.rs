@@ -1,4 +1,5 @@
-//! The DPDK path's work per message, counted in instructions: both ends of a net_ring pair in
+//! The DPDK path's work per message, counted in instructions and atomic read-modify-writes
+//! (scripts/instructions runs this under callgrind): both ends of a net_ring pair in
 //! one process, both workers driven in turn from one thread (`WorkerMode::Driven`), so that
 //! under callgrind the same code gives the same count whatever else the machine runs. Wall
 //! clock figures on these shared hosts swing by more than most changes to the path are worth
