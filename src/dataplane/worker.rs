@@ -1732,17 +1732,25 @@ impl Worker {
                 }
                 let c = &mut self.conns[i as usize];
                 list_once(&mut c.active, i as usize, &mut self.active);
-                // The flag stays up while posts keep coming, so a busy QP costs no
-                // read-modify-write here; it is lowered on the first pass that finds
-                // nothing. Its group stays up with it, for the next pass.
-                if drain_posted(
+                // The flag stays up while posts keep coming through the rings, so a busy
+                // QP costs no read-modify-write here; it is lowered on the first pass that
+                // finds nothing. Its group stays up with it, for the next pass. A post that
+                // went straight into the connection (a driven QP, one WR at a time) leaves
+                // nothing for a next pass: its flag is lowered now, as below, which costs
+                // one swap instead of the group's raise here and the two swaps of the next
+                // pass (scripts/instructions: atomics per 64 B Send).
+                match drain_posted_from(
                     c,
                     &mut self.stats.post_ring_reads,
                     &mut self.stats.posts_direct,
                 ) {
-                    work = true;
-                    keep = true;
-                    continue;
+                    Drained::Rings => {
+                        work = true;
+                        keep = true;
+                        continue;
+                    }
+                    Drained::Direct => work = true,
+                    Drained::Nothing => {}
                 }
                 // Lowered, then one more look: a post whose raise came before this swap is
                 // seen now (Acquire pairs with the raise's release), one after it raises the
@@ -2302,11 +2310,26 @@ fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
 /// Posted WRs of `c`'s QP into its engine, if it is live and something is posted. True if so.
 /// `reads` counts the looks at the post rings.
 fn drain_posted(c: &mut Conn, reads: &mut u64, direct: &mut u64) -> bool {
+    drain_posted_from(c, reads, direct) != Drained::Nothing
+}
+
+/// What [`drain_posted_from`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drained {
+    Nothing,
+    /// Only a post that went straight into the connection: the rings were empty.
+    Direct,
+    /// WRs from the post rings.
+    Rings,
+}
+
+/// `drain_posted`, saying where the work came from.
+fn drain_posted_from(c: &mut Conn, reads: &mut u64, direct: &mut u64) -> Drained {
     if !matches!(c.state, CState::Live) {
-        return false;
+        return Drained::Nothing;
     }
     let Some(sh) = c.sh.as_ref() else {
-        return false;
+        return Drained::Nothing;
     };
     *reads += 1;
     if sh.sq_ring.is_empty() && sh.rq_ring.is_empty() {
@@ -2319,16 +2342,16 @@ fn drain_posted(c: &mut Conn, reads: &mut u64, direct: &mut u64) -> bool {
         {
             *direct += 1;
             c.marks.look_again();
-            return true;
+            return Drained::Direct;
         }
-        return false;
+        return Drained::Nothing;
     }
     if let QpSlot::Live(conn) = &mut *sh.lock() {
         sh.drain_posts(conn);
         c.marks.look_again();
-        return true;
+        return Drained::Rings;
     }
-    false
+    Drained::Nothing
 }
 
 /// Put index `i` on `list` unless its flag says it is there already (`Conn::active` for
