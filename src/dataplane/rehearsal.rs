@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use crate::cm::pump;
 use crate::conn::{ConnConfig, ConnEvent, Connection};
-use crate::rdma::{smallvec, Access, Opcode, RecvWr, SendWr, Sge, WcStatus};
-use crate::verbs::{Cq, Device, Mr, Qp, QpInitAttr, QpSlot};
+use crate::rdma::{smallvec, Access, Opcode, RecvWr, SendWr, WcStatus};
+use crate::verbs::{sge, Cq, Device, Mr, Qp, QpInitAttr, QpSlot};
 use crate::wire::txbuf::SliceBuf;
 
 /// The Send's size: a request's, as a ping or an RPC call.
@@ -118,11 +118,7 @@ impl Rehearsal {
             .qb
             .post_recv(RecvWr {
                 wr_id: 2,
-                sg_list: smallvec![Sge {
-                    addr: self.dst.addr(),
-                    length: SIZE as u32,
-                    lkey: self.dst.stag(),
-                }],
+                sg_list: smallvec![sge(&self.dst, 0, SIZE)],
             })
             .is_ok()
             && self
@@ -130,11 +126,7 @@ impl Rehearsal {
                 .post_send(SendWr {
                     wr_id: 1,
                     opcode: Opcode::Send,
-                    sg_list: smallvec![Sge {
-                        addr: self.src.addr(),
-                        length: SIZE as u32,
-                        lkey: self.src.stag(),
-                    }],
+                    sg_list: smallvec![sge(&self.src, 0, SIZE)],
                     signaled: true,
                 })
                 .is_ok();

@@ -547,10 +547,9 @@ pub(crate) struct Worker {
     idle_passes: u32,
     /// The clock as last read by `poll_once`.
     pass_clock: Instant,
-    /// `pass_clock` as nanoseconds since `t0`, and as smoltcp's clock (`st_at`): converted
-    /// once per clock read, not in every phase that hands smoltcp the time.
+    /// `pass_clock` as nanoseconds since `t0`: converted once per clock read, not in every
+    /// phase that hands smoltcp the time (`Worker::pass_ts`).
     pass_ns: u64,
-    pass_ts: smoltcp::time::Instant,
     /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
     /// something reaches the sockets, another egress would find nothing to send either.
     egress_idle_at: Option<Instant>,
@@ -737,7 +736,6 @@ impl Worker {
             idle_passes: 0,
             pass_clock: t0,
             pass_ns: 0,
-            pass_ts: smoltcp::time::Instant::from_micros(0),
             egress_idle_at: None,
             sweep_at: t0,
             sweeping: true,
@@ -810,7 +808,6 @@ impl Worker {
             }
             self.pass_clock = n;
             self.pass_ns = ns;
-            self.pass_ts = smoltcp::time::Instant::from_micros((ns / 1000) as i64);
             n
         } else {
             self.pass_clock
@@ -984,12 +981,17 @@ impl Worker {
         if s.send_queue() > 0 || !s.keep_alive_now() {
             return;
         }
-        debug_assert_eq!(now, self.pass_clock);
-        let ts = self.pass_ts;
+        let ts = self.pass_ts(now);
         self.iface
             .poll_egress_sockets(ts, &mut self.dev, &mut self.sockets, &[h]);
         self.dev.flush();
         self.stats.warm_frames += 1;
+    }
+
+    /// smoltcp's clock for this pass: `now` is the pass clock, already converted (`pass_ns`).
+    fn pass_ts(&self, now: Instant) -> smoltcp::time::Instant {
+        debug_assert_eq!(now, self.pass_clock);
+        smoltcp::time::Instant::from_micros((self.pass_ns / 1000) as i64)
     }
 
     /// One Send through the private pair of QPs, if there is one.
@@ -1420,8 +1422,7 @@ impl Worker {
         if self.dev.rx_pending() == 0 {
             return false;
         }
-        debug_assert_eq!(now, self.pass_clock);
-        let ts = self.pass_ts;
+        let ts = self.pass_ts(now);
         while self
             .iface
             .poll_ingress_single(ts, &mut self.dev, &mut self.sockets)
@@ -1958,8 +1959,7 @@ impl Worker {
             }
             // smoltcp's clock, only for a pass that goes on to the egress (an idle one has
             // stopped above).
-            debug_assert_eq!(now, self.pass_clock);
-            let ts = self.pass_ts;
+            let ts = self.pass_ts(now);
             let sent = if self.egress_all || self.sweeping {
                 self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets)
             } else {
