@@ -7,7 +7,10 @@
 //! segment on the wire must still begin with an FPDU (RFC 5044 App. A: the device cuts where
 //! smoltcp's per-segment path would have cut), the capture must reassemble with no gap (the
 //! lengths and sequence numbers written per frame add up), and the device must actually have
-//! cut segments. One EAL per process: the only EAL test of this binary.
+//! cut segments. On the receiving side, nearly every frame must take smoltcp's header
+//! prediction (no checksum to verify on a trusted link; docs/dataplane.md "Header
+//! prediction"), and the data still arrive intact. One EAL per process: the only EAL test of
+//! this binary.
 
 mod dp_common;
 
@@ -31,4 +34,11 @@ fn segments_cut_by_the_device_stay_on_fpdu_boundaries() {
     eprintln!("{segs} segments cut into {frames} frames by the device");
     assert!(segs > 0, "the device cut no segment");
     assert!(frames >= 2 * segs, "{frames} frames from {segs} segments");
+    let rx: u64 = stats.iter().map(|s| s.device.rx_packets).sum();
+    let predicted: u64 = stats.iter().map(|s| s.rx_predicted).sum();
+    eprintln!("{predicted} of {rx} received frames predicted");
+    assert!(
+        predicted * 10 >= rx * 9,
+        "only {predicted} of {rx} received frames took the header prediction"
+    );
 }

@@ -182,6 +182,11 @@ pub struct WorkerStats {
     /// Tail loss probes (RFC 8985 section 7: the last segment of a burst sent again, or one
     /// new segment, when no ACK came for 2 x SRTT), over live and removed sockets.
     pub tcp_loss_probes: u64,
+    /// Received frames that took smoltcp's header prediction (vendored smoltcp
+    /// `Interface::rx_predicted`): headers equal to the last frame's of the same connection
+    /// outside the fields that move, so not parsed again nor their socket looked up
+    /// (docs/dataplane.md "Header prediction"). 0 where checksums are verified in software.
+    pub rx_predicted: u64,
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
     pub mpa_crc_errors: u64,
@@ -1035,6 +1040,7 @@ impl Worker {
     /// Counters, with the placement of the calling thread.
     pub fn stats(&mut self) -> WorkerStats {
         self.stats.device = self.dev.stats();
+        self.stats.rx_predicted = self.iface.rx_predicted();
         self.stats.connections = self.conns.len();
         (self.stats.tx_rings_kept, self.stats.tx_refs) = self.dev.zc_outstanding();
         self.stats.cpu = self.cpu;

@@ -21,6 +21,9 @@ mod sixlowpan;
 pub(crate) mod multicast;
 #[cfg(feature = "socket-tcp")]
 mod tcp;
+// dpwarp: receive header prediction.
+#[cfg(all(feature = "medium-ethernet", feature = "proto-ipv4", feature = "socket-tcp"))]
+mod predict;
 #[cfg(any(feature = "socket-udp", feature = "socket-dns"))]
 mod udp;
 
@@ -155,6 +158,14 @@ pub struct InterfaceInner {
     /// dpwarp: the frame payload size of the TCP segment being emitted when it spans several
     /// frames (set by the socket's `dispatch`, taken by `dispatch_ip`); 0 otherwise.
     pub(crate) tcp_gso_size: usize,
+    /// dpwarp: the template of receive header prediction (`predict.rs`).
+    #[cfg(all(feature = "medium-ethernet", feature = "proto-ipv4", feature = "socket-tcp"))]
+    rx_prediction: Option<predict::RxPrediction>,
+    /// dpwarp: what the full path learned from the frame being processed, for `rx_learn`.
+    #[cfg(all(feature = "medium-ethernet", feature = "proto-ipv4", feature = "socket-tcp"))]
+    rx_learned: Option<predict::Learned>,
+    /// dpwarp: frames that took the predicted path.
+    rx_predicted: u64,
 }
 
 /// Configuration structure used for creating a network interface.
@@ -264,6 +275,19 @@ impl Interface {
                 multicast: multicast::State::new(),
                 tcp_gso_frames: 0,
                 tcp_gso_size: 0,
+                #[cfg(all(
+                    feature = "medium-ethernet",
+                    feature = "proto-ipv4",
+                    feature = "socket-tcp"
+                ))]
+                rx_prediction: None,
+                #[cfg(all(
+                    feature = "medium-ethernet",
+                    feature = "proto-ipv4",
+                    feature = "socket-tcp"
+                ))]
+                rx_learned: None,
+                rx_predicted: 0,
                 #[cfg(feature = "medium-ieee802154")]
                 sequence_no,
                 #[cfg(feature = "medium-ieee802154")]
@@ -326,6 +350,8 @@ impl Interface {
 
         InterfaceInner::check_hardware_addr(&addr);
         self.inner.hardware_addr = addr;
+        #[cfg(all(feature = "medium-ethernet", feature = "proto-ipv4", feature = "socket-tcp"))]
+        self.inner.rx_forget();
     }
 
     /// Get the IP addresses of the interface.
@@ -373,12 +399,21 @@ impl Interface {
     pub fn update_ip_addrs<F: FnOnce(&mut Vec<IpCidr, IFACE_MAX_ADDR_COUNT>)>(&mut self, f: F) {
         f(&mut self.inner.ip_addrs);
         InterfaceInner::flush_neighbor_cache(&mut self.inner);
+        #[cfg(all(feature = "medium-ethernet", feature = "proto-ipv4", feature = "socket-tcp"))]
+        self.inner.rx_forget();
         InterfaceInner::check_ip_addrs(&self.inner.ip_addrs);
 
         #[cfg(all(feature = "proto-ipv6", feature = "multicast"))]
         if self.inner.caps.medium == Medium::Ethernet {
             self.update_solicited_node_groups();
         }
+    }
+
+    /// dpwarp: frames received through header prediction (`predict.rs`): their headers
+    /// matched the last frame's that went to a connected TCP socket, and they went to that
+    /// socket without being parsed again.
+    pub fn rx_predicted(&self) -> u64 {
+        self.inner.rx_predicted
     }
 
     /// Check whether the interface has the given IP address assigned.
@@ -595,6 +630,46 @@ impl Interface {
                 return PollIngressSingleResult::PacketProcessed;
             }
 
+            // dpwarp: a frame of the connection that took the last one, headers as predicted
+            // (`predict.rs`), goes straight to its socket.
+            #[cfg(all(
+                feature = "medium-ethernet",
+                feature = "proto-ipv4",
+                feature = "socket-tcp"
+            ))]
+            if let Some(reply) = self.inner.process_predicted(sockets, frame, tail) {
+                if let Some(packet) = reply {
+                    if let Err(err) = self.inner.dispatch(
+                        tx_token,
+                        EthernetPacket::Ip(packet),
+                        &mut self.fragmenter,
+                    ) {
+                        net_debug!("Failed to send response: {:?}", err);
+                    }
+                }
+                return PollIngressSingleResult::SocketStateChanged;
+            }
+            let result = self.ingress_full(sockets, rx_meta, frame, tail, tx_token);
+            #[cfg(all(
+                feature = "medium-ethernet",
+                feature = "proto-ipv4",
+                feature = "socket-tcp"
+            ))]
+            self.inner.rx_learn(frame, tail);
+            result
+        })
+    }
+
+    /// dpwarp: `socket_ingress`'s body for a frame that took no prediction.
+    fn ingress_full<Tx: TxToken>(
+        &mut self,
+        sockets: &mut SocketSet<'_>,
+        rx_meta: PacketMeta,
+        frame: &[u8],
+        tail: &[u8],
+        tx_token: Tx,
+    ) -> PollIngressSingleResult {
+        {
             // dpwarp: a TCP segment whose payload the device holds apart from its headers.
             if !tail.is_empty() {
                 #[cfg(all(
@@ -671,7 +746,7 @@ impl Interface {
             // We should return `PacketProcessed` for these to save the user from
             // doing useless socket polls.
             PollIngressSingleResult::SocketStateChanged
-        })
+        }
     }
 
     fn socket_egress(

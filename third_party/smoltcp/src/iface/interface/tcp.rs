@@ -46,13 +46,19 @@ impl InterfaceInner {
                 .find(|(_, item)| tcp_accepts(self, item, &ip_repr, &tcp_repr, false))
                 .map(|(i, _)| i)
         });
-        if let Some(item) = index.and_then(|i| sockets.item_at_mut(i)) {
+        if let Some((i, item)) = index.and_then(|i| sockets.item_at_mut(i).map(|t| (i, t))) {
             let handle = item.meta.handle;
             if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
                 let reply = tcp_socket
                     .process(self, &ip_repr, &tcp_repr)
                     .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
                 let connected = tcp_socket.remote_endpoint().is_some();
+                // dpwarp: the frame's caller may keep its headers for the next frame's
+                // prediction (`predict.rs`).
+                #[cfg(all(feature = "medium-ethernet", feature = "proto-ipv4"))]
+                if connected {
+                    self.rx_learned = super::predict::Learned::of(i, &ip_repr, &tcp_repr);
+                }
                 sockets.touch(handle);
                 if let (Some(key), Some(index), None, true) = (key, index, hinted, connected) {
                     sockets.set_tcp_hint(key, index);
