@@ -82,8 +82,19 @@ pub enum MemoryError {
     PdMismatch,
 }
 
-/// One registered region.
+/// One registered region: what its checks read ([`Checks`], through `Deref`) and its bytes.
 struct Region {
+    checks: Arc<Checks>,
+    /// The bytes; shared with other regions over the same memory ([`SharedMem`]).
+    data: Arc<Bytes>,
+}
+
+/// What the checks of an access read of a region (RFC 5041 §7.1), apart from its bytes: a
+/// thread's [`Recent`] lookups may hold it strongly, so a check that moves no byte (a work
+/// request's SGEs at post) costs no atomic read-modify-write, where a region's own reference
+/// count costs two (a weak reference upgraded, the strong one dropped). Holding it keeps no
+/// byte alive: [`Mr::into_bytes`] still finds the bytes unshared.
+struct Checks {
     stag: u32,
     pd: PdId,
     access: Access,
@@ -93,8 +104,13 @@ struct Region {
     /// Registered: cleared by [`MemoryTable::deregister`] (a thread's [`Recent`] lookups check
     /// it, as they do not go through the table).
     live: AtomicBool,
-    /// The bytes; shared with other regions over the same memory ([`SharedMem`]).
-    data: Arc<Bytes>,
+}
+
+impl std::ops::Deref for Region {
+    type Target = Checks;
+    fn deref(&self) -> &Checks {
+        &self.checks
+    }
 }
 
 /// A region's bytes behind their lock.
@@ -135,6 +151,9 @@ impl Region {
     fn bytes_mut(&self) -> std::sync::RwLockWriteGuard<'_, Box<[u8]>> {
         self.data.write().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+impl Checks {
     /// The checks after the STag's (RFC 5041 §7.1, in its order): not invalidated, `pd`'s,
     /// rights `need`, `[addr, addr+len)` inside; the offset of `addr`.
     fn check(&self, pd: PdId, addr: u64, len: usize, need: Access) -> Result<usize, MemoryError> {
@@ -248,18 +267,23 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 /// buffers, the block store), and the table's lock costs two atomic read-modify-writes per
 /// lookup on top of the region's reference count: a hit here costs one. Entries are weak (a
 /// deregistered region is not kept alive, and [`Mr::into_bytes`] still finds its bytes
-/// unshared) and checked against [`Region::live`], so a lookup never returns a region the table
-/// no longer has.
+/// unshared) and checked against [`Checks::live`], so a lookup never returns a region the table
+/// no longer has. Beside the weak reference each entry holds the region's [`Checks`] strongly:
+/// a check that needs no byte ([`MemoryTable::check`]) reads them with no reference count
+/// touched.
 struct Recent {
-    slots: Vec<(u64, u32, Weak<Region>)>,
+    slots: Vec<RecentSlot>,
 }
+
+/// Table id, STag, the region, its checks.
+type RecentSlot = (u64, u32, Weak<Region>, Option<Arc<Checks>>);
 
 const RECENT_SLOTS: usize = 256;
 
 impl Default for Recent {
     fn default() -> Self {
         Recent {
-            slots: vec![(0, 0, Weak::new()); RECENT_SLOTS],
+            slots: vec![(0, 0, Weak::new(), None); RECENT_SLOTS],
         }
     }
 }
@@ -271,15 +295,26 @@ impl Recent {
     }
 
     fn find(&self, table: u64, stag: u32) -> Option<Arc<Region>> {
-        let (t, s, w) = &self.slots[Self::slot(stag)];
+        let (t, s, w, _) = &self.slots[Self::slot(stag)];
         if *t != table || *s != stag {
             return None;
         }
         w.upgrade().filter(|r| r.live.load(Ordering::Acquire))
     }
 
+    /// `f` of the checks of region `stag` of `table`, if this thread looked it up lately and
+    /// it is still registered.
+    fn with_checks<T>(&self, table: u64, stag: u32, f: impl FnOnce(&Checks) -> T) -> Option<T> {
+        match &self.slots[Self::slot(stag)] {
+            (t, s, _, Some(c)) if *t == table && *s == stag && c.live.load(Ordering::Acquire) => {
+                Some(f(c))
+            }
+            _ => None,
+        }
+    }
+
     fn put(&mut self, table: u64, stag: u32, r: &Arc<Region>) {
-        self.slots[Self::slot(stag)] = (table, stag, Arc::downgrade(r));
+        self.slots[Self::slot(stag)] = (table, stag, Arc::downgrade(r), Some(r.checks.clone()));
     }
 }
 
@@ -389,13 +424,15 @@ impl MemoryTable {
         let key: u8 = rand::random();
         let stag = (index << 8) | u32::from(key);
         let region = Arc::new(Region {
-            stag,
-            pd,
-            access,
-            base,
-            len,
-            invalidated: AtomicBool::new(false),
-            live: AtomicBool::new(true),
+            checks: Arc::new(Checks {
+                stag,
+                pd,
+                access,
+                base,
+                len,
+                invalidated: AtomicBool::new(false),
+                live: AtomicBool::new(true),
+            }),
             data,
         });
         t.regions.insert(index, region.clone());
@@ -453,6 +490,15 @@ impl MemoryTable {
         len: usize,
         need: Access,
     ) -> Result<(), MemoryError> {
+        // A region this thread looked up lately: its checks, with no reference count touched
+        // (a work request's SGEs are checked at every post).
+        let id = self.inner.id;
+        if let Ok(Some(r)) = RECENT.try_with(|c| {
+            c.borrow()
+                .with_checks(id, stag, |k| k.check(pd, addr, len, need))
+        }) {
+            return r.map(|_| ());
+        }
         self.checked(stag, pd, addr, len, need).map(|_| ())
     }
     /// `check` then copy `data` into the region at `addr`. Nothing is written on error. The
@@ -893,6 +939,68 @@ mod tests {
     }
 
     const RW: Access = Access(7);
+
+    /// A check of a region this thread looked up lately is answered from its cached checks
+    /// (no reference count touched): it still sees an invalidation, a deregistration and
+    /// every other check at once, the same STag in another table is not this table's, and the
+    /// cached checks keep no byte: `Mr::into_bytes` still hands the buffer over.
+    #[test]
+    fn checks_from_recent_lookups_follow_the_region() {
+        let m = MemoryTable::new();
+        let (pd, pd2) = (m.alloc_pd(), m.alloc_pd());
+        let mr = m.register(pd, 64, Access::LOCAL_WRITE);
+        let (stag, addr) = (mr.stag(), mr.addr());
+        m.write(stag, pd, addr, b"x", Access::LOCAL_WRITE).unwrap();
+        let id = m.inner.id;
+        let cached = |m: &MemoryTable| {
+            RECENT.with(|c| c.borrow().with_checks(m.inner.id, stag, |_| ()).is_some())
+        };
+        assert!(
+            cached(&m),
+            "the write's lookup left the checks in this thread's cache"
+        );
+        assert_eq!(m.check(stag, pd, addr, 64, Access::LOCAL_WRITE), Ok(()));
+        assert_eq!(
+            m.check(stag, pd2, addr, 1, Access(0)),
+            Err(MemoryError::PdMismatch)
+        );
+        assert_eq!(m.check(stag, pd, addr, 1, RW), Err(MemoryError::Access));
+        assert_eq!(
+            m.check(stag, pd, addr + 1, 64, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(
+            m.check(stag, pd, addr.wrapping_sub(1), 1, Access(0)),
+            Err(MemoryError::Bounds)
+        );
+        assert_eq!(
+            m.check(stag ^ 1, pd, addr, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+        let other = MemoryTable::new();
+        assert_ne!(other.inner.id, id);
+        assert_eq!(
+            other.check(stag, pd, addr, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+        m.invalidate(stag, pd).unwrap();
+        assert!(cached(&m));
+        assert_eq!(
+            m.check(stag, pd, addr, 1, Access(0)),
+            Err(MemoryError::Invalidated)
+        );
+        assert!(m.deregister(stag));
+        assert_eq!(
+            m.check(stag, pd, addr, 1, Access(0)),
+            Err(MemoryError::InvalidStag)
+        );
+        assert!(
+            !cached(&m),
+            "a deregistered region's checks are not answered"
+        );
+        let v = mr.into_bytes().expect("the cached checks hold no byte");
+        assert_eq!(v[0], b'x');
+    }
 
     /// A thread's recent lookups never outlive the registration: after `deregister` the STag
     /// is invalid at once, though this thread looked it up just before; the same STag value in

@@ -171,9 +171,9 @@ impl InterfaceInner {
         let (n, tcp) = (p.len, p.tcp);
         let h = frame.get(..n)?;
         // Equal to the template outside the moving fields.
-        let differ = p.words[..p.nwords]
-            .iter()
-            .fold(0, |d, &(off, t, m)| d | ((word(&h[off..]) ^ t) & m));
+        let differ = p.words[..p.nwords].iter().fold(0, |d, &(off, t, m)| {
+            d | ((h.get(off..off + 8).map_or(!0, word) ^ t) & m)
+        });
         if differ != 0 {
             return None;
         }
@@ -186,12 +186,15 @@ impl InterfaceInner {
         } else {
             return None;
         };
-        let field = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        // The TCP header's fixed part, read at constant offsets.
+        let th: &[u8; 20] = h[tcp..tcp + 20].try_into().ok()?;
         let tcp_repr = TcpRepr {
-            seq_number: TcpSeqNumber(field(tcp + 4) as i32),
-            ack_number: Some(TcpSeqNumber(field(tcp + 8) as i32)),
-            window_len: u16::from_be_bytes([h[tcp + 14], h[tcp + 15]]),
-            control: if h[tcp + 13] & TCP_FLAG_PSH != 0 {
+            seq_number: TcpSeqNumber(i32::from_be_bytes([th[4], th[5], th[6], th[7]])),
+            ack_number: Some(TcpSeqNumber(i32::from_be_bytes([
+                th[8], th[9], th[10], th[11],
+            ]))),
+            window_len: u16::from_be_bytes([th[14], th[15]]),
+            control: if th[13] & TCP_FLAG_PSH != 0 {
                 TcpControl::Psh
             } else {
                 TcpControl::None
