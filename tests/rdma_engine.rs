@@ -617,6 +617,82 @@ fn rfc5040_s7_receive_sge_deregistered_after_post() {
     }
 }
 
+/// A multi-segment RDMA Write whose target is deregistered (or invalidated) between two of its
+/// segments: the engine looks the region up once a message (it holds it from the first
+/// segment to the last), yet every segment is checked, so the next segment is refused with
+/// the TERMINATE of an invalid STag (RFC 5041 §7.1, §7.2) and nothing of it or after it is
+/// placed. A Write that completes leaves no hold behind: the region's bytes can be taken.
+#[test]
+fn rfc5041_s7_1_target_gone_between_two_segments_of_a_write() {
+    for deregister in [false, true] {
+        let mut p = Pair::new();
+        let n = 8 * 1024;
+        let src = p.a.mem.register(p.a.pd, n, Access::LOCAL_WRITE);
+        src.write_at(0, &pattern(5, n));
+        let dst = target(&mut p, RW);
+        send(
+            &mut p,
+            1,
+            Opcode::Write {
+                remote_addr: dst.addr(),
+                rkey: dst.stag(),
+            },
+            vec![sge(&src, 0, 4096)],
+        );
+        // The first two segments only.
+        let mut placed = 0;
+        for _ in 0..2 {
+            let mut u = Vec::new();
+            assert!(p.a.qp.poll_ulpdu(&mut u));
+            placed += u.len() - 14;
+            assert_eq!(inject(&mut p, &u), None);
+        }
+        if deregister {
+            assert!(p.b.mem.deregister(dst.stag()));
+        } else {
+            p.b.mem.invalidate(dst.stag(), p.b.pd).unwrap();
+        }
+        let mut u = Vec::new();
+        assert!(p.a.qp.poll_ulpdu(&mut u));
+        // An invalidated STag is reported as an invalid one on the wire.
+        assert_eq!(
+            inject(&mut p, &u),
+            Some(TermCause::DDP_TAGGED_INVALID_STAG),
+            "deregister {deregister}"
+        );
+        let got = dst.to_vec();
+        assert_eq!(&got[..placed], &pattern(5, n)[..placed]);
+        assert!(
+            got[placed..].iter().all(|&b| b == 0x11),
+            "placed after the refusal"
+        );
+    }
+
+    // Completed: nothing holds the target.
+    let mut p = Pair::new();
+    let src = p.a.mem.register(p.a.pd, 4096, Access::LOCAL_WRITE);
+    src.write_at(0, &pattern(6, 4096));
+    let dst =
+        p.b.mem
+            .register(p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    send(
+        &mut p,
+        1,
+        Opcode::Write {
+            remote_addr: dst.addr(),
+            rkey: dst.stag(),
+        },
+        vec![sge(&src, 0, 4096)],
+    );
+    p.pump();
+    assert!(p.a_sent.len() >= 4, "several segments: {}", p.a_sent.len());
+    assert!(p.b.mem.deregister(dst.stag()));
+    let v = dst
+        .into_bytes()
+        .expect("no hold left after the Write's last segment");
+    assert_eq!(v, pattern(6, 4096));
+}
+
 #[test]
 fn rfc5041_s7_1_tagged_bad_ddp_version() {
     let mut p = Pair::new();

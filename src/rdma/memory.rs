@@ -151,6 +151,22 @@ impl Region {
     fn bytes_mut(&self) -> std::sync::RwLockWriteGuard<'_, Box<[u8]>> {
         self.data.write().unwrap_or_else(|p| p.into_inner())
     }
+    /// Copy `data` to offset `off` (checked: [`Checks::check`]).
+    fn place(&self, off: usize, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let mut bytes = self.bytes_mut();
+        let end = off + data.len();
+        bytes[off..end].copy_from_slice(data);
+        // Tagged messages arrive in order (RFC 5041 §5.1: each DDP segment continues the
+        // last), so the next segment of a large message lands right after this one. Fetching
+        // those lines for ownership now lets the next copy hit the cache instead of waiting
+        // for the lines while the lock's release drains the stores.
+        if data.len() >= PREFETCH_MIN {
+            prefetch_for_write(&bytes[end..bytes.len().min(end + data.len())]);
+        }
+    }
 }
 
 impl Checks {
@@ -512,18 +528,7 @@ impl MemoryTable {
         need: Access,
     ) -> Result<(), MemoryError> {
         let (r, off) = self.checked(stag, pd, addr, data.len(), need)?;
-        if !data.is_empty() {
-            let mut bytes = r.bytes_mut();
-            let end = off + data.len();
-            bytes[off..end].copy_from_slice(data);
-            // Tagged messages arrive in order (RFC 5041 §5.1: each DDP segment continues the
-            // last), so the next segment of a large message lands right after this one.
-            // Fetching those lines for ownership now lets the next copy hit the cache instead
-            // of waiting for the lines while the lock's release drains the stores.
-            if data.len() >= PREFETCH_MIN {
-                prefetch_for_write(&bytes[end..bytes.len().min(end + data.len())]);
-            }
-        }
+        r.place(off, data);
         Ok(())
     }
     /// `check` then copy from the region at `addr` into `out`.
@@ -587,6 +592,60 @@ impl MemoryTable {
     }
 }
 
+/// The region a tagged message (an RDMA Write, a Read Response) places into, held by its
+/// QP from the message's first segment to its last ([`MemoryTable::write_cached`]): the
+/// segments of one message name the same STag (RFC 5041 §5.1), so the region is looked up
+/// once a message instead of once a segment, each lookup a reference count taken and dropped
+/// (two atomic read-modify-writes; a 64 KiB Write at MTU 1500 is 46 segments). Every segment
+/// is still checked in full. No byte lock is held between segments.
+#[derive(Default)]
+pub struct PlaceCache {
+    held: Option<(u64, Arc<Region>)>,
+}
+
+impl PlaceCache {
+    /// Let the region go (the message ended early: the stream failed).
+    pub fn clear(&mut self) {
+        self.held = None;
+    }
+}
+
+impl MemoryTable {
+    /// [`MemoryTable::write`] for a segment of a tagged message: the region stays in `cache`
+    /// until the message's `last` segment has been placed (or refused). The checks are made
+    /// for every segment, in RFC 5041 §7.1's order: a region deregistered or invalidated
+    /// between two segments refuses the next.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_cached(
+        &self,
+        cache: &mut PlaceCache,
+        stag: u32,
+        pd: PdId,
+        addr: u64,
+        data: &[u8],
+        need: Access,
+        last: bool,
+    ) -> Result<(), MemoryError> {
+        let hit = matches!(&cache.held, Some((t, r))
+            if *t == self.inner.id && r.stag == stag && r.live.load(Ordering::Acquire));
+        if !hit {
+            cache.held = None;
+            let r = self.region(stag).ok_or(MemoryError::InvalidStag)?;
+            cache.held = Some((self.inner.id, r));
+        }
+        let result = match &cache.held {
+            Some((_, r)) => r
+                .check(pd, addr, data.len(), need)
+                .map(|off| r.place(off, data)),
+            None => Err(MemoryError::InvalidStag),
+        };
+        if last || result.is_err() {
+            cache.held = None;
+        }
+        result
+    }
+}
+
 /// What a run of gathers ([`MemoryTable::read_append_cached`]: the ULPDUs one transmit pass
 /// frames) keeps of the last region it read from: the region, and a read lock on its bytes.
 /// Drop it when the run ends: placement into that memory, and local writes to it, wait while
@@ -643,7 +702,9 @@ pub struct Mr {
 
 impl Mr {
     /// The region's bytes as a `Vec`, without copying, once the region is deregistered and this
-    /// is its last handle (the table and the engines hold none then); otherwise the handle back.
+    /// is its last handle (the table and the engines hold none then; a QP holds a region only
+    /// while a tagged message into it is arriving, from its first segment to its last,
+    /// [`PlaceCache`]); otherwise the handle back.
     /// For data RDMA-Read into a fresh region and then handed on (an RPC WRITE's data on its way
     /// to a file): the bytes land once, where they are used.
     /// Memory registered with [`MemoryTable::register_shared`] stays shared: `Err` while the
@@ -1000,6 +1061,83 @@ mod tests {
         );
         let v = mr.into_bytes().expect("the cached checks hold no byte");
         assert_eq!(v[0], b'x');
+    }
+
+    /// A tagged message's segments place through one lookup ([`PlaceCache`]): the region is
+    /// held from the first segment to the last and no longer; every segment is checked, so a
+    /// deregistration or an invalidation between two segments refuses the next, and so do a
+    /// bounds or PD failure, each letting the region go.
+    #[test]
+    fn place_cache_holds_a_region_for_one_message_and_checks_every_segment() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let w = Access::REMOTE_WRITE;
+        let mr = m.register(pd, 64, RW);
+        let (stag, addr) = (mr.stag(), mr.addr());
+        let mut c = PlaceCache::default();
+        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
+            .unwrap();
+        let mr = mr.into_bytes().expect_err("held while the message goes on");
+        m.write_cached(&mut c, stag, pd, addr + 2, b"cd", w, false)
+            .unwrap();
+        m.write_cached(&mut c, stag, pd, addr + 4, b"ef", w, true)
+            .unwrap();
+        assert!(m.deregister(stag));
+        let v = mr.into_bytes().expect("let go after the last segment");
+        assert_eq!(&v[..6], b"abcdef");
+
+        // Between two segments: invalidated, then deregistered.
+        for deregister in [false, true] {
+            let mr = m.register(pd, 64, RW);
+            let (stag, addr) = (mr.stag(), mr.addr());
+            m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
+                .unwrap();
+            let want = if deregister {
+                assert!(m.deregister(stag));
+                MemoryError::InvalidStag
+            } else {
+                m.invalidate(stag, pd).unwrap();
+                MemoryError::Invalidated
+            };
+            assert_eq!(
+                m.write_cached(&mut c, stag, pd, addr + 2, b"cd", w, false),
+                Err(want)
+            );
+            assert!(c.held.is_none(), "a refused segment lets the region go");
+            assert_eq!(
+                &mr.to_vec()[..4],
+                b"ab\0\0",
+                "nothing of the refused segment placed"
+            );
+        }
+
+        // Bounds and PD, checked on a held region too.
+        let mr = m.register(pd, 8, RW);
+        let (stag, addr) = (mr.stag(), mr.addr());
+        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
+            .unwrap();
+        assert_eq!(
+            m.write_cached(&mut c, stag, pd, addr + 7, b"cd", w, false),
+            Err(MemoryError::Bounds)
+        );
+        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
+            .unwrap();
+        let other = m.alloc_pd();
+        assert_eq!(
+            m.write_cached(&mut c, stag, other, addr + 2, b"cd", w, false),
+            Err(MemoryError::PdMismatch)
+        );
+        // Another STag: the held region is replaced.
+        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
+            .unwrap();
+        let mr2 = m.register(pd, 8, RW);
+        m.write_cached(&mut c, mr2.stag(), pd, mr2.addr(), b"xy", w, false)
+            .unwrap();
+        assert!(m.deregister(stag));
+        mr.into_bytes().expect("no longer held");
+        c.clear();
+        assert!(m.deregister(mr2.stag()));
+        mr2.into_bytes().expect("cleared");
     }
 
     /// A thread's recent lookups never outlive the registration: after `deregister` the STag

@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use super::memory::{Access, GatherCache, MemoryError, MemoryTable, PdId};
+use super::memory::{Access, GatherCache, MemoryError, MemoryTable, PdId, PlaceCache};
 use super::wr::{
     InlineData, Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
     MAX_INLINE_DATA,
@@ -168,6 +168,9 @@ struct PostedRecv {
 pub struct QpEngine {
     cfg: QpConfig,
     mem: MemoryTable,
+    /// The region the tagged message being received places into, from its first segment to
+    /// its last ([`PlaceCache`]).
+    place: PlaceCache,
     state: QpState,
     next_seq: u64,
     inflight: VecDeque<Inflight>,
@@ -287,6 +290,7 @@ impl QpEngine {
             prefer_resp: false,
             rq_err: None,
             rx_placed: 0,
+            place: PlaceCache::default(),
             rdmac: false,
         }
     }
@@ -545,6 +549,8 @@ impl QpEngine {
         offending: Option<(&[u8], u16)>,
         rr: Option<ReadRequestRepr>,
     ) {
+        // The message in progress ends here: its region is let go.
+        self.place.clear();
         if self.state == QpState::Terminated {
             log::debug!("rdmap: already terminated; not sending another TERMINATE");
             return;
@@ -579,6 +585,7 @@ impl QpEngine {
 
     /// Flush everything outstanding; `attrib` = a peer TERMINATE's cause and the message it named.
     fn flush_all(&mut self, attrib: Option<(TermCause, Option<TxIdent>)>) {
+        self.place.clear();
         let named = attrib.and_then(|(c, id)| id.map(|id| (c, id)));
         if let Some((cause, id)) = named {
             for (wc, ident) in self.cq.iter_mut() {
@@ -1196,10 +1203,16 @@ impl QpEngine {
         let (stag, to) = (seg.stag(), seg.to());
         let wrap = to.checked_add(p.len() as u64).is_none();
         self.rx_placed += p.len() as u64;
-        if let Err(e) = self
-            .mem
-            .write(stag, self.cfg.pd, to, p, Access::REMOTE_WRITE)
-        {
+        let last = seg.last();
+        if let Err(e) = self.mem.write_cached(
+            &mut self.place,
+            stag,
+            self.cfg.pd,
+            to,
+            p,
+            Access::REMOTE_WRITE,
+            last,
+        ) {
             log::warn!(
                 "ddp: RDMA Write to STag {stag:#x} TO {to:#x} len {} refused: {e}",
                 p.len()
@@ -1240,10 +1253,15 @@ impl QpEngine {
                 );
             }
             self.rx_placed += p.len() as u64;
-            if let Err(e) = self
-                .mem
-                .write(stag, self.cfg.pd, to, p, Access::LOCAL_WRITE)
-            {
+            if let Err(e) = self.mem.write_cached(
+                &mut self.place,
+                stag,
+                self.cfg.pd,
+                to,
+                p,
+                Access::LOCAL_WRITE,
+                seg.last(),
+            ) {
                 log::warn!("ddp: Read Response placement into STag {stag:#x} refused: {e}");
                 let wrap = to.checked_add(p.len() as u64).is_none();
                 return self.fail(tagged_cause(e, wrap), Self::seg_off(seg), None);
