@@ -471,6 +471,24 @@ impl fmt::Debug for RxSink<'_> {
     }
 }
 
+#[cfg(test)]
+std::thread_local! {
+    /// dpwarp tests: the header-predicted path of `Socket::process` is off while set (the
+    /// full path's result is what it must equal), and counts the segments it took.
+    static FAST_PATH_OFF: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    static FAST_PATH_TAKEN: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// dpwarp: whether `Socket::process` may take its header-predicted path (always, outside the
+/// tests that compare it with the full path).
+#[inline(always)]
+fn fast_path_allowed() -> bool {
+    #[cfg(test)]
+    return !FAST_PATH_OFF.with(|c| c.get());
+    #[cfg(not(test))]
+    true
+}
+
 /// A Transmission Control Protocol socket.
 ///
 /// A TCP socket may passively listen for connections or actively connect to another endpoint.
@@ -995,7 +1013,12 @@ impl<'a> Socket<'a> {
         let next_ack = self.remote_seq_no + self.rx_buffer.len();
 
         let last_win = (self.remote_last_win as usize) << self.remote_win_shift;
-        let last_win_adjusted = last_ack + last_win - next_ack;
+        // dpwarp: what is left of the last advertised window, 0 once the peer has sent past
+        // its right edge. A peer may (it ignores the window, or the receive sink and the
+        // application's reads moved RCV.NXT past that edge, which the socket accepts up to its
+        // buffer's capacity): `last_ack + last_win - next_ack` then panicked ("subtract
+        // sequence numbers with underflow") in the next `dispatch`.
+        let last_win_adjusted = (last_ack + last_win).0.wrapping_sub(next_ack.0).max(0) as usize;
 
         Some(u16::try_from(last_win_adjusted >> self.remote_win_shift).unwrap_or(u16::MAX))
     }
@@ -2021,6 +2044,55 @@ impl<'a> Socket<'a> {
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(cx, ip_repr, repr));
 
+        // dpwarp: header prediction, the socket's half (4.3BSD Reno's `tcp_input`, its second
+        // case): in ESTABLISHED, a segment that carries the next octets expected, fits the
+        // window, acknowledges nothing new (SND.UNA, no SACK block) and carries no flag but
+        // ACK and PSH, outside recovery. Every check and update of the full path below comes
+        // to the same for it, and is made here directly: the acceptable-ACK, window and state
+        // tables are skipped. The receiver of a stream takes nearly all its segments so.
+        if self.state == State::Established
+            && matches!(repr.control, TcpControl::None | TcpControl::Psh)
+            && repr.ack_number == Some(self.local_seq_no)
+            && !repr.payload.is_empty()
+            && repr.seq_number == self.remote_seq_no + self.rx_buffer.len()
+            && repr.payload.len() <= self.rx_buffer.window()
+            && !self.in_recovery
+            && repr.sack_ranges == [None; 3]
+            && fast_path_allowed()
+        {
+            let ack = self.local_seq_no;
+            let now = cx.now();
+            self.local_rx_last_seq = Some(repr.seq_number);
+            self.rtte.on_ack(now, ack);
+            // (ESTABLISHED, no flag): an ACK of everything outstanding resets the timer to
+            // idle, as any ACK does while no retransmission is timed.
+            if !self.timer.is_retransmit() || self.remote_last_seq == ack {
+                self.timer.set_for_idle(now, self.keep_alive);
+            }
+            self.remote_last_ts = Some(now);
+            let scale = self.remote_win_scale.unwrap_or(0);
+            let win = (repr.window_len as usize) << (scale as usize);
+            self.remote_win_len = win;
+            self.congestion_controller
+                .inner_mut()
+                .set_remote_window(win);
+            // Not a duplicate ACK (it carries data): the count restarts.
+            self.local_rx_dup_acks = 0;
+            self.local_rx_last_ack = Some(ack);
+            if self.recover.is_some_and(|r| ack > r) {
+                self.recover = None;
+            }
+            if self.remote_last_seq < self.local_seq_no {
+                self.remote_last_seq = self.local_seq_no;
+            }
+            if let Some(timestamp) = repr.timestamp {
+                self.last_remote_tsval = timestamp.tsval;
+            }
+            #[cfg(test)]
+            FAST_PATH_TAKEN.with(|c| c.set(c.get() + 1));
+            return self.process_payload(cx, ip_repr, repr, repr.payload, 0);
+        }
+
         // Consider how much the sequence number space differs from the transmit buffer space.
         let (sent_syn, sent_fin) = match self.state {
             // In SYN-SENT or SYN-RECEIVED, we've just sent a SYN.
@@ -2666,6 +2738,20 @@ impl<'a> Socket<'a> {
             self.last_remote_tsval = timestamp.tsval;
         }
 
+        self.process_payload(cx, ip_repr, repr, payload, payload_offset)
+    }
+
+    /// dpwarp: the part of `process` that takes an acceptable segment's payload (`payload`,
+    /// trimmed to the window, at `payload_offset` past RCV.NXT): the receive sink, the
+    /// assembler and receive buffer, the delayed ACK. Shared with the header-predicted path.
+    fn process_payload(
+        &mut self,
+        cx: &mut Context,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+        payload: &[u8],
+        payload_offset: usize,
+    ) -> Option<(IpRepr, TcpRepr<'static>)> {
         let mut payload = payload;
         let mut payload_offset = payload_offset;
         // dpwarp: in-order payload with nothing buffered goes straight to the sink (the
@@ -3801,6 +3887,190 @@ mod test {
 
     fn socket_established() -> TestSocket {
         socket_established_with_buffer_sizes(64, 64)
+    }
+
+    /// dpwarp: a peer that sends past the right edge of the window we last advertised, into
+    /// room the receive sink freed since (the socket accepts up to its buffer's capacity),
+    /// must not make the next `dispatch` panic: the window left of the last advertisement
+    /// is 0, not a negative sequence-number difference (found by the test below).
+    #[test]
+    fn test_data_past_the_advertised_window_does_not_panic_dispatch() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.set_rx_sink(Some(RxSink(Box::new(|p: &[u8]| p.len()))));
+        // With the ACK delayed, `dispatch` looks at the window instead (`window_to_update`).
+        s.set_ack_delay(Some(ACK_DELAY_DEFAULT));
+        // Advertised: 64 octets from REMOTE_SEQ + 1. The sink takes each segment at once, so
+        // RCV.NXT moves on and the socket accepts 64 octets past it each time.
+        let data = [7u8; 60];
+        for i in 0..3 {
+            send(
+                &mut s,
+                Instant::from_millis(0),
+                &TcpRepr {
+                    seq_number: REMOTE_SEQ + 1 + i * 60,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: &data,
+                    ..SEND_TEMPL
+                },
+            );
+        }
+        assert_eq!(s.remote_seq_no, REMOTE_SEQ + 1 + 180);
+        // Before the delayed ACK is due: a window update (the window reopened), not a panic.
+        recv!(s, time 0, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 180),
+            window_len: 64,
+            ..RECV_TEMPL
+        }));
+    }
+
+    /// dpwarp: the header-predicted path of `process` leaves the socket exactly as the full
+    /// path does. Two established sockets take the same random run of events (segments in
+    /// order, duplicated, out of order, overlapping or past the window, acknowledging new data
+    /// of ours or not, with SACK blocks, PSH or FIN; our sends, dispatches, reads and the
+    /// clock), one with the predicted path off; after every event their replies, what they
+    /// send, what they deliver and their whole state (`Debug`) must be equal. With and
+    /// without a receive sink and a delayed ACK.
+    #[test]
+    fn test_predicted_path_equals_the_full_path() {
+        use std::sync::{Arc, Mutex};
+        let mut taken = 0;
+        for variant in 0..4 {
+            let (sink, delay) = (variant & 1 == 1, variant & 2 == 2);
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ variant;
+            let mut rnd = move |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            let mut socks = [
+                socket_established_with_buffer_sizes(2048, 1024),
+                socket_established_with_buffer_sizes(2048, 1024),
+            ];
+            let sunk: [Arc<Mutex<Vec<u8>>>; 2] = Default::default();
+            let take_at_most = Arc::new(Mutex::new(usize::MAX));
+            for (s, out) in socks.iter_mut().zip(sunk.iter()) {
+                s.set_ack_delay(delay.then(|| Duration::from_millis(10)));
+                if sink {
+                    let (out, most) = (out.clone(), take_at_most.clone());
+                    s.set_rx_sink(Some(RxSink(Box::new(move |p: &[u8]| {
+                        let n = p.len().min(*most.lock().unwrap());
+                        out.lock().unwrap().extend_from_slice(&p[..n]);
+                        n
+                    }))));
+                }
+            }
+            let mut now = Instant::from_millis(0);
+            // The peer's view: the next octet it sends, and what of ours it acknowledges.
+            let mut remote_next = REMOTE_SEQ + 1;
+            let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+            let mut finished = false;
+            for step in 0..3000 {
+                let event = rnd(100);
+                let before = taken;
+                if event < 55 && !finished {
+                    // A segment from the peer.
+                    let len = 1 + rnd(300) as usize;
+                    let start = match rnd(10) {
+                        0 => remote_next - rnd(200) as usize,
+                        1 => remote_next + rnd(400) as usize,
+                        _ => remote_next,
+                    };
+                    let una = socks[0].local_seq_no;
+                    let sent_end = socks[0].remote_last_seq;
+                    let ack = match rnd(6) {
+                        0 if sent_end > una => una + rnd((sent_end - una) as u64 + 1) as usize,
+                        1 => una - rnd(3) as usize,
+                        _ => una,
+                    };
+                    let off = (start.0.wrapping_sub((REMOTE_SEQ + 1).0) as u32 % 3000) as usize;
+                    let mut repr = TcpRepr {
+                        seq_number: start,
+                        ack_number: Some(ack),
+                        window_len: [256u16, 512, 1024, 64][rnd(4) as usize],
+                        control: [TcpControl::None, TcpControl::Psh][rnd(2) as usize],
+                        payload: &data[off..off + len],
+                        ..SEND_TEMPL
+                    };
+                    if rnd(20) == 0 {
+                        repr.sack_ranges[0] = Some((una.0 as u32, una.0 as u32 + 10));
+                    }
+                    if rnd(1500) == 0 {
+                        repr.control = TcpControl::Fin;
+                        finished = true;
+                    }
+                    let replies: Vec<_> = (0..2)
+                        .map(|i| {
+                            let s = &mut socks[i];
+                            let TestSocket { socket, cx } = &mut *s;
+                            let ip = IpReprIpvX(IpvXRepr {
+                                src_addr: REMOTE_ADDR,
+                                dst_addr: LOCAL_ADDR,
+                                next_header: IpProtocol::Tcp,
+                                payload_len: repr.buffer_len(),
+                                hop_limit: 64,
+                            });
+                            if !socket.accepts(cx, &ip, &repr) {
+                                return None;
+                            }
+                            FAST_PATH_OFF.with(|c| c.set(i == 1));
+                            let r = send(s, now, &repr);
+                            FAST_PATH_OFF.with(|c| c.set(false));
+                            r
+                        })
+                        .collect();
+                    assert_eq!(replies[0], replies[1], "step {step}: replies to {repr}");
+                    taken = FAST_PATH_TAKEN.with(|c| c.get());
+                    if start == remote_next && repr.control != TcpControl::Fin {
+                        remote_next = remote_next + len;
+                    }
+                    // The peer learns what went through from our ACKs; keep it near.
+                    if rnd(4) == 0 {
+                        remote_next = socks[0].remote_seq_no + socks[0].rx_buffer.len();
+                    }
+                } else if event < 70 {
+                    let n = rnd(600) as usize;
+                    for s in socks.iter_mut() {
+                        let _ = s.send_slice(&data[..n]);
+                    }
+                } else if event < 85 {
+                    let mut got = Vec::new();
+                    for s in socks.iter_mut() {
+                        let mut r = None;
+                        s.cx.set_now(now);
+                        let _ = s.socket.dispatch(&mut s.cx, |_, (_, tcp)| {
+                            r = Some((tcp.seq_number, tcp.ack_number, tcp.payload.len(), tcp.control));
+                            Ok::<(), ()>(())
+                        });
+                        got.push(r);
+                    }
+                    assert_eq!(got[0], got[1], "step {step}: dispatch");
+                } else if event < 95 {
+                    let mut got = Vec::new();
+                    let want = rnd(512) as usize + 1;
+                    for s in socks.iter_mut() {
+                        let mut buf = [0u8; 512];
+                        let n = s.recv_slice(&mut buf[..want]).unwrap_or(0);
+                        got.push(buf[..n].to_vec());
+                    }
+                    assert_eq!(got[0], got[1], "step {step}: read");
+                    *take_at_most.lock().unwrap() = [usize::MAX, 0, 100][rnd(3) as usize];
+                } else {
+                    now += Duration::from_millis(rnd(30));
+                }
+                assert_eq!(
+                    format!("{:?}", socks[0].socket),
+                    format!("{:?}", socks[1].socket),
+                    "step {step}, event {event}, predicted {}",
+                    taken > before
+                );
+                assert_eq!(*sunk[0].lock().unwrap(), *sunk[1].lock().unwrap(), "step {step}");
+            }
+        }
+        // (421 with these seeds: segments past a full window, out of order or acknowledging
+        // new data take the full path.)
+        assert!(taken > 300, "the predicted path was taken {taken} times");
     }
 
     /// dpwarp: the cut from the remembered position equals a search of every record end, as
