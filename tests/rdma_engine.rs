@@ -624,21 +624,20 @@ fn rfc5040_s7_receive_sge_deregistered_after_post() {
 /// placed. A Write that completes leaves no hold behind: the region's bytes can be taken.
 #[test]
 fn rfc5041_s7_1_target_gone_between_two_segments_of_a_write() {
+    // A posts a 4 KiB RDMA Write of `pattern(seed)` into `dst` (4 segments of at most 1 KiB).
+    fn post_write(p: &mut Pair, dst: &Mr, seed: u8) {
+        let src = p.a.mem.register(p.a.pd, 4096, Access::LOCAL_WRITE);
+        src.write_at(0, &pattern(seed, 4096));
+        let op = Opcode::Write {
+            remote_addr: dst.addr(),
+            rkey: dst.stag(),
+        };
+        send(p, 1, op, vec![sge(&src, 0, 4096)]);
+    }
     for deregister in [false, true] {
         let mut p = Pair::new();
-        let n = 8 * 1024;
-        let src = p.a.mem.register(p.a.pd, n, Access::LOCAL_WRITE);
-        src.write_at(0, &pattern(5, n));
         let dst = target(&mut p, RW);
-        send(
-            &mut p,
-            1,
-            Opcode::Write {
-                remote_addr: dst.addr(),
-                rkey: dst.stag(),
-            },
-            vec![sge(&src, 0, 4096)],
-        );
+        post_write(&mut p, &dst, 5);
         // The first two segments only.
         let mut placed = 0;
         for _ in 0..2 {
@@ -661,7 +660,7 @@ fn rfc5041_s7_1_target_gone_between_two_segments_of_a_write() {
             "deregister {deregister}"
         );
         let got = dst.to_vec();
-        assert_eq!(&got[..placed], &pattern(5, n)[..placed]);
+        assert_eq!(&got[..placed], &pattern(5, 4096)[..placed]);
         assert!(
             got[placed..].iter().all(|&b| b == 0x11),
             "placed after the refusal"
@@ -670,20 +669,10 @@ fn rfc5041_s7_1_target_gone_between_two_segments_of_a_write() {
 
     // Completed: nothing holds the target.
     let mut p = Pair::new();
-    let src = p.a.mem.register(p.a.pd, 4096, Access::LOCAL_WRITE);
-    src.write_at(0, &pattern(6, 4096));
     let dst =
         p.b.mem
             .register(p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    send(
-        &mut p,
-        1,
-        Opcode::Write {
-            remote_addr: dst.addr(),
-            rkey: dst.stag(),
-        },
-        vec![sge(&src, 0, 4096)],
-    );
+    post_write(&mut p, &dst, 6);
     p.pump();
     assert!(p.a_sent.len() >= 4, "several segments: {}", p.a_sent.len());
     assert!(p.b.mem.deregister(dst.stag()));
