@@ -626,21 +626,18 @@ impl MemoryTable {
         need: Access,
         last: bool,
     ) -> Result<(), MemoryError> {
-        let hit = matches!(&cache.held, Some((t, r))
-            if *t == self.inner.id && r.stag == stag && r.live.load(Ordering::Acquire));
-        if !hit {
-            cache.held = None;
-            let r = self.region(stag).ok_or(MemoryError::InvalidStag)?;
-            cache.held = Some((self.inner.id, r));
-        }
-        let result = match &cache.held {
-            Some((_, r)) => r
-                .check(pd, addr, data.len(), need)
-                .map(|off| r.place(off, data)),
-            None => Err(MemoryError::InvalidStag),
+        let id = self.inner.id;
+        // Taken out of the cache (a move: no reference count touched), put back unless the
+        // message ends here.
+        let r = match cache.held.take() {
+            Some((t, r)) if t == id && r.stag == stag && r.live.load(Ordering::Acquire) => r,
+            _ => self.region(stag).ok_or(MemoryError::InvalidStag)?,
         };
-        if last || result.is_err() {
-            cache.held = None;
+        let result = r
+            .check(pd, addr, data.len(), need)
+            .map(|off| r.place(off, data));
+        if !last && result.is_ok() {
+            cache.held = Some((id, r));
         }
         result
     }

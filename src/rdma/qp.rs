@@ -1203,7 +1203,6 @@ impl QpEngine {
         let (stag, to) = (seg.stag(), seg.to());
         let wrap = to.checked_add(p.len() as u64).is_none();
         self.rx_placed += p.len() as u64;
-        let last = seg.last();
         if let Err(e) = self.mem.write_cached(
             &mut self.place,
             stag,
@@ -1211,7 +1210,7 @@ impl QpEngine {
             to,
             p,
             Access::REMOTE_WRITE,
-            last,
+            seg.last(),
         ) {
             log::warn!(
                 "ddp: RDMA Write to STag {stag:#x} TO {to:#x} len {} refused: {e}",
