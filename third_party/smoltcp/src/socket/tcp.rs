@@ -479,14 +479,15 @@ std::thread_local! {
     static FAST_PATH_TAKEN: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
-/// dpwarp: whether `Socket::process` may take its header-predicted path (always, outside the
-/// tests that compare it with the full path).
+/// dpwarp: whether `Socket::process` may take its header-predicted path: unless the interface
+/// has header prediction off (`Interface::set_header_prediction`), or a test that compares it
+/// with the full path turned it off.
 #[inline(always)]
-fn fast_path_allowed() -> bool {
+fn fast_path_allowed(cx: &Context) -> bool {
     #[cfg(test)]
-    return !FAST_PATH_OFF.with(|c| c.get());
+    return cx.header_prediction && !FAST_PATH_OFF.with(|c| c.get());
     #[cfg(not(test))]
-    true
+    cx.header_prediction
 }
 
 /// A Transmission Control Protocol socket.
@@ -2058,7 +2059,7 @@ impl<'a> Socket<'a> {
             && repr.payload.len() <= self.rx_buffer.window()
             && !self.in_recovery
             && repr.sack_ranges == [None; 3]
-            && fast_path_allowed()
+            && fast_path_allowed(cx)
         {
             let ack = self.local_seq_no;
             let now = cx.now();
@@ -2317,6 +2318,19 @@ impl<'a> Socket<'a> {
                     return self.challenge_ack_reply(cx, ip_repr, repr);
                 }
             }
+        };
+        // dpwarp: RFC 9293 section 3.10.7.4, seventh step: in CLOSE-WAIT, CLOSING, LAST-ACK
+        // and TIME-WAIT the peer's FIN has been received, so "ignore the segment text".
+        // Upstream placed octets past the FIN in the receive buffer, where `recv` (and the
+        // receive sink) delivered them after the end of the stream (found by dpwarp's fuzz
+        // target `tcp_ingress`).
+        let (payload, payload_offset) = if matches!(
+            self.state,
+            State::CloseWait | State::Closing | State::LastAck | State::TimeWait
+        ) {
+            (&[][..], 0)
+        } else {
+            (payload, payload_offset)
         };
 
         // Compute the amount of acknowledged octets, removing the SYN and FIN bits
@@ -5894,6 +5908,59 @@ mod test {
         );
         assert_eq!(s.state, State::CloseWait);
         sanity!(s, socket_close_wait());
+    }
+
+    #[test]
+    fn test_data_after_fin_is_ignored() {
+        // dpwarp: RFC 9293 section 3.10.7.4, seventh step: after the peer's FIN, its data is
+        // not received (neither by `recv` nor by the receive sink), in every state that
+        // follows a received FIN.
+        for state in [
+            State::CloseWait,
+            State::LastAck,
+            State::Closing,
+            State::TimeWait,
+        ] {
+            let mut s = socket_established();
+            send!(
+                s,
+                TcpRepr {
+                    control: TcpControl::Fin,
+                    seq_number: REMOTE_SEQ + 1,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: &b"abc"[..],
+                    ..SEND_TEMPL
+                }
+            );
+            assert_eq!(s.state, State::CloseWait);
+            s.state = state;
+            let sunk = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let into = sunk.clone();
+            s.set_rx_sink(Some(RxSink(Box::new(move |b: &[u8]| {
+                into.lock().unwrap().extend_from_slice(b);
+                b.len()
+            }))));
+            s.recv_slice(&mut [0; 3]).unwrap();
+            s.socket.process(
+                &mut s.cx,
+                &IpReprIpvX(IpvXRepr {
+                    src_addr: REMOTE_ADDR,
+                    dst_addr: LOCAL_ADDR,
+                    next_header: IpProtocol::Tcp,
+                    payload_len: 20 + 3,
+                    hop_limit: 64,
+                }),
+                &TcpRepr {
+                    seq_number: REMOTE_SEQ + 1 + 3 + 1,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: &b"xyz"[..],
+                    ..SEND_TEMPL
+                },
+            );
+            assert_eq!(s.recv_queue(), 0, "{state}");
+            assert!(sunk.lock().unwrap().is_empty(), "{state}");
+            assert_eq!(s.remote_seq_no, REMOTE_SEQ + 1 + 3 + 1, "{state}");
+        }
     }
 
     #[test]

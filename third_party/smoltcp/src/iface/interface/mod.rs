@@ -166,6 +166,9 @@ pub struct InterfaceInner {
     rx_learned: Option<predict::Learned>,
     /// dpwarp: frames that took the predicted path.
     rx_predicted: u64,
+    /// dpwarp: whether header prediction is on, both halves (`predict.rs` and the socket's
+    /// in `Socket::process`); on unless turned off with `Interface::set_header_prediction`.
+    pub(crate) header_prediction: bool,
 }
 
 /// Configuration structure used for creating a network interface.
@@ -288,6 +291,7 @@ impl Interface {
                 ))]
                 rx_learned: None,
                 rx_predicted: 0,
+                header_prediction: true,
                 #[cfg(feature = "medium-ieee802154")]
                 sequence_no,
                 #[cfg(feature = "medium-ieee802154")]
@@ -414,6 +418,23 @@ impl Interface {
     /// socket without being parsed again.
     pub fn rx_predicted(&self) -> u64 {
         self.inner.rx_predicted
+    }
+
+    /// dpwarp: turn header prediction on (the default) or off, both its halves: the
+    /// interface's (a frame whose headers match the last one's goes straight to its socket,
+    /// `predict.rs`) and the TCP socket's (`Socket::process` takes an in-order data segment
+    /// that acknowledges nothing new without its state tables). Off, every frame takes the
+    /// full path; the results are the same (the fuzz target `tcp_ingress` compares them).
+    pub fn set_header_prediction(&mut self, on: bool) {
+        self.inner.header_prediction = on;
+        if !on {
+            self.inner.rx_forget();
+        }
+    }
+
+    /// dpwarp: whether header prediction is on (`set_header_prediction`).
+    pub fn header_prediction(&self) -> bool {
+        self.inner.header_prediction
     }
 
     /// Check whether the interface has the given IP address assigned.
@@ -678,13 +699,22 @@ impl Interface {
                     feature = "socket-tcp"
                 ))]
                 if matches!(self.inner.caps.medium, Medium::Ethernet) {
-                    if let Some(packet) =
-                        self.inner.process_ethernet_split_tcp(sockets, frame, tail)
-                    {
-                        if let Err(err) =
-                            self.inner.dispatch(tx_token, packet, &mut self.fragmenter)
-                        {
-                            net_debug!("Failed to send response: {:?}", err);
+                    match self.inner.process_ethernet_split_tcp(sockets, frame, tail) {
+                        Some(Some(packet)) => {
+                            if let Err(err) =
+                                self.inner.dispatch(tx_token, packet, &mut self.fragmenter)
+                            {
+                                net_debug!("Failed to send response: {:?}", err);
+                            }
+                        }
+                        Some(None) => {}
+                        None => {
+                            // Not the plain case: the whole-frame path decides, on a copy
+                            // (at most one frame's octets).
+                            let mut whole = alloc::vec::Vec::with_capacity(frame.len() + tail.len());
+                            whole.extend_from_slice(frame);
+                            whole.extend_from_slice(tail);
+                            return self.ingress_full(sockets, rx_meta, &whole, &[], tx_token);
                         }
                     }
                 }

@@ -87,7 +87,8 @@ impl Learned {
 impl InterfaceInner {
     /// Whether frames may be predicted: Ethernet, and no checksum verified in software.
     fn rx_predictable(&self) -> bool {
-        matches!(self.caps.medium, Medium::Ethernet)
+        self.header_prediction
+            && matches!(self.caps.medium, Medium::Ethernet)
             && !self.caps.checksum.ipv4.rx()
             && !self.caps.checksum.tcp.rx()
     }
@@ -207,7 +208,7 @@ impl InterfaceInner {
             payload_len: total - (tcp - ETH),
             ..p.ip
         });
-        let index = p.index;
+        let (index, src_addr) = (p.index, p.ip.src_addr);
         let item = sockets.item_at_mut(index)?;
         let handle = item.meta.handle;
         let socket = TcpSocket::downcast_mut(&mut item.socket)?;
@@ -215,6 +216,16 @@ impl InterfaceInner {
         if socket.remote_endpoint().is_none() || !socket.accepts(self, &ip_repr, &tcp_repr) {
             return None;
         }
+        // What the full path's `process_ipv4` does for every unicast frame: the sender's
+        // neighbor entry lives on. Without it a stream whose every frame is predicted loses
+        // the entry after its lifetime (60 s) and stalls behind an ARP request (found by the
+        // fuzz target `tcp_ingress`).
+        let src_mac = EthernetAddress::from_bytes(&h[6..12]);
+        self.neighbor_cache.reset_expiry_if_existing(
+            IpAddress::Ipv4(src_addr),
+            HardwareAddress::Ethernet(src_mac),
+            self.now,
+        );
         let reply = socket
             .process(self, &ip_repr, &tcp_repr)
             .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
@@ -448,6 +459,67 @@ mod dpwarp_tests {
         let rst = sent(&mut p.device);
         assert_eq!(rst.first().map(|r| r.0), Some(TcpControl::Rst), "{rst:?}");
         assert_eq!(p.socket().state(), tcp::State::Listen);
+    }
+
+    #[test]
+    fn test_predicted_frames_keep_the_neighbor_entry_alive() {
+        let mut p = Peer::connected(true);
+        // A frame every 30 s for 90 s, each predicted: the entry filled at 0 lives on.
+        for (k, secs) in [30, 60, 90].into_iter().enumerate() {
+            let f = frame(4000, TcpControl::Psh, 1001 + 4 * k as u32, Some(p.ack), b"abcd");
+            p.device.rx_queue.push_back(f);
+            p.iface
+                .poll(Instant::from_secs(secs), &mut p.device, &mut p.sockets);
+        }
+        assert_eq!(p.iface.rx_predicted(), 3);
+        let answer = p
+            .iface
+            .inner
+            .neighbor_cache
+            .lookup(&REMOTE.into(), Instant::from_secs(100));
+        assert!(
+            matches!(answer, crate::iface::neighbor::Answer::Found(_)),
+            "the neighbor entry expired"
+        );
+    }
+
+    #[test]
+    fn test_split_frames_keep_the_neighbor_entry_alive() {
+        // Checksums verified: no prediction, the split path of the full path.
+        let mut p = Peer::connected(false);
+        p.iface.inner.now = Instant::from_secs(50);
+        let f = frame(4000, TcpControl::Psh, 1001, Some(p.ack), b"abcd");
+        let (headers, payload) = f.split_at(14 + 20 + 20);
+        p.iface
+            .inner
+            .process_ethernet_split_tcp(&mut p.sockets, headers, payload);
+        assert_eq!(p.received(), b"abcd");
+        let answer = p
+            .iface
+            .inner
+            .neighbor_cache
+            .lookup(&REMOTE.into(), Instant::from_secs(100));
+        assert!(
+            matches!(answer, crate::iface::neighbor::Answer::Found(_)),
+            "the neighbor entry expired"
+        );
+    }
+
+    #[test]
+    fn test_header_prediction_turned_off() {
+        let mut p = Peer::connected(true);
+        p.iface.set_header_prediction(false);
+        assert!(!p.iface.header_prediction());
+        p.data(1001, b"abcd");
+        p.data(1005, b"efgh");
+        assert_eq!(p.iface.rx_predicted(), 0);
+        assert_eq!(p.received(), b"abcdefgh");
+        p.iface.set_header_prediction(true);
+        p.data(1009, b"ijkl");
+        p.data(1013, b"mnop");
+        // The first frame after turning it on teaches the template, the next matches it.
+        assert_eq!(p.iface.rx_predicted(), 1);
+        assert_eq!(p.received(), b"ijklmnop");
     }
 
     #[test]

@@ -1,0 +1,761 @@
+//! The vendored smoltcp's TCP receive path, set up as the DPDK dataplane runs it (Ethernet,
+//! Nagle off, segments cut at record ends, a receive sink, split frames, segmentation offload),
+//! under a hostile peer: segments with any flags, sequence and acknowledgment numbers near and
+//! far from what is expected, windows, options, truncated and corrupted frames, and arbitrary
+//! octets after an Ethernet header; between them the application sends, reads, closes, aborts
+//! and replaces the socket, and time passes.
+//!
+//! Two copies of the whole stack take the same input: one with header prediction on (both
+//! halves: `predict.rs`, and the fast path of `Socket::process`) and frames handed split
+//! where the input says (headers apart from the payload, `RxToken::consume_split`), and a
+//! reference with prediction off that takes every frame whole. Checked:
+//! - no panic (smoltcp's sequence-number arithmetic panics on underflow, release builds too:
+//!   a peer that reaches one crashes the worker);
+//! - every frame sent, every octet delivered and the socket's state are the same in both
+//!   (prediction and split frames change the route a frame takes, never the result); the
+//!   socket's full `Debug` state is compared at the end;
+//! - the octets delivered (receive sink and `recv`, in order) are the peer's stream: the octet
+//!   at sequence number `s` is always `pattern(s)`, so a misplaced octet shows (checked while
+//!   no corrupted or arbitrary frame was fed, whose payload could be anything).
+#![no_main]
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use libfuzzer_sys::fuzz_target;
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol,
+    EthernetRepr, HardwareAddress, IpAddress, IpCidr, IpProtocol, Ipv4Address, Ipv4Packet,
+    Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, TcpTimestampRepr,
+};
+
+const LOCAL_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+const PEER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+const LOCAL_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 1);
+const PEER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
+const LOCAL_PORT: u16 = 20049;
+const PEER_PORT: u16 = 40000;
+/// Payloads are cut from one stream of this many octets' worth of pattern.
+const MAX_PAYLOAD: usize = 9000;
+
+/// `TCP_INGRESS_TRACE=1` when running one input: what each step fed and what came back.
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TCP_INGRESS_TRACE").is_some())
+}
+
+macro_rules! trace {
+    ($($t:tt)*) => {
+        if tracing() {
+            eprintln!($($t)*);
+        }
+    };
+}
+
+/// The peer's octet at sequence number `s`.
+fn pattern(s: u32) -> u8 {
+    (s.wrapping_mul(0x9E37_79B1) >> 24) as u8
+}
+
+/// The fuzzer's bytes, read as the operations' parameters; zeros once they run out.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn u8(&mut self) -> u8 {
+        let Some((&b, rest)) = self.0.split_first() else {
+            return 0;
+        };
+        self.0 = rest;
+        b
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    fn bytes(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (b, rest) = self.0.split_at(n);
+        self.0 = rest;
+        b
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+struct Frame {
+    bytes: Vec<u8>,
+    /// Handed as headers and payload apart when it is exactly Ethernet/IPv4/TCP, as the
+    /// dataplane's device hands a two-segment mbuf.
+    split: bool,
+}
+
+struct FuzzDevice {
+    rx: VecDeque<Frame>,
+    tx: Vec<Vec<u8>>,
+    caps: DeviceCapabilities,
+    gso: usize,
+}
+
+impl phy::Device for FuzzDevice {
+    type RxToken<'a> = Rx;
+    type TxToken<'a> = Tx<'a>;
+
+    fn receive(&mut self, _: Instant) -> Option<(Rx, Tx<'_>)> {
+        let f = self.rx.pop_front()?;
+        Some((Rx(f), Tx(&mut self.tx)))
+    }
+    fn transmit(&mut self, _: Instant) -> Option<Tx<'_>> {
+        Some(Tx(&mut self.tx))
+    }
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.caps.clone()
+    }
+    fn tcp_gso_frames(&self) -> usize {
+        self.gso
+    }
+}
+
+struct Rx(Frame);
+
+/// Where a frame's TCP payload starts, if the frame is Ethernet/IPv4/TCP with a payload
+/// (the test the dataplane applies to a received two-segment mbuf).
+fn headers_len(f: &[u8]) -> Option<usize> {
+    if f.len() < 54 || f[12..14] != [0x08, 0x00] || f[14] >> 4 != 4 || f[23] != 6 {
+        return None;
+    }
+    let ihl = usize::from(f[14] & 0x0f) * 4;
+    let tcp = 14 + ihl;
+    if ihl < 20 || f.len() < tcp + 20 {
+        return None;
+    }
+    let doff = usize::from(f[tcp + 12] >> 4) * 4;
+    let h = tcp + doff;
+    (doff >= 20 && h < f.len()).then_some(h)
+}
+
+impl phy::RxToken for Rx {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0.bytes)
+    }
+    fn consume_split<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R {
+        let b = &self.0.bytes;
+        match headers_len(b) {
+            Some(h) if self.0.split => f(&b[..h], &b[h..]),
+            _ => f(b, &[]),
+        }
+    }
+}
+
+struct Tx<'a>(&'a mut Vec<Vec<u8>>);
+
+impl phy::TxToken for Tx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut buf = vec![0u8; len];
+        let r = f(&mut buf);
+        self.0.push(buf);
+        r
+    }
+}
+
+/// How the socket is made, from the input's first bytes.
+#[derive(Clone, Copy)]
+struct Setup {
+    trusted: bool,
+    mtu: usize,
+    gso: usize,
+    rx_buffer: usize,
+    tx_buffer: usize,
+    records: bool,
+    ack_delay: Option<Duration>,
+    keep_alive: Option<Duration>,
+    timeout: Option<Duration>,
+    congestion: tcp::CongestionControl,
+    active: bool,
+}
+
+impl Setup {
+    fn read(r: &mut Input) -> Setup {
+        let a = r.u8();
+        let b = r.u8();
+        Setup {
+            trusted: a & 1 == 0,
+            mtu: if a & 2 == 0 { 1500 } else { 9000 },
+            gso: if a & 4 == 0 { 0 } else { 4 },
+            rx_buffer: [4096, 65536, 1 << 20, 1500][usize::from(a >> 3) & 3],
+            tx_buffer: [4096, 65536, 1 << 20, 1500][usize::from(a >> 5) & 3],
+            records: a & 0x80 == 0,
+            ack_delay: [Some(Duration::from_millis(10)), None][usize::from(b & 1)],
+            keep_alive: [None, Some(Duration::from_secs(1))][usize::from(b >> 1) & 1],
+            timeout: [None, Some(Duration::from_secs(5))][usize::from(b >> 2) & 1],
+            congestion: [
+                tcp::CongestionControl::Reno,
+                tcp::CongestionControl::Cubic,
+                tcp::CongestionControl::None,
+                tcp::CongestionControl::Reno,
+            ][usize::from(b >> 3) & 3],
+            active: b & 0x20 != 0,
+        }
+    }
+
+    fn socket(&self) -> tcp::Socket<'static> {
+        let rx = tcp::SocketBuffer::new(vec![0u8; self.rx_buffer]);
+        let tx = tcp::SocketBuffer::new(vec![0u8; self.tx_buffer]);
+        let mut s = tcp::Socket::new(rx, tx);
+        s.set_nagle_enabled(false);
+        s.set_tx_records(self.records);
+        s.set_ack_delay(self.ack_delay);
+        s.set_keep_alive(self.keep_alive);
+        s.set_timeout(self.timeout);
+        s.set_congestion_control(self.congestion);
+        s
+    }
+}
+
+/// One copy of the stack.
+struct World {
+    iface: Interface,
+    dev: FuzzDevice,
+    sockets: SocketSet<'static>,
+    handle: SocketHandle,
+    /// How many octets the receive sink takes of what it is offered.
+    sink_take: Arc<AtomicUsize>,
+    /// Octets delivered, sink and `recv` in order.
+    delivered: Arc<Mutex<Vec<u8>>>,
+}
+
+impl World {
+    fn new(setup: &Setup, prediction: bool, now: Instant) -> World {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = setup.mtu + 14;
+        if setup.trusted {
+            caps.checksum = ChecksumCapabilities::ignored();
+        }
+        let mut dev = FuzzDevice {
+            rx: VecDeque::new(),
+            tx: Vec::new(),
+            caps,
+            gso: setup.gso,
+        };
+        let mut config = Config::new(HardwareAddress::Ethernet(LOCAL_MAC));
+        config.random_seed = 0x5eed;
+        let mut iface = Interface::new(config, &mut dev, now);
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(IpAddress::Ipv4(LOCAL_IP), 24));
+        });
+        iface.set_header_prediction(prediction);
+        let mut w = World {
+            iface,
+            dev,
+            sockets: SocketSet::new(Vec::new()),
+            handle: SocketHandle::default(),
+            sink_take: Arc::new(AtomicUsize::new(usize::MAX)),
+            delivered: Arc::new(Mutex::new(Vec::new())),
+        };
+        w.handle = w.sockets.add(setup.socket());
+        w.open(setup);
+        w
+    }
+
+    fn socket(&mut self) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(self.handle)
+    }
+
+    /// Listen or connect, and give the socket a receive sink as the dataplane does.
+    fn open(&mut self, setup: &Setup) {
+        let take = self.sink_take.clone();
+        let delivered = self.delivered.clone();
+        let sink = move |b: &[u8]| -> usize {
+            let n = b.len().min(take.load(Ordering::Relaxed));
+            delivered.lock().unwrap().extend_from_slice(&b[..n]);
+            n
+        };
+        let s = self.sockets.get_mut::<tcp::Socket>(self.handle);
+        s.set_rx_sink(Some(tcp::RxSink(Box::new(sink))));
+        if setup.active {
+            let cx = self.iface.context();
+            let _ = s.connect(cx, (IpAddress::Ipv4(PEER_IP), PEER_PORT), LOCAL_PORT);
+        } else {
+            let _ = s.listen(LOCAL_PORT);
+        }
+    }
+
+    fn poll(&mut self, now: Instant) {
+        self.iface.poll(now, &mut self.dev, &mut self.sockets);
+    }
+}
+
+/// What the peer knows of the connection, from the frames the stack sent.
+#[derive(Default)]
+struct Peer {
+    /// The next octet the peer sends.
+    snd_nxt: u32,
+    /// The highest sequence number the stack has sent (SYN and FIN count).
+    rcv_max: Option<u32>,
+    /// The last acknowledgment number the stack sent.
+    acked: Option<u32>,
+    /// The stack's last timestamp value, echoed.
+    tsval: u32,
+}
+
+fn wrapping_max(a: u32, b: u32) -> u32 {
+    if (b.wrapping_sub(a) as i32) > 0 {
+        b
+    } else {
+        a
+    }
+}
+
+fn seq(s: u32) -> TcpSeqNumber {
+    TcpSeqNumber(s as i32)
+}
+
+fn ethernet(ethertype: EthernetProtocol, payload_len: usize) -> (Vec<u8>, usize) {
+    let mut buf = vec![0u8; 14 + payload_len];
+    EthernetRepr {
+        src_addr: PEER_MAC,
+        dst_addr: LOCAL_MAC,
+        ethertype,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+    (buf, 14)
+}
+
+/// A frame carrying `repr` from the peer, checksums right.
+fn tcp_frame(repr: &TcpRepr) -> Vec<u8> {
+    let caps = ChecksumCapabilities::default();
+    let ip = Ipv4Repr {
+        src_addr: PEER_IP,
+        dst_addr: LOCAL_IP,
+        next_header: IpProtocol::Tcp,
+        payload_len: repr.buffer_len(),
+        hop_limit: 64,
+    };
+    let (mut buf, at) = ethernet(EthernetProtocol::Ipv4, 20 + repr.buffer_len());
+    let mut p = Ipv4Packet::new_unchecked(&mut buf[at..]);
+    ip.emit(&mut p, &caps);
+    let mut t = TcpPacket::new_unchecked(p.payload_mut());
+    repr.emit(
+        &mut t,
+        &IpAddress::Ipv4(PEER_IP),
+        &IpAddress::Ipv4(LOCAL_IP),
+        &caps,
+    );
+    buf
+}
+
+fn arp_frame(operation: ArpOperation) -> Vec<u8> {
+    let repr = ArpRepr::EthernetIpv4 {
+        operation,
+        source_hardware_addr: PEER_MAC,
+        source_protocol_addr: PEER_IP,
+        target_hardware_addr: if operation == ArpOperation::Reply {
+            LOCAL_MAC
+        } else {
+            EthernetAddress([0; 6])
+        },
+        target_protocol_addr: LOCAL_IP,
+    };
+    let (mut buf, at) = ethernet(EthernetProtocol::Arp, repr.buffer_len());
+    repr.emit(&mut ArpPacket::new_unchecked(&mut buf[at..]));
+    buf
+}
+
+/// Learn from the frames the stack sent; answer its ARP requests.
+fn observe(peer: &mut Peer, frames: &[Vec<u8>], replies: &mut Vec<Vec<u8>>) {
+    for f in frames {
+        let Ok(eth) = EthernetFrame::new_checked(&f[..]) else {
+            continue;
+        };
+        match eth.ethertype() {
+            EthernetProtocol::Arp => {
+                if let Ok(ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Request,
+                    ..
+                }) = ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
+                {
+                    replies.push(arp_frame(ArpOperation::Reply));
+                }
+            }
+            EthernetProtocol::Ipv4 => {
+                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+                    continue;
+                };
+                let Ok(t) = TcpPacket::new_checked(ip.payload()) else {
+                    continue;
+                };
+                let s = t.seq_number().0 as u32;
+                let len = t.payload().len() as u32 + u32::from(t.syn()) + u32::from(t.fin());
+                let end = s.wrapping_add(len);
+                peer.rcv_max = Some(peer.rcv_max.map_or(end, |m| wrapping_max(m, end)));
+                if t.ack() {
+                    peer.acked = Some(t.ack_number().0 as u32);
+                }
+                if let Ok(repr) = TcpRepr::parse(
+                    &t,
+                    &IpAddress::Ipv4(LOCAL_IP),
+                    &IpAddress::Ipv4(PEER_IP),
+                    &ChecksumCapabilities::ignored(),
+                ) {
+                    if let Some(ts) = repr.timestamp {
+                        peer.tsval = ts.tsval;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The stream check: the octets at `from..` of `delivered` follow `pattern` from `irs + 1`.
+fn check_stream(delivered: &[u8], irs: u32) {
+    for (k, &b) in delivered.iter().enumerate() {
+        let s = irs.wrapping_add(1).wrapping_add(k as u32);
+        assert_eq!(b, pattern(s), "delivered octet {k} (sequence number {s})");
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut r = Input(data);
+    let setup = Setup::read(&mut r);
+    let mut now = Instant::from_millis(1_000);
+    let mut worlds = [
+        World::new(&setup, true, now),
+        World::new(&setup, false, now),
+    ];
+    let mut peer = Peer {
+        snd_nxt: r.u32(),
+        ..Peer::default()
+    };
+    let stream: Vec<u8> = Vec::with_capacity(MAX_PAYLOAD);
+    let mut stream = stream;
+    // The peer's ISN as the socket took it (None before a SYN was accepted), and whether
+    // the stream check still holds (no frame fed whose payload could be anything).
+    let mut irs: Option<u32> = None;
+    let mut stream_checked = true;
+    // The SYNs' sequence numbers in the frames fed since the last poll, and the socket's
+    // state at that poll.
+    let mut syns: Vec<u32> = Vec::new();
+    let mut polled_state = worlds[0].socket().state();
+    let mut feed: Vec<Frame> = vec![Frame {
+        bytes: arp_frame(ArpOperation::Request),
+        split: false,
+    }];
+    let mut steps = 0;
+    while !r.is_empty() && steps < 400 {
+        steps += 1;
+        let op = r.u8();
+        match op % 16 {
+            // A segment from the peer (most operations).
+            0..=7 => {
+                let kind = r.u8();
+                let control = match kind & 7 {
+                    0 | 1 | 2 => TcpControl::None,
+                    3 | 4 => TcpControl::Psh,
+                    5 => TcpControl::Syn,
+                    6 => TcpControl::Fin,
+                    _ => TcpControl::Rst,
+                };
+                let small = u32::from(r.u16() % 3000);
+                let s = match r.u8() % 8 {
+                    0..=3 => peer.snd_nxt,
+                    4 => peer.acked.unwrap_or(peer.snd_nxt),
+                    5 => peer.snd_nxt.wrapping_sub(small),
+                    6 => peer.snd_nxt.wrapping_add(small),
+                    _ => r.u32(),
+                };
+                let a = match r.u8() % 8 {
+                    0..=3 => peer.rcv_max,
+                    4 => peer.rcv_max.map(|m| m.wrapping_sub(small)),
+                    5 => peer.rcv_max.map(|m| m.wrapping_add(small)),
+                    6 => Some(r.u32()),
+                    _ => None,
+                };
+                let opts = r.u8();
+                let len = if control == TcpControl::Rst {
+                    0
+                } else {
+                    usize::from(r.u16()) % (setup.mtu.min(MAX_PAYLOAD) + 1)
+                };
+                let data_seq = if control == TcpControl::Syn {
+                    s.wrapping_add(1)
+                } else {
+                    s
+                };
+                stream.clear();
+                stream.extend((0..len as u32).map(|k| pattern(data_seq.wrapping_add(k))));
+                let mut repr = TcpRepr {
+                    src_port: PEER_PORT,
+                    dst_port: LOCAL_PORT,
+                    control,
+                    seq_number: seq(s),
+                    ack_number: a.map(seq),
+                    window_len: [65535, 0, 1, 512, 4096, 30000, 65535, 65535]
+                        [usize::from(opts & 7)],
+                    window_scale: None,
+                    max_seg_size: None,
+                    sack_permitted: false,
+                    sack_ranges: [None; 3],
+                    timestamp: None,
+                    payload: &stream,
+                };
+                if control == TcpControl::Syn {
+                    repr.window_scale =
+                        [None, Some(0), Some(7), Some(14)][usize::from(opts >> 3) & 3];
+                    repr.max_seg_size =
+                        [None, Some(1460), Some(536), Some(0)][usize::from(opts >> 5) & 3];
+                    repr.sack_permitted = opts & 0x80 != 0;
+                    syns.push(s);
+                } else if opts & 0x80 != 0 {
+                    let base = peer.rcv_max.unwrap_or(0);
+                    let l = r.u16();
+                    let rr = r.u16();
+                    repr.sack_ranges[0] = Some((
+                        base.wrapping_sub(u32::from(l)),
+                        base.wrapping_add(u32::from(rr)).wrapping_sub(1000),
+                    ));
+                }
+                if opts & 0x40 != 0 && control != TcpControl::Syn {
+                    repr.timestamp = Some(TcpTimestampRepr::new(now.millis() as u32, peer.tsval));
+                }
+                let mut bytes = tcp_frame(&repr);
+                // Sometimes a corrupted or cut frame: any octet changed, or cut short.
+                let harm = r.u8();
+                trace!("step {steps}: feed {repr} (harm {harm:#x})");
+                if harm & 0xe0 == 0xe0 {
+                    let at = usize::from(r.u16()) % bytes.len();
+                    let x = r.u8() | 1;
+                    trace!("  octet {at} of {} ^= {x:#x}", bytes.len());
+                    bytes[at] ^= x;
+                    if tracing() {
+                        let ip = Ipv4Packet::new_unchecked(&bytes[14..]);
+                        let t = TcpPacket::new_unchecked(ip.payload());
+                        trace!(
+                            "  ip checksum ok {}, tcp checksum ok {}",
+                            ip.verify_checksum(),
+                            t.verify_checksum(
+                                &IpAddress::Ipv4(PEER_IP),
+                                &IpAddress::Ipv4(LOCAL_IP)
+                            )
+                        );
+                    }
+                    stream_checked = false;
+                } else if harm & 0xe0 == 0xc0 {
+                    let cut = usize::from(r.u16()) % bytes.len();
+                    trace!("  cut to {} of {}", cut.max(14), bytes.len());
+                    bytes.truncate(cut.max(14));
+                    stream_checked = false;
+                }
+                if s == peer.snd_nxt && harm & 0xc0 != 0xc0 {
+                    peer.snd_nxt = peer.snd_nxt.wrapping_add(
+                        len as u32
+                            + u32::from(matches!(control, TcpControl::Syn | TcpControl::Fin)),
+                    );
+                }
+                feed.push(Frame {
+                    bytes,
+                    split: harm & 1 != 0,
+                });
+            }
+            // Arbitrary octets after an Ethernet header (IPv4 or ARP).
+            8 => {
+                let n = usize::from(r.u8()) + usize::from(r.u8()) * 4;
+                let ethertype = if r.u8() & 1 == 0 {
+                    EthernetProtocol::Ipv4
+                } else {
+                    EthernetProtocol::Arp
+                };
+                let (mut bytes, at) = ethernet(ethertype, 0);
+                bytes.truncate(at);
+                bytes.extend_from_slice(r.bytes(n));
+                stream_checked = false;
+                feed.push(Frame {
+                    bytes,
+                    split: n & 1 != 0,
+                });
+            }
+            // The application sends (a record each, as the dataplane marks FPDUs).
+            9 => {
+                let n = usize::from(r.u16()) % 20_000;
+                let chunk: Vec<u8> = (0..n).map(|k| k as u8).collect();
+                for w in worlds.iter_mut() {
+                    let s = w.socket();
+                    if s.send_slice(&chunk).unwrap_or(0) > 0 {
+                        s.push_tx_record_end();
+                    }
+                }
+            }
+            // The application reads.
+            10 => {
+                let n = usize::from(r.u16());
+                for w in worlds.iter_mut() {
+                    let mut buf = vec![0u8; n];
+                    let got = w.socket().recv_slice(&mut buf).unwrap_or(0);
+                    w.delivered.lock().unwrap().extend_from_slice(&buf[..got]);
+                }
+            }
+            // Time passes.
+            11 => {
+                let d = match r.u8() % 8 {
+                    0 => 1,
+                    1 => 10,
+                    2 => 200,
+                    3 => 1_000,
+                    4 => 3_000,
+                    5 => 70_000,
+                    6 => u64::from(r.u16()),
+                    _ => 7_200_000,
+                };
+                now += Duration::from_millis(d);
+                trace!("step {steps}: {d} ms pass");
+            }
+            // How much the receive sink takes.
+            12 => {
+                let take = match r.u8() % 4 {
+                    0 => 0,
+                    1 => usize::from(r.u8()),
+                    _ => usize::MAX,
+                };
+                for w in worlds.iter_mut() {
+                    w.sink_take.store(take, Ordering::Relaxed);
+                }
+            }
+            // The application closes or aborts.
+            13 => {
+                let abort = r.u8() & 1 != 0;
+                for w in worlds.iter_mut() {
+                    if abort {
+                        w.socket().abort();
+                    } else {
+                        w.socket().close();
+                    }
+                }
+            }
+            // A new socket in the slot of the old one (the prediction's template must not
+            // send the old connection's frames to it), listening or connecting again.
+            14 => {
+                for w in worlds.iter_mut() {
+                    w.sockets.remove(w.handle);
+                    w.handle = w.sockets.add(setup.socket());
+                    w.delivered.lock().unwrap().clear();
+                    w.open(&setup);
+                }
+                irs = None;
+                stream_checked = true;
+            }
+            // The interface's addresses are set again (the template is forgotten).
+            _ => {
+                for w in worlds.iter_mut() {
+                    w.iface.update_ip_addrs(|a| {
+                        a.clear();
+                        let _ = a.push(IpCidr::new(IpAddress::Ipv4(LOCAL_IP), 24));
+                    });
+                }
+            }
+        }
+        // Frames are fed in bursts: each frame to both stacks, then both poll.
+        if op & 0x10 == 0 || feed.len() > 8 {
+            for f in feed.drain(..) {
+                // The second stack (the reference) always takes whole frames.
+                worlds[1].dev.rx.push_back(Frame {
+                    bytes: f.bytes.clone(),
+                    split: false,
+                });
+                worlds[0].dev.rx.push_back(f);
+            }
+            for w in worlds.iter_mut() {
+                w.poll(now);
+            }
+            let [a, b] = &mut worlds;
+            assert_eq!(a.dev.tx, b.dev.tx, "frames sent differ (step {steps})");
+            assert_eq!(
+                a.socket().state(),
+                b.socket().state(),
+                "states differ (step {steps})"
+            );
+            let mut replies = Vec::new();
+            if tracing() {
+                for f in &a.dev.tx {
+                    if let Ok(eth) = EthernetFrame::new_checked(&f[..]) {
+                        if let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) {
+                            if let Ok(t) = TcpPacket::new_checked(ip.payload()) {
+                                if let Ok(r) = TcpRepr::parse(
+                                    &t,
+                                    &IpAddress::Ipv4(LOCAL_IP),
+                                    &IpAddress::Ipv4(PEER_IP),
+                                    &ChecksumCapabilities::ignored(),
+                                ) {
+                                    trace!("  sent {r}");
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                    trace!("  sent {} octets", f.len());
+                }
+                trace!(
+                    "  state {}, {} predicted, at {now}",
+                    a.socket().state(),
+                    a.iface.rx_predicted()
+                );
+            }
+            observe(&mut peer, &a.dev.tx, &mut replies);
+            a.dev.tx.clear();
+            b.dev.tx.clear();
+            feed.extend(replies.into_iter().map(|bytes| Frame {
+                bytes,
+                split: false,
+            }));
+            // A SYN the socket took starts a new stream: the check follows its ISN.
+            use tcp::State::*;
+            let state = worlds[0].socket().state();
+            if !syns.is_empty()
+                && state != polled_state
+                && matches!(state, SynReceived | Established)
+            {
+                if matches!(polled_state, Listen | SynSent) && syns.iter().all(|&x| x == syns[0]) {
+                    irs = Some(syns[0]);
+                } else {
+                    stream_checked = false;
+                }
+            }
+            syns.clear();
+            polled_state = state;
+        }
+        let [a, b] = &worlds;
+        let (da, db) = (a.delivered.lock().unwrap(), b.delivered.lock().unwrap());
+        assert_eq!(*da, *db, "octets delivered differ (step {steps})");
+        if let (Some(irs), true) = (irs, stream_checked) {
+            check_stream(&da, irs);
+        }
+    }
+    let [a, b] = &mut worlds;
+    let (sa, sb) = (a.socket(), b.socket());
+    assert_eq!(
+        (
+            sa.recv_queue(),
+            sa.send_queue(),
+            sa.local_endpoint(),
+            sa.remote_endpoint()
+        ),
+        (
+            sb.recv_queue(),
+            sb.send_queue(),
+            sb.local_endpoint(),
+            sb.remote_endpoint()
+        ),
+        "queues or endpoints differ at the end"
+    );
+    // The whole state, buffers' contents included, where formatting it is quick.
+    if setup.rx_buffer + setup.tx_buffer <= 2 * 4096 {
+        let (sa, sb) = (format!("{sa:?}"), format!("{sb:?}"));
+        assert!(sa == sb, "socket states differ at the end");
+    }
+});
