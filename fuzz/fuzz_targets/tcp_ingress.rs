@@ -6,9 +6,10 @@
 //! and replaces the socket, and time passes.
 //!
 //! Two copies of the whole stack take the same input: one with header prediction on (both
-//! halves: `predict.rs`, and the fast path of `Socket::process`) and frames handed split
-//! where the input says (headers apart from the payload, `RxToken::consume_split`), and a
-//! reference with prediction off that takes every frame whole. Checked:
+//! halves: `predict.rs`, and the fast path of `Socket::process`), frames handed split where
+//! the input says (headers apart from the payload, `RxToken::consume_split`) and, where the
+//! input says, enough sockets for `SocketSet`'s hint table; and a reference with prediction
+//! off, whole frames and one socket. Checked:
 //! - no panic (smoltcp's sequence-number arithmetic panics on underflow, release builds too:
 //!   a peer that reaches one crashes the worker);
 //! - every frame sent, every octet delivered and the socket's state are the same in both
@@ -178,6 +179,10 @@ struct Setup {
     timeout: Option<Duration>,
     congestion: tcp::CongestionControl,
     active: bool,
+    /// Closed sockets in the first slots of the stack under test (not the reference's), so
+    /// that it finds the socket through `SocketSet`'s hint table (kept beyond 8 slots),
+    /// the reference by its scan.
+    crowd: bool,
 }
 
 impl Setup {
@@ -201,6 +206,7 @@ impl Setup {
                 tcp::CongestionControl::Reno,
             ][usize::from(b >> 3) & 3],
             active: b & 0x20 != 0,
+            crowd: b & 0x40 != 0,
         }
     }
 
@@ -259,6 +265,11 @@ impl World {
             sink_take: Arc::new(AtomicUsize::new(usize::MAX)),
             delivered: Arc::new(Mutex::new(Vec::new())),
         };
+        if setup.crowd && prediction {
+            for _ in 0..9 {
+                w.sockets.add(setup.socket());
+            }
+        }
         w.handle = w.sockets.add(setup.socket());
         w.open(setup);
         w
