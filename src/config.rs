@@ -295,6 +295,13 @@ pub struct TcpConfig {
     /// are injected; `false` keeps one smoltcp pass per frame (to measure the difference).
     #[serde(default = "d_true")]
     pub gso: bool,
+    /// Receive header prediction in smoltcp (default true): a frame whose headers match the
+    /// last one's of a connection goes to that connection's socket without being parsed
+    /// again, and an in-order data segment that acknowledges nothing new skips the socket's
+    /// state tables. Applies only where smoltcp verifies no checksum (as `gso`); `false`
+    /// sends every frame down the full path (to measure the difference, or to rule it out).
+    #[serde(default = "d_true")]
+    pub header_prediction: bool,
     /// TCP connections one worker holds at most (incoming ones still in MPA startup, awaiting
     /// accept, live or closing; and outgoing). Each has `rx_buffer + tx_buffer` of memory, so
     /// this bounds what peers can make a worker allocate; connections beyond it are refused
@@ -329,6 +336,7 @@ impl Default for TcpConfig {
             backlog: d_backlog(),
             fpdu_alignment: true,
             gso: true,
+            header_prediction: true,
             max_connections: d_max_conns(),
             mpa_timeout_ms: d_mpa_timeout_ms(),
             max_startups: d_max_startups(),

@@ -677,6 +677,7 @@ impl Worker {
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
+        iface.set_header_prediction(tcp.header_prediction);
         iface.update_ip_addrs(|a| {
             let o = ip.0.octets();
             let _ = a.push(IpCidr::new(IpAddress::v4(o[0], o[1], o[2], o[3]), ip.1));
