@@ -183,6 +183,8 @@ struct Setup {
     /// that it finds the socket through `SocketSet`'s hint table (kept beyond 8 slots),
     /// the reference by its scan.
     crowd: bool,
+    /// The dataplane's `[tcp] rto_min_ms` (default 50), or smoltcp's own.
+    rto_min: Option<Duration>,
 }
 
 impl Setup {
@@ -207,6 +209,7 @@ impl Setup {
             ][usize::from(b >> 3) & 3],
             active: b & 0x20 != 0,
             crowd: b & 0x40 != 0,
+            rto_min: (b & 0x80 == 0).then(|| Duration::from_millis(50)),
         }
     }
 
@@ -220,6 +223,9 @@ impl Setup {
         s.set_keep_alive(self.keep_alive);
         s.set_timeout(self.timeout);
         s.set_congestion_control(self.congestion);
+        if let Some(rto_min) = self.rto_min {
+            s.set_rto_min(rto_min);
+        }
         s
     }
 }
@@ -638,14 +644,17 @@ fuzz_target!(|data: &[u8]| {
                     w.sink_take.store(take, Ordering::Relaxed);
                 }
             }
-            // The application closes or aborts.
+            // The application closes or aborts, or the worker sends a keep-alive.
             13 => {
-                let abort = r.u8() & 1 != 0;
+                let what = r.u8() % 3;
                 for w in worlds.iter_mut() {
-                    if abort {
-                        w.socket().abort();
-                    } else {
-                        w.socket().close();
+                    match what {
+                        0 => w.socket().close(),
+                        1 => w.socket().abort(),
+                        // The dataplane's warm-up keep-alive (`[worker] warm_us`).
+                        _ => {
+                            w.socket().keep_alive_now();
+                        }
                     }
                 }
             }
