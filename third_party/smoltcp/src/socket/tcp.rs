@@ -473,21 +473,8 @@ impl fmt::Debug for RxSink<'_> {
 
 #[cfg(test)]
 std::thread_local! {
-    /// dpwarp tests: the header-predicted path of `Socket::process` is off while set (the
-    /// full path's result is what it must equal), and counts the segments it took.
-    static FAST_PATH_OFF: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+    /// dpwarp tests: the segments the header-predicted path of `Socket::process` took.
     static FAST_PATH_TAKEN: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-}
-
-/// dpwarp: whether `Socket::process` may take its header-predicted path: unless the interface
-/// has header prediction off (`Interface::set_header_prediction`), or a test that compares it
-/// with the full path turned it off.
-#[inline(always)]
-fn fast_path_allowed(cx: &Context) -> bool {
-    #[cfg(test)]
-    return cx.header_prediction && !FAST_PATH_OFF.with(|c| c.get());
-    #[cfg(not(test))]
-    cx.header_prediction
 }
 
 /// A Transmission Control Protocol socket.
@@ -2059,7 +2046,8 @@ impl<'a> Socket<'a> {
             && repr.payload.len() <= self.rx_buffer.window()
             && !self.in_recovery
             && repr.sack_ranges == [None; 3]
-            && fast_path_allowed(cx)
+            // Unless the interface has it off (`Interface::set_header_prediction`).
+            && cx.header_prediction
         {
             let ack = self.local_seq_no;
             let now = cx.now();
@@ -3962,6 +3950,8 @@ mod test {
                 socket_established_with_buffer_sizes(2048, 1024),
                 socket_established_with_buffer_sizes(2048, 1024),
             ];
+            // The second takes every segment down the full path.
+            socks[1].cx.header_prediction = false;
             let sunk: [Arc<Mutex<Vec<u8>>>; 2] = Default::default();
             let take_at_most = Arc::new(Mutex::new(usize::MAX));
             for (s, out) in socks.iter_mut().zip(sunk.iter()) {
@@ -4028,10 +4018,7 @@ mod test {
                             if !socket.accepts(cx, &ip, &repr) {
                                 return None;
                             }
-                            FAST_PATH_OFF.with(|c| c.set(i == 1));
-                            let r = send(s, now, &repr);
-                            FAST_PATH_OFF.with(|c| c.set(false));
-                            r
+                            send(s, now, &repr)
                         })
                         .collect();
                     assert_eq!(replies[0], replies[1], "step {step}: replies to {repr}");
