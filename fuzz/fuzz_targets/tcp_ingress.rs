@@ -385,48 +385,56 @@ fn arp_frame(operation: ArpOperation) -> Vec<u8> {
     buf
 }
 
+/// The TCP segment in a frame the stack sent, if it is one.
+fn sent_segment(f: &[u8]) -> Option<TcpRepr<'_>> {
+    let eth = EthernetFrame::new_checked(f).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    let t = TcpPacket::new_checked(ip.payload()).ok()?;
+    TcpRepr::parse(
+        &t,
+        &IpAddress::Ipv4(LOCAL_IP),
+        &IpAddress::Ipv4(PEER_IP),
+        &ChecksumCapabilities::ignored(),
+    )
+    .ok()
+}
+
+/// Whether a frame the stack sent is an ARP request.
+fn is_arp_request(f: &[u8]) -> bool {
+    EthernetFrame::new_checked(f).is_ok_and(|eth| {
+        eth.ethertype() == EthernetProtocol::Arp
+            && matches!(
+                ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p)),
+                Ok(ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Request,
+                    ..
+                })
+            )
+    })
+}
+
 /// Learn from the frames the stack sent; answer its ARP requests.
 fn observe(peer: &mut Peer, frames: &[Vec<u8>], replies: &mut Vec<Vec<u8>>) {
     for f in frames {
-        let Ok(eth) = EthernetFrame::new_checked(&f[..]) else {
+        if is_arp_request(f) {
+            replies.push(arp_frame(ArpOperation::Reply));
+        }
+        let Some(t) = sent_segment(f) else {
             continue;
         };
-        match eth.ethertype() {
-            EthernetProtocol::Arp => {
-                if let Ok(ArpRepr::EthernetIpv4 {
-                    operation: ArpOperation::Request,
-                    ..
-                }) = ArpPacket::new_checked(eth.payload()).and_then(|p| ArpRepr::parse(&p))
-                {
-                    replies.push(arp_frame(ArpOperation::Reply));
-                }
-            }
-            EthernetProtocol::Ipv4 => {
-                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-                    continue;
-                };
-                let Ok(t) = TcpPacket::new_checked(ip.payload()) else {
-                    continue;
-                };
-                let s = t.seq_number().0 as u32;
-                let len = t.payload().len() as u32 + u32::from(t.syn()) + u32::from(t.fin());
-                let end = s.wrapping_add(len);
-                peer.rcv_max = Some(peer.rcv_max.map_or(end, |m| wrapping_max(m, end)));
-                if t.ack() {
-                    peer.acked = Some(t.ack_number().0 as u32);
-                }
-                if let Ok(repr) = TcpRepr::parse(
-                    &t,
-                    &IpAddress::Ipv4(LOCAL_IP),
-                    &IpAddress::Ipv4(PEER_IP),
-                    &ChecksumCapabilities::ignored(),
-                ) {
-                    if let Some(ts) = repr.timestamp {
-                        peer.tsval = ts.tsval;
-                    }
-                }
-            }
-            _ => {}
+        let s = t.seq_number.0 as u32;
+        let len = t.payload.len() as u32
+            + u32::from(matches!(t.control, TcpControl::Syn | TcpControl::Fin));
+        let end = s.wrapping_add(len);
+        peer.rcv_max = Some(peer.rcv_max.map_or(end, |m| wrapping_max(m, end)));
+        if let Some(a) = t.ack_number {
+            peer.acked = Some(a.0 as u32);
+        }
+        if let Some(ts) = t.timestamp {
+            peer.tsval = ts.tsval;
         }
     }
 }
@@ -703,22 +711,10 @@ fuzz_target!(|data: &[u8]| {
             let mut replies = Vec::new();
             if tracing() {
                 for f in &a.dev.tx {
-                    if let Ok(eth) = EthernetFrame::new_checked(&f[..]) {
-                        if let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) {
-                            if let Ok(t) = TcpPacket::new_checked(ip.payload()) {
-                                if let Ok(r) = TcpRepr::parse(
-                                    &t,
-                                    &IpAddress::Ipv4(LOCAL_IP),
-                                    &IpAddress::Ipv4(PEER_IP),
-                                    &ChecksumCapabilities::ignored(),
-                                ) {
-                                    trace!("  sent {r}");
-                                    continue;
-                                }
-                            }
-                        }
+                    match sent_segment(f) {
+                        Some(r) => trace!("  sent {r}"),
+                        None => trace!("  sent {} octets", f.len()),
                     }
-                    trace!("  sent {} octets", f.len());
                 }
                 trace!(
                     "  state {}, {} predicted, at {now}",
