@@ -240,6 +240,8 @@ struct World {
     sink_take: Arc<AtomicUsize>,
     /// Octets delivered, sink and `recv` in order.
     delivered: Arc<Mutex<Vec<u8>>>,
+    /// Octets the socket took from the application (`send_slice`) since it was opened.
+    enqueued: usize,
 }
 
 impl World {
@@ -270,6 +272,7 @@ impl World {
             handle: SocketHandle::default(),
             sink_take: Arc::new(AtomicUsize::new(usize::MAX)),
             delivered: Arc::new(Mutex::new(Vec::new())),
+            enqueued: 0,
         };
         if setup.crowd && prediction {
             for _ in 0..9 {
@@ -320,6 +323,8 @@ struct Peer {
     acked: Option<u32>,
     /// The stack's last timestamp value, echoed.
     tsval: u32,
+    /// The stack's ISS, from its SYN or SYN-ACK (None again with a new socket).
+    iss: Option<u32>,
 }
 
 fn wrapping_max(a: u32, b: u32) -> u32 {
@@ -429,6 +434,9 @@ fn observe(peer: &mut Peer, frames: &[Vec<u8>], replies: &mut Vec<Vec<u8>>) {
         let len = t.payload.len() as u32
             + u32::from(matches!(t.control, TcpControl::Syn | TcpControl::Fin));
         let end = s.wrapping_add(len);
+        if t.control == TcpControl::Syn {
+            peer.iss = Some(s);
+        }
         peer.rcv_max = Some(peer.rcv_max.map_or(end, |m| wrapping_max(m, end)));
         if let Some(a) = t.ack_number {
             peer.acked = Some(a.0 as u32);
@@ -437,6 +445,33 @@ fn observe(peer: &mut Peer, frames: &[Vec<u8>], replies: &mut Vec<Vec<u8>>) {
             peer.tsval = ts.tsval;
         }
     }
+}
+
+/// RFC 9293 section 3.10.7.4: an ACK of something not yet sent is dropped. So the octets
+/// that left the socket's buffer (what the application queued less what is still there)
+/// were all sent: `iss + 1 + acked` is at most the highest sequence number the stack had
+/// sent (SYN and FIN count, so the bound has one octet of slack at a FIN). Checked while the
+/// connection is synchronized: a reset empties the buffer without an ACK.
+fn check_acked_were_sent(w: &mut World, iss: Option<u32>, sent: Option<u32>, step: usize) {
+    use tcp::State::*;
+    let (Some(iss), Some(sent)) = (iss, sent) else {
+        return;
+    };
+    let enqueued = w.enqueued;
+    let s = w.socket();
+    if !matches!(
+        s.state(),
+        Established | FinWait1 | FinWait2 | CloseWait | Closing | LastAck | TimeWait
+    ) {
+        return;
+    }
+    let acked = enqueued - s.send_queue();
+    let una = iss.wrapping_add(1).wrapping_add(acked as u32);
+    assert!(
+        (sent.wrapping_sub(una) as i32) >= 0,
+        "step {step}: {acked} octets acknowledged out of the buffer, but only up to {sent} \
+         was sent (ISS {iss})"
+    );
 }
 
 /// The stream check: the octets at `from..` of `delivered` follow `pattern` from `irs + 1`.
@@ -612,9 +647,11 @@ fuzz_target!(|data: &[u8]| {
                 let chunk: Vec<u8> = (0..n).map(|k| k as u8).collect();
                 for w in worlds.iter_mut() {
                     let s = w.socket();
-                    if s.send_slice(&chunk).unwrap_or(0) > 0 {
+                    let took = s.send_slice(&chunk).unwrap_or(0);
+                    if took > 0 {
                         s.push_tx_record_end();
                     }
+                    w.enqueued += took;
                 }
             }
             // The application reads.
@@ -673,8 +710,10 @@ fuzz_target!(|data: &[u8]| {
                     w.sockets.remove(w.handle);
                     w.handle = w.sockets.add(setup.socket());
                     w.delivered.lock().unwrap().clear();
+                    w.enqueued = 0;
                     w.open(&setup);
                 }
+                peer.iss = None;
                 irs = None;
                 stream_checked = true;
             }
@@ -698,8 +737,12 @@ fuzz_target!(|data: &[u8]| {
                 });
                 worlds[0].dev.rx.push_back(f);
             }
+            // What the stack had sent before this poll: the ACKs it takes in the poll (which
+            // takes every frame in before it sends) may take no more out of its buffer.
+            let sent_before = peer.rcv_max;
             for w in worlds.iter_mut() {
                 w.poll(now);
+                check_acked_were_sent(w, peer.iss, sent_before, steps);
             }
             let [a, b] = &mut worlds;
             assert_eq!(a.dev.tx, b.dev.tx, "frames sent differ (step {steps})");

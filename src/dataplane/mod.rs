@@ -244,6 +244,13 @@ impl Dataplane {
         cfg.validate().map_err(DataplaneError::Config)?;
         remove_stale_memif_sockets(&cfg.eal.args);
         let eal = Eal::init(&cfg.eal.args)?;
+        // Pool names are global to the EAL: a second dataplane in the process (other ports,
+        // other settings) names its pools apart from the first's.
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let pools = match STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+            0 => "dpw_".to_string(),
+            n => format!("dpw{n}_"),
+        };
         let mut rings: HashMap<String, (Port, Port)> = HashMap::new();
         let mut endpoints = Vec::new();
         let mut workers = Vec::new();
@@ -370,7 +377,7 @@ impl Dataplane {
                 pc.mtu
             };
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
-            let pool = Mempool::create(eal, &format!("dpw_pool{pi}"), pc.mbufs, 256, room)?;
+            let pool = Mempool::create(eal, &format!("{pools}pool{pi}"), pc.mbufs, 256, room)?;
             port.configure(
                 &PortConf {
                     queues: nq,
@@ -441,7 +448,7 @@ impl Dataplane {
                         )));
                     }
                     let cp = Port::by_name(eal, name)?;
-                    let cpool = Mempool::create(eal, &format!("dpw_cap{pi}"), 4095, 0, room)?;
+                    let cpool = Mempool::create(eal, &format!("{pools}cap{pi}"), 4095, 0, room)?;
                     cp.configure(&PortConf::default(), cpool)?;
                     cp.start()?;
                     ports.push(cp);

@@ -512,6 +512,12 @@ pub struct Socket<'a> {
     /// The last sequence number sent.
     /// I.e. in an idle socket, local_seq_no+tx_buffer.len().
     remote_last_seq: TcpSeqNumber,
+    /// dpwarp: the highest sequence number ever sent, one past the last octet or flag (BSD's
+    /// SND.MAX). `remote_last_seq` is SND.NXT and goes back at a retransmission timeout; an ACK
+    /// above this one acknowledges something not yet sent (RFC 9293 section 3.10.7.4), even
+    /// when the transmit buffer holds octets that far. Set with the ISS; `remote_last_seq`
+    /// counts as well where only that was set (the tests' sockets).
+    snd_max: TcpSeqNumber,
     /// The last acknowledgement number sent.
     /// I.e. in an idle socket, remote_seq_no+rx_buffer.len().
     remote_last_ack: Option<TcpSeqNumber>,
@@ -667,6 +673,7 @@ impl<'a> Socket<'a> {
             local_seq_no: TcpSeqNumber::default(),
             remote_seq_no: TcpSeqNumber::default(),
             remote_last_seq: TcpSeqNumber::default(),
+            snd_max: TcpSeqNumber::default(),
             remote_last_ack: None,
             remote_last_win: 0,
             remote_win_len: 0,
@@ -1176,6 +1183,7 @@ impl<'a> Socket<'a> {
         self.local_seq_no = TcpSeqNumber::default();
         self.remote_seq_no = TcpSeqNumber::default();
         self.remote_last_seq = TcpSeqNumber::default();
+        self.snd_max = TcpSeqNumber::default();
         self.remote_last_ack = None;
         self.remote_last_win = 0;
         self.remote_win_len = 0;
@@ -1331,6 +1339,7 @@ impl<'a> Socket<'a> {
         let seq = Self::random_seq_no(cx);
         self.local_seq_no = seq;
         self.remote_last_seq = seq;
+        self.snd_max = seq;
         Ok(())
     }
 
@@ -2166,7 +2175,16 @@ impl<'a> Socket<'a> {
 
                 // Acceptable ACK range (both inclusive)
                 let mut ack_min = self.local_seq_no;
-                let ack_max = self.local_seq_no + unacknowledged;
+                // dpwarp: at most what was sent (SND.MAX), not what the buffer holds: an ACK
+                // of queued octets never sent must not take them out of the buffer, nor
+                // carry its segment's text in (RFC 9293 section 3.10.7.4). Upstream bounds
+                // it by the buffer.
+                let sent_max = if self.snd_max > self.remote_last_seq {
+                    self.snd_max
+                } else {
+                    self.remote_last_seq
+                };
+                let ack_max = (self.local_seq_no + unacknowledged).min(sent_max);
 
                 // If we have sent a SYN, it MUST be acknowledged.
                 if sent_syn {
@@ -2407,6 +2425,7 @@ impl<'a> Socket<'a> {
                 self.local_seq_no = Self::random_seq_no(cx);
                 self.remote_seq_no = repr.seq_number + 1;
                 self.remote_last_seq = self.local_seq_no;
+                self.snd_max = self.local_seq_no;
                 self.remote_has_sack = repr.sack_permitted;
                 self.remote_win_scale = repr.window_scale;
                 // Remote doesn't support window scaling, don't do it.
@@ -3463,6 +3482,9 @@ impl<'a> Socket<'a> {
         let new_data = sent_up_to > self.remote_last_seq && !repr.payload.is_empty();
         if sent_up_to > self.remote_last_seq {
             self.remote_last_seq = sent_up_to;
+        }
+        if sent_up_to > self.snd_max {
+            self.snd_max = sent_up_to;
         }
         // dpwarp: a tail loss probe went (the last segment again, or new data while one was
         // due): it is outstanding until SND.NXT now is acknowledged, and the retransmission
@@ -5823,6 +5845,92 @@ mod test {
             })
         );
         assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+    }
+
+    /// dpwarp: an ACK of octets queued but never sent is an ACK of something not yet sent
+    /// (RFC 9293 section 3.10.7.4): a challenge ACK, the segment and its text dropped, the
+    /// octets kept. Upstream took the ACK (and the text) when the buffer held that much;
+    /// tests/dpdk_hostile_peer.rs found it on the wire.
+    #[test]
+    fn test_ack_of_queued_unsent_data_is_not_taken() {
+        let mut s = socket_established();
+        s.send_slice(b"abcdefghij").unwrap();
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1 + 4),
+                payload: &b"xyz"[..],
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1),
+                ..RECV_TEMPL
+            })
+        );
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+        assert_eq!(s.send_queue(), 10);
+        assert_eq!(s.recv_queue(), 0);
+        // Once sent, the same ACK is taken.
+        recv!(
+            s,
+            Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload: &b"abcdefghij"[..],
+                ..RECV_TEMPL
+            })
+        );
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1 + 4),
+                payload: &b"xyz"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 4);
+        assert_eq!(s.recv_queue(), 3);
+    }
+
+    /// dpwarp: after a retransmission timeout SND.NXT goes back, but an ACK of what was sent
+    /// before it is still an ACK of sent data (SND.MAX bounds the acceptable ACKs).
+    #[test]
+    fn test_ack_of_data_sent_before_a_timeout_is_taken() {
+        let mut s = socket_established();
+        s.remote_mss = 6;
+        s.send_slice(b"abcdef012345").unwrap();
+        recv!(s, time 0, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..RECV_TEMPL
+        }), exact);
+        recv!(s, time 0, Ok(TcpRepr {
+            control: TcpControl::Psh,
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"012345"[..],
+            ..RECV_TEMPL
+        }), exact);
+        // The timeout sends the first segment again and SND.NXT is behind the second.
+        recv!(s, time 1000, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..RECV_TEMPL
+        }), exact);
+        assert_eq!(s.remote_last_seq, LOCAL_SEQ + 1 + 6);
+        // The originals arrived: the ACK of both is taken.
+        send!(s, time 1010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 12);
+        assert_eq!(s.send_queue(), 0);
     }
 
     #[test]
