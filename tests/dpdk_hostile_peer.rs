@@ -15,7 +15,8 @@
 //!
 //! Real segments are duplicated, swapped with the next one, and some carry IPv4 options.
 //! Its ACKs of dpwarp's data carry bogus SACK blocks, old acknowledgment numbers, and close
-//! the window for a while.
+//! the window for a while; half the updates that open it again are lost, so that dpwarp must
+//! probe the shut window (RFC 9293 §3.8.6.1) when the peer has nothing else to send.
 //!
 //! If any decoy octet were taken, the MPA CRC32c of its FPDU would fail (or a Send's content
 //! check would), a TERMINATE would go out and the test fails, naming the seed; if an ACK of
@@ -269,7 +270,7 @@ impl Wire {
 // The hostile peer: its TCP, the iWARP initiator above it, and the decoys.
 
 /// The kinds of decoy, counted so that the test can show each was sent.
-const KINDS: [&str; 20] = [
+const KINDS: [&str; 21] = [
     "bad TCP checksum",
     "bad IPv4 checksum",
     "other MAC",
@@ -290,6 +291,7 @@ const KINDS: [&str; 20] = [
     "duplicated segment",
     "swapped segments",
     "the stream's octets past the window",
+    "lost window update",
 ];
 
 struct Peer {
@@ -733,7 +735,9 @@ impl Peer {
         if (end.wrapping_sub(self.dp_snd_max) as i32) > 0 {
             self.dp_snd_max = end;
         }
-        let mut ack_now = false;
+        // An empty segment off our RCV.NXT (a zero-window probe, one below it) is answered
+        // with an ACK, as RFC 9293 section 3.10.7.4 answers any unacceptable segment.
+        let mut ack_now = r.payload.is_empty() && seq != self.rcv_nxt;
         if !r.payload.is_empty() {
             // In order (or overlapping what we have): the new part goes to the initiator.
             // Out of order: only our (duplicate) ACK, which asks for what is missing.
@@ -777,7 +781,15 @@ impl Peer {
                     let f = self.frame(&r);
                     self.decoy(16, &f);
                 }
-                self.send_ack(); // the window update
+                // The window update, or it is lost: then dpwarp learns of the open window
+                // from the next segment, and when the peer has none to send (all its Sends
+                // await their echoes), only by probing the shut window (RFC 9293 section
+                // 3.8.6.1); without probes both ends would wait for good.
+                if self.kinds[20] && self.rng.chance(50) {
+                    self.sent_decoys[20] += 1;
+                } else {
+                    self.send_ack();
+                }
             }
         }
         if self.snd_una != self.snd_nxt && self.last_progress.elapsed() > Duration::from_millis(30)
@@ -1207,4 +1219,11 @@ tx_buffer = 262144
     // matched the template outside the moving fields would slip past the full path's checks).
     let t = &dp.stats()[1];
     assert!(t.rx_predicted > 0, "no frame was predicted: {t:?}");
+    let window_probes: u64 = dp
+        .stats()
+        .iter()
+        .chain(dp_u.stats().iter())
+        .map(|w| w.tcp_window_probes)
+        .sum();
+    eprintln!("zero-window probes: {window_probes}");
 }

@@ -182,6 +182,9 @@ pub struct WorkerStats {
     /// Tail loss probes (RFC 8985 section 7: the last segment of a burst sent again, or one
     /// new segment, when no ACK came for 2 x SRTT), over live and removed sockets.
     pub tcp_loss_probes: u64,
+    /// Zero-window probes (RFC 9293 section 3.8.6.1: the peer's window shut with octets
+    /// waiting; vendored smoltcp `Socket::window_probes`), over live and removed sockets.
+    pub tcp_window_probes: u64,
     /// Received frames that took smoltcp's header prediction (vendored smoltcp
     /// `Interface::rx_predicted`): headers equal to the last frame's of the same connection
     /// outside the fields that move, so not parsed again nor their socket looked up
@@ -265,14 +268,15 @@ fn close_finished(s: &tcp::Socket) -> bool {
     }
 }
 
-/// A socket's (fast, timeout) TCP retransmissions and tail loss probes so far.
-fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64, u64) {
+/// A socket's (fast, timeout) TCP retransmissions, tail loss probes and zero-window probes
+/// so far.
+fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64, u64, u64) {
     #[allow(irrefutable_let_patterns)]
     if let smoltcp::socket::Socket::Tcp(t) = sock {
         let (fast, timeout) = t.retransmissions();
-        (fast, timeout, t.loss_probes())
+        (fast, timeout, t.loss_probes(), t.window_probes())
     } else {
-        (0, 0, 0)
+        (0, 0, 0, 0)
     }
 }
 
@@ -280,13 +284,14 @@ fn retransmissions(sock: &smoltcp::socket::Socket<'static>) -> (u64, u64, u64) {
 /// its transmit ring while frames still point into it.
 fn retire_socket(
     dev: &mut DpdkDevice,
-    done: &mut (u64, u64, u64),
+    done: &mut (u64, u64, u64, u64),
     sock: smoltcp::socket::Socket<'static>,
 ) {
-    let (fast, timeout, probes) = retransmissions(&sock);
+    let (fast, timeout, probes, window_probes) = retransmissions(&sock);
     done.0 += fast;
     done.1 += timeout;
     done.2 += probes;
+    done.3 += window_probes;
     dev.zc_retire(sock);
 }
 
@@ -542,7 +547,7 @@ pub(crate) struct Worker {
     /// Octets the engines of connections that ended copied on receive.
     rx_copied_done: u64,
     /// Retransmissions (fast, timeout) of the sockets removed so far.
-    retransmits_done: (u64, u64, u64),
+    retransmits_done: (u64, u64, u64, u64),
     /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
     /// not copy them into a receive buffer).
     rx_direct: Arc<AtomicU64>,
@@ -736,7 +741,7 @@ impl Worker {
             tx_staged: 0,
             tx_fed: 0,
             rx_copied_done: 0,
-            retransmits_done: (0, 0, 0),
+            retransmits_done: (0, 0, 0, 0),
             rx_direct: Arc::new(AtomicU64::new(0)),
             cpu,
             idle_passes: 0,
@@ -1049,18 +1054,20 @@ impl Worker {
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
         self.stats.driven_spin_us = self.driven_spin.as_micros() as u64;
-        let (mut fast, mut timeout, mut probes) = self.retransmits_done;
+        let (mut fast, mut timeout, mut probes, mut window_probes) = self.retransmits_done;
         for (_, sock) in self.sockets.iter() {
-            let (f, t, p) = retransmissions(sock);
+            let (f, t, p, w) = retransmissions(sock);
             fast += f;
             timeout += t;
             probes += p;
+            window_probes += w;
         }
         (
             self.stats.tcp_fast_retransmits,
             self.stats.tcp_timeout_retransmits,
             self.stats.tcp_loss_probes,
-        ) = (fast, timeout, probes);
+            self.stats.tcp_window_probes,
+        ) = (fast, timeout, probes, window_probes);
         // Transmit: engine -> staging buffer, staging buffer -> socket ring, socket ring ->
         // mbuf (smoltcp, counted by the device; not for payload sent by reference).
         // Receive: chained frames made one buffer, mbuf -> socket ring (smoltcp, counted by

@@ -133,10 +133,12 @@ pub fn log_device_stats(dp: &Dataplane) {
         );
         // A line of its own: scripts (and tests/dpdk_kernel_peer.rs) read the one above.
         log::info!(
-            "dataplane: worker {i}: tcp retransmits: fast {} timeout {}, loss probes {}",
+            "dataplane: worker {i}: tcp retransmits: fast {} timeout {}, loss probes {}, \
+             zero-window probes {}",
             w.tcp_fast_retransmits,
             w.tcp_timeout_retransmits,
-            w.tcp_loss_probes
+            w.tcp_loss_probes,
+            w.tcp_window_probes
         );
         log::info!(
             "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us); \

@@ -117,6 +117,7 @@ pub struct WorkerStats {
     pub tcp_fast_retransmits: u64,
     pub tcp_timeout_retransmits: u64,
     pub tcp_loss_probes: u64,
+    pub tcp_window_probes: u64,
     pub idle_yields: u64,
     pub contended_windows: u64,
     pub turn_windows: u64,

@@ -309,6 +309,8 @@ const ACK_DELAY_DEFAULT: Duration = Duration::from_millis(10);
 /// 2 x SRTT; on links of tens of microseconds that is below the jitter of the hosts, and
 /// Linux adds 2 ms too).
 const TLP_MIN_PTO: Duration = Duration::from_millis(2);
+/// dpwarp: the longest interval between zero-window probes (Linux's TCP_RTO_MAX is 120 s).
+const PERSIST_MAX: Duration = Duration::from_secs(60);
 
 /// dpwarp: the tail loss probe that is due (RFC 8985 section 7.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -575,6 +577,12 @@ pub struct Socket<'a> {
     tlp_pending: Option<TlpProbe>,
     tlp_out: Option<TcpSeqNumber>,
     tail_loss_probes: u64,
+    /// dpwarp: the persist timer (RFC 9293 section 3.8.6.1): while the peer's window is
+    /// zero, octets wait and none is in flight, a zero-window probe goes at this instant;
+    /// and how many went since the window closed (each doubles the next interval).
+    zwp_at: Option<Instant>,
+    zwp_probes: u32,
+    window_probes: u64,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -694,6 +702,9 @@ impl<'a> Socket<'a> {
             fast_retransmits: 0,
             timeout_retransmits: 0,
             tlp_at: None,
+            zwp_at: None,
+            zwp_probes: 0,
+            window_probes: 0,
             tlp_pending: None,
             tlp_out: None,
             tail_loss_probes: 0,
@@ -1191,6 +1202,8 @@ impl<'a> Socket<'a> {
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
         self.remote_mss = DEFAULT_MSS;
         self.remote_last_ts = None;
+        self.zwp_at = None;
+        self.zwp_probes = 0;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.local_rx_dup_acks = 0;
@@ -3050,6 +3063,48 @@ impl<'a> Socket<'a> {
     }
 
     /// dpwarp: "recover" becomes `seq`, unless it is already higher.
+    /// dpwarp: the persist timer (RFC 9293 section 3.8.6.1, MUST-36: a sender probes a
+    /// zero window, or a lost window update leaves both ends waiting for good; SHLD-29: at
+    /// exponentially growing intervals). Runs while the peer's window is zero with octets
+    /// to send and none in flight (after a retransmission timeout too, which takes back
+    /// what was in flight); armed one retransmission timeout after that began, doubled
+    /// after each probe, at most `PERSIST_MAX`. Returns whether a probe is due now.
+    /// Upstream smoltcp sends no probes.
+    fn persist(&mut self, now: Instant) -> bool {
+        let shut = self.remote_win_len == 0
+            && self.remote_last_seq == self.local_seq_no
+            && !self.tx_buffer.is_empty()
+            && matches!(
+                self.state,
+                State::Established | State::CloseWait | State::FinWait1 | State::LastAck
+            );
+        if !shut {
+            self.zwp_at = None;
+            self.zwp_probes = 0;
+            return false;
+        }
+        match self.zwp_at {
+            None => {
+                self.zwp_at = Some(now + self.persist_interval());
+                false
+            }
+            Some(at) => now >= at,
+        }
+    }
+
+    /// dpwarp: the next persist interval: the retransmission timeout, doubled for each
+    /// probe sent since the window shut, at most `PERSIST_MAX`.
+    fn persist_interval(&self) -> Duration {
+        let rto = self.rtte.retransmission_timeout().total_micros();
+        let doubled = rto.saturating_mul(1 << self.zwp_probes.min(16));
+        Duration::from_micros(doubled).min(PERSIST_MAX)
+    }
+
+    /// dpwarp: zero-window probes sent since the socket was created.
+    pub fn window_probes(&self) -> u64 {
+        self.window_probes
+    }
+
     fn raise_recover(&mut self, seq: TcpSeqNumber) {
         if self.recover.is_none_or(|r| seq > r) {
             self.recover = Some(seq);
@@ -3194,6 +3249,8 @@ impl<'a> Socket<'a> {
             self.fire_tlp();
         }
 
+        let probe_due = self.persist(cx.now());
+
         // Decide whether we're sending a packet.
         if self.seq_to_transmit(cx) {
             // If we have data to transmit and it fits into partner's window, do it.
@@ -3207,6 +3264,9 @@ impl<'a> Socket<'a> {
         } else if self.state == State::Closed {
             // If we need to abort the connection, do it.
             tcp_trace!("outgoing segment will abort connection");
+        } else if probe_due {
+            // dpwarp: the peer's window has been shut for a persist interval.
+            tcp_trace!("persist timer expired");
         } else if self.timer.should_keep_alive(cx.now()) {
             // If we need to transmit a keep-alive packet, do it.
             tcp_trace!("keep-alive timer expired");
@@ -3394,7 +3454,15 @@ impl<'a> Socket<'a> {
         // sequence space will elicit an ACK, we only need to send an explicit packet if we
         // couldn't fill the sequence space with anything.
         let is_keep_alive;
-        if self.timer.should_keep_alive(cx.now()) && repr.is_empty() {
+        let is_window_probe = probe_due && repr.is_empty();
+        if is_window_probe {
+            // dpwarp: a zero-window probe, as Linux sends one: no octet, one below SND.UNA
+            // (nothing is in flight, so SND.NXT is SND.UNA). The peer answers an old
+            // segment with an ACK that carries its window (RFC 9293 section 3.10.7.4), and
+            // smoltcp takes one this shape as a probe.
+            repr.seq_number = repr.seq_number - 1;
+            is_keep_alive = true;
+        } else if self.timer.should_keep_alive(cx.now()) && repr.is_empty() {
             repr.seq_number = repr.seq_number - 1;
             repr.payload = b"\x00"; // RFC 1122 says we should do this
             is_keep_alive = true;
@@ -3459,6 +3527,11 @@ impl<'a> Socket<'a> {
 
         // Leave the rest of the state intact if sending a keep-alive packet, since those
         // carry a fake segment.
+        if is_window_probe {
+            self.zwp_probes = self.zwp_probes.saturating_add(1);
+            self.zwp_at = Some(cx.now() + self.persist_interval());
+            self.window_probes += 1;
+        }
         if is_keep_alive {
             return Ok(());
         }
@@ -3574,8 +3647,10 @@ impl<'a> Socket<'a> {
                 (_, _) => PollAt::Ingress,
             };
 
-            // dpwarp: and the tail loss probe's.
+            // dpwarp: and the tail loss probe's, and the persist timer's (set by the
+            // `dispatch` after the ACK that shut the window; every egress runs it).
             let tlp_poll_at = self.tlp_at.map_or(PollAt::Ingress, PollAt::Time);
+            let zwp_poll_at = self.zwp_at.map_or(PollAt::Ingress, PollAt::Time);
 
             // We wait for the earliest of our timers to fire.
             *[
@@ -3583,6 +3658,7 @@ impl<'a> Socket<'a> {
                 timeout_poll_at,
                 delayed_ack_poll_at,
                 tlp_poll_at,
+                zwp_poll_at,
             ]
             .iter()
             .min()
@@ -8739,6 +8815,71 @@ mod test {
                 ..RECV_TEMPL
             })
         );
+    }
+
+    /// dpwarp: a peer's window shut with octets waiting: zero-window probes (RFC 9293
+    /// section 3.8.6.1) at doubling intervals, each an empty segment one below SND.UNA;
+    /// the ACK that opens the window lets the octets go. Without them a lost window update
+    /// left both ends waiting for good (tests/dpdk_hostile_peer.rs on the wire).
+    #[test]
+    fn test_zero_window_is_probed() {
+        let mut s = socket_established();
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 0,
+            ..SEND_TEMPL
+        });
+        s.send_slice(b"abcdef").unwrap();
+        recv_nothing!(s, time 0);
+        let rto = s.rtte.retransmission_timeout().total_millis() as i64;
+        recv_nothing!(s, time rto - 1);
+        let probe = TcpRepr {
+            seq_number: LOCAL_SEQ,
+            ack_number: Some(REMOTE_SEQ + 1),
+            ..RECV_TEMPL
+        };
+        recv!(s, time rto, Ok(probe), exact);
+        assert_eq!(s.window_probes(), 1);
+        // Still shut: the next probe after twice the interval.
+        send!(s, time rto + 1, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 0,
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 3 * rto - 1);
+        recv!(s, time 3 * rto, Ok(probe), exact);
+        // The window opens: the octets go, and no probe follows.
+        send!(s, time 3 * rto + 1, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 64,
+            ..SEND_TEMPL
+        });
+        recv!(s, time 3 * rto + 1, Ok(TcpRepr {
+            control: TcpControl::Psh,
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..RECV_TEMPL
+        }), exact);
+        assert_eq!(s.window_probes(), 2);
+        assert_eq!(s.zwp_at, None);
+    }
+
+    /// dpwarp: nothing waiting behind a shut window, nothing to probe.
+    #[test]
+    fn test_zero_window_with_nothing_to_send_is_not_probed() {
+        let mut s = socket_established();
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 0,
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 100_000);
+        assert_eq!(s.window_probes(), 0);
     }
 
     #[test]
