@@ -323,6 +323,14 @@ pub struct TcpConfig {
     /// nothing sent after it sooner (docs/dataplane.md "Loss recovery").
     #[serde(default = "d_rto_min_ms")]
     pub rto_min_ms: u64,
+    /// How long (ms) octets may wait unacknowledged before the connection is given up on
+    /// with a RST and its QP closes (RFC 9293 3.8.3, R2, "at least 100 seconds"; Linux's
+    /// TCP_USER_TIMEOUT). Counted from the first retransmission timeout since the peer last
+    /// acknowledged anything, or, while its window is shut, from the first zero-window probe
+    /// it left unanswered: an idle connection, or a peer that answers the probes, is never
+    /// given up on. Default 120000; 0 retransmits for good.
+    #[serde(default = "d_user_timeout_ms")]
+    pub user_timeout_ms: u64,
     /// TCP congestion control: "cubic" (the default), "reno" or "none".
     #[serde(default)]
     pub congestion_control: CongestionControl,
@@ -341,6 +349,7 @@ impl Default for TcpConfig {
             mpa_timeout_ms: d_mpa_timeout_ms(),
             max_startups: d_max_startups(),
             rto_min_ms: d_rto_min_ms(),
+            user_timeout_ms: d_user_timeout_ms(),
             congestion_control: CongestionControl::default(),
         }
     }
@@ -349,6 +358,10 @@ impl Default for TcpConfig {
 fn d_corrupt_bytes() -> u8 {
     1
 }
+fn d_user_timeout_ms() -> u64 {
+    120_000
+}
+
 fn d_mpa_timeout_ms() -> u64 {
     5000
 }

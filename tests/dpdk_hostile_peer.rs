@@ -322,6 +322,10 @@ struct Peer {
     past_window_at: Option<u32>,
     established: bool,
     fin: bool,
+    /// The peer has vanished: it takes frames off the wire and answers none.
+    silent: bool,
+    /// dpwarp reset the connection (seen while silent).
+    rst: bool,
     /// The server's MPA Reply private data: the RDMA Write's target.
     private_data: Option<Vec<u8>>,
     sent_decoys: [u32; KINDS.len()],
@@ -699,7 +703,14 @@ impl Peer {
         }
         if r.control == TcpControl::Rst {
             // Before the handshake: the listener was not up yet; the SYN is sent again.
-            assert!(!self.established, "dpwarp reset the connection");
+            assert!(
+                !self.established || self.silent,
+                "dpwarp reset the connection"
+            );
+            self.rst = true;
+            return;
+        }
+        if self.silent {
             return;
         }
         if r.control == TcpControl::Syn {
@@ -858,17 +869,21 @@ impl Peer {
     }
 }
 
-/// One hostile session against the dataplane endpoint `ep` over the ring whose far port is
-/// `far`: the whole exchange must complete with every octet intact. Returns the decoy counts
-/// and how many real segments carried IPv4 options.
-fn hostile_session(
+/// Start the far port, a verbs server on `ep`, and a peer connected to it (ARP, the TCP
+/// handshake; the MPA Request waits in its initiator).
+fn open_peer(
     eal: &'static Eal,
     far: Port,
-    ep: Endpoint,
+    ep: &Endpoint,
     checksums: bool,
     seed: u64,
     tag: &str,
-) -> ([u32; KINDS.len()], u32) {
+) -> (
+    Peer,
+    MemoryTable,
+    PdId,
+    thread::JoinHandle<Result<u32, String>>,
+) {
     let pool = Mempool::create(eal, &format!("{tag}p"), 4095, 0, 2176).unwrap();
     far.configure(&PortConf::default(), pool).unwrap();
     far.start().unwrap();
@@ -916,6 +931,8 @@ fn hostile_session(
         past_window_at: None,
         established: false,
         fin: false,
+        silent: false,
+        rst: false,
         private_data: None,
         sent_decoys: [0; KINDS.len()],
         ip_options: 0,
@@ -980,6 +997,21 @@ fn hostile_session(
             p.receive();
         }
     }
+    (p, mem, pd, server)
+}
+
+/// One hostile session against the dataplane endpoint `ep` over the ring whose far port is
+/// `far`: the whole exchange must complete with every octet intact. Returns the decoy counts
+/// and how many real segments carried IPv4 options.
+fn hostile_session(
+    eal: &'static Eal,
+    far: Port,
+    ep: Endpoint,
+    checksums: bool,
+    seed: u64,
+    tag: &str,
+) -> ([u32; KINDS.len()], u32) {
+    let (mut p, mem, pd, server) = open_peer(eal, far, &ep, checksums, seed, tag);
 
     // The exchange.
     let src = mem.register(
@@ -1094,8 +1126,73 @@ fn hostile_session(
     let served = server.join().unwrap();
     assert_eq!(served, Ok(MESSAGES), "seed {seed:#x}: the server's account");
     assert_eq!(verdict, Some(1), "seed {seed:#x}: the RDMA Write's target");
-    far.stop().ok();
     (p.sent_decoys, p.ip_options)
+}
+
+/// A peer that vanishes: it sends a few Sends, and from then on acknowledges nothing while
+/// the server's echoes wait for it. The dataplane must give the connection up at its
+/// `[tcp] user_timeout_ms` (RFC 9293 section 3.8.3: a RST, and the server's QP closes),
+/// not retransmit for good. Returns how long that took from the peer's silence.
+fn vanishing_session(eal: &'static Eal, far: Port, ep: Endpoint, tag: &str) -> Duration {
+    let (mut p, mem, pd, server) = open_peer(eal, far, &ep, true, 7, tag);
+    p.kinds = [false; KINDS.len()];
+    let src = mem.register(pd, SLOT, dpwarp::rdma::Access::LOCAL_WRITE);
+    let echo = mem.register(pd, 4 * SLOT, dpwarp::rdma::Access::LOCAL_WRITE);
+    for i in 0..4 {
+        p.conn
+            .post_recv(RecvWr {
+                wr_id: i,
+                sg_list: smallvec![dpwarp::rdma::Sge {
+                    addr: echo.addr() + i * SLOT as u64,
+                    length: SLOT as u32,
+                    lkey: echo.stag(),
+                }],
+            })
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.conn.is_established() {
+        assert!(Instant::now() < deadline, "no MPA Reply");
+        p.step();
+    }
+    for i in 0..4u32 {
+        let m = message(i, 2000);
+        src.write_at(0, &m);
+        p.conn
+            .post_send(SendWr {
+                wr_id: i as u64,
+                opcode: Opcode::Send,
+                sg_list: smallvec![dpwarp::rdma::Sge {
+                    addr: src.addr(),
+                    length: m.len() as u32,
+                    lkey: src.stag(),
+                }],
+                signaled: false,
+            })
+            .unwrap();
+        p.step();
+    }
+    // Once the Sends are on the wire, silence: their echoes wait on the peer for good.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.snd_nxt.wrapping_sub(p.snd_una) as usize != p.stream.len() || p.stream.is_empty() {
+        assert!(Instant::now() < deadline, "the Sends did not go");
+        p.step();
+    }
+    p.silent = true;
+    let quiet = Instant::now();
+    let served = server.join().unwrap();
+    let took = quiet.elapsed();
+    assert!(
+        // Closed, or its receive WRs flushed (RFC 5040 §5.3 on the stream's end).
+        matches!(&served, Err(e) if e.contains("connection closed") || e.contains("WrFlushErr")),
+        "the server's QP: {served:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !p.rst && Instant::now() < deadline {
+        p.receive();
+    }
+    assert!(p.rst, "no RST from the dataplane when it gave up");
+    took
 }
 
 fn kinds_from_env() -> [bool; KINDS.len()] {
@@ -1168,7 +1265,11 @@ tx_buffer = 262144
     // A second dataplane in the same EAL without FPDU alignment: its worker hands the socket
     // whatever it takes, so the socket holds octets the peer's window does not let it send
     // (what an ACK of queued octets needs).
-    let cfg_u = config(port("u", 95, "software"), "fpdu_alignment = false");
+    // Its second port: a peer that vanishes, given up on at a short user timeout.
+    let cfg_u = config(
+        port("u", 95, "software") + &port("v", 96, "software"),
+        "fpdu_alignment = false\nuser_timeout_ms = 2000",
+    );
     let dp_u = Dataplane::start(&cfg_u).expect("second dataplane");
     let eal = Eal::get().unwrap();
     let seed: u64 = std::env::var("HOSTILE_SEED")
@@ -1215,6 +1316,20 @@ tx_buffer = 262144
         }
         assert!(options > 0);
     }
+    let far = Port::by_name(eal, &format!("net_ring_{tag}v_b")).unwrap();
+    let took = vanishing_session(eal, far, dp_u.endpoint(1).unwrap(), &format!("{tag}v"));
+    eprintln!("a vanished peer was given up on {took:?} after it went quiet");
+    // From the first retransmission timeout (50 ms) on, 2 s, checked at a retransmission
+    // timeout (backed off to 1.6 s by then) or an egress sweep.
+    assert!(took >= Duration::from_secs(2), "given up early: {took:?}");
+    assert!(took < Duration::from_secs(10), "given up late: {took:?}");
+    assert_eq!(
+        dp_u.stats()
+            .iter()
+            .map(|w| w.tcp_user_timeouts)
+            .sum::<u64>(),
+        1
+    );
     // The trusted link's frames took the receive header prediction (where a decoy that
     // matched the template outside the moving fields would slip past the full path's checks).
     let t = &dp.stats()[1];

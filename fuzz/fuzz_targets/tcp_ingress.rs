@@ -183,7 +183,8 @@ struct Setup {
     /// that it finds the socket through `SocketSet`'s hint table (kept beyond 8 slots),
     /// the reference by its scan.
     crowd: bool,
-    /// The dataplane's `[tcp] rto_min_ms` (default 50), or smoltcp's own.
+    /// The dataplane's `[tcp] rto_min_ms` (default 50) and `user_timeout_ms` (default
+    /// 120 s), or smoltcp's own (no user timeout).
     rto_min: Option<Duration>,
 }
 
@@ -225,6 +226,7 @@ impl Setup {
         s.set_congestion_control(self.congestion);
         if let Some(rto_min) = self.rto_min {
             s.set_rto_min(rto_min);
+            s.set_user_timeout(Some(Duration::from_secs(120)));
         }
         s
     }

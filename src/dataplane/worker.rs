@@ -185,6 +185,9 @@ pub struct WorkerStats {
     /// Zero-window probes (RFC 9293 section 3.8.6.1: the peer's window shut with octets
     /// waiting; vendored smoltcp `Socket::window_probes`), over live and removed sockets.
     pub tcp_window_probes: u64,
+    /// Connections given up on at `[tcp] user_timeout_ms` (octets unacknowledged that long:
+    /// the peer vanished or stopped taking them), each with a RST and a warning.
+    pub tcp_user_timeouts: u64,
     /// Received frames that took smoltcp's header prediction (vendored smoltcp
     /// `Interface::rx_predicted`): headers equal to the last frame's of the same connection
     /// outside the fields that move, so not parsed again nor their socket looked up
@@ -642,6 +645,12 @@ fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
     // RFC 5044 App. A: segments cut at the FPDU ends the worker marks (feed_direct).
     s.set_tx_records(tcp_cfg.fpdu_alignment);
     s.set_rto_min(smoltcp::time::Duration::from_millis(tcp_cfg.rto_min_ms));
+    // RFC 9293 3.8.3 (R2): a peer that stops acknowledging is given up on, not retried for
+    // good (a vanished peer would otherwise hold the connection and its QP forever).
+    s.set_user_timeout(
+        (tcp_cfg.user_timeout_ms > 0)
+            .then(|| smoltcp::time::Duration::from_millis(tcp_cfg.user_timeout_ms)),
+    );
     s.set_congestion_control(match tcp_cfg.congestion_control {
         CongestionControl::Cubic => tcp::CongestionControl::Cubic,
         CongestionControl::Reno => tcp::CongestionControl::Reno,
@@ -1866,6 +1875,17 @@ impl Worker {
             }
             if !c.eof && !s.may_recv() && s.state() != tcp::State::Established {
                 c.eof = true;
+                if s.user_timeouts() > 0 {
+                    self.stats.tcp_user_timeouts += 1;
+                    log::warn!(
+                        "dataplane: worker {}: connection to {}: nothing acknowledged for \
+                         tcp.user_timeout_ms = {}: given up (RST; RFC 9293 3.8.3)",
+                        self.index,
+                        s.remote_endpoint()
+                            .map_or_else(|| "?".to_string(), |e| e.to_string()),
+                        self.tcp.user_timeout_ms
+                    );
+                }
                 conn.on_eof();
                 work = true;
             }

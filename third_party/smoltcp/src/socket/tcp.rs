@@ -583,6 +583,14 @@ pub struct Socket<'a> {
     zwp_at: Option<Instant>,
     zwp_probes: u32,
     window_probes: u64,
+    /// dpwarp: R2 of RFC 9293 section 3.8.3 as a time (`set_user_timeout`); when the first
+    /// retransmission timeout since SND.UNA last moved fired, and SND.UNA then; when the
+    /// first zero-window probe no segment has answered since went.
+    user_timeout: Option<Duration>,
+    rto_stall_since: Option<Instant>,
+    una_seen: TcpSeqNumber,
+    zwp_unanswered: Option<Instant>,
+    user_timeouts: u64,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -705,6 +713,11 @@ impl<'a> Socket<'a> {
             zwp_at: None,
             zwp_probes: 0,
             window_probes: 0,
+            user_timeout: None,
+            rto_stall_since: None,
+            una_seen: TcpSeqNumber::default(),
+            zwp_unanswered: None,
+            user_timeouts: 0,
             tlp_pending: None,
             tlp_out: None,
             tail_loss_probes: 0,
@@ -1204,6 +1217,8 @@ impl<'a> Socket<'a> {
         self.remote_last_ts = None;
         self.zwp_at = None;
         self.zwp_probes = 0;
+        self.zwp_unanswered = None;
+        self.rto_stall_since = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.local_rx_dup_acks = 0;
@@ -2907,6 +2922,48 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// dpwarp: whether the user timeout ran out, checked as a retransmission timeout or a
+    /// zero-window probe falls due (only those show that octets wait on the peer, so an idle
+    /// connection, or one whose application stopped polling for a while, is never given up
+    /// on). Retransmitting: counted from the first retransmission timeout since SND.UNA last
+    /// moved. Probing a zero window: from the first probe no segment has answered since, so
+    /// that a peer that answers the probes is never given up on (RFC 9293 section 3.8.6.1,
+    /// MUST-37).
+    fn user_timed_out(&mut self, now: Instant) -> bool {
+        let Some(limit) = self.user_timeout else {
+            return false;
+        };
+        if self.una_seen != self.local_seq_no || self.tx_buffer.is_empty() {
+            self.una_seen = self.local_seq_no;
+            self.rto_stall_since = None;
+        }
+        let rto_due = self.timer.should_retransmit(now).is_some();
+        let retransmitting = rto_due && self.rto_stall_since.is_some_and(|t| now >= t + limit);
+        if let (Some(probe), Some(heard)) = (self.zwp_unanswered, self.remote_last_ts) {
+            if heard >= probe {
+                self.zwp_unanswered = None;
+            }
+        }
+        let probe_due = self.zwp_at.is_some_and(|at| now >= at);
+        let probing = probe_due && self.zwp_unanswered.is_some_and(|t| now >= t + limit);
+        retransmitting || probing
+    }
+
+    /// dpwarp: give up on the connection (abort it, a RST) when octets have waited this long
+    /// for the peer to acknowledge any of them: R2 of RFC 9293 section 3.8.3 (MUST-20, R2 at
+    /// least 100 s), what Linux's TCP_USER_TIMEOUT sets. An idle connection is never given
+    /// up on, nor one whose peer answers zero-window probes. Checked when the socket
+    /// dispatches (its retransmission and persist timers wake it); `None`, the default,
+    /// retransmits for good, as upstream does.
+    pub fn set_user_timeout(&mut self, timeout: Option<Duration>) {
+        self.user_timeout = timeout;
+    }
+
+    /// dpwarp: connections this socket gave up on at the user timeout (0 or 1).
+    pub fn user_timeouts(&self) -> u64 {
+        self.user_timeouts
+    }
+
     fn timed_out(&self, timestamp: Instant) -> bool {
         match (self.remote_last_ts, self.timeout) {
             (Some(remote_last_ts), Some(timeout)) => timestamp >= remote_last_ts + timeout,
@@ -3081,6 +3138,7 @@ impl<'a> Socket<'a> {
         if !shut {
             self.zwp_at = None;
             self.zwp_probes = 0;
+            self.zwp_unanswered = None;
             return false;
         }
         match self.zwp_at {
@@ -3206,6 +3264,11 @@ impl<'a> Socket<'a> {
             // If a timeout expires, we should abort the connection.
             net_debug!("timeout exceeded");
             self.set_state(State::Closed);
+        } else if self.user_timed_out(cx.now()) {
+            // dpwarp: RFC 9293 section 3.8.3 (MUST-20): the peer took nothing for R2.
+            net_debug!("user timeout: octets unacknowledged for {:?}", self.user_timeout);
+            self.user_timeouts += 1;
+            self.set_state(State::Closed);
         } else if let Some(retransmit_delta) = self.timer.should_retransmit(cx.now()) {
             // dpwarp: an expired timer retransmits even while new data waits (upstream
             // d84a8980; 0.12 waited until nothing new could be sent).
@@ -3226,6 +3289,10 @@ impl<'a> Socket<'a> {
             self.rexmit_at = None;
             self.cancel_tlp();
             self.timeout_retransmits += 1;
+            // dpwarp: the user timeout counts from here (`user_timed_out`).
+            if self.rto_stall_since.is_none() {
+                self.rto_stall_since = Some(cx.now());
+            }
 
             // Clear the `should_retransmit` state. If we can't retransmit right
             // now for whatever reason (like zero window), this avoids an
@@ -3528,6 +3595,9 @@ impl<'a> Socket<'a> {
         // Leave the rest of the state intact if sending a keep-alive packet, since those
         // carry a fake segment.
         if is_window_probe {
+            if self.zwp_unanswered.is_none() {
+                self.zwp_unanswered = Some(cx.now());
+            }
             self.zwp_probes = self.zwp_probes.saturating_add(1);
             self.zwp_at = Some(cx.now() + self.persist_interval());
             self.window_probes += 1;
@@ -8880,6 +8950,119 @@ mod test {
         });
         recv_nothing!(s, time 100_000);
         assert_eq!(s.window_probes(), 0);
+    }
+
+    /// dpwarp: step a socket's clock by `step_ms` from `from_ms` to `to_ms`, taking every
+    /// segment it sends: (time, control, sequence number, payload length).
+    fn segments_sent(
+        s: &mut TestSocket,
+        from_ms: i64,
+        to_ms: i64,
+        step_ms: i64,
+        mut peer: impl FnMut(&mut TestSocket, i64, &TcpRepr),
+    ) -> Vec<(i64, TcpControl, TcpSeqNumber, usize)> {
+        let mut out = Vec::new();
+        let mut t = from_ms;
+        while t <= to_ms {
+            loop {
+                let mut got = None;
+                s.cx.set_now(Instant::from_millis(t));
+                let _ = s.socket.dispatch(&mut s.cx, |_, (_, r)| {
+                    got = Some((r.control, r.seq_number, r.payload.len(), r.ack_number));
+                    Ok::<(), ()>(())
+                });
+                let Some((control, seq, len, ack)) = got else {
+                    break;
+                };
+                out.push((t, control, seq, len));
+                let r = TcpRepr {
+                    control,
+                    seq_number: seq,
+                    ack_number: ack,
+                    ..RECV_TEMPL
+                };
+                peer(s, t, &r);
+            }
+            t += step_ms;
+        }
+        out
+    }
+
+    /// dpwarp: octets the peer never acknowledges are given up on at the user timeout (RFC
+    /// 9293 section 3.8.3, R2): retransmissions back off until the first one past the
+    /// timeout, counted from the first retransmission, aborts the connection with a RST.
+    #[test]
+    fn test_user_timeout_gives_up_on_a_silent_peer() {
+        let mut s = socket_established();
+        s.set_user_timeout(Some(Duration::from_secs(3)));
+        s.send_slice(b"abcdef").unwrap();
+        let sent = segments_sent(&mut s, 0, 30_000, 10, |_, _, _| {});
+        let rst = sent
+            .iter()
+            .find(|x| x.1 == TcpControl::Rst)
+            .expect("a RST");
+        let first_rto = sent.iter().find(|x| x.0 > 0).expect("a retransmission").0;
+        assert!(rst.0 >= first_rto + 3_000, "{sent:?}");
+        assert!(rst.0 <= first_rto + 3_000 + 10_000, "{sent:?}");
+        assert_eq!(s.state, State::Closed);
+        assert_eq!(s.user_timeouts(), 1);
+        // Without a user timeout, the retransmissions go on.
+        let mut s = socket_established();
+        s.send_slice(b"abcdef").unwrap();
+        let sent = segments_sent(&mut s, 0, 30_000, 10, |_, _, _| {});
+        assert!(sent.iter().all(|x| x.1 != TcpControl::Rst), "{sent:?}");
+        assert_eq!(s.state, State::Established);
+    }
+
+    /// dpwarp: a connection with nothing to send is never given up on, however long the
+    /// peer is quiet.
+    #[test]
+    fn test_user_timeout_spares_an_idle_connection() {
+        let mut s = socket_established();
+        s.set_user_timeout(Some(Duration::from_secs(1)));
+        recv_nothing!(s, time 100_000);
+        assert_eq!(s.state, State::Established);
+        // Octets sent after the long quiet are not given up on at once.
+        s.send_slice(b"abcdef").unwrap();
+        let sent = segments_sent(&mut s, 100_001, 100_500, 10, |_, _, _| {});
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(s.state, State::Established);
+    }
+
+    /// dpwarp: a peer that answers the zero-window probes is never given up on (RFC 9293
+    /// section 3.8.6.1, MUST-37); one that stops answering is, a user timeout later.
+    #[test]
+    fn test_user_timeout_spares_a_peer_answering_probes() {
+        let mut s = socket_established();
+        s.set_user_timeout(Some(Duration::from_secs(3)));
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 0,
+            ..SEND_TEMPL
+        });
+        s.send_slice(b"abcdef").unwrap();
+        let answer = |s: &mut TestSocket, t: i64, _: &TcpRepr| {
+            send(
+                s,
+                Instant::from_millis(t),
+                &TcpRepr {
+                    seq_number: REMOTE_SEQ + 1,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    window_len: 0,
+                    ..SEND_TEMPL
+                },
+            );
+        };
+        let sent = segments_sent(&mut s, 0, 200_000, 50, answer);
+        assert!(sent.len() >= 5, "{sent:?}");
+        assert!(sent.iter().all(|x| x.1 != TcpControl::Rst), "{sent:?}");
+        assert_eq!(s.state, State::Established);
+        // The peer goes quiet: given up on at the first probe a user timeout later.
+        let sent = segments_sent(&mut s, 200_050, 400_000, 50, |_, _, _| {});
+        let rst = sent.iter().find(|x| x.1 == TcpControl::Rst).expect("a RST");
+        assert!(rst.0 >= 200_000 + 3_000, "{sent:?}");
+        assert_eq!(s.state, State::Closed);
     }
 
     #[test]
