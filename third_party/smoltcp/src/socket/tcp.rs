@@ -2930,11 +2930,14 @@ impl<'a> Socket<'a> {
     /// that a peer that answers the probes is never given up on (RFC 9293 section 3.8.6.1,
     /// MUST-37).
     fn user_timed_out(&mut self, now: Instant) -> bool {
+        // Nothing timed (every segment but those of a stall): two loads.
+        if self.rto_stall_since.is_none() && self.zwp_unanswered.is_none() {
+            return false;
+        }
         let Some(limit) = self.user_timeout else {
             return false;
         };
         if self.una_seen != self.local_seq_no || self.tx_buffer.is_empty() {
-            self.una_seen = self.local_seq_no;
             self.rto_stall_since = None;
         }
         let rto_due = self.timer.should_retransmit(now).is_some();
@@ -3136,9 +3139,11 @@ impl<'a> Socket<'a> {
                 State::Established | State::CloseWait | State::FinWait1 | State::LastAck
             );
         if !shut {
-            self.zwp_at = None;
-            self.zwp_probes = 0;
-            self.zwp_unanswered = None;
+            if self.zwp_at.is_some() {
+                self.zwp_at = None;
+                self.zwp_probes = 0;
+                self.zwp_unanswered = None;
+            }
             return false;
         }
         match self.zwp_at {
@@ -3289,9 +3294,11 @@ impl<'a> Socket<'a> {
             self.rexmit_at = None;
             self.cancel_tlp();
             self.timeout_retransmits += 1;
-            // dpwarp: the user timeout counts from here (`user_timed_out`).
-            if self.rto_stall_since.is_none() {
+            // dpwarp: the user timeout counts from here (`user_timed_out`), while SND.UNA
+            // stays where it is now.
+            if self.rto_stall_since.is_none() || self.una_seen != self.local_seq_no {
                 self.rto_stall_since = Some(cx.now());
+                self.una_seen = self.local_seq_no;
             }
 
             // Clear the `should_retransmit` state. If we can't retransmit right
