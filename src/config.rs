@@ -358,6 +358,7 @@ impl Default for TcpConfig {
 fn d_corrupt_bytes() -> u8 {
     1
 }
+
 fn d_user_timeout_ms() -> u64 {
     120_000
 }
@@ -830,6 +831,20 @@ mod tests {
         for bad in ["rto_min_ms=0", "rto_min_ms=10001"] {
             assert!(DataplaneConfig::parse(&format!("{base}[tcp]\n{bad}\n")).is_err());
         }
+    }
+
+    #[test]
+    fn user_timeout_defaults_to_120_s_and_0_turns_it_off() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        assert_eq!(
+            DataplaneConfig::parse(base).unwrap().tcp.user_timeout_ms,
+            120_000
+        );
+        for v in [0, 2000] {
+            let c = DataplaneConfig::parse(&format!("{base}[tcp]\nuser_timeout_ms={v}\n"));
+            assert_eq!(c.unwrap().tcp.user_timeout_ms, v);
+        }
+        assert!(DataplaneConfig::parse(&format!("{base}[tcp]\nuser_timeout_ms=-1\n")).is_err());
     }
 
     #[test]

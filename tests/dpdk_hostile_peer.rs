@@ -357,7 +357,7 @@ impl Peer {
             ip.set_dscp(0);
             ip.set_ecn(0);
             ip.set_total_len((ihl + l4.len()) as u16);
-            ip.set_ident(self.rng_ident());
+            ip.set_ident(self.ip_ident());
             ip.clear_flags();
             ip.set_dont_frag(true);
             ip.set_frag_offset(0);
@@ -380,7 +380,9 @@ impl Peer {
             .wrapping_add(self.rng.below(64) as u32)
     }
 
-    fn rng_ident(&self) -> u16 {
+    /// An IPv4 identification that varies from frame to frame (a moving field the receive
+    /// header prediction must ignore).
+    fn ip_ident(&self) -> u16 {
         (self.snd_nxt ^ self.rcv_nxt) as u16
     }
 
