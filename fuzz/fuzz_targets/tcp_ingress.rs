@@ -327,6 +327,10 @@ struct Peer {
     tsval: u32,
     /// The stack's ISS, from its SYN or SYN-ACK (None again with a new socket).
     iss: Option<u32>,
+    /// The highest sequence number the stack has sent since that ISS, RSTs left out: a RST
+    /// in reply to a stray segment takes its sequence number from that segment's ACK, any
+    /// number the peer chose (`rcv_max` counts those too, as the peer's ACKs may).
+    sent_max: Option<u32>,
 }
 
 fn wrapping_max(a: u32, b: u32) -> u32 {
@@ -436,8 +440,12 @@ fn observe(peer: &mut Peer, frames: &[Vec<u8>], replies: &mut Vec<Vec<u8>>) {
         let len = t.payload.len() as u32
             + u32::from(matches!(t.control, TcpControl::Syn | TcpControl::Fin));
         let end = s.wrapping_add(len);
-        if t.control == TcpControl::Syn {
+        if t.control == TcpControl::Syn && peer.iss != Some(s) {
             peer.iss = Some(s);
+            peer.sent_max = None;
+        }
+        if t.control != TcpControl::Rst {
+            peer.sent_max = Some(peer.sent_max.map_or(end, |m| wrapping_max(m, end)));
         }
         peer.rcv_max = Some(peer.rcv_max.map_or(end, |m| wrapping_max(m, end)));
         if let Some(a) = t.ack_number {
@@ -716,6 +724,7 @@ fuzz_target!(|data: &[u8]| {
                     w.open(&setup);
                 }
                 peer.iss = None;
+                peer.sent_max = None;
                 irs = None;
                 stream_checked = true;
             }
@@ -741,7 +750,7 @@ fuzz_target!(|data: &[u8]| {
             }
             // What the stack had sent before this poll: the ACKs it takes in the poll (which
             // takes every frame in before it sends) may take no more out of its buffer.
-            let sent_before = peer.rcv_max;
+            let sent_before = peer.sent_max;
             for w in worlds.iter_mut() {
                 w.poll(now);
                 check_acked_were_sent(w, peer.iss, sent_before, steps);
