@@ -55,7 +55,7 @@ use smoltcp::wire::{
 };
 
 mod dp_common;
-use dp_common::unique;
+use dp_common::{advertise, advertised, unique};
 
 /// Octets of one Send at most, and the server's receive slots.
 const SLOT: usize = 9000;
@@ -132,12 +132,10 @@ fn serve(ep: Endpoint, dev: Device) -> thread::JoinHandle<Result<u32, String>> {
         let req = listener
             .get_request(Duration::from_secs(20))
             .map_err(|e| format!("no connection request: {e}"))?;
-        let mut adv = target.addr().to_be_bytes().to_vec();
-        adv.extend_from_slice(&target.stag().to_be_bytes());
         req.accept(
             &qp,
             &ConnParam {
-                private_data: adv,
+                private_data: advertise(&target),
                 ..ConnParam::default()
             },
         )
@@ -370,6 +368,32 @@ impl Peer {
         Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
         f[14 + ihl..].copy_from_slice(l4);
         f
+    }
+
+    /// An ARP frame from us to `dst_mac` about `target_ip` (`target_mac`).
+    fn arp_frame(
+        &self,
+        operation: ArpOperation,
+        dst_mac: EthernetAddress,
+        target_mac: EthernetAddress,
+        target_ip: Ipv4Addr,
+    ) -> Vec<u8> {
+        let arp = ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr: self.mac,
+            source_protocol_addr: self.ip,
+            target_hardware_addr: target_mac,
+            target_protocol_addr: target_ip,
+        };
+        let mut b = vec![0u8; 14 + arp.buffer_len()];
+        EthernetRepr {
+            src_addr: self.mac,
+            dst_addr: dst_mac,
+            ethertype: EthernetProtocol::Arp,
+        }
+        .emit(&mut EthernetFrame::new_unchecked(&mut b[..]));
+        arp.emit(&mut ArpPacket::new_unchecked(&mut b[14..]));
+        b
     }
 
     /// A sequence number of dpwarp's past anything it may have sent: beyond the right edge
@@ -643,21 +667,12 @@ impl Peer {
                     }) = ArpRepr::parse(&arp)
                     {
                         if target_protocol_addr == self.ip {
-                            let reply = ArpRepr::EthernetIpv4 {
-                                operation: ArpOperation::Reply,
-                                source_hardware_addr: self.mac,
-                                source_protocol_addr: self.ip,
-                                target_hardware_addr: source_hardware_addr,
-                                target_protocol_addr: source_protocol_addr,
-                            };
-                            let mut b = vec![0u8; 14 + reply.buffer_len()];
-                            EthernetRepr {
-                                src_addr: self.mac,
-                                dst_addr: source_hardware_addr,
-                                ethertype: EthernetProtocol::Arp,
-                            }
-                            .emit(&mut EthernetFrame::new_unchecked(&mut b[..]));
-                            reply.emit(&mut ArpPacket::new_unchecked(&mut b[14..]));
+                            let b = self.arp_frame(
+                                ArpOperation::Reply,
+                                source_hardware_addr,
+                                source_hardware_addr,
+                                source_protocol_addr,
+                            );
                             self.wire.send(&b, "arp reply");
                         }
                     }
@@ -941,13 +956,6 @@ fn open_peer(
         conn,
     };
     // dpwarp's MAC: ARP for it (the dataplane answers like any host).
-    let req = ArpRepr::EthernetIpv4 {
-        operation: ArpOperation::Request,
-        source_hardware_addr: p.mac,
-        source_protocol_addr: p.ip,
-        target_hardware_addr: EthernetAddress([0; 6]),
-        target_protocol_addr: p.dp_ip,
-    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while p.dp_mac == EthernetAddress([0; 6]) {
         assert!(
@@ -955,14 +963,12 @@ fn open_peer(
             "no ARP reply from the dataplane: far port {:?}",
             far.stats()
         );
-        let mut b = vec![0u8; 14 + req.buffer_len()];
-        EthernetRepr {
-            src_addr: p.mac,
-            dst_addr: EthernetAddress::BROADCAST,
-            ethertype: EthernetProtocol::Arp,
-        }
-        .emit(&mut EthernetFrame::new_unchecked(&mut b[..]));
-        req.emit(&mut ArpPacket::new_unchecked(&mut b[14..]));
+        let b = p.arp_frame(
+            ArpOperation::Request,
+            EthernetAddress::BROADCAST,
+            EthernetAddress([0; 6]),
+            p.dp_ip,
+        );
         p.wire.send(&b, "arp request");
         thread::sleep(Duration::from_millis(20));
         while let Some(f) = p.wire.recv() {
@@ -1024,16 +1030,11 @@ fn hostile_session(
     let echo = mem.register(pd, SLOT * WINDOW, dpwarp::rdma::Access::LOCAL_WRITE);
     let wsrc = mem.register(pd, WRITE_LEN, dpwarp::rdma::Access::LOCAL_WRITE);
     wsrc.write_at(0, &write_pattern(WRITE_LEN));
-    let rsge = |mr: &RawMr, off: usize, len: usize| dpwarp::rdma::Sge {
-        addr: mr.addr() + off as u64,
-        length: len as u32,
-        lkey: mr.stag(),
-    };
     for s in 0..WINDOW {
         p.conn
             .post_recv(RecvWr {
                 wr_id: s as u64,
-                sg_list: smallvec![rsge(&echo, s * SLOT, SLOT)],
+                sg_list: smallvec![raw_sge(&echo, s * SLOT, SLOT)],
             })
             .unwrap();
     }
@@ -1070,7 +1071,7 @@ fn hostile_session(
                 p.conn
                     .post_recv(RecvWr {
                         wr_id: s as u64,
-                        sg_list: smallvec![rsge(&echo, s * SLOT, SLOT)],
+                        sg_list: smallvec![raw_sge(&echo, s * SLOT, SLOT)],
                     })
                     .unwrap();
             }
@@ -1093,14 +1094,19 @@ fn hostile_session(
                 .post_send(SendWr {
                     wr_id: next as u64,
                     opcode: Opcode::Send,
-                    sg_list: smallvec![rsge(&src, off, len)],
+                    sg_list: smallvec![raw_sge(&src, off, len)],
                     signaled: false,
                 })
                 .unwrap();
             expected.push_back(m);
             next += 1;
         } else if next == MESSAGES && expected.is_empty() && !wrote {
-            let (addr, stag) = target_of(&p);
+            // The server's advertisement, from the MPA Reply's private data.
+            let (addr, stag) = advertised(
+                p.private_data
+                    .as_ref()
+                    .expect("the MPA Reply's private data"),
+            );
             p.conn
                 .post_send(SendWr {
                     wr_id: 1 << 33,
@@ -1108,7 +1114,7 @@ fn hostile_session(
                         remote_addr: addr,
                         rkey: stag,
                     },
-                    sg_list: smallvec![rsge(&wsrc, 0, WRITE_LEN)],
+                    sg_list: smallvec![raw_sge(&wsrc, 0, WRITE_LEN)],
                     signaled: false,
                 })
                 .unwrap();
@@ -1118,7 +1124,7 @@ fn hostile_session(
                 .post_send(SendWr {
                     wr_id: 1 << 34,
                     opcode: Opcode::Send,
-                    sg_list: smallvec![rsge(&src, off, 4)],
+                    sg_list: smallvec![raw_sge(&src, off, 4)],
                     signaled: false,
                 })
                 .unwrap();
@@ -1144,11 +1150,7 @@ fn vanishing_session(eal: &'static Eal, far: Port, ep: Endpoint, tag: &str) -> D
         p.conn
             .post_recv(RecvWr {
                 wr_id: i,
-                sg_list: smallvec![dpwarp::rdma::Sge {
-                    addr: echo.addr() + i * SLOT as u64,
-                    length: SLOT as u32,
-                    lkey: echo.stag(),
-                }],
+                sg_list: smallvec![raw_sge(&echo, i as usize * SLOT, SLOT)],
             })
             .unwrap();
     }
@@ -1164,11 +1166,7 @@ fn vanishing_session(eal: &'static Eal, far: Port, ep: Endpoint, tag: &str) -> D
             .post_send(SendWr {
                 wr_id: i as u64,
                 opcode: Opcode::Send,
-                sg_list: smallvec![dpwarp::rdma::Sge {
-                    addr: src.addr(),
-                    length: m.len() as u32,
-                    lkey: src.stag(),
-                }],
+                sg_list: smallvec![raw_sge(&src, 0, m.len())],
                 signaled: false,
             })
             .unwrap();
@@ -1213,16 +1211,13 @@ fn kinds_from_env() -> [bool; KINDS.len()] {
     }
 }
 
-/// The server's advertisement (target address, STag), from the MPA Reply's private data.
-fn target_of(p: &Peer) -> (u64, u32) {
-    let pd = p
-        .private_data
-        .as_ref()
-        .expect("the MPA Reply's private data");
-    (
-        u64::from_be_bytes(pd[0..8].try_into().unwrap()),
-        u32::from_be_bytes(pd[8..12].try_into().unwrap()),
-    )
+/// A scatter/gather element over `len` octets of the peer's region `mr` from `off`.
+fn raw_sge(mr: &RawMr, off: usize, len: usize) -> dpwarp::rdma::Sge {
+    dpwarp::rdma::Sge {
+        addr: mr.addr() + off as u64,
+        length: len as u32,
+        lkey: mr.stag(),
+    }
 }
 
 #[test]

@@ -2207,11 +2207,7 @@ impl<'a> Socket<'a> {
                 // of queued octets never sent must not take them out of the buffer, nor
                 // carry its segment's text in (RFC 9293 section 3.10.7.4). Upstream bounds
                 // it by the buffer.
-                let sent_max = if self.snd_max > self.remote_last_seq {
-                    self.snd_max
-                } else {
-                    self.remote_last_seq
-                };
+                let sent_max = self.snd_max.max(self.remote_last_seq);
                 let ack_max = (self.local_seq_no + unacknowledged).min(sent_max);
 
                 // If we have sent a SYN, it MUST be acknowledged.
