@@ -116,6 +116,8 @@ int dpw_port_info(uint16_t port, struct dpw_port_info *out)
 	out->max_mtu = info.max_mtu;
 	out->tx_offload_capa = info.tx_offload_capa;
 	out->rx_offload_capa = info.rx_offload_capa;
+	out->reta_size = info.reta_size;
+	out->hash_key_size = info.hash_key_size;
 	snprintf(out->driver, sizeof(out->driver), "%s", info.driver_name ? info.driver_name : "?");
 	return 0;
 }
@@ -125,6 +127,7 @@ int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 		   uint64_t tx_offloads)
 {
 	struct rte_eth_conf conf;
+	uint8_t rss_key[128];
 	uint16_t q;
 	int rc;
 	memset(&conf, 0, sizeof(conf));
@@ -140,6 +143,18 @@ int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
 			conf.rx_adv_conf.rss_conf.rss_hf =
 				(RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
+			/*
+			 * The symmetric Toeplitz key (6d5a repeated, src/dataplane/steer.rs): both
+			 * directions of a connection hash alike, and dpwarp computes the same hash
+			 * to pick which worker owns a connection, so the NIC delivers each
+			 * connection's frames to the queue of the worker holding its socket.
+			 */
+			if (info.hash_key_size > 0 && info.hash_key_size <= sizeof(rss_key)) {
+				for (unsigned i = 0; i < info.hash_key_size; i++)
+					rss_key[i] = (i % 2) ? 0x5a : 0x6d;
+				conf.rx_adv_conf.rss_conf.rss_key = rss_key;
+				conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
+			}
 		}
 	}
 	/* rte_eth_dev_configure checks the MTU against the driver's max_rx_pktlen. */
@@ -168,6 +183,31 @@ int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 }
 
 int dpw_port_start(uint16_t port) { return rte_eth_dev_start(port); }
+
+/*
+ * Fill the port's RSS redirection table round robin over its first nq queues (entry i ->
+ * queue i % nq), the table dpwarp's owner function assumes (src/dataplane/steer.rs). Most
+ * PMDs fill it so by default; this makes it so. Returns 0, or the PMD's error (-ENOTSUP
+ * for ports without a table, which then keep whatever spreading they do).
+ */
+int dpw_port_reta_round_robin(uint16_t port, uint16_t nq)
+{
+	struct rte_eth_dev_info info;
+	struct rte_eth_rss_reta_entry64 reta[2048 / RTE_ETH_RETA_GROUP_SIZE];
+	int rc = rte_eth_dev_info_get(port, &info);
+	if (rc != 0)
+		return rc;
+	if (info.reta_size == 0 || nq == 0)
+		return -ENOTSUP;
+	if (info.reta_size > 2048)
+		return -E2BIG;
+	memset(reta, 0, sizeof(reta));
+	for (unsigned i = 0; i < info.reta_size; i++) {
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].mask |= 1ULL << (i % RTE_ETH_RETA_GROUP_SIZE);
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].reta[i % RTE_ETH_RETA_GROUP_SIZE] = i % nq;
+	}
+	return rte_eth_dev_rss_reta_update(port, reta, info.reta_size);
+}
 
 /*
  * Stop and close run on the EAL interrupt thread, one after another with the PMDs' own

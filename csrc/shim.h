@@ -14,6 +14,8 @@ struct dpw_port_info {
 	uint16_t max_mtu;
 	uint64_t tx_offload_capa;
 	uint64_t rx_offload_capa;
+	uint16_t reta_size;
+	uint8_t hash_key_size;
 	char driver[64];
 };
 
@@ -73,6 +75,7 @@ int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 		   struct rte_mempool *pool, uint16_t mtu, uint64_t rx_offloads,
 		   uint64_t tx_offloads);
 int dpw_port_start(uint16_t port);
+int dpw_port_reta_round_robin(uint16_t port, uint16_t nq);
 int dpw_port_stop(uint16_t port);
 int dpw_port_close(uint16_t port);
 int dpw_port_promisc(uint16_t port);

@@ -33,6 +33,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
 use super::fault::{FaultStats, Faults, Frame};
+use super::steer::{Dest, Steering};
 use crate::config::FaultConfig;
 use crate::dpdk::{offload, CksumVerdict, Mbuf, MbufStash, Mempool, Queue, TxPins};
 
@@ -299,6 +300,17 @@ pub struct DeviceStats {
     pub tx_gso_segments: u64,
     /// The frames cut from them (each also counted in `tx_tcp_segments`).
     pub tx_gso_frames: u64,
+    /// Frames received on this queue that belong to another worker of the port, handed to
+    /// it (flow steering, `super::steer`).
+    pub rx_steered_out: u64,
+    /// Frames other workers of the port received for this one, taken from its inbox (the
+    /// ARP copies among them).
+    pub rx_steered_in: u64,
+    /// Copies of received ARP frames handed to the port's other workers.
+    pub rx_arp_copies: u64,
+    /// Frames for another worker dropped because its inbox was full (or no mbuf was left
+    /// for an ARP copy).
+    pub rx_steer_dropped: u64,
     /// Received octets copied to make a chained frame one buffer (`rte_pktmbuf_linearize`).
     pub rx_linearized: u64,
     /// Free mbufs in the port's pool when the counters were taken (with the mbufs of the
@@ -346,6 +358,10 @@ pub struct DpdkDevice {
     zc: Option<ZeroCopy>,
     /// An ARP frame was handed to smoltcp since [`DpdkDevice::take_arp_seen`] last looked.
     arp_seen: bool,
+    /// Flow steering between the port's workers (ports of more than one queue).
+    steering: Option<Steering>,
+    /// Frames of a burst kept for this worker while the others are handed over.
+    rx_kept: Vec<Mbuf>,
     /// This device's counters.
     pub stats: DeviceStats,
 }
@@ -356,6 +372,7 @@ impl Drop for DpdkDevice {
     fn drop(&mut self) {
         self.tx.clear();
         self.rx.clear();
+        self.rx_kept.clear();
         self.rx_faulted.clear();
         self.faults = None;
         if let Some(z) = self.zc.as_mut() {
@@ -458,6 +475,8 @@ impl DpdkDevice {
             rx_faulted: Vec::new(),
             zc: None,
             arp_seen: false,
+            steering: None,
+            rx_kept: Vec::with_capacity(batch),
             stats: DeviceStats::default(),
         }
     }
@@ -670,13 +689,29 @@ impl DpdkDevice {
         });
     }
 
-    /// Pull one burst from the rx queue if everything earlier was consumed. Returns how many.
+    /// Steer received frames between this device and the port's other workers' devices.
+    pub fn set_steering(&mut self, s: Steering) {
+        self.steering = Some(s);
+    }
+
+    /// The port's flow steering, if it has more than one queue: the owner function and this
+    /// device's queue index.
+    pub fn steering(&self) -> Option<(&super::steer::Steer, usize)> {
+        self.steering.as_ref().map(|s| (&*s.steer, s.me))
+    }
+
+    /// Pull one burst from the rx queue if everything earlier was consumed, and (with flow
+    /// steering) hand the frames other workers own to them and take what they handed to this
+    /// one. Returns how many frames are queued for smoltcp.
     pub fn rx_refill(&mut self) -> usize {
         if !self.rx.is_empty() {
             return 0;
         }
         let n = self.queue.rx_burst(&mut self.rx, self.batch);
         self.stats.rx_packets += n as u64;
+        if self.steering.is_some() {
+            self.steer_burst();
+        }
         if let Some(f) = self.faults.as_deref_mut() {
             let pool = self.pool;
             for mut m in self.rx.drain(..) {
@@ -693,7 +728,49 @@ impl DpdkDevice {
             std::mem::swap(&mut self.rx, &mut self.rx_faulted);
         }
         self.rx.reverse();
-        n
+        self.rx.len()
+    }
+
+    /// Flow steering of one burst (`super::steer`): frames of connections another worker
+    /// owns go to its inbox, ARP frames to every worker (a copy each), the rest stay; then
+    /// what the others handed to this worker joins the burst, up to a batch.
+    fn steer_burst(&mut self) {
+        let Some(st) = self.steering.as_ref() else {
+            return;
+        };
+        let me = st.me;
+        for m in self.rx.drain(..) {
+            match st.steer.dest(m.data()) {
+                Dest::Worker(k) if k != me => match st.inboxes[k].push(m) {
+                    Ok(()) => self.stats.rx_steered_out += 1,
+                    Err(m) => {
+                        self.stats.rx_steer_dropped += 1;
+                        drop(m);
+                    }
+                },
+                Dest::Everyone => {
+                    for (k, inbox) in st.inboxes.iter().enumerate() {
+                        if k == me {
+                            continue;
+                        }
+                        match copy_mbuf(self.pool, &m).map(|c| inbox.push(c)) {
+                            Some(Ok(())) => self.stats.rx_arp_copies += 1,
+                            _ => self.stats.rx_steer_dropped += 1,
+                        }
+                    }
+                    self.rx_kept.push(m);
+                }
+                _ => self.rx_kept.push(m),
+            }
+        }
+        while self.rx_kept.len() < self.batch {
+            let Some(m) = st.inboxes[me].pop() else {
+                break;
+            };
+            self.stats.rx_steered_in += 1;
+            self.rx_kept.push(m);
+        }
+        std::mem::swap(&mut self.rx, &mut self.rx_kept);
     }
 
     /// Frames received but not yet given to smoltcp.

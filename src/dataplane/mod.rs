@@ -10,15 +10,17 @@
 //! [`cm::ConnRequest::accept`] / [`cm::ConnRequest::reject`], [`ConnParam`] and [`CmError`] as
 //! kernel TCP (the startup sequence and the pump step are `cm`'s; the worker moves the bytes).
 //!
-//! Multi-queue: with the vdevs used here (net_ring pairs, net_memif) queue *i* of one side
-//! reaches queue *i* of the other, so a connection opened by worker *i* is served by the peer's
-//! worker *i*. NICs that spread flows by RSS would need flow steering (not done; one queue per
-//! port is the tested setup for those).
+//! Multi-queue: a port of several queues has one worker per queue, each with its own sockets;
+//! [`steer`] gives every connection one owner by its 4-tuple, opens connections from local
+//! ports their worker owns, and hands a frame that arrived on another worker's queue (a NIC's
+//! RSS, net_af_packet's fanout) to its owner. Over queue-paired vdevs (net_ring pairs,
+//! net_memif) both dpwarp ends compute the same owner, so nothing is handed over there.
 
 mod contention;
 pub mod device;
 pub mod fault;
 mod rehearsal;
+pub mod steer;
 mod worker;
 
 use std::collections::HashMap;
@@ -396,6 +398,34 @@ impl Dataplane {
             )?;
             start_port(&port, &pc.device, cfg.memif_client(&pc.device))?;
             ports.push(port);
+            // Flow steering between the port's workers (steer.rs): each connection has one
+            // owner by its 4-tuple, and a NIC's RSS is asked to agree (the symmetric key at
+            // configure, a round-robin table here); frames landing elsewhere are handed over.
+            let mut steering = if nq > 1 {
+                match port.reta_round_robin(nq) {
+                    Ok(()) => log::info!(
+                        "dataplane: port {}: RSS table of {} entries round robin over {nq} \
+                         queues, symmetric key: frames should arrive at their owners",
+                        port.id(),
+                        info.reta_size
+                    ),
+                    Err(e) => log::info!(
+                        "dataplane: port {} ({}): no RSS table to set ({e}); \
+                         frames arriving \
+                         at a worker other than their connection's are handed to it",
+                        port.id(),
+                        info.driver
+                    ),
+                }
+                steer::Steering::for_port(
+                    usize::from(nq),
+                    u32::from(info.reta_size),
+                    usize::from(pc.rx_desc).max(256),
+                )
+            } else {
+                Vec::new()
+            }
+            .into_iter();
             let mac = match &pc.mac {
                 Some(m) => parse_mac(m).map_err(DataplaneError::Config)?,
                 None => info.mac,
@@ -479,6 +509,9 @@ impl Dataplane {
                 }
                 dev.set_faults(pc.faults.clone())
                     .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
+                if let Some(s) = steering.next() {
+                    dev.set_steering(s);
+                }
                 if let Some((cp, cpool)) = capture {
                     dev.set_mirror(cp.claim_queue(0)?, cpool);
                 }

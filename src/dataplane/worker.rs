@@ -1370,12 +1370,21 @@ impl Worker {
             return;
         }
         let mut s = new_socket(&self.tcp);
-        self.next_port = if self.next_port >= 65000 {
-            49152
-        } else {
-            self.next_port + 1
-        };
         let o = remote.ip().octets();
+        let next = |p: u16| if p >= 65000 { 49152 } else { p + 1 };
+        self.next_port = next(self.next_port);
+        // With several workers on the port, a local port this worker's queue owns
+        // (steer.rs): the connection's frames then belong here wherever they arrive. About
+        // one port in n is; the bound only guards against a degenerate owner function.
+        if let (Some((st, me)), Some(local)) = (self.dev.steering(), self.iface.ipv4_addr()) {
+            let mut tries = 0;
+            while !st.owns(me, (local.octets(), self.next_port), (o, remote.port()))
+                && tries < 65536
+            {
+                self.next_port = next(self.next_port);
+                tries += 1;
+            }
+        }
         let r = s.connect(
             self.iface.context(),
             (IpAddress::v4(o[0], o[1], o[2], o[3]), remote.port()),

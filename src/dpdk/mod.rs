@@ -667,6 +667,10 @@ pub struct PortInfo {
     pub tx_offload_capa: u64,
     /// Supported rx offloads (`RTE_ETH_RX_OFFLOAD_*` bits, see [`offload`]).
     pub rx_offload_capa: u64,
+    /// Entries of the RSS redirection table (`rte_eth_dev_info::reta_size`; 0: none).
+    pub reta_size: u16,
+    /// Octets of the RSS hash key (`rte_eth_dev_info::hash_key_size`; 0: none).
+    pub hash_key_size: u8,
 }
 
 /// Port counters (`rte_eth_stats`).
@@ -777,6 +781,8 @@ impl Port {
             max_mtu: i.max_mtu,
             tx_offload_capa: i.tx_offload_capa,
             rx_offload_capa: i.rx_offload_capa,
+            reta_size: i.reta_size,
+            hash_key_size: i.hash_key_size,
         })
     }
 
@@ -802,6 +808,15 @@ impl Port {
             ),
             rc,
         )
+    }
+
+    /// Fill the RSS redirection table round robin over the first `queues` queues (entry
+    /// *i* to queue *i* mod `queues`), as the dataplane's flow steering assumes
+    /// (`dataplane::steer`). Fails with the PMD's error on ports without a table.
+    pub fn reta_round_robin(&self, queues: u16) -> Result<(), DpdkError> {
+        // SAFETY: plain call on a configured port; the shim builds the table on its stack.
+        let rc = unsafe { sys::dpw_port_reta_round_robin(self.id, queues) };
+        check("rte_eth_dev_rss_reta_update", rc)
     }
 
     /// Start the port.

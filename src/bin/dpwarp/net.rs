@@ -131,6 +131,16 @@ pub fn log_device_stats(dp: &Dataplane) {
             d.rx_cksum_sw,
             d.rx_cksum_bad
         );
+        if d.rx_steered_out + d.rx_steered_in + d.rx_arp_copies + d.rx_steer_dropped > 0 {
+            log::info!(
+                "dataplane: worker {i}: flow steering: handed to other workers {}, taken from \
+                 them {}, ARP copies {}, dropped {}",
+                d.rx_steered_out,
+                d.rx_steered_in,
+                d.rx_arp_copies,
+                d.rx_steer_dropped
+            );
+        }
         // A line of its own: scripts (and tests/dpdk_kernel_peer.rs) read the one above.
         log::info!(
             "dataplane: worker {i}: tcp retransmits: fast {} timeout {}, loss probes {}, \
