@@ -139,6 +139,10 @@ pub struct DeviceStats {
     pub rx_cksum_bad: u64,
     pub tx_tcp_segments: u64,
     pub tx_gso_frames: u64,
+    pub rx_steered_out: u64,
+    pub rx_steered_in: u64,
+    pub rx_arp_copies: u64,
+    pub rx_steer_dropped: u64,
 }
 
 /// A port's rdma_cm-shaped entry points; never exists in this build.
