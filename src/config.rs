@@ -331,6 +331,18 @@ pub struct TcpConfig {
     /// given up on. Default 120000; 0 retransmits for good.
     #[serde(default = "d_user_timeout_ms")]
     pub user_timeout_ms: u64,
+    /// TCP keep-alives (RFC 9293 3.8.4): after this many ms with nothing received or sent,
+    /// and this many between them, an idle connection's peer is asked for an ACK; after
+    /// `keepalive_probes` unanswered the connection is given up on with a RST and its QP
+    /// closes (a peer that vanished while nothing waited on it). Default 0: off, as RFC 9293
+    /// (MUST-24) asks; a storage target that must notice clients that went away sets it.
+    #[serde(default)]
+    pub keepalive_ms: u64,
+    /// Unanswered keep-alives before an idle connection is given up on (Linux's
+    /// TCP_KEEPCNT; default 3, at least 1). With `keepalive_ms` K the peer is given up on
+    /// about K x (keepalive_probes + 1) after it last sent anything.
+    #[serde(default = "d_keepalive_probes")]
+    pub keepalive_probes: u32,
     /// TCP congestion control: "cubic" (the default), "reno" or "none".
     #[serde(default)]
     pub congestion_control: CongestionControl,
@@ -350,6 +362,8 @@ impl Default for TcpConfig {
             max_startups: d_max_startups(),
             rto_min_ms: d_rto_min_ms(),
             user_timeout_ms: d_user_timeout_ms(),
+            keepalive_ms: 0,
+            keepalive_probes: d_keepalive_probes(),
             congestion_control: CongestionControl::default(),
         }
     }
@@ -361,6 +375,10 @@ fn d_corrupt_bytes() -> u8 {
 
 fn d_user_timeout_ms() -> u64 {
     120_000
+}
+
+fn d_keepalive_probes() -> u32 {
+    3
 }
 
 fn d_mpa_timeout_ms() -> u64 {
@@ -505,6 +523,9 @@ impl DataplaneConfig {
                 "worker.warm_us = {}: 0 (off) or 5..=1000000",
                 self.worker.warm_us
             ));
+        }
+        if self.tcp.keepalive_probes == 0 {
+            return Err("tcp.keepalive_probes = 0: at least 1".into());
         }
         if !(1..=10_000).contains(&self.tcp.rto_min_ms) {
             return Err(format!(
@@ -831,6 +852,19 @@ mod tests {
         for bad in ["rto_min_ms=0", "rto_min_ms=10001"] {
             assert!(DataplaneConfig::parse(&format!("{base}[tcp]\n{bad}\n")).is_err());
         }
+    }
+
+    #[test]
+    fn keepalives_default_off_with_three_probes() {
+        let base = "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='1.2.3.4/24'\n";
+        let c = DataplaneConfig::parse(base).unwrap();
+        assert_eq!((c.tcp.keepalive_ms, c.tcp.keepalive_probes), (0, 3));
+        let c = DataplaneConfig::parse(&format!(
+            "{base}[tcp]\nkeepalive_ms=30000\nkeepalive_probes=5\n"
+        ))
+        .unwrap();
+        assert_eq!((c.tcp.keepalive_ms, c.tcp.keepalive_probes), (30_000, 5));
+        assert!(DataplaneConfig::parse(&format!("{base}[tcp]\nkeepalive_probes=0\n")).is_err());
     }
 
     #[test]

@@ -30,6 +30,11 @@
 //! lets it send. That session found smoltcp taking an ACK of queued, unsent octets
 //! (third_party/smoltcp/DPWARP.md, `snd_max`); the aligned worker rarely queues any.
 //!
+//! Then two peers that vanish: on that second dataplane (`user_timeout_ms = 2000`) one with
+//! octets waiting on it, given up on at the user timeout; and in a third dataplane
+//! (`keepalive_ms = 200`, three probes) an idle one, which answers keep-alives for a while
+//! and keeps its connection, then goes quiet and is given up on after three unanswered.
+//!
 //! One EAL per process: one #[test]. `HOSTILE_SEED=N` replays a seed (the test prints it),
 //! `HOSTILE_KINDS=4,16` sends only those decoys (indices into `KINDS`; "none" for a clean
 //! run), `HOSTILE_TRACE=1` logs every frame the peer sends and receives.
@@ -324,6 +329,9 @@ struct Peer {
     silent: bool,
     /// dpwarp reset the connection (seen while silent).
     rst: bool,
+    /// Keep-alives dpwarp sent (one octet one below RCV.NXT, RFC 1122 4.2.3.6), answered
+    /// unless silent.
+    keepalives: u32,
     /// The server's MPA Reply private data: the RDMA Write's target.
     private_data: Option<Vec<u8>>,
     sent_decoys: [u32; KINDS.len()],
@@ -727,6 +735,9 @@ impl Peer {
             self.rst = true;
             return;
         }
+        if r.payload.len() == 1 && (r.seq_number.0 as u32).wrapping_add(1) == self.rcv_nxt {
+            self.keepalives += 1;
+        }
         if self.silent {
             return;
         }
@@ -950,6 +961,7 @@ fn open_peer(
         fin: false,
         silent: false,
         rst: false,
+        keepalives: 0,
         private_data: None,
         sent_decoys: [0; KINDS.len()],
         ip_options: 0,
@@ -1195,6 +1207,54 @@ fn vanishing_session(eal: &'static Eal, far: Port, ep: Endpoint, tag: &str) -> D
     took
 }
 
+/// A peer that goes quiet while nothing waits on it: an established connection, idle, whose
+/// peer first answers the dataplane's keep-alives (`[tcp] keepalive_ms`: the connection
+/// stays up however long it is idle), then vanishes. The dataplane must give it up after
+/// `[tcp] keepalive_probes` unanswered (RFC 9293 section 3.8.4: a RST, and the server's QP
+/// closes); without keep-alives nothing would ever notice (the retransmission timer and the
+/// user timeout see only octets waiting). Returns the keep-alives answered and how long the
+/// giving up took from the peer's silence.
+fn idle_vanishing_session(
+    eal: &'static Eal,
+    far: Port,
+    ep: Endpoint,
+    tag: &str,
+    answering: Duration,
+) -> (u32, Duration) {
+    let (mut p, _mem, _pd, server) = open_peer(eal, far, &ep, true, 11, tag);
+    p.kinds = [false; KINDS.len()];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.conn.is_established() {
+        assert!(Instant::now() < deadline, "no MPA Reply");
+        p.step();
+    }
+    // Idle and alive: every keep-alive answered.
+    let alive = Instant::now();
+    while alive.elapsed() < answering {
+        p.step();
+        assert!(
+            !server.is_finished(),
+            "the server gave up on a peer that answers its keep-alives: {:?}",
+            server.join()
+        );
+    }
+    let answered = p.keepalives;
+    p.silent = true;
+    let quiet = Instant::now();
+    let served = server.join().unwrap();
+    let took = quiet.elapsed();
+    assert!(
+        matches!(&served, Err(e) if e.contains("connection closed") || e.contains("WrFlushErr")),
+        "the server's QP: {served:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !p.rst && Instant::now() < deadline {
+        p.receive();
+    }
+    assert!(p.rst, "no RST from the dataplane when it gave up");
+    (answered, took)
+}
+
 fn kinds_from_env() -> [bool; KINDS.len()] {
     match std::env::var("HOSTILE_KINDS") {
         Ok(list) => {
@@ -1268,6 +1328,12 @@ tx_buffer = 262144
         "fpdu_alignment = false\nuser_timeout_ms = 2000",
     );
     let dp_u = Dataplane::start(&cfg_u).expect("second dataplane");
+    // A third: keep-alives every 200 ms, an idle peer given up on after three unanswered.
+    let cfg_k = config(
+        port("w", 97, "software"),
+        "keepalive_ms = 200\nkeepalive_probes = 3",
+    );
+    let dp_k = Dataplane::start(&cfg_k).expect("third dataplane");
     let eal = Eal::get().unwrap();
     let seed: u64 = std::env::var("HOSTILE_SEED")
         .ok()
@@ -1327,6 +1393,31 @@ tx_buffer = 262144
             .sum::<u64>(),
         1
     );
+    let far = Port::by_name(eal, &format!("net_ring_{tag}w_b")).unwrap();
+    let answering = Duration::from_millis(1500);
+    let (answered, took) = idle_vanishing_session(
+        eal,
+        far,
+        dp_k.endpoint(0).unwrap(),
+        &format!("{tag}w"),
+        answering,
+    );
+    eprintln!(
+        "an idle peer answered {answered} keep-alives in {answering:?}, then was given up on \
+         {took:?} after it went quiet"
+    );
+    // One every 200 ms of idle (the first 200 ms after the handshake).
+    assert!(answered >= 4, "keep-alives answered: {answered}");
+    // The last answered keep-alive at most 200 ms before the silence; three more 200 ms
+    // apart, the RST when a fourth falls due: 600-800 ms after it, plus the worker's sweep.
+    assert!(
+        took >= Duration::from_millis(500),
+        "given up early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(5), "given up late: {took:?}");
+    let ks = dp_k.stats();
+    assert_eq!(ks.iter().map(|w| w.tcp_keepalive_timeouts).sum::<u64>(), 1);
+    assert_eq!(ks.iter().map(|w| w.tcp_user_timeouts).sum::<u64>(), 0);
     // The trusted link's frames took the receive header prediction (where a decoy that
     // matched the template outside the moving fields would slip past the full path's checks).
     let t = &dp.stats()[1];

@@ -188,6 +188,10 @@ pub struct WorkerStats {
     /// Connections given up on at `[tcp] user_timeout_ms` (octets unacknowledged that long:
     /// the peer vanished or stopped taking them), each with a RST and a warning.
     pub tcp_user_timeouts: u64,
+    /// Idle connections given up on for `[tcp] keepalive_probes` unanswered keep-alives
+    /// (`[tcp] keepalive_ms`: the peer vanished while nothing waited on it), each with a RST
+    /// and a warning.
+    pub tcp_keepalive_timeouts: u64,
     /// Received frames that took smoltcp's header prediction (vendored smoltcp
     /// `Interface::rx_predicted`): headers equal to the last frame's of the same connection
     /// outside the fields that move, so not parsed again nor their socket looked up
@@ -651,6 +655,14 @@ fn new_socket(tcp_cfg: &TcpConfig) -> tcp::Socket<'static> {
         (tcp_cfg.user_timeout_ms > 0)
             .then(|| smoltcp::time::Duration::from_millis(tcp_cfg.user_timeout_ms)),
     );
+    // RFC 9293 3.8.4: keep-alives only when asked for (MUST-24); an idle peer that answers
+    // none of `keepalive_probes` is given up on (the vendored smoltcp's count, DPWARP.md).
+    if tcp_cfg.keepalive_ms > 0 {
+        s.set_keep_alive(Some(smoltcp::time::Duration::from_millis(
+            tcp_cfg.keepalive_ms,
+        )));
+        s.set_keep_alive_probes(Some(tcp_cfg.keepalive_probes));
+    }
     s.set_congestion_control(match tcp_cfg.congestion_control {
         CongestionControl::Cubic => tcp::CongestionControl::Cubic,
         CongestionControl::Reno => tcp::CongestionControl::Reno,
@@ -1893,6 +1905,19 @@ impl Worker {
                         s.remote_endpoint()
                             .map_or_else(|| "?".to_string(), |e| e.to_string()),
                         self.tcp.user_timeout_ms
+                    );
+                }
+                if s.keep_alive_timeouts() > 0 {
+                    self.stats.tcp_keepalive_timeouts += 1;
+                    log::warn!(
+                        "dataplane: worker {}: connection to {}: {} keep-alives {} ms apart \
+                         unanswered (tcp.keepalive_probes, tcp.keepalive_ms): given up (RST; \
+                         RFC 9293 3.8.4)",
+                        self.index,
+                        s.remote_endpoint()
+                            .map_or_else(|| "?".to_string(), |e| e.to_string()),
+                        self.tcp.keepalive_probes,
+                        self.tcp.keepalive_ms
                     );
                 }
                 conn.on_eof();

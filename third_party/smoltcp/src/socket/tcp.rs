@@ -591,6 +591,13 @@ pub struct Socket<'a> {
     una_seen: TcpSeqNumber,
     zwp_unanswered: Option<Instant>,
     user_timeouts: u64,
+    /// dpwarp: keep-alives left unanswered before the connection is given up on
+    /// (`set_keep_alive_probes`); those sent since the peer's last segment; whether the
+    /// next one was armed by `keep_alive_now` (not counted); connections given up on so.
+    keep_alive_probes: Option<u32>,
+    keep_alive_unanswered: u32,
+    keep_alive_forced: bool,
+    keep_alive_timeouts: u64,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -718,6 +725,10 @@ impl<'a> Socket<'a> {
             una_seen: TcpSeqNumber::default(),
             zwp_unanswered: None,
             user_timeouts: 0,
+            keep_alive_probes: None,
+            keep_alive_unanswered: 0,
+            keep_alive_forced: false,
+            keep_alive_timeouts: 0,
             tlp_pending: None,
             tlp_out: None,
             tail_loss_probes: 0,
@@ -1121,10 +1132,35 @@ impl<'a> Socket<'a> {
         match &mut self.timer {
             Timer::Idle { keep_alive_at } => {
                 *keep_alive_at = Some(Instant::from_millis(0));
+                self.keep_alive_forced = true;
                 true
             }
             _ => false,
         }
+    }
+
+    /// dpwarp: give up on an idle connection (abort it, a RST) when `probes` keep-alives in
+    /// a row went unanswered: the peer vanished while nothing waited on it, which neither
+    /// the retransmission timer nor the user timeout sees (RFC 9293 section 3.8.4; Linux's
+    /// TCP_KEEPCNT, with TCP_KEEPIDLE and TCP_KEEPINTVL both the keep-alive interval). Any
+    /// segment from the peer starts the count again; keep-alives armed by `keep_alive_now`
+    /// are not counted. `None`, the default, keeps sending them for good, as upstream does
+    /// (upstream's `set_timeout` gives up on silence of any kind instead).
+    pub fn set_keep_alive_probes(&mut self, probes: Option<u32>) {
+        self.keep_alive_probes = probes;
+    }
+
+    /// dpwarp: connections this socket gave up on for unanswered keep-alives (0 or 1).
+    pub fn keep_alive_timeouts(&self) -> u64 {
+        self.keep_alive_timeouts
+    }
+
+    /// dpwarp: whether a keep-alive falls due with as many unanswered as allowed already.
+    fn keep_alive_gave_up(&self, now: Instant) -> bool {
+        self.keep_alive_probes
+            .is_some_and(|limit| self.keep_alive_unanswered >= limit)
+            && !self.keep_alive_forced
+            && self.timer.should_keep_alive(now)
     }
 
     /// Return the time-to-live (IPv4) or hop limit (IPv6) value used in outgoing packets.
@@ -1219,6 +1255,8 @@ impl<'a> Socket<'a> {
         self.zwp_probes = 0;
         self.zwp_unanswered = None;
         self.rto_stall_since = None;
+        self.keep_alive_unanswered = 0;
+        self.keep_alive_forced = false;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.local_rx_dup_acks = 0;
@@ -2096,6 +2134,7 @@ impl<'a> Socket<'a> {
                 self.timer.set_for_idle(now, self.keep_alive);
             }
             self.remote_last_ts = Some(now);
+            self.keep_alive_unanswered = 0;
             let scale = self.remote_win_scale.unwrap_or(0);
             let win = (repr.window_len as usize) << (scale as usize);
             self.remote_win_len = win;
@@ -2623,6 +2662,7 @@ impl<'a> Socket<'a> {
 
         // Update remote state.
         self.remote_last_ts = Some(cx.now());
+        self.keep_alive_unanswered = 0;
 
         // RFC 1323: The window field (SEG.WND) in the header of every incoming segment, with the
         // exception of SYN segments, is left-shifted by Snd.Wind.Scale bits before updating SND.WND.
@@ -3270,6 +3310,15 @@ impl<'a> Socket<'a> {
             net_debug!("user timeout: octets unacknowledged for {:?}", self.user_timeout);
             self.user_timeouts += 1;
             self.set_state(State::Closed);
+        } else if self.keep_alive_gave_up(cx.now()) {
+            // dpwarp: RFC 9293 section 3.8.4: an idle peer answered none of the last
+            // keep-alives.
+            net_debug!(
+                "keep-alive: {} unanswered; giving up",
+                self.keep_alive_unanswered
+            );
+            self.keep_alive_timeouts += 1;
+            self.set_state(State::Closed);
         } else if let Some(retransmit_delta) = self.timer.should_retransmit(cx.now()) {
             // dpwarp: an expired timer retransmits even while new data waits (upstream
             // d84a8980; 0.12 waited until nothing new could be sent).
@@ -3604,6 +3653,13 @@ impl<'a> Socket<'a> {
             self.zwp_probes = self.zwp_probes.saturating_add(1);
             self.zwp_at = Some(cx.now() + self.persist_interval());
             self.window_probes += 1;
+        }
+        if is_keep_alive && !is_window_probe {
+            if core::mem::take(&mut self.keep_alive_forced) {
+                // Armed by `keep_alive_now` (the worker's warm path): not a liveness check.
+            } else {
+                self.keep_alive_unanswered = self.keep_alive_unanswered.saturating_add(1);
+            }
         }
         if is_keep_alive {
             return Ok(());
@@ -9066,6 +9122,71 @@ mod test {
         let rst = sent.iter().find(|x| x.1 == TcpControl::Rst).expect("a RST");
         assert!(rst.0 >= 200_000 + 3_000, "{sent:?}");
         assert_eq!(s.state, State::Closed);
+    }
+
+    /// dpwarp: an idle connection whose peer answers no keep-alive is given up on (a RST)
+    /// when a keep-alive falls due with `probes` unanswered; one whose peer answers is not,
+    /// however long it is idle; without a limit the keep-alives go on for good.
+    #[test]
+    fn test_keep_alive_probes_give_up_on_a_silent_idle_peer() {
+        let mut s = socket_established();
+        s.set_keep_alive(Some(Duration::from_millis(1000)));
+        s.set_keep_alive_probes(Some(3));
+        let answer = |s: &mut TestSocket, t: i64, _: &TcpRepr| {
+            send(
+                s,
+                Instant::from_millis(t),
+                &TcpRepr {
+                    seq_number: REMOTE_SEQ + 1,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    ..SEND_TEMPL
+                },
+            );
+        };
+        let sent = segments_sent(&mut s, 0, 60_000, 50, answer);
+        assert!(sent.len() >= 50, "{sent:?}");
+        assert!(sent.iter().all(|x| x.1 != TcpControl::Rst), "{sent:?}");
+        assert_eq!(s.state, State::Established);
+        assert_eq!(s.keep_alive_timeouts(), 0);
+        // Silence: three keep-alives a second apart, then the RST when the fourth is due.
+        let sent = segments_sent(&mut s, 60_050, 70_000, 50, |_, _, _| {});
+        let rst = sent.iter().position(|x| x.1 == TcpControl::Rst).expect("a RST");
+        assert_eq!(rst, 3, "{sent:?}");
+        assert!(sent[..3].iter().all(|x| x.3 == 1), "keep-alives: {sent:?}");
+        let first = sent[0].0;
+        assert!((63_000..=63_100).contains(&(sent[rst].0 - first + 60_000)), "{sent:?}");
+        assert_eq!(s.state, State::Closed);
+        assert_eq!(s.keep_alive_timeouts(), 1);
+        // No limit: keep-alives for good.
+        let mut s = socket_established();
+        s.set_keep_alive(Some(Duration::from_millis(1000)));
+        let sent = segments_sent(&mut s, 0, 30_000, 50, |_, _, _| {});
+        assert!(sent.len() >= 25, "{sent:?}");
+        assert!(sent.iter().all(|x| x.1 != TcpControl::Rst), "{sent:?}");
+        assert_eq!(s.state, State::Established);
+    }
+
+    /// dpwarp: keep-alives armed by `keep_alive_now` (the worker's warm path) are not counted
+    /// against the limit: many of them, unanswered, do not give a connection up.
+    #[test]
+    fn test_forced_keep_alives_are_not_counted() {
+        let mut s = socket_established();
+        s.set_keep_alive(Some(Duration::from_millis(10_000)));
+        s.set_keep_alive_probes(Some(2));
+        // The first, armed by set_keep_alive itself, is a counted one.
+        let sent = segments_sent(&mut s, 0, 0, 1, |_, _, _| {});
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        for t in 1..=20 {
+            assert!(s.keep_alive_now());
+            let sent = segments_sent(&mut s, t, t, 1, |_, _, _| {});
+            assert_eq!(sent.len(), 1, "{sent:?}");
+            assert_ne!(sent[0].1, TcpControl::Rst, "{sent:?}");
+        }
+        assert_eq!(s.state, State::Established);
+        // The timer's own: the second counted, then the RST.
+        let sent = segments_sent(&mut s, 21, 40_000, 100, |_, _, _| {});
+        let kinds: Vec<_> = sent.iter().map(|x| x.1).collect();
+        assert_eq!(kinds, [TcpControl::None, TcpControl::Rst], "{sent:?}");
     }
 
     #[test]
