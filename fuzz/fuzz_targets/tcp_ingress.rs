@@ -227,6 +227,8 @@ impl Setup {
         if let Some(rto_min) = self.rto_min {
             s.set_rto_min(rto_min);
             s.set_user_timeout(Some(Duration::from_secs(120)));
+            // As a worker with `[tcp] keepalive_ms` sets them.
+            s.set_keep_alive_probes(self.keep_alive.map(|_| 3));
         }
         s
     }
