@@ -92,9 +92,10 @@ pub enum Dest {
 #[derive(Debug, Clone)]
 pub struct Steer {
     queues: usize,
-    reta: u32,
-    /// `tables[p % 2][b]`: the hash contribution of octet `b` at tuple position `p` (the key
-    /// repeats every two octets, so two tables serve all twelve positions).
+    /// The redirection table: entry i is queue i mod `queues`, as a NIC's filled round
+    /// robin.
+    reta: Vec<u16>,
+    /// The hash of a 16-bit fold of the tuple, by its high and its low octet.
     tables: [[u32; 256]; 2],
 }
 
@@ -110,9 +111,11 @@ impl Steer {
                 *e = toeplitz(&SYMMETRIC_KEY, &input);
             }
         }
+        let queues = queues.clamp(1, usize::from(u16::MAX));
+        let entries = if reta == 0 { DEFAULT_RETA } else { reta };
         Steer {
-            queues: queues.max(1),
-            reta: if reta == 0 { DEFAULT_RETA } else { reta },
+            queues,
+            reta: (0..entries as usize).map(|i| (i % queues) as u16).collect(),
             tables,
         }
     }
@@ -124,24 +127,25 @@ impl Steer {
 
     /// The Toeplitz hash (symmetric key) of an IPv4/TCP 4-tuple in the order RSS reads it
     /// from a frame: source address, destination address, source port, destination port.
+    ///
+    /// Toeplitz XORs one 32-bit key window for each set input bit, the window starting at
+    /// that bit; with a key of period 16 bits the window depends only on the bit's position
+    /// modulo 16. So the hash of the 96-bit tuple is the hash of its six 16-bit words XORed
+    /// together (which is also why swapping source and destination changes nothing): one
+    /// lookup for each octet of that fold. The unit tests check it against the bitwise
+    /// definition.
     pub fn hash(&self, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> u32 {
-        let mut t = [0u8; 12];
-        t[..4].copy_from_slice(&src);
-        t[4..8].copy_from_slice(&dst);
-        t[8..10].copy_from_slice(&sport.to_be_bytes());
-        t[10..].copy_from_slice(&dport.to_be_bytes());
-        // Toeplitz is linear: the hash is the XOR of each octet's contribution at its place,
-        // and an octet's contribution at position p is its contribution at p % 2 shifted by
-        // the key's period, which is the same window again.
-        t.iter()
-            .enumerate()
-            .fold(0, |h, (p, &b)| h ^ self.tables[p % 2][usize::from(b)])
+        let a = u32::from_be_bytes(src) ^ u32::from_be_bytes(dst);
+        let fold = (a >> 16) as u16 ^ a as u16 ^ sport ^ dport;
+        let [hi, lo] = fold.to_be_bytes();
+        self.tables[0][usize::from(hi)] ^ self.tables[1][usize::from(lo)]
     }
 
     /// The queue that owns a connection: the redirection table's entry for the hash, the
     /// table filled round robin.
     pub fn owner(&self, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> usize {
-        ((self.hash(src, dst, sport, dport) % self.reta) as usize) % self.queues
+        let h = self.hash(src, dst, sport, dport) as usize;
+        usize::from(self.reta[h % self.reta.len()])
     }
 
     /// Whether queue `me` owns the connection from `local` to `remote` (either order gives
@@ -282,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn table_hash_is_toeplitz_under_the_symmetric_key_and_symmetric() {
+    fn folded_hash_is_toeplitz_under_the_symmetric_key_and_symmetric() {
         let st = Steer::new(4, 0);
         for (s, d, sp, dp, _, _) in MS_V4 {
             let mut t = Vec::new();
