@@ -598,6 +598,9 @@ pub struct Socket<'a> {
     keep_alive_unanswered: u32,
     keep_alive_forced: bool,
     keep_alive_timeouts: u64,
+    /// dpwarp: the keep-alive timer's own deadline while one armed by `keep_alive_now` waits
+    /// to go (restored after it, so that such keep-alives never postpone the timer's).
+    keep_alive_due: Option<Instant>,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -729,6 +732,7 @@ impl<'a> Socket<'a> {
             keep_alive_unanswered: 0,
             keep_alive_forced: false,
             keep_alive_timeouts: 0,
+            keep_alive_due: None,
             tlp_pending: None,
             tlp_out: None,
             tail_loss_probes: 0,
@@ -1131,6 +1135,9 @@ impl<'a> Socket<'a> {
         }
         match &mut self.timer {
             Timer::Idle { keep_alive_at } => {
+                if !self.keep_alive_forced {
+                    self.keep_alive_due = *keep_alive_at;
+                }
                 *keep_alive_at = Some(Instant::from_millis(0));
                 self.keep_alive_forced = true;
                 true
@@ -1257,6 +1264,7 @@ impl<'a> Socket<'a> {
         self.rto_stall_since = None;
         self.keep_alive_unanswered = 0;
         self.keep_alive_forced = false;
+        self.keep_alive_due = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
         self.local_rx_dup_acks = 0;
@@ -3630,7 +3638,26 @@ impl<'a> Socket<'a> {
 
         // We've sent something, whether useful data or a keep-alive packet, so rewind
         // the keep-alive timer.
-        self.timer.rewind_keep_alive(cx.now(), self.keep_alive);
+        // dpwarp: except after a keep-alive armed by `keep_alive_now`, which goes back to the
+        // timer's own deadline: those come as often as the worker's warm path wants (every
+        // 20 us of idle) and would otherwise keep the timer's from ever falling due, and an
+        // idle peer that vanished from ever being given up on.
+        let forced_sent = is_keep_alive && !is_window_probe && self.keep_alive_forced;
+        if forced_sent {
+            if let Timer::Idle { keep_alive_at } = &mut self.timer {
+                *keep_alive_at = self.keep_alive_due;
+            }
+        } else {
+            self.timer.rewind_keep_alive(cx.now(), self.keep_alive);
+            if is_keep_alive && !is_window_probe {
+                // The timer's own: one more the peer has to answer.
+                self.keep_alive_unanswered = self.keep_alive_unanswered.saturating_add(1);
+            }
+        }
+        // Whatever went, an arming by `keep_alive_now` is used up (a segment sent in its
+        // place rewound the timer as any does).
+        self.keep_alive_forced = false;
+        self.keep_alive_due = None;
 
         // Reset delayed-ack timer
         match self.ack_delay_timer {
@@ -3653,13 +3680,6 @@ impl<'a> Socket<'a> {
             self.zwp_probes = self.zwp_probes.saturating_add(1);
             self.zwp_at = Some(cx.now() + self.persist_interval());
             self.window_probes += 1;
-        }
-        if is_keep_alive && !is_window_probe {
-            if core::mem::take(&mut self.keep_alive_forced) {
-                // Armed by `keep_alive_now` (the worker's warm path): not a liveness check.
-            } else {
-                self.keep_alive_unanswered = self.keep_alive_unanswered.saturating_add(1);
-            }
         }
         if is_keep_alive {
             return Ok(());
@@ -9167,26 +9187,35 @@ mod test {
     }
 
     /// dpwarp: keep-alives armed by `keep_alive_now` (the worker's warm path) are not counted
-    /// against the limit: many of them, unanswered, do not give a connection up.
+    /// against the limit, nor do they postpone the timer's own: sent every 10 ms to a peer
+    /// that answers none, they leave the timer's keep-alives a second apart and the give-up
+    /// where it would be without them.
     #[test]
     fn test_forced_keep_alives_are_not_counted() {
         let mut s = socket_established();
-        s.set_keep_alive(Some(Duration::from_millis(10_000)));
+        s.set_keep_alive(Some(Duration::from_millis(1000)));
         s.set_keep_alive_probes(Some(2));
-        // The first, armed by set_keep_alive itself, is a counted one.
-        let sent = segments_sent(&mut s, 0, 0, 1, |_, _, _| {});
-        assert_eq!(sent.len(), 1, "{sent:?}");
-        for t in 1..=20 {
+        let mut counted = Vec::new();
+        let mut rst = None;
+        for t in (0..10_000).step_by(10) {
+            // The timer's own first (if due), then the forced one.
+            let own = segments_sent(&mut s, t, t, 1, |_, _, _| {});
+            if own.iter().any(|x| x.1 == TcpControl::Rst) {
+                rst = Some(t);
+                break;
+            }
+            counted.extend(own.iter().map(|x| x.0));
             assert!(s.keep_alive_now());
-            let sent = segments_sent(&mut s, t, t, 1, |_, _, _| {});
-            assert_eq!(sent.len(), 1, "{sent:?}");
-            assert_ne!(sent[0].1, TcpControl::Rst, "{sent:?}");
+            let forced = segments_sent(&mut s, t, t, 1, |_, _, _| {});
+            assert_eq!(forced.len(), 1, "at {t}: {forced:?}");
+            assert_ne!(forced[0].1, TcpControl::Rst, "at {t}: {forced:?}");
         }
-        assert_eq!(s.state, State::Established);
-        // The timer's own: the second counted, then the RST.
-        let sent = segments_sent(&mut s, 21, 40_000, 100, |_, _, _| {});
-        let kinds: Vec<_> = sent.iter().map(|x| x.1).collect();
-        assert_eq!(kinds, [TcpControl::None, TcpControl::Rst], "{sent:?}");
+        // The timer's: at 0 (armed by set_keep_alive) and 1000; at 2000 the third falls due
+        // with two unanswered: the RST.
+        assert_eq!(counted, [0, 1000], "the timer's own keep-alives");
+        assert_eq!(rst, Some(2000));
+        assert_eq!(s.state, State::Closed);
+        assert_eq!(s.keep_alive_timeouts(), 1);
     }
 
     #[test]
