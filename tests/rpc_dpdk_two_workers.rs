@@ -115,7 +115,10 @@ cores = [0, 1]
         handed > 0,
         "no frame was handed over: steering was not tested"
     );
-    assert_eq!(taken + dropped, handed + arp, "{stats:?}");
+    // Pushed into the inboxes (frames, ARP copies) against popped: all but the few that
+    // arrived after the clients' last exchange (dropped ones were never pushed).
+    assert!(taken <= handed + arp, "{stats:?}");
+    assert!(handed + arp - taken <= 16, "{stats:?}");
     // Both workers served connections.
     for (i, s) in stats.iter().enumerate() {
         assert!(
