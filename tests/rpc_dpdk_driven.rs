@@ -21,7 +21,7 @@ use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 
 mod rpc_common;
-use rpc_common::{exercise, null, pattern, threads};
+use rpc_common::{block_server, exercise, null, pattern, threads};
 
 /// Abort the process if the test runs longer than `secs` (a hang must fail, not block CI).
 fn watchdog(secs: u64) {
@@ -48,15 +48,7 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     assert!(server_net.is_driven() && client.is_driven());
 
     let store = Arc::new(BlockStore::memory(1 << 20));
-    let mut reg = Registry::new();
-    block::register(&mut reg, store.clone());
-    let srv = RdmaServer::new(
-        reg,
-        ServerConfig {
-            max_credits: 32,
-            ..ServerConfig::default()
-        },
-    );
+    let srv = block_server(&store);
     let h = srv
         .listen(&server_net, SocketAddr::from((server_ep.ip(), 20049)))
         .expect("listen on the driven dataplane");

@@ -19,7 +19,7 @@ use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 use dpwarp::rpc::RpcError;
 
 mod rpc_common;
-use rpc_common::{exercise, null, pattern};
+use rpc_common::{block_server, exercise, null, pattern};
 
 /// Abort the process if the test runs longer than `secs` (a hang must fail, not block CI).
 fn watchdog(secs: u64) {
@@ -45,15 +45,7 @@ fn rpc_over_dpdk_net_ring_all_paths() {
     let client_ep = dp.endpoint(1).unwrap();
 
     let store = Arc::new(BlockStore::memory(1 << 20));
-    let mut reg = Registry::new();
-    block::register(&mut reg, store.clone());
-    let srv = RdmaServer::new(
-        reg,
-        ServerConfig {
-            max_credits: 32,
-            ..ServerConfig::default()
-        },
-    );
+    let srv = block_server(&store);
     let h = srv
         .listen(
             &Net::from(server_ep.clone()),

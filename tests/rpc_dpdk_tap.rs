@@ -14,27 +14,13 @@ use std::time::Duration;
 
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
-use dpwarp::rpc::block::{self, BlockStore};
+use dpwarp::rpc::block::BlockStore;
 use dpwarp::rpc::client::{ClientConfig, RdmaClient};
-use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 
 mod netns_common;
 use netns_common::{ip, Netns};
 mod rpc_common;
-use rpc_common::exercise;
-
-fn server(store: &Arc<BlockStore>) -> RdmaServer {
-    let mut reg = Registry::new();
-    block::register(&mut reg, store.clone());
-    RdmaServer::new(
-        reg,
-        ServerConfig {
-            max_credits: 32,
-            ..ServerConfig::default()
-        },
-    )
-}
+use rpc_common::{block_server, exercise};
 
 #[test]
 fn rpc_between_dpdk_and_kernel_tcp_both_ways() {
@@ -69,7 +55,7 @@ mbufs = 8191
 
     // 1. Server on DPDK, client over kernel TCP (the Linux stack in the namespace).
     let store = Arc::new(BlockStore::memory(1 << 20));
-    let srv = server(&store);
+    let srv = block_server(&store);
     let _h = srv
         .listen(&Net::from(ep.clone()), SocketAddr::from((ep.ip(), 20049)))
         .expect("listen on the dataplane");
@@ -81,7 +67,7 @@ mbufs = 8191
 
     // 2. Server over kernel TCP, client on DPDK.
     let store2 = Arc::new(BlockStore::memory(1 << 20));
-    let srv2 = server(&store2);
+    let srv2 = block_server(&store2);
     let h2 = srv2
         .listen(&Net::kernel(), SocketAddr::from(([10, 98, 0, 1], 20050)))
         .expect("kernel listener in the namespace");

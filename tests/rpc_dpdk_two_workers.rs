@@ -16,15 +16,13 @@ use std::time::Duration;
 use dpwarp::cm::Net;
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::Dataplane;
-use dpwarp::rpc::block::{self, BlockStore};
+use dpwarp::rpc::block::BlockStore;
 use dpwarp::rpc::client::{ClientConfig, RdmaClient};
-use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 
 mod netns_common;
 use netns_common::{ip, Netns};
 mod rpc_common;
-use rpc_common::exercise;
+use rpc_common::{block_server, exercise};
 
 const CLIENTS: u16 = 4;
 const CONNECTIONS_EACH: usize = 3;
@@ -76,15 +74,7 @@ cores = [0, 1]
     let mut clients = Vec::new();
     for i in 0..CLIENTS {
         let store = Arc::new(BlockStore::memory(1 << 20));
-        let mut reg = Registry::new();
-        block::register(&mut reg, store.clone());
-        let srv = RdmaServer::new(
-            reg,
-            ServerConfig {
-                max_credits: 32,
-                ..ServerConfig::default()
-            },
-        );
+        let srv = block_server(&store);
         let port = 20060 + i;
         handles.push(
             srv.listen(&Net::from(ep.clone()), SocketAddr::from((ep.ip(), port)))

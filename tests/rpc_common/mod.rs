@@ -2,9 +2,25 @@
 //! the data pattern, READ/WRITE helpers and the walk through every procedure and chunk path.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, RdmaClient, ReplyPath};
-use dpwarp::rpc::program::Body;
+use dpwarp::rpc::program::{Body, Registry};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig};
+
+/// An RPC-over-RDMA server of the block program over `store`, 32 credits at most.
+pub fn block_server(store: &Arc<BlockStore>) -> RdmaServer {
+    let mut reg = Registry::new();
+    block::register(&mut reg, store.clone());
+    RdmaServer::new(
+        reg,
+        ServerConfig {
+            max_credits: 32,
+            ..ServerConfig::default()
+        },
+    )
+}
 
 /// A NULL call on `c` succeeds (`what`: the panic message if it does not).
 pub fn null(c: &mut RdmaClient, what: &str) {
