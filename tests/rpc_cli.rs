@@ -151,6 +151,59 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGTERM (a service manager's stop) and SIGINT (Ctrl-C) stop `rpc-server` cleanly: it says
+/// so, stops its listeners and exits 0, instead of dying by the signal.
+#[test]
+fn rpc_server_stops_cleanly_on_sigterm_and_sigint() {
+    for sig in ["TERM", "INT"] {
+        let dir =
+            std::env::temp_dir().join(format!("dpwarp-rpc-cli-sig{sig}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = free_port();
+        let cfg = dir.join("server.toml");
+        std::fs::write(
+            &cfg,
+            format!("listen = \"127.0.0.1:{p}\"\ntransport = \"kernel\"\n[store]\nkind = \"memory\"\nsize = 65536\n"),
+        )
+        .unwrap();
+        let mut server = Server::start(&cfg, Stdio::piped(), &dir);
+        let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p)));
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_GETATTR,
+                Body::new(),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        assert!(rep.results().is_ok());
+        drop(c);
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &server.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let t = Instant::now();
+        let status = loop {
+            if let Some(st) = server.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "SIG{sig}: still running"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut out = String::new();
+        std::io::Read::read_to_string(server.child.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(status.success(), "SIG{sig}: {status:?}\n{out}");
+        assert!(out.contains(&format!("SIG{sig}: stopping")), "{out}");
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// `[tcp] poll = "busy"`: the ONC RPC/TCP side of `rpc-server` busy-polls (said on stdout),
 /// and serves a busy-polled client's WRITE and READ, verified.
 #[test]

@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -195,19 +194,16 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(p) = &ph {
         println!("nfs-server: rpcbind v2 over TCP on {}", p.addr);
     }
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        if a.duration
-            .is_some_and(|d| start.elapsed() >= Duration::from_secs(d))
-        {
-            break;
-        }
+    if let Some(sig) = crate::rpc_server::serve_until(a.duration)? {
+        println!("nfs-server: {sig}: stopping");
     }
     l.handle.stop();
     mh.stop();
     if let Some(p) = ph {
         p.stop();
+    }
+    if let Some(dp) = &l._dp {
+        crate::net::log_device_stats(dp);
     }
     Ok(())
 }

@@ -243,6 +243,34 @@ pub fn dataplane_path(
 }
 
 /// A running RPC-over-RDMA listener: `_dp` keeps the EAL, ports and workers (if any) running.
+/// Serve until `duration` seconds (if any) have passed or SIGTERM or SIGINT arrives (a
+/// service manager's stop, Ctrl-C): the servers' main loop. Returns the signal's name if one
+/// ended it, so that the caller stops its listeners and logs its counters before exiting.
+pub fn serve_until(duration: Option<u64>) -> Result<Option<&'static str>, String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let signals = [("SIGTERM", SIGTERM), ("SIGINT", SIGINT)].map(|(name, sig)| {
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        signal_hook::flag::register(sig, flag.clone())
+            .map(|_| (name, flag))
+            .map_err(|e| format!("{name} handler: {e}"))
+    });
+    let [term, int] = signals;
+    let signals = [term?, int?];
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some((name, _)) = signals
+            .iter()
+            .find(|(_, f)| f.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            return Ok(Some(name));
+        }
+        if duration.is_some_and(|d| start.elapsed() >= Duration::from_secs(d)) {
+            return Ok(None);
+        }
+    }
+}
+
 pub struct RdmaListener {
     pub _dp: Option<Dataplane>,
     pub handle: ServerHandle,
@@ -364,18 +392,15 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         None => None,
     };
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        if a.duration
-            .is_some_and(|d| start.elapsed() >= Duration::from_secs(d))
-        {
-            break;
-        }
+    if let Some(sig) = serve_until(a.duration)? {
+        println!("rpc-server: {sig}: stopping");
     }
     l.handle.stop();
     if let Some(t) = th {
         t.stop();
+    }
+    if let Some(dp) = &l._dp {
+        crate::net::log_device_stats(dp);
     }
     Ok(())
 }
