@@ -151,6 +151,82 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `[rdma] keepalive_ms` turns on TCP keep-alives on the server's accepted kernel-TCP
+/// connections (the kernel then resets one whose client vanished while it was idle): `ss`
+/// shows the keep-alive timer on the server's end of an idle connection, and none without.
+#[test]
+fn rpc_server_kernel_tcp_keepalives_follow_the_config() {
+    for keepalive_ms in [0u64, 1500] {
+        let dir = std::env::temp_dir().join(format!(
+            "dpwarp-rpc-cli-ka{keepalive_ms}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = free_port();
+        let cfg = dir.join("server.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen = \"127.0.0.1:{p}\"\ntransport = \"kernel\"\n[store]\nkind = \"memory\"\n\
+                 size = 65536\n[rdma]\nkeepalive_ms = {keepalive_ms}\nkeepalive_probes = 2\n"
+            ),
+        )
+        .unwrap();
+        let server = Server::start(&cfg, Stdio::null(), &dir);
+        let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p)));
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_GETATTR,
+                Body::new(),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        assert!(rep.results().is_ok());
+        // The server's end (local port p), once idle: nothing unacknowledged, so that ss
+        // shows the keep-alive timer rather than the retransmission one.
+        let t = Instant::now();
+        let ss = loop {
+            let out = Command::new("ss")
+                .args([
+                    "-tnoH",
+                    "state",
+                    "established",
+                    &format!("( sport = :{p} )"),
+                ])
+                .output()
+                .expect("ss (iproute2)");
+            let ss = String::from_utf8_lossy(&out.stdout).to_string();
+            assert_eq!(ss.lines().count(), 1, "one connection to the server: {ss}");
+            let send_q = ss.split_whitespace().nth(1).unwrap_or("?");
+            if send_q == "0" || t.elapsed() > Duration::from_secs(5) {
+                break ss;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if keepalive_ms == 0 {
+            assert!(!ss.contains("keepalive"), "{ss}");
+        } else {
+            // timer:(keepalive,<left>,<probes sent>): at most the configured idle time left.
+            let left = ss
+                .split("timer:(keepalive,")
+                .nth(1)
+                .unwrap_or_else(|| panic!("no keep-alive timer: {ss}"));
+            let left = left.split(',').next().unwrap();
+            let ms: f64 = if let Some(ms) = left.strip_suffix("ms") {
+                ms.parse().unwrap()
+            } else {
+                left.trim_end_matches("sec").parse::<f64>().unwrap() * 1000.0
+            };
+            assert!(ms <= keepalive_ms as f64, "{ss}");
+        }
+        drop(c);
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// SIGTERM (a service manager's stop) and SIGINT (Ctrl-C) stop `rpc-server` cleanly: it says
 /// so, stops its listeners and exits 0, instead of dying by the signal.
 #[test]

@@ -51,6 +51,14 @@ pub struct ListenConfig {
     pub max_startups: usize,
     /// TCP_NODELAY on accepted connections (default true; RFC 5044 App. A.2).
     pub nodelay: bool,
+    /// TCP keep-alives on accepted kernel-TCP connections (RFC 9293 3.8.4): after this many
+    /// ms idle and this many between them, the kernel asks the peer for an ACK, and resets
+    /// the connection (its QP then closes) after `keepalive_probes` unanswered: a client that
+    /// vanished while its connection was idle. 0 (the default): off, as the RFC asks. The
+    /// DPDK dataplane's are its config's `[tcp] keepalive_ms` / `keepalive_probes`.
+    pub keepalive_ms: u64,
+    /// Unanswered keep-alives before the kernel gives up (TCP_KEEPCNT; default 3).
+    pub keepalive_probes: u32,
     /// RFC 5044 App. C permissive mode (default false): also take MPA Rev 0 Requests from RDMA
     /// Consortium peers (M=1, C=1, S=0), which `ConnRequest::accept` answers with a Rev 0 Reply,
     /// then DDP/RDMAP version 0 with markers and CRC both ways. Off, a Rev 0 Request is closed
@@ -64,6 +72,8 @@ impl Default for ListenConfig {
             mpa_timeout: Duration::from_secs(5),
             max_startups: 256,
             nodelay: true,
+            keepalive_ms: 0,
+            keepalive_probes: 3,
             mpa_rev0_permissive: false,
         }
     }
@@ -168,7 +178,7 @@ pub(super) fn run(
         let now = Instant::now();
         let mut i = 0;
         while i < probes.len() {
-            let outcome = advance(&mut probes[i], &mut buf, now, cfg.nodelay);
+            let outcome = advance(&mut probes[i], &mut buf, now, &cfg);
             match outcome {
                 Outcome::Pending => i += 1,
                 Outcome::Drop(why) => {
@@ -232,7 +242,7 @@ pub(super) fn run(
 
 /// Read what `p`'s socket has into its startup engine (never more than one Request's worth
 /// buffered) and check its deadline.
-fn advance(p: &mut Probe, buf: &mut [u8], now: Instant, nodelay: bool) -> Outcome {
+fn advance(p: &mut Probe, buf: &mut [u8], now: Instant, cfg: &ListenConfig) -> Outcome {
     loop {
         if let Some(ev) = p.startup.poll_event() {
             return match ev {
@@ -241,7 +251,16 @@ fn advance(p: &mut Probe, buf: &mut [u8], now: Instant, nodelay: bool) -> Outcom
                         Ok(s) => s,
                         Err(e) => return Outcome::Drop(e.to_string()),
                     };
-                    match KernelTcp::from_stream(stream, nodelay) {
+                    let t = KernelTcp::from_stream(stream, cfg.nodelay).and_then(|t| {
+                        if cfg.keepalive_ms > 0 {
+                            t.set_keepalive(
+                                Duration::from_millis(cfg.keepalive_ms),
+                                cfg.keepalive_probes,
+                            )?;
+                        }
+                        Ok(t)
+                    });
+                    match t {
                         Ok(t) => Outcome::Request(ConnRequest::new(
                             peer,
                             std::mem::take(&mut p.raw),

@@ -83,6 +83,17 @@ impl KernelTcp {
         Ok(KernelTcp { stream, emss })
     }
 
+    /// TCP keep-alives (SO_KEEPALIVE): the first after `interval` idle, then one every
+    /// `interval`; the kernel resets the connection after `probes` unanswered (TCP_KEEPIDLE,
+    /// TCP_KEEPINTVL, TCP_KEEPCNT; RFC 9293 3.8.4).
+    pub fn set_keepalive(&self, interval: std::time::Duration, probes: u32) -> io::Result<()> {
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(interval)
+            .with_interval(interval)
+            .with_retries(probes);
+        SockRef::from(&self.stream).set_tcp_keepalive(&ka)
+    }
+
     /// The underlying stream (addresses, extra socket options).
     pub fn stream(&self) -> &TcpStream {
         &self.stream

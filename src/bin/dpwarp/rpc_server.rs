@@ -102,6 +102,13 @@ pub struct RdmaConfig {
     pub mpa_timeout_ms: u64,
     /// Kernel TCP: MPA startups in progress at most (default 256).
     pub max_startups: usize,
+    /// Kernel TCP: keep-alives on accepted connections after this many ms idle, and between
+    /// them; the connection is reset after `keepalive_probes` unanswered (a client that
+    /// vanished while idle). 0 (default): off. Over DPDK: the dataplane config's `[tcp]
+    /// keepalive_ms`.
+    pub keepalive_ms: u64,
+    /// Kernel TCP: unanswered keep-alives before giving up (default 3).
+    pub keepalive_probes: u32,
     /// RFC 5044 App. C: "refuse" (default: an MPA Rev 0 Request is closed without a reply,
     /// RFC 5044 §7.1.1) or "permissive" (RDMA Consortium peers get a Rev 0 Reply and DDP/RDMAP
     /// version 0 with markers and CRC both ways).
@@ -130,6 +137,8 @@ impl Default for RdmaConfig {
             poll_spin_us: s.poll_spin.as_micros() as u64,
             mpa_timeout_ms: ListenConfig::default().mpa_timeout.as_millis() as u64,
             max_startups: ListenConfig::default().max_startups,
+            keepalive_ms: 0,
+            keepalive_probes: ListenConfig::default().keepalive_probes,
             mpa_rev0: "refuse".into(),
             handler_threads: s.handler_threads,
         }
@@ -173,6 +182,8 @@ impl RdmaConfig {
             listen: Some(ListenConfig {
                 mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
                 max_startups: self.max_startups,
+                keepalive_ms: self.keepalive_ms,
+                keepalive_probes: self.keepalive_probes.max(1),
                 mpa_rev0_permissive: self.mpa_rev0 == "permissive",
                 ..ListenConfig::default()
             }),
