@@ -105,10 +105,10 @@ cores = [0, 1]
         handed > 0,
         "no frame was handed over: steering was not tested"
     );
-    // Pushed into the inboxes (frames, ARP copies) against popped: all but the few that
-    // arrived after the clients' last exchange (dropped ones were never pushed).
-    assert!(taken <= handed + arp, "{stats:?}");
-    assert!(handed + arp - taken <= 16, "{stats:?}");
+    // Pushed into the inboxes (frames, ARP copies) against popped: equal but for the few
+    // frames of the connections' last exchanges (the closes) in flight while each worker's
+    // counters were read, one worker after the other (dropped ones were never pushed).
+    assert!((handed + arp).abs_diff(taken) <= 16, "{stats:?}");
     // Both workers served connections.
     for (i, s) in stats.iter().enumerate() {
         assert!(
