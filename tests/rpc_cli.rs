@@ -151,39 +151,52 @@ fn rpc_server_from_a_config_file_serves_both_protocols() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A kernel-TCP `rpc-server` over a 64 KiB memory store on a free port, with `rdma` as its
+/// `[rdma]` keys, in a directory under the temp dir named by `tag`; and a client it has
+/// served a GETATTR. Returns the server, the client, the port and the directory.
+fn memory_server(
+    tag: &str,
+    rdma: &str,
+    stdout: Stdio,
+) -> (Server, RdmaClient, u16, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("dpwarp-rpc-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = free_port();
+    let cfg = dir.join("server.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:{p}\"\ntransport = \"kernel\"\n[store]\nkind = \"memory\"\n\
+             size = 65536\n[rdma]\n{rdma}"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&cfg, stdout, &dir);
+    let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p)));
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_GETATTR,
+            Body::new(),
+            &CallOpts::default(),
+        )
+        .unwrap();
+    assert!(rep.results().is_ok());
+    (server, c, p, dir)
+}
+
 /// `[rdma] keepalive_ms` turns on TCP keep-alives on the server's accepted kernel-TCP
 /// connections (the kernel then resets one whose client vanished while it was idle): `ss`
 /// shows the keep-alive timer on the server's end of an idle connection, and none without.
 #[test]
 fn rpc_server_kernel_tcp_keepalives_follow_the_config() {
     for keepalive_ms in [0u64, 1500] {
-        let dir = std::env::temp_dir().join(format!(
-            "dpwarp-rpc-cli-ka{keepalive_ms}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = free_port();
-        let cfg = dir.join("server.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen = \"127.0.0.1:{p}\"\ntransport = \"kernel\"\n[store]\nkind = \"memory\"\n\
-                 size = 65536\n[rdma]\nkeepalive_ms = {keepalive_ms}\nkeepalive_probes = 2\n"
-            ),
-        )
-        .unwrap();
-        let server = Server::start(&cfg, Stdio::null(), &dir);
-        let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p)));
-        let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_GETATTR,
-                Body::new(),
-                &CallOpts::default(),
-            )
-            .unwrap();
-        assert!(rep.results().is_ok());
+        let (server, c, p, dir) = memory_server(
+            &format!("ka{keepalive_ms}"),
+            &format!("keepalive_ms = {keepalive_ms}\nkeepalive_probes = 2\n"),
+            Stdio::null(),
+        );
         // The server's end (local port p), once idle: nothing unacknowledged, so that ss
         // shows the keep-alive timer rather than the retransmission one.
         let t = Instant::now();
@@ -232,28 +245,7 @@ fn rpc_server_kernel_tcp_keepalives_follow_the_config() {
 #[test]
 fn rpc_server_stops_cleanly_on_sigterm_and_sigint() {
     for sig in ["TERM", "INT"] {
-        let dir =
-            std::env::temp_dir().join(format!("dpwarp-rpc-cli-sig{sig}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = free_port();
-        let cfg = dir.join("server.toml");
-        std::fs::write(
-            &cfg,
-            format!("listen = \"127.0.0.1:{p}\"\ntransport = \"kernel\"\n[store]\nkind = \"memory\"\nsize = 65536\n"),
-        )
-        .unwrap();
-        let mut server = Server::start(&cfg, Stdio::piped(), &dir);
-        let mut c = connect_retry(SocketAddr::from(([127, 0, 0, 1], p)));
-        let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_GETATTR,
-                Body::new(),
-                &CallOpts::default(),
-            )
-            .unwrap();
-        assert!(rep.results().is_ok());
+        let (mut server, c, _, dir) = memory_server(&format!("sig{sig}"), "", Stdio::piped());
         drop(c);
         let st = Command::new("kill")
             .args([&format!("-{sig}"), &server.child.id().to_string()])

@@ -91,8 +91,7 @@ pub enum Dest {
 /// entries, the symmetric key.
 #[derive(Debug, Clone)]
 pub struct Steer {
-    queues: usize,
-    /// The redirection table: entry i is queue i mod `queues`, as a NIC's filled round
+    /// The redirection table: entry i is queue i mod the port's queues, as a NIC's filled round
     /// robin.
     reta: Vec<u16>,
     /// The hash of a 16-bit fold of the tuple, by its high and its low octet.
@@ -114,15 +113,9 @@ impl Steer {
         let queues = queues.clamp(1, usize::from(u16::MAX));
         let entries = if reta == 0 { DEFAULT_RETA } else { reta };
         Steer {
-            queues,
             reta: (0..entries as usize).map(|i| (i % queues) as u16).collect(),
             tables,
         }
-    }
-
-    /// How many queues (workers) the port has.
-    pub fn queues(&self) -> usize {
-        self.queues
     }
 
     /// The Toeplitz hash (symmetric key) of an IPv4/TCP 4-tuple in the order RSS reads it

@@ -259,14 +259,13 @@ pub fn dataplane_path(
 /// ended it, so that the caller stops its listeners and logs its counters before exiting.
 pub fn serve_until(duration: Option<u64>) -> Result<Option<&'static str>, String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    let signals = [("SIGTERM", SIGTERM), ("SIGINT", SIGINT)].map(|(name, sig)| {
+    let mut signals = Vec::new();
+    for (name, sig) in [("SIGTERM", SIGTERM), ("SIGINT", SIGINT)] {
         let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         signal_hook::flag::register(sig, flag.clone())
-            .map(|_| (name, flag))
-            .map_err(|e| format!("{name} handler: {e}"))
-    });
-    let [term, int] = signals;
-    let signals = [term?, int?];
+            .map_err(|e| format!("{name} handler: {e}"))?;
+        signals.push((name, flag));
+    }
     let start = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(50));
