@@ -386,12 +386,18 @@ fn exercise(n: &mut Nfs, dir: &TempDir) {
     assert_eq!((cnt as usize, committed), (data.len(), 2));
     assert_eq!(std::fs::read(dir.0.join("a.bin")).unwrap(), data);
     let written0 = ServerStats::get(&n._srv.stats().bytes_written);
+    let lent0 = ServerStats::get(&n._srv.stats().bulk_lent_bytes);
     let (d, eof, path) = n.read(&f, 0, data.len() as u32, 1 << 20).unwrap();
     assert_eq!(d, data);
     assert_eq!(
         ServerStats::get(&n._srv.stats().bytes_written),
         written0 + data.len() as u64,
         "the READ data went by write chunk"
+    );
+    assert_eq!(
+        ServerStats::get(&n._srv.stats().bulk_lent_bytes),
+        lent0 + data.len() as u64,
+        "the READ data was read into a buffer of the export's pool and written from there"
     );
     assert!(eof);
     assert_eq!(
@@ -743,6 +749,15 @@ fn write_commit_verifier_and_read_at_eof() {
     assert!(d.is_empty() && eof);
     let (d, eof, _) = n.read(&f, size - 5, 100, 0).unwrap();
     assert_eq!((d.len(), eof), (5, true));
+    // The same from a pool's buffer (a count of 32 KiB or more), by write chunk and inline:
+    // only the 5 bytes read go, whatever the buffer held before.
+    let full = n.read(&f, 0, 64 * 1024, 1 << 20).unwrap();
+    assert_eq!((full.0.len(), full.1), (size as usize, true));
+    let (d, eof, _) = n.read(&f, size - 5, 64 * 1024, 1 << 20).unwrap();
+    assert_eq!((&d[..], eof), (&pattern(3, 10)[5..], true));
+    let (d, eof, _) = n.read(&f, size - 5, 64 * 1024, 0).unwrap();
+    assert_eq!((&d[..], eof), (&pattern(3, 10)[5..], true));
+    assert_eq!(ServerStats::get(&n._srv.stats().bulk_lent_bytes), size + 5);
     // WRITE with count above the data: INVAL; on a directory: ISDIR.
     let mut b = Body::new();
     b.xdr().put_opaque(&f);
@@ -753,6 +768,81 @@ fn write_commit_verifier_and_read_at_eof() {
     let r = n.call(proc_::WRITE, b);
     assert_eq!(success(&r).xdr.get_u32().unwrap(), Stat::Inval.code());
     assert_eq!(n.write(&root, 0, b"x", 0), Err(Stat::IsDir.code()));
+}
+
+/// Large READs of one file, many in flight at once (each into a write chunk), in three orders:
+/// each reply carries its own range's bytes, all from buffers of the export's READ pool
+/// (`bulk_lent_bytes`), and the pool makes no more buffers than READs were in flight. Over the
+/// in-memory link and kernel TCP (where a QP's own thread gathers each RDMA Write's bytes while
+/// the next READs are served: a buffer lent again too early shows another range's bytes).
+#[test]
+fn pipelined_large_reads_from_the_pool_get_their_own_bytes() {
+    const PARTS: usize = 10;
+    const PART: usize = 256 * 1024;
+    let dir = TempDir::new("pool");
+    let data = pattern(9, PARTS * PART);
+    std::fs::write(dir.0.join("big"), &data).unwrap();
+    let reads = |n: &mut Nfs| {
+        let root = n.root.clone();
+        let (fh, _) = n.lookup(&root, "big").unwrap();
+        let lent0 = ServerStats::get(&n._srv.stats().bulk_lent_bytes);
+        let opts = CallOpts {
+            write_chunks: vec![PART],
+            ..CallOpts::default()
+        };
+        for round in 0..3 {
+            let mut xids = Vec::new();
+            for i in 0..PARTS {
+                let part = (i * 3 + round) % PARTS;
+                let mut b = Body::new();
+                b.xdr().put_opaque(&fh);
+                b.xdr().put_u64((part * PART) as u64);
+                b.xdr().put_u32(PART as u32);
+                let xid = n.c.submit(NFS_PROG, NFS_V3, proc_::READ, b, &opts).unwrap();
+                xids.push((xid, part));
+            }
+            for (xid, part) in xids {
+                let r = n.c.wait(xid).unwrap();
+                let mut rr = success(&r);
+                assert_eq!(rr.xdr.get_u32().unwrap(), 0, "NFS3_OK");
+                parse_post_op_attr(&mut rr.xdr).unwrap();
+                assert_eq!(rr.xdr.get_u32().unwrap() as usize, PART);
+                let _eof = rr.xdr.get_bool().unwrap();
+                let d = rr.get_bulk(PART).unwrap().to_vec();
+                assert!(
+                    d == data[part * PART..(part + 1) * PART],
+                    "round {round}: the READ of part {part} returned other bytes"
+                );
+            }
+        }
+        assert_eq!(
+            ServerStats::get(&n._srv.stats().bulk_lent_bytes) - lent0,
+            (3 * PARTS * PART) as u64
+        );
+        let made = n.e.read_pool().buffers();
+        assert!(
+            (1..=PARTS).contains(&made),
+            "{made} pool buffers for {PARTS} READs in flight"
+        );
+    };
+    let mut n = over_memlink(&dir);
+    reads(&mut n);
+    let (s, e) = server(&dir);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    let mut n = Nfs {
+        c,
+        e,
+        root,
+        _srv: s,
+    };
+    reads(&mut n);
+    drop(n);
+    h.stop();
 }
 
 #[test]

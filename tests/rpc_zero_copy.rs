@@ -3,7 +3,8 @@
 //! client's write chunk straight from the store; the client hands the data back as a view of
 //! its write-chunk region. The server's `bulk_staged_bytes` counts every bulk byte that went
 //! through a buffer of its own instead: 0 here, over the in-memory link and kernel TCP, while a
-//! file-backed store (which has no registered memory) stages both directions.
+//! file-backed store (which has no registered memory) stages its WRITEs and reads its READs
+//! into buffers of a pool (`bulk_lent_bytes`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -140,18 +141,59 @@ fn write_read_1mib_never_staged_over_kernel_tcp() {
     h.stop();
 }
 
-/// The control: a file-backed store has no registered memory, so both directions are staged
-/// and counted (the counter is not stuck at 0).
+fn lent(s: &RdmaServer) -> u64 {
+    ServerStats::get(&s.stats().bulk_lent_bytes)
+}
+
+/// A file-backed store has no registered memory: a WRITE's data is staged (pulled into a
+/// region of its own, then written to the file) and counted (the counter is not stuck at 0),
+/// while a READ's is read from the file into a buffer of the store's pool and RDMA-Written
+/// from there (`bulk_lent_bytes`), not into a fresh `Vec` (staged).
 #[test]
-fn file_store_stages_and_is_counted() {
+fn file_store_stages_writes_and_lends_reads() {
     let path = std::env::temp_dir().join(format!("dpwarp-zc-{}", std::process::id()));
-    let (s, _store) = server(BlockStore::file(&path, 2 * MIB as u64).unwrap());
+    let (s, store) = server(BlockStore::file(&path, 2 * MIB as u64).unwrap());
     let mut c = mem_client(&s);
     let data = pattern(5, MIB);
     assert_eq!(write_status(&mut c, 0, data.clone()), Ok(MIB as u32));
     assert_eq!(read_chunk(&mut c, 0, MIB), data);
-    assert_eq!(counters(&s), (2 * MIB as u64, 0, MIB as u64));
+    assert_eq!(counters(&s), (MIB as u64, 0, MIB as u64));
+    assert_eq!(lent(&s), MIB as u64, "the READ went from the pool's buffer");
+    // Again: the same buffer (the reply is done with it).
+    assert_eq!(read_chunk(&mut c, 0, MIB), data);
+    assert_eq!(store.read_pool_buffers(), 1);
+    // A small READ (under 32 KiB) takes a buffer of its own, as before.
+    assert_eq!(read_chunk(&mut c, 100, 20_000), data[100..20_100]);
+    assert_eq!(counters(&s).0, MIB as u64 + 20_000);
     drop(c);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Many READs of a file store in flight at once, over the in-memory link and kernel TCP:
+/// every reply carries its own bytes (no pool buffer is lent again before its reply is done
+/// with it), nothing is staged, and the pool makes no more buffers than READs were in flight.
+#[test]
+fn pipelined_file_reads_get_their_own_bytes() {
+    const SLOTS: usize = 12;
+    let path = std::env::temp_dir().join(format!("dpwarp-zc-pipe-{}", std::process::id()));
+    let (s, store) = server(BlockStore::file(&path, (SLOTS * MIB) as u64).unwrap());
+    let mut c = mem_client(&s);
+    let n = rpc_common::pipelined_file_reads(&mut c, &store, SLOTS, 3);
+    drop(c);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    let n = n + rpc_common::pipelined_file_reads(&mut c, &store, SLOTS, 3);
+    drop(c);
+    h.stop();
+    assert_eq!(counters(&s).0, 0, "nothing staged");
+    assert_eq!(lent(&s), n, "every READ from the pool");
+    let made = store.read_pool_buffers();
+    assert!(
+        (1..=SLOTS).contains(&made),
+        "{made} pool buffers for {SLOTS} READs in flight"
+    );
     let _ = std::fs::remove_file(&path);
 }
 

@@ -38,6 +38,7 @@ use rustix::fs::{
 
 use super::xdr::{ftype, Fattr3, NfsTime, Sattr3, SetTime, StableHow, Wcc};
 use super::Stat;
+use crate::rpc::program::BulkPool;
 use crate::wire::oncrpc::Auth;
 
 /// Encoded file-handle length.
@@ -127,9 +128,19 @@ pub struct Export {
     secret: [u8; 32],
     verf: [u8; 8],
     table: Mutex<HashMap<(u64, u64), Entry>>,
+    /// The buffers large READs are read into ([`Export::read_pool`]).
+    read_pool: BulkPool,
     /// Refuse every change with NFS3ERR_ROFS.
     pub read_only: bool,
 }
+
+/// READs asking this much or more are read into a buffer of [`Export::read_pool`]; smaller
+/// ones into a `Vec` of their own (no pass worth sparing, and they mostly go inline).
+pub const POOLED_READ_MIN: u32 = 32 * 1024;
+
+/// Buffers of [`MAX_IO`] octets in the READ pool at most (this many MiB, made as needed):
+/// READs in flight at once beyond it use buffers of their own.
+const POOLED_READ_BUFFERS: usize = 64;
 
 fn resolve_flags() -> ResolveFlags {
     ResolveFlags::BENEATH
@@ -220,6 +231,7 @@ impl Export {
             secret,
             verf,
             table: Mutex::new(HashMap::new()),
+            read_pool: BulkPool::new(MAX_IO as usize, POOLED_READ_BUFFERS),
             read_only: false,
         };
         let st = rfs::fstat(&e.root)?;
@@ -439,6 +451,13 @@ impl Export {
         Ok(o)
     }
 
+    /// The buffers READ results of [`POOLED_READ_MIN`] octets or more are read into and
+    /// RDMA-Written from ([`BulkPool`]: no zeroing pass, no fresh pages, no allocation per
+    /// call).
+    pub fn read_pool(&self) -> &BulkPool {
+        &self.read_pool
+    }
+
     /// READLINK (RFC 1813 §3.3.5): the target, never resolved by the server.
     pub fn readlink(&self, o: &Obj) -> Result<Vec<u8>, Stat> {
         if o.ftype() != ftype::LNK {
@@ -456,6 +475,25 @@ impl Export {
         offset: u64,
         count: u32,
     ) -> Result<(Vec<u8>, bool), Stat> {
+        let mut buf = Vec::new();
+        let eof = self.read_with(c, o, offset, count, |want| {
+            buf.resize(want, 0);
+            &mut buf[..]
+        })?;
+        Ok((buf, eof.1))
+    }
+
+    /// READ into the memory `buf_for` gives for the number of bytes wanted (at most `count`
+    /// and [`MAX_IO`]; no more than it gives are read): the bytes read (fewer at the end of the
+    /// file), and whether that reached EOF. Only the bytes read are written.
+    pub fn read_with<'b>(
+        &self,
+        c: &Cred,
+        o: &Obj,
+        offset: u64,
+        count: u32,
+        buf_for: impl FnOnce(usize) -> &'b mut [u8],
+    ) -> Result<(usize, bool), Stat> {
         match o.ftype() {
             ftype::REG => {}
             ftype::DIR => return Err(Stat::IsDir),
@@ -467,19 +505,19 @@ impl Export {
         let f = File::from(self.open_rel(&o.path, OFlags::RDONLY, Mode::empty())?);
         let size = f.metadata()?.len();
         let want = (count.min(MAX_IO) as u64).min(size.saturating_sub(offset)) as usize;
-        let mut buf = vec![0u8; want];
+        let buf = buf_for(want);
+        let want = want.min(buf.len());
         let mut got = 0;
         while got < want {
-            match f.read_at(&mut buf[got..], offset + got as u64) {
+            match f.read_at(&mut buf[got..want], offset + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        buf.truncate(got);
         let eof = offset.saturating_add(got as u64) >= size;
-        Ok((buf, eof))
+        Ok((got, eof))
     }
 
     /// WRITE (RFC 1813 §3.3.7): `data` at `offset`, made as stable as `stable` asks; returns

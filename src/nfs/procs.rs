@@ -9,13 +9,14 @@
 
 use std::sync::Arc;
 
-use super::export::{Cred, Export, Obj, MAX_IO};
+use super::export::{Cred, Export, Obj, MAX_IO, POOLED_READ_MIN};
 use super::xdr::{
     emit_post_op_attr, emit_post_op_fh, parse_diropargs, parse_fh, Fattr3, NfsTime, Sattr3,
     StableHow, Wcc, FATTR3_LEN, MAX_PATH, VERFSIZE,
 };
 use super::{proc_, Stat, NFS_PROG, NFS_V3};
 use crate::rpc::program::{garbage, ArgReader, Body, Registry};
+use crate::verbs::SharedMem;
 use crate::wire::oncrpc::{AcceptStat, CallRepr};
 
 type Res = core::result::Result<Body, AcceptStat>;
@@ -170,13 +171,40 @@ fn read(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
-    match e.read(c, &o, offset, count) {
+    // A large READ lands in a pool's buffer and is RDMA-Written from there (docs/nfs.md).
+    enum Data {
+        Own(Vec<u8>),
+        Lent(SharedMem, usize),
+    }
+    let pooled = (count >= POOLED_READ_MIN)
+        .then(|| e.read_pool().take(count.min(MAX_IO) as usize))
+        .flatten();
+    let read = match pooled {
+        Some(mem) => {
+            let r = {
+                let mut g = mem.bytes_mut();
+                e.read_with(c, &o, offset, count, |_| &mut g[..])
+            };
+            r.map(|(n, eof)| (Data::Lent(mem, n), eof))
+        }
+        None => e
+            .read(c, &o, offset, count)
+            .map(|(d, eof)| (Data::Own(d), eof)),
+    };
+    match read {
         Ok((data, eof)) => {
             status(&mut b, Stat::Ok);
             emit_post_op_attr(b.xdr(), e.attrs(&o).as_ref());
-            b.xdr().put_u32(data.len() as u32);
+            let n = match &data {
+                Data::Own(d) => d.len(),
+                Data::Lent(_, n) => *n,
+            };
+            b.xdr().put_u32(n as u32);
             b.xdr().put_bool(eof);
-            b.put_bulk(data);
+            match data {
+                Data::Own(d) => b.put_bulk(d),
+                Data::Lent(mem, n) => b.put_bulk_region(&mem, 0, n),
+            }
         }
         Err(s) => {
             status(&mut b, s);

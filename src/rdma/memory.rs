@@ -725,6 +725,7 @@ impl Mr {
     pub fn shared(&self) -> SharedMem {
         SharedMem {
             data: self.region.data.clone(),
+            lent: false,
         }
     }
 }
@@ -815,6 +816,10 @@ impl Mr {
 #[derive(Clone)]
 pub struct SharedMem {
     data: Arc<Bytes>,
+    /// Lent for one use at a time (a buffer of a pool, `rpc::program::BulkPool`): whoever
+    /// registers it keeps the registration only while that use lasts, so that the memory
+    /// comes back to its pool.
+    lent: bool,
 }
 
 impl SharedMem {
@@ -826,7 +831,25 @@ impl SharedMem {
     pub fn from_vec(data: Vec<u8>) -> Self {
         SharedMem {
             data: Arc::new(Bytes::new(data.into_boxed_slice())),
+            lent: false,
         }
+    }
+    /// `len` zeroed bytes that a pool lends for one use at a time ([`SharedMem::is_lent`]).
+    pub fn new_lent(len: usize) -> Self {
+        SharedMem {
+            lent: true,
+            ..SharedMem::new(len)
+        }
+    }
+    /// Whether the memory is lent for one use at a time: registrations of it are not to be
+    /// kept beyond the work request that uses it.
+    pub fn is_lent(&self) -> bool {
+        self.lent
+    }
+    /// Whether this handle is the only one: no other handle, and no region over the memory
+    /// (a registration holds the bytes until it is deregistered and its last `Mr` dropped).
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.data) == 1
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {

@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::client::{BulkView, ReplyReader};
-use super::program::{garbage, Body, Bulk, Placement, Registry};
+use super::program::{garbage, Body, Bulk, BulkPool, Placement, Registry};
 use crate::verbs::SharedMem;
 use crate::wire::xdr::XdrReader;
 
@@ -60,8 +60,21 @@ pub const MAX_IO: usize = 16 << 20;
 
 enum Backing {
     Memory(SharedMem),
-    File(File),
+    /// A file, and the buffers its READ results are read into ([`BulkPool`]).
+    File(File, BulkPool),
 }
+
+/// READ results of a file store from this size up to [`POOLED_READ_MAX`] are read into a
+/// pool's buffer; others into a `Vec` of their own (small ones have no pass worth sparing and
+/// mostly go inline).
+const POOLED_READ_MIN: usize = 32 * 1024;
+
+/// The size of a file store's pool buffers (1 MiB: the usual largest READ, as NFS's rtmax).
+const POOLED_READ_MAX: usize = 1 << 20;
+
+/// Buffers of a file store's pool at most: READs in flight at once before the rest use
+/// buffers of their own (memory: this many MiB at most, made as needed).
+const POOLED_READ_BUFFERS: usize = 64;
 
 /// A block store.
 pub struct BlockStore {
@@ -97,7 +110,7 @@ impl BlockStore {
             f.set_len(size)?;
         }
         Ok(BlockStore {
-            backing: Backing::File(f),
+            backing: Backing::File(f, BulkPool::new(POOLED_READ_MAX, POOLED_READ_BUFFERS)),
             size,
             block_size: 4096,
             read_only: false,
@@ -109,7 +122,16 @@ impl BlockStore {
     pub fn memory_region(&self) -> Option<&SharedMem> {
         match &self.backing {
             Backing::Memory(m) => Some(m),
-            Backing::File(_) => None,
+            Backing::File(..) => None,
+        }
+    }
+
+    /// Buffers the file store's READ pool has made so far (0 for a memory store): at most
+    /// the READs of 32 KiB to 1 MiB that were in flight at once, up to 64.
+    pub fn read_pool_buffers(&self) -> usize {
+        match &self.backing {
+            Backing::File(_, pool) => pool.buffers(),
+            Backing::Memory(_) => 0,
         }
     }
 
@@ -133,24 +155,38 @@ impl BlockStore {
         self.range(off, len)?;
         match &self.backing {
             Backing::Memory(m) => Ok(m.bytes()[off as usize..off as usize + len].to_vec()),
-            Backing::File(f) => {
+            Backing::File(f, _) => {
                 let mut v = vec![0u8; len];
-                f.read_exact_at(&mut v, off).map_err(|e| {
-                    log::warn!("block: read at {off}: {e}");
-                    BLK_EIO
-                })?;
+                read_file(f, off, &mut v)?;
                 Ok(v)
             }
         }
     }
 
     /// READ results for `len` bytes at `off`: the memory store's bytes in place (RDMA-Written
-    /// from the store), a file's read into a buffer, or a `BLK_*` status.
+    /// from the store), a file's read into a pool's buffer (RDMA-Written from there) or into a
+    /// `Vec`, or a `BLK_*` status.
     fn read_into(&self, b: &mut Body, off: u64, len: usize) {
-        if let (Backing::Memory(m), Ok(())) = (&self.backing, self.range(off, len)) {
-            b.xdr().put_u32(BLK_OK);
-            b.put_bulk_region(m, off as usize, len);
-            return;
+        match (&self.backing, self.range(off, len)) {
+            (Backing::Memory(m), Ok(())) => {
+                b.xdr().put_u32(BLK_OK);
+                b.put_bulk_region(m, off as usize, len);
+                return;
+            }
+            (Backing::File(f, pool), Ok(())) if len >= POOLED_READ_MIN => {
+                if let Some(buf) = pool.take(len) {
+                    let read = read_file(f, off, &mut buf.bytes_mut()[..len]);
+                    match read {
+                        Ok(()) => {
+                            b.xdr().put_u32(BLK_OK);
+                            b.put_bulk_region(&buf, 0, len);
+                        }
+                        Err(st) => b.xdr().put_u32(st),
+                    }
+                    return;
+                }
+            }
+            _ => {}
         }
         match self.read(off, len) {
             Ok(d) => {
@@ -183,7 +219,7 @@ impl BlockStore {
                 m.bytes_mut()[off as usize..off as usize + data.len()].copy_from_slice(data);
                 Ok(())
             }
-            Backing::File(f) => f.write_all_at(data, off).map_err(|e| {
+            Backing::File(f, _) => f.write_all_at(data, off).map_err(|e| {
                 log::warn!("block: write at {off}: {e}");
                 BLK_EIO
             }),
@@ -191,10 +227,18 @@ impl BlockStore {
     }
 }
 
+/// `buf.len()` bytes of `f` at `off`, or `BLK_EIO`.
+fn read_file(f: &File, off: u64, buf: &mut [u8]) -> Result<(), u32> {
+    f.read_exact_at(buf, off).map_err(|e| {
+        log::warn!("block: read at {off}: {e}");
+        BLK_EIO
+    })
+}
+
 /// Register NULL, READ, WRITE and GETATTR for `store`.
 pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
     // File I/O may block: such calls leave a run-to-completion worker for the handler pool.
-    let file_backed = matches!(store.backing, Backing::File(_));
+    let file_backed = matches!(store.backing, Backing::File(..));
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_NULL, |_, _| Ok(Body::new()));
     let s = store.clone();
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_READ, move |_, a| {

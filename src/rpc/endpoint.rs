@@ -228,9 +228,15 @@ impl Endpoint {
     /// `mem` registered in this connection's PD for local access (RDMA Write source, RDMA
     /// Read sink; the peer gets no rights to it), and what a work request using it holds until
     /// its Send completes. The first [`MAX_SHARED`] memories stay registered for the
-    /// connection's life; others are registered for the one request and deregistered when it
-    /// completes.
+    /// connection's life; others, and memory lent by a pool ([`SharedMem::is_lent`]), are
+    /// registered for the one request and deregistered when it completes.
     pub fn shared(&mut self, mem: &SharedMem) -> (Mr, Res) {
+        if mem.is_lent() {
+            // A pool's buffer (`program::BulkPool`): registered for this request only, so that
+            // it is free again once the request is done.
+            let mr = self.pd.reg_mr_shared(mem, Access::LOCAL_WRITE);
+            return (mr.clone(), Res::Adopted(mr));
+        }
         if let Some((_, mr)) = self.shared.iter().find(|(m, _)| m.same(mem)) {
             return (mr.clone(), Res::Kept(mr.clone()));
         }

@@ -15,7 +15,7 @@
 //! [`Bulk::Placed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::verbs::SharedMem;
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat, AUTH_BADCRED};
@@ -206,6 +206,61 @@ impl Piece {
             Piece::Bulk(d) => Some(d.len()),
             Piece::Region { len, .. } => Some(*len),
         }
+    }
+}
+
+/// Buffers of memory that handlers read bulk results into (a file's bytes for a READ) and
+/// return with [`Body::put_bulk_region`], lent for one reply at a time
+/// ([`SharedMem::is_lent`]).
+///
+/// Against a fresh `Vec` per call, the bytes land in memory that was written before: no
+/// zeroing pass over it, no fresh pages to fault in, no allocation of a megabyte (issue 10's
+/// "count passes over payload bytes"). The server registers a lent buffer for the one reply
+/// and deregisters it when the reply's Send completes (`Endpoint::shared`); the buffer is free
+/// again once nothing holds it ([`SharedMem::is_unique`]), which needs no hand-back and so
+/// survives a connection that dies with the reply in flight.
+///
+/// At most `max` buffers of `buf_len` bytes are ever made, as they are first needed; when all
+/// are in use [`BulkPool::take`] answers `None` and the handler uses a buffer of its own.
+pub struct BulkPool {
+    buf_len: usize,
+    max: usize,
+    bufs: Mutex<Vec<SharedMem>>,
+}
+
+impl BulkPool {
+    /// A pool of at most `max` buffers of `buf_len` bytes (none made yet).
+    pub fn new(buf_len: usize, max: usize) -> Self {
+        BulkPool {
+            buf_len,
+            max,
+            bufs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A buffer of at least `len` bytes that nothing else holds, or `None` if `len` is larger
+    /// than the pool's buffers or all `max` of them are in use. The buffer's bytes are what
+    /// its last use left there: fill what the result needs, and name only that.
+    pub fn take(&self, len: usize) -> Option<SharedMem> {
+        if len > self.buf_len {
+            return None;
+        }
+        let mut bufs = self.bufs.lock().unwrap_or_else(|p| p.into_inner());
+        // Unique under the lock: no other handle exists to clone it from meanwhile.
+        if let Some(m) = bufs.iter().find(|m| m.is_unique()) {
+            return Some(m.clone());
+        }
+        if bufs.len() >= self.max {
+            return None;
+        }
+        let m = SharedMem::new_lent(self.buf_len);
+        bufs.push(m.clone());
+        Some(m)
+    }
+
+    /// Buffers made so far (at most `max`).
+    pub fn buffers(&self) -> usize {
+        self.bufs.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -495,6 +550,47 @@ pub fn garbage(e: Error) -> AcceptStat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool lends a buffer again only once nothing holds it: not while a body (a reply in
+    /// flight) or a registration of it does; it makes at most `max` and refuses larger asks.
+    #[test]
+    fn bulk_pool_lends_a_buffer_again_only_when_it_is_free() {
+        let pool = BulkPool::new(4096, 2);
+        assert_eq!(pool.buffers(), 0, "nothing made before it is needed");
+        assert!(pool.take(4097).is_none(), "larger than the buffers");
+        let a = pool.take(100).unwrap();
+        assert!(a.is_lent() && a.len() == 4096);
+        a.bytes_mut()[..3].copy_from_slice(b"abc");
+        let mut body = Body::new();
+        body.put_bulk_region(&a, 0, 3);
+        drop(a);
+        // The body holds the first buffer: a second is made, then the pool is exhausted.
+        let b = pool.take(4096).unwrap();
+        let table = crate::rdma::memory::MemoryTable::new();
+        let mr = table.register_shared(
+            crate::rdma::memory::PdId(1),
+            &b,
+            crate::rdma::memory::Access(0),
+        );
+        drop(b);
+        assert!(pool.take(1).is_none(), "both in use");
+        assert_eq!(pool.buffers(), 2);
+        // The reply's body goes: its buffer is lent again, with what it held.
+        assert_eq!(body.pieces.len(), 1);
+        drop(body);
+        let again = pool.take(1).unwrap();
+        assert_eq!(
+            &again.bytes()[..3],
+            b"abc",
+            "the same memory, not a new one"
+        );
+        assert!(pool.take(1).is_none(), "the registered one is still held");
+        // Deregistered and its last handle dropped: free again.
+        assert!(table.deregister(mr.stag()));
+        drop(mr);
+        assert!(pool.take(1).is_some());
+        assert_eq!(pool.buffers(), 2, "never more than max");
+    }
 
     #[test]
     fn bulk_from_chunk_with_or_without_roundup() {

@@ -149,6 +149,10 @@ pub struct ServerStats {
     /// Read-chunk bytes RDMA Read straight into a procedure's registered memory
     /// ([`Registry::register_with_placement`]).
     pub bulk_placed_bytes: AtomicU64,
+    /// Bulk result bytes RDMA Written into write chunks from a buffer a handler borrowed from
+    /// a pool and filled ([`super::program::BulkPool`]: a file's bytes read straight into
+    /// memory registered for the reply).
+    pub bulk_lent_bytes: AtomicU64,
 }
 
 impl ServerStats {
@@ -1470,6 +1474,9 @@ impl ConnServer {
                     let written = match p {
                         // Zero-copy READ: written straight from the handler's registered memory.
                         Piece::Region { mem, offset, .. } => {
+                            if mem.is_lent() {
+                                bump(&self.stats.bulk_lent_bytes, n as u64);
+                            }
                             let (mr, held) = self.ep.shared(mem);
                             staged.push(held);
                             self.ep.rdma_write(&mr, *offset, n, wc)

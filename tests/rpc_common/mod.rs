@@ -197,3 +197,53 @@ pub fn threads() -> Vec<(String, String)> {
     }
     out
 }
+
+/// A file store's READ pool under load: `slots` distinct 1 MiB patterns written into the file
+/// behind the server's back, then `rounds` times every slot READ with all of them in flight at
+/// once (each into a write chunk), every reply checked against its own slot. A buffer lent
+/// again while an earlier reply still needed it would show another slot's bytes. Returns the
+/// bytes read.
+pub fn pipelined_file_reads(
+    c: &mut RdmaClient,
+    store: &BlockStore,
+    slots: usize,
+    rounds: usize,
+) -> u64 {
+    const MIB: usize = 1 << 20;
+    let data: Vec<Vec<u8>> = (0..slots).map(|i| pattern(i as u8 ^ 0x5a, MIB)).collect();
+    for (i, d) in data.iter().enumerate() {
+        store.write((i * MIB) as u64, d).expect("store write");
+    }
+    let opts = CallOpts {
+        write_chunks: vec![MIB],
+        reply_chunk: None,
+        segments: 0,
+    };
+    for round in 0..rounds {
+        let mut xids = Vec::new();
+        for i in 0..slots {
+            // Each round in another order, so that buffers meet other slots.
+            let slot = (i * 7 + round) % slots;
+            let xid = c
+                .submit(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_READ,
+                    block::read_args((slot * MIB) as u64, MIB as u32),
+                    &opts,
+                )
+                .expect("READ submitted");
+            xids.push((xid, slot));
+        }
+        for (xid, slot) in xids {
+            let rep = c.wait(xid).expect("READ answered");
+            let mut r = rep.results().expect("SUCCESS");
+            let got = block::decode_read(&mut r).unwrap().expect("BLK_OK");
+            assert!(
+                got == data[slot],
+                "round {round}: the READ of slot {slot} returned other bytes"
+            );
+        }
+    }
+    (slots * rounds * MIB) as u64
+}

@@ -202,6 +202,7 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(p) = ph {
         p.stop();
     }
+    crate::rpc_server::log_server_stats("nfs-server", &server);
     if let Some(dp) = &l._dp {
         crate::net::log_device_stats(dp);
     }

@@ -20,7 +20,7 @@ use dpwarp::config::{parse_cidr, DataplaneConfig};
 use dpwarp::dataplane::{Dataplane, WorkerMode};
 use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle, ServerStats};
 use dpwarp::rpc::tcp;
 use dpwarp::wire::xdr::Padding;
 
@@ -257,6 +257,23 @@ pub fn dataplane_path(
 /// Serve until `duration` seconds (if any) have passed or SIGTERM or SIGINT arrives (a
 /// service manager's stop, Ctrl-C): the servers' main loop. Returns the signal's name if one
 /// ended it, so that the caller stops its listeners and logs its counters before exiting.
+/// The server's counters at stop (info level): connections, calls, and where the bulk bytes
+/// went (docs/rpc.md "Zero-copy bulk").
+pub fn log_server_stats(tool: &str, s: &RdmaServer) {
+    let st = s.stats();
+    let g = |c| ServerStats::get(c);
+    log::info!(
+        "{tool}: {} connections, {} calls; bulk octets RDMA-Written {} (from pool buffers {}), \
+         RDMA-Read into place {}, through buffers of their own {}",
+        g(&st.connections),
+        g(&st.calls),
+        g(&st.bytes_written),
+        g(&st.bulk_lent_bytes),
+        g(&st.bulk_placed_bytes),
+        g(&st.bulk_staged_bytes)
+    );
+}
+
 pub fn serve_until(duration: Option<u64>) -> Result<Option<&'static str>, String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = Vec::new();
@@ -409,6 +426,7 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(t) = th {
         t.stop();
     }
+    log_server_stats("rpc-server", &server);
     if let Some(dp) = &l._dp {
         crate::net::log_device_stats(dp);
     }
