@@ -664,6 +664,22 @@ fn forged_and_stale_handles_are_refused() {
         r == Err(Stat::Stale.code()),
         "a new file at the old path is not the old handle's object: {r:?}"
     );
+    // READ opens a regular file's handle for reading at once (Export::resolve_for_read): by a
+    // replaced file's handle it is stale too, and a FIFO put at the path (no writer: a
+    // blocking open would wait for good) is not waited on and is not read.
+    assert_eq!(n.read(&fh, 0, 10, 0), Err(Stat::Stale.code()));
+    let (fresh, _) = n.lookup(&root, "secret").unwrap();
+    assert_eq!(n.read(&fresh, 0, 10, 0).unwrap().0, b"new");
+    std::fs::remove_file(dir.0.join("secret")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &dir.0.join("secret"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+    assert_eq!(n.read(&fresh, 0, 10, 0), Err(Stat::Stale.code()));
     // Sanity: the export root handle still works.
     assert!(n.getattr(&root).is_ok());
     let _ = n.e.root_path();

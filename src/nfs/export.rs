@@ -90,6 +90,8 @@ pub struct Obj {
     /// Its attributes when opened.
     pub st: rfs::Stat,
     gen: u64,
+    /// `fd` is open for reading (`Export::resolve_for_read`), not `O_PATH`.
+    readable: bool,
 }
 
 impl Obj {
@@ -119,6 +121,9 @@ fn ftype_of(mode: u32) -> u32 {
 struct Entry {
     path: PathBuf,
     gen: u64,
+    /// A regular file when its handle was given out (the type of an inode never changes, and
+    /// `gen` tells a reused inode apart): READ may open it for reading at once.
+    regular: bool,
 }
 
 /// An exported directory.
@@ -241,6 +246,7 @@ impl Export {
             Entry {
                 path: PathBuf::new(),
                 gen,
+                regular: false,
             },
         );
         Ok(e)
@@ -310,7 +316,12 @@ impl Export {
     }
 
     fn open_obj(&self, rel: &Path) -> Result<Obj, Stat> {
-        let fd = self.open_rel(rel, OFlags::PATH, Mode::empty())?;
+        self.open_obj_as(rel, OFlags::PATH)
+    }
+
+    /// `rel` opened with `flags` (`O_PATH`, or `O_RDONLY` for a READ of a regular file).
+    fn open_obj_as(&self, rel: &Path, flags: OFlags) -> Result<Obj, Stat> {
+        let fd = self.open_rel(rel, flags, Mode::empty())?;
         let st = rfs::fstat(&fd)?;
         let gen = generation(&fd);
         Ok(Obj {
@@ -318,6 +329,7 @@ impl Export {
             fd,
             st,
             gen,
+            readable: !flags.contains(OFlags::PATH),
         })
     }
 
@@ -331,6 +343,7 @@ impl Export {
             Entry {
                 path: o.path.clone(),
                 gen: o.gen,
+                regular: o.ftype() == ftype::REG,
             },
         );
         Ok(())
@@ -343,6 +356,18 @@ impl Export {
     /// Resolve a file handle (RFC 1813 §2.4): NFS3ERR_BADHANDLE if it is not one of ours,
     /// NFS3ERR_STALE if its object is gone.
     pub fn resolve(&self, fh: &[u8]) -> Result<Obj, Stat> {
+        self.resolve_as(fh, false)
+    }
+
+    /// [`Export::resolve`] for a READ: a handle given out for a regular file is opened for
+    /// reading at once (non-blocking, as every open for I/O here), so that the READ needs no
+    /// second walk of its path and no second descriptor (docs/nfs.md "Bulk data"). Whatever
+    /// the path leads to now is checked to be that same file before anything is read.
+    pub fn resolve_for_read(&self, fh: &[u8]) -> Result<Obj, Stat> {
+        self.resolve_as(fh, true)
+    }
+
+    fn resolve_as(&self, fh: &[u8], read: bool) -> Result<Obj, Stat> {
         if fh.len() != FH_LEN || &fh[..4] != FH_TAG {
             return Err(Stat::BadHandle);
         }
@@ -357,7 +382,13 @@ impl Export {
         if e.gen != gen {
             return Err(Stat::Stale);
         }
-        let o = self.open_obj(&e.path).map_err(|_| Stat::Stale)?;
+        // RDONLY is the empty flag set: a READ's open is `O_RDONLY | O_NONBLOCK` (open_rel).
+        let flags = if read && e.regular {
+            OFlags::RDONLY
+        } else {
+            OFlags::PATH
+        };
+        let o = self.open_obj_as(&e.path, flags).map_err(|_| Stat::Stale)?;
         if o.key() != (dev, ino) || o.gen != gen {
             return Err(Stat::Stale);
         }
@@ -502,17 +533,24 @@ impl Export {
         if c.uid != o.st.st_uid {
             Self::need(c, &o.st, 4)?;
         }
-        let f = File::from(self.open_rel(&o.path, OFlags::RDONLY, Mode::empty())?);
-        let size = f.metadata()?.len();
+        // Opened for reading by `resolve_for_read`: its size is the one fstat just gave.
+        let opened;
+        let (f, size): (&OwnedFd, u64) = if o.readable {
+            (&o.fd, o.st.st_size as u64)
+        } else {
+            opened = self.open_rel(&o.path, OFlags::RDONLY, Mode::empty())?;
+            let size = rfs::fstat(&opened)?.st_size as u64;
+            (&opened, size)
+        };
         let want = (count.min(MAX_IO) as u64).min(size.saturating_sub(offset)) as usize;
         let buf = buf_for(want);
         let want = want.min(buf.len());
         let mut got = 0;
         while got < want {
-            match f.read_at(&mut buf[got..want], offset + got as u64) {
+            match rustix::io::pread(f, &mut buf[got..want], offset + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -168,8 +168,13 @@ fn read(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let offset = a.xdr.get_u64().map_err(garbage)?;
     let count = a.xdr.get_u32().map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
-        return Ok(b);
+    let o = match e.resolve_for_read(fh) {
+        Ok(o) => o,
+        Err(s) => {
+            status(&mut b, s);
+            emit_post_op_attr(b.xdr(), None);
+            return Ok(b);
+        }
     };
     // A large READ lands in a pool's buffer and is RDMA-Written from there (docs/nfs.md).
     enum Data {

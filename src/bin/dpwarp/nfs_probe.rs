@@ -4,10 +4,11 @@
 //! (port 20049, RFC 8267 §6.3 / the Linux default) NFS NULL, FSINFO and GETATTR on that handle
 //! (RFC 1813 §3.3.19, §3.3.1). The MPA Request carries RFC 8797 connection private data as
 //! the Linux client's does, and no CONFIG_RDMA is sent (RFC 8166 peers do not know it).
-//! Prints one JSON object.
+//! With `--read NAME` it then READs that file as a load (READs/s, Gbit/s, latency), against
+//! dpwarp's `nfs-server` or any other NFS/RDMA server. Prints one JSON object.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use dpwarp::cm::{ConnParam, Net};
@@ -39,9 +40,27 @@ pub struct Args {
     /// The server's rpcbind port (TCP).
     #[arg(long, default_value_t = 111)]
     pub rpcbind_port: u16,
+    /// Where rpcbind and MOUNT are, when not at --server (the Linux mount option of that
+    /// name): e.g. an NFS server on a DPDK port whose MOUNT is on the kernel stack.
+    #[arg(long)]
+    pub mountaddr: Option<IpAddr>,
     /// Ask for MPA CRC32c (the Linux NFS/RDMA client does not).
     #[arg(long)]
     pub crc: bool,
+    /// Then READ this file of the export's root (LOOKUP by name) for --seconds, --credits
+    /// READs of --size octets in flight, each into a write chunk, from offset 0 through the
+    /// file and around again: READs/s, Gbit/s (octets that arrived) and the READ's latency.
+    #[arg(long, value_name = "NAME")]
+    pub read: Option<String>,
+    /// Octets per READ (--read), at most the server's rtmax.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub size: u32,
+    /// READs in flight (--read; the server's credit grant may allow fewer).
+    #[arg(long, default_value_t = 32)]
+    pub credits: u32,
+    /// Seconds of READs (--read).
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
     /// Transport of the RDMA side (MOUNT and rpcbind always go over kernel TCP).
     #[command(flatten)]
     pub net: NetArgs,
@@ -68,7 +87,8 @@ fn tcp_call(
 
 pub fn run(a: Args) -> Result<(), String> {
     // rpcbind: where is MOUNT v3 over TCP?
-    let pmap = SocketAddr::new(a.server, a.rpcbind_port);
+    let mountaddr = a.mountaddr.unwrap_or(a.server);
+    let pmap = SocketAddr::new(mountaddr, a.rpcbind_port);
     let mut b = Body::new();
     for v in [MOUNT_PROG, MOUNT_V3, IPPROTO_TCP, 0] {
         b.xdr().put_u32(v);
@@ -83,7 +103,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let mut b = Body::new();
     b.xdr().put_opaque(a.export.as_bytes());
     let res = tcp_call(
-        SocketAddr::new(a.server, mount_port as u16),
+        SocketAddr::new(mountaddr, mount_port as u16),
         MOUNT_PROG,
         MOUNT_V3,
         mproc::MNT,
@@ -167,8 +187,12 @@ pub fn run(a: Args) -> Result<(), String> {
         return Err(format!("GETATTR: nfsstat3 {st}"));
     }
     let attr = Fattr3::parse(&mut r.xdr).map_err(|e| e.to_string())?;
+    let read = match &a.read {
+        Some(name) => Some(read_load(&mut c, &fh, name, &a, f[0])?),
+        None => None,
+    };
     c.disconnect();
-    let out = serde_json::json!({
+    let mut out = serde_json::json!({
         "server": a.server.to_string(),
         "export": a.export,
         "transport": net.name(),
@@ -189,6 +213,110 @@ pub fn run(a: Args) -> Result<(), String> {
         },
         "getattr": {"type": attr.ftype, "mode": attr.mode, "nlink": attr.nlink},
     });
+    if let Some(r) = read {
+        out["read"] = r;
+    }
     println!("{out}");
     Ok(())
+}
+
+/// `--read NAME`: LOOKUP `name` in the root `dir`, then READs of `a.size` octets (at most
+/// `rtmax`) with `a.credits` in flight for `a.seconds`, sequentially through the file and around
+/// again, each into a write chunk (RFC 8267 §4.1: READ data is DDP-eligible). Every reply is
+/// checked: NFS3_OK and the count the offset asks for.
+fn read_load(
+    c: &mut RdmaClient,
+    dir: &[u8],
+    name: &str,
+    a: &Args,
+    rtmax: u32,
+) -> Result<serde_json::Value, String> {
+    let mut b = Body::new();
+    b.xdr().put_opaque(dir);
+    b.xdr().put_opaque(name.as_bytes());
+    let rep = c
+        .call(NFS_PROG, NFS_V3, proc3::LOOKUP, b, &CallOpts::default())
+        .map_err(|e| format!("LOOKUP {name}: {e}"))?;
+    let mut r = rep.results().map_err(|s| format!("LOOKUP {name}: {s:?}"))?;
+    let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
+    if st != 0 {
+        return Err(format!("LOOKUP {name}: nfsstat3 {st}"));
+    }
+    let fh = r.xdr.get_opaque(64).map_err(|e| e.to_string())?.to_vec();
+    let attr = parse_post_op_attr(&mut r.xdr)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("LOOKUP {name}: no attributes"))?;
+    let file_size = attr.size;
+    let size = a.size.min(rtmax.max(1)).max(1);
+    if file_size < u64::from(size) {
+        return Err(format!(
+            "--read {name}: the file has {file_size} octets, fewer than one READ of {size}"
+        ));
+    }
+    // Whole READs only: the last offset that still has `size` octets before the end.
+    let slots = file_size / u64::from(size);
+    let opts = CallOpts {
+        write_chunks: vec![size as usize],
+        ..CallOpts::default()
+    };
+    let read_args = |off: u64| {
+        let mut b = Body::new();
+        b.xdr().put_opaque(&fh);
+        b.xdr().put_u64(off);
+        b.xdr().put_u32(size);
+        b
+    };
+    let mut sent = std::collections::HashMap::new();
+    let mut lat = dpwarp::latency::Recorder::new();
+    let (mut next, mut reads, mut octets) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds.max(0.01));
+    loop {
+        while sent.len() < a.credits.max(1) as usize && Instant::now() < end {
+            let off = (next % slots) * u64::from(size);
+            next += 1;
+            let xid = c
+                .submit(NFS_PROG, NFS_V3, proc3::READ, read_args(off), &opts)
+                .map_err(|e| format!("READ: {e}"))?;
+            sent.insert(xid, Instant::now());
+        }
+        if sent.is_empty() {
+            break;
+        }
+        let (xid, rep) = c.wait_any().map_err(|e| format!("READ: {e}"))?;
+        let t0 = sent.remove(&xid).ok_or("READ: a reply to no READ")?;
+        lat.record_ns(t0.elapsed().as_nanos() as u64);
+        let rep = rep.map_err(|e| format!("READ: {e}"))?;
+        let mut r = rep.results().map_err(|s| format!("READ: {s:?}"))?;
+        let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
+        if st != 0 {
+            return Err(format!("READ: nfsstat3 {st}"));
+        }
+        parse_post_op_attr(&mut r.xdr).map_err(|e| e.to_string())?;
+        let count = r.xdr.get_u32().map_err(|e| e.to_string())?;
+        let _eof = r.xdr.get_bool().map_err(|e| e.to_string())?;
+        let data = r.get_bulk(size as usize).map_err(|e| e.to_string())?;
+        if count != size || data.len() != size as usize {
+            return Err(format!(
+                "READ: {count} octets (data {}), {size} asked",
+                data.len()
+            ));
+        }
+        reads += 1;
+        octets += u64::from(count);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(serde_json::json!({
+        "file": name,
+        "file_size": file_size,
+        "size": size,
+        "credits": a.credits,
+        "max_in_flight": c.stats.max_in_flight,
+        "reads": reads,
+        "seconds": secs,
+        "reads_per_s": reads as f64 / secs,
+        "gbps": octets as f64 * 8.0 / secs / 1e9,
+        "p50_us": lat.quantile_us(0.5),
+        "p99_us": lat.quantile_us(0.99),
+    }))
 }
