@@ -673,7 +673,7 @@ fn forged_and_stale_handles_are_refused() {
     std::fs::remove_file(dir.0.join("secret")).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &dir.0.join("secret"),
+        dir.0.join("secret"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o666),
         0,
