@@ -18,6 +18,7 @@ use dpwarp::nfs::{proc_ as proc3, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3, PMAP_P
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::Body;
 use dpwarp::rpc::tcp::TcpClient;
+use dpwarp::wire::oncrpc::{Auth, AuthSys};
 use dpwarp::wire::rpcrdma_cpd::CpdRepr;
 
 use crate::cli::{NetArgs, Verbosity};
@@ -25,6 +26,9 @@ use crate::net::{backend, start_dpdk, Backend};
 
 /// IPPROTO_TCP in rpcbind's `prot` field (RFC 1833 §3.1).
 const IPPROTO_TCP: u32 = 6;
+
+/// AUTH_SYS's flavor number (RFC 5531 App. A).
+const AUTH_SYS: u32 = 1;
 
 #[derive(Parser, Debug)]
 pub struct Args {
@@ -145,6 +149,23 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     let addr = SocketAddr::new(a.server, a.port);
     let mut c = RdmaClient::connect(&net, addr, cfg).map_err(|e| format!("connect {addr}: {e}"))?;
+    // AUTH_SYS when the export offers it (RFC 1813 App. I: MNT's flavors), as the caller, as
+    // the Linux client does: knfsd answers LOOKUP and READ by AUTH_NONE with NFS3ERR_ACCES.
+    if flavors.contains(&AUTH_SYS) {
+        c.cred = Auth::Sys(AuthSys {
+            stamp: std::process::id(),
+            machinename: rustix::system::uname()
+                .nodename()
+                .to_bytes()
+                .iter()
+                .take(dpwarp::wire::oncrpc::MAX_MACHINE_NAME)
+                .copied()
+                .collect(),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            gids: vec![],
+        });
+    }
     let server_cpd = CpdRepr::find(&c.server_private_data);
     // A siw responder leaves an FPDU that arrives right after its MPA Reply unprocessed until
     // more data comes (docs/interop.md, siw defect 2): a NULL sent at once then goes
