@@ -377,11 +377,17 @@ fn exercise(n: &mut Nfs, dir: &TempDir) {
     // WRITE 300 KiB by read chunk (FILE_SYNC), READ it back by write chunk.
     let data = pattern(3, 300 * 1024);
     let pulled0 = ServerStats::get(&n._srv.stats().reads_pulled);
+    let pooled0 = ServerStats::get(&n._srv.stats().bulk_pooled_pull_bytes);
     let (cnt, committed, _) = n.write(&f, 0, &data, 2).unwrap();
     assert_eq!(
         ServerStats::get(&n._srv.stats().reads_pulled),
         pulled0 + 1,
         "the WRITE data came by read chunk"
+    );
+    assert_eq!(
+        ServerStats::get(&n._srv.stats().bulk_pooled_pull_bytes),
+        pooled0 + data.len() as u64,
+        "into a buffer of the server's pull pool"
     );
     assert_eq!((cnt as usize, committed), (data.len(), 2));
     assert_eq!(std::fs::read(dir.0.join("a.bin")).unwrap(), data);

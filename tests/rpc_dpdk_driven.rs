@@ -21,7 +21,9 @@ use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 
 mod rpc_common;
-use rpc_common::{block_server, exercise, null, pattern, pipelined_file_reads, threads};
+use rpc_common::{
+    block_server, exercise, null, pattern, pipelined_file_reads, pipelined_file_writes, threads,
+};
 
 /// Abort the process if the test runs longer than `secs` (a hang must fail, not block CI).
 fn watchdog(secs: u64) {
@@ -208,9 +210,10 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     drop(c);
     h.stop();
 
-    // A file-backed store: its READs run on the handler pool, read into buffers of the
-    // store's pool, while the reactor's worker gathers earlier replies' RDMA Writes from
-    // theirs. Many in flight at once, every reply with its own bytes, all lent, none staged.
+    // A file-backed store: its WRITEs are pulled into the server's pull buffers, its READs
+    // run on the handler pool, read into buffers of the store's pool, while the reactor's
+    // worker gathers earlier replies' RDMA Writes from theirs. Many in flight at once, the
+    // file and every reply with their own bytes, none staged.
     let path = std::env::temp_dir().join(format!("dpwarp-driven-file-{}", std::process::id()));
     const SLOTS: usize = 12;
     let file = Arc::new(BlockStore::file(&path, (SLOTS << 20) as u64).unwrap());
@@ -219,9 +222,11 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
         .listen(&server_net, SocketAddr::from((server_ep.ip(), 20051)))
         .unwrap();
     let mut c = RdmaClient::connect(&client, h.addr, ClientConfig::default()).unwrap();
+    let w = pipelined_file_writes(&mut c, &file, SLOTS);
     let n = pipelined_file_reads(&mut c, &file, SLOTS, 4);
     let st = srv.stats();
     assert_eq!(ServerStats::get(&st.bulk_staged_bytes), 0);
+    assert_eq!(ServerStats::get(&st.bulk_pooled_pull_bytes), w);
     assert_eq!(ServerStats::get(&st.bulk_lent_bytes), n);
     assert!((1..=SLOTS).contains(&file.read_pool_buffers()));
     drop(c);

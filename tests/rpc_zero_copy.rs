@@ -3,8 +3,9 @@
 //! client's write chunk straight from the store; the client hands the data back as a view of
 //! its write-chunk region. The server's `bulk_staged_bytes` counts every bulk byte that went
 //! through a buffer of its own instead: 0 here, over the in-memory link and kernel TCP, while a
-//! file-backed store (which has no registered memory) stages its WRITEs and reads its READs
-//! into buffers of a pool (`bulk_lent_bytes`).
+//! file-backed store (which has no registered memory) pulls its WRITEs into the server's pull
+//! buffers (`bulk_pooled_pull_bytes`) and reads its READs into buffers of a pool
+//! (`bulk_lent_bytes`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -145,49 +146,75 @@ fn lent(s: &RdmaServer) -> u64 {
     ServerStats::get(&s.stats().bulk_lent_bytes)
 }
 
-/// A file-backed store has no registered memory: a WRITE's data is staged (pulled into a
-/// region of its own, then written to the file) and counted (the counter is not stuck at 0),
-/// while a READ's is read from the file into a buffer of the store's pool and RDMA-Written
-/// from there (`bulk_lent_bytes`), not into a fresh `Vec` (staged).
+fn pooled_pulls(s: &RdmaServer) -> u64 {
+    ServerStats::get(&s.stats().bulk_pooled_pull_bytes)
+}
+
+/// A file-backed store has no registered memory: a WRITE's data is RDMA-Read into a buffer
+/// of the server's pull pool and written to the file from there (`bulk_pooled_pull_bytes`),
+/// and a READ's is read from the file into a buffer of the store's pool and RDMA-Written from
+/// there (`bulk_lent_bytes`); neither goes through a fresh buffer (staged), except small ones.
 #[test]
-fn file_store_stages_writes_and_lends_reads() {
+fn file_store_pools_writes_and_reads() {
     let path = std::env::temp_dir().join(format!("dpwarp-zc-{}", std::process::id()));
     let (s, store) = server(BlockStore::file(&path, 2 * MIB as u64).unwrap());
     let mut c = mem_client(&s);
     let data = pattern(5, MIB);
     assert_eq!(write_status(&mut c, 0, data.clone()), Ok(MIB as u32));
+    assert_eq!(
+        pooled_pulls(&s),
+        MIB as u64,
+        "the WRITE went into a pull buffer"
+    );
+    assert_eq!(
+        s.pull_pool_idle(),
+        1,
+        "and the buffer came back after the call"
+    );
     assert_eq!(read_chunk(&mut c, 0, MIB), data);
-    assert_eq!(counters(&s), (MIB as u64, 0, MIB as u64));
+    assert_eq!(counters(&s), (0, 0, MIB as u64));
     assert_eq!(lent(&s), MIB as u64, "the READ went from the pool's buffer");
-    // Again: the same buffer (the reply is done with it).
+    // Again: the same buffers (the call and the reply are done with them).
+    let data2 = pattern(6, MIB);
+    assert_eq!(
+        write_status(&mut c, MIB as u64, data2.clone()),
+        Ok(MIB as u32)
+    );
+    assert_eq!(s.pull_pool_idle(), 1);
+    assert_eq!(read_chunk(&mut c, MIB as u64, MIB), data2);
     assert_eq!(read_chunk(&mut c, 0, MIB), data);
     assert_eq!(store.read_pool_buffers(), 1);
     // A small READ (under 32 KiB) takes a buffer of its own, as before.
     assert_eq!(read_chunk(&mut c, 100, 20_000), data[100..20_100]);
-    assert_eq!(counters(&s).0, MIB as u64 + 20_000);
+    assert_eq!(counters(&s).0, 20_000);
     drop(c);
     let _ = std::fs::remove_file(&path);
 }
 
-/// Many READs of a file store in flight at once, over the in-memory link and kernel TCP:
-/// every reply carries its own bytes (no pool buffer is lent again before its reply is done
-/// with it), nothing is staged, and the pool makes no more buffers than READs were in flight.
+/// Many WRITEs, then READs, of a file store in flight at once, over the in-memory link and
+/// kernel TCP: the file holds what each WRITE sent (pull buffers reused, a shorter WRITE's
+/// bytes only), every READ reply carries its own bytes (no pool buffer is lent again before
+/// its reply is done with it), nothing is staged, and the READ pool makes no more buffers than
+/// READs were in flight.
 #[test]
-fn pipelined_file_reads_get_their_own_bytes() {
+fn pipelined_file_writes_and_reads_get_their_own_bytes() {
     const SLOTS: usize = 12;
     let path = std::env::temp_dir().join(format!("dpwarp-zc-pipe-{}", std::process::id()));
     let (s, store) = server(BlockStore::file(&path, (SLOTS * MIB) as u64).unwrap());
     let mut c = mem_client(&s);
+    let w = rpc_common::pipelined_file_writes(&mut c, &store, SLOTS);
     let n = rpc_common::pipelined_file_reads(&mut c, &store, SLOTS, 3);
     drop(c);
     let h = s
         .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
         .unwrap();
     let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    let w = w + rpc_common::pipelined_file_writes(&mut c, &store, SLOTS);
     let n = n + rpc_common::pipelined_file_reads(&mut c, &store, SLOTS, 3);
     drop(c);
     h.stop();
     assert_eq!(counters(&s).0, 0, "nothing staged");
+    assert_eq!(pooled_pulls(&s), w, "every WRITE into a pull buffer");
     assert_eq!(lent(&s), n, "every READ from the pool");
     let made = store.read_pool_buffers();
     assert!(

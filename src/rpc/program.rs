@@ -38,10 +38,123 @@ pub struct PulledChunk {
 pub enum ChunkData {
     /// In a buffer of their own (a region registered for the call), in segment order.
     Bytes(Vec<u8>),
+    /// In a buffer of the server's pool of pull buffers ([`VecPool`]), in segment order: given
+    /// back to the pool when the call is done with it.
+    Pooled(PooledBuf),
     /// RDMA-Read straight into the memory the procedure's placer named ([`Placement`]): this
     /// many bytes, already in place.
     Placed(usize),
 }
+
+/// Buffers of `buf_len` octets that read chunks are RDMA-Read into and handed to a procedure
+/// as its bulk argument ([`ChunkData::Pooled`]), taken back when the call is done: a WRITE's
+/// data lands in memory written before, with no zeroing pass over it, no fresh pages to fault
+/// in and no allocation a call (as [`BulkPool`] does for READ results). At most `max_idle`
+/// buffers wait in the pool; the ones in use are bounded by what the server lets calls hold
+/// (its pull budget).
+#[derive(Debug)]
+pub struct VecPool {
+    buf_len: usize,
+    max_idle: usize,
+    idle: Mutex<Vec<Vec<u8>>>,
+}
+
+impl VecPool {
+    /// A pool of `buf_len`-octet buffers, at most `max_idle` kept idle (none made yet).
+    pub fn new(buf_len: usize, max_idle: usize) -> Arc<VecPool> {
+        Arc::new(VecPool {
+            buf_len,
+            max_idle,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The size of the pool's buffers.
+    pub fn buf_len(&self) -> usize {
+        self.buf_len
+    }
+
+    /// A buffer of `buf_len` octets: one given back earlier (holding what its last use left
+    /// there), or a new zeroed one.
+    pub fn take(&self) -> Vec<u8> {
+        self.lock().pop().unwrap_or_else(|| vec![0u8; self.buf_len])
+    }
+
+    /// Buffers waiting in the pool.
+    pub fn idle(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn put(&self, v: Vec<u8>) {
+        let mut idle = self.lock();
+        if v.len() == self.buf_len && idle.len() < self.max_idle {
+            idle.push(v);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The first `len` octets of a buffer of a [`VecPool`], given back to it when dropped.
+pub struct PooledBuf {
+    buf: Vec<u8>,
+    len: usize,
+    pool: Option<Arc<VecPool>>,
+}
+
+impl PooledBuf {
+    /// The first `len` octets (at most all) of `buf`, which goes back to `pool` when dropped.
+    pub fn new(buf: Vec<u8>, len: usize, pool: &Arc<VecPool>) -> PooledBuf {
+        PooledBuf {
+            len: len.min(buf.len()),
+            buf,
+            pool: Some(pool.clone()),
+        }
+    }
+}
+
+impl std::ops::Deref for PooledBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(p) = self.pool.take() {
+            p.put(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// A copy of the octets in a buffer of its own (not the pool's).
+impl Clone for PooledBuf {
+    fn clone(&self) -> Self {
+        PooledBuf {
+            buf: self.to_vec(),
+            len: self.len,
+            pool: None,
+        }
+    }
+}
+
+impl core::fmt::Debug for PooledBuf {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PooledBuf").field("len", &self.len).finish()
+    }
+}
+
+/// The same octets.
+impl PartialEq for PooledBuf {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for PooledBuf {}
 
 /// A bulk argument as [`ArgReader::get_bulk_placed`] finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +192,7 @@ impl ChunkData {
     pub fn len(&self) -> usize {
         match self {
             ChunkData::Bytes(d) => d.len(),
+            ChunkData::Pooled(d) => d.len(),
             ChunkData::Placed(n) => *n,
         }
     }
@@ -124,6 +238,7 @@ impl<'a> ArgReader<'a> {
                 self.next += 1;
                 return match &c.data {
                     ChunkData::Bytes(d) => Ok(&d[..len]),
+                    ChunkData::Pooled(d) => Ok(&d[..len]),
                     ChunkData::Placed(_) => Err(Error::Malformed(
                         "bulk argument already placed (use get_bulk_placed)",
                     )),
@@ -550,6 +665,32 @@ pub fn garbage(e: Error) -> AcceptStat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pull buffer goes back to its pool when the call drops it (a clone does not), with
+    /// only its first `len` octets visible; at most `max_idle` wait there.
+    #[test]
+    fn pooled_buf_goes_back_when_dropped() {
+        let pool = VecPool::new(8, 1);
+        let mut v = pool.take();
+        assert_eq!(v, vec![0u8; 8], "a new buffer is zeroed");
+        v[..3].copy_from_slice(b"abc");
+        let b = PooledBuf::new(v, 3, &pool);
+        assert_eq!(&*b, b"abc");
+        let c = b.clone();
+        assert_eq!(b, c);
+        drop(c);
+        assert_eq!(pool.idle(), 0, "a clone is a buffer of its own");
+        drop(b);
+        assert_eq!(pool.idle(), 1);
+        let again = pool.take();
+        assert_eq!(&again[..3], b"abc", "the same buffer, not zeroed again");
+        let other = pool.take();
+        drop(PooledBuf::new(again, 8, &pool));
+        drop(PooledBuf::new(other, 8, &pool));
+        assert_eq!(pool.idle(), 1, "no more than max_idle kept");
+        drop(PooledBuf::new(vec![0; 4], 4, &pool));
+        assert_eq!(pool.idle(), 1, "a buffer of another size is not kept");
+    }
 
     /// A pool lends a buffer again only once nothing holds it: not while a body (a reply in
     /// flight) or a registration of it does; it makes at most `max` and refuses larger asks.

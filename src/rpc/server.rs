@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use super::credits::{ConnCredits, CreditPool};
 use super::endpoint::{Endpoint, Res};
-use super::program::{ArgReader, Body, ChunkData, Piece, Placement, PulledChunk, Registry};
+use super::program::{
+    ArgReader, Body, ChunkData, Piece, Placement, PooledBuf, PulledChunk, Registry, VecPool,
+};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{CmError, ConnParam, ConnRequest, ListenConfig, Listener, Net};
 use crate::transport::Transport;
@@ -149,6 +151,10 @@ pub struct ServerStats {
     /// Read-chunk bytes RDMA Read straight into a procedure's registered memory
     /// ([`Registry::register_with_placement`]).
     pub bulk_placed_bytes: AtomicU64,
+    /// Read-chunk bytes RDMA Read into a buffer of the server's pull pool and handed to the
+    /// procedure there (`program::VecPool`: WRITEs to a file store or NFS), not into a
+    /// region allocated for the call.
+    pub bulk_pooled_pull_bytes: AtomicU64,
     /// Bulk result bytes RDMA Written into write chunks from a buffer a handler borrowed from
     /// a pool and filled ([`super::program::BulkPool`]: a file's bytes read straight into
     /// memory registered for the reply).
@@ -177,7 +183,19 @@ pub struct RdmaServer {
     /// The handler pool's queue, once started ([`RdmaServer::handler_pool`]); its threads end
     /// when the server and every connection using it are gone.
     handlers: Arc<Mutex<Option<crossbeam_channel::Sender<PoolJob>>>>,
+    /// Buffers read chunks are pulled into (all connections).
+    pull_pool: Arc<VecPool>,
 }
+
+/// Read chunks from this size up to [`PULL_POOL_BUF`] are pulled into a buffer of the
+/// server's pull pool ([`VecPool`]); smaller and larger ones into a region of their own.
+const PULL_POOL_MIN: usize = 32 * 1024;
+
+/// The size of the pull pool's buffers: 1 MiB, the usual largest WRITE (NFS's wtmax).
+const PULL_POOL_BUF: usize = 1 << 20;
+
+/// Buffers the pull pool keeps idle at most (MiB).
+const PULL_POOL_IDLE: usize = 64;
 
 /// Where an accepted connection is served ([`RdmaServer::serve_request`]).
 #[derive(Debug)]
@@ -220,7 +238,14 @@ impl RdmaServer {
             dev: Device::open(),
             stats: Arc::new(ServerStats::default()),
             handlers: Arc::new(Mutex::new(None)),
+            pull_pool: VecPool::new(PULL_POOL_BUF, PULL_POOL_IDLE),
         }
+    }
+
+    /// Pull buffers waiting in the server's pool (read chunks of 32 KiB to 1 MiB are pulled
+    /// into them and handed to the procedure, then taken back).
+    pub fn pull_pool_idle(&self) -> usize {
+        self.pull_pool.idle()
     }
 
     /// The queue of the handler pool for blocking procedures, starting the pool
@@ -440,6 +465,7 @@ impl RdmaServer {
         bump(&self.stats.connections, 1);
         Ok(ConnServer::new(
             self.stats.clone(),
+            self.pull_pool.clone(),
             ep,
             self.registry.clone(),
             self.cfg.clone(),
@@ -653,6 +679,7 @@ impl Reactor {
 /// dataplane worker's thread, or by its own thread elsewhere.
 struct ConnServer {
     stats: Arc<ServerStats>,
+    pull_pool: Arc<VecPool>,
     ep: Endpoint,
     reg: Arc<Registry>,
     cfg: Arc<ServerConfig>,
@@ -757,22 +784,30 @@ struct Pulling {
     /// A placed chunk: `mr` is the procedure's memory, held until the chunk is in (else `mr`
     /// is a region of the chunk's own).
     held: Option<Res>,
+    /// `mr` is registered over a buffer of the server's pull pool.
+    pooled: bool,
 }
 
 impl Pulling {
-    /// Start pulling `chunk`: into the placement's memory at its offset, or a fresh region.
-    fn start(ep: &mut Endpoint, chunk: &ReadChunk, place: Option<&Placement>) -> Pulling {
+    /// Start pulling `chunk`: into the placement's memory at its offset, a buffer of `pool`
+    /// (a chunk of [`PULL_POOL_MIN`] to [`PULL_POOL_BUF`] octets that is a bulk argument, when
+    /// `poolable`), or a fresh region.
+    fn start(
+        ep: &mut Endpoint,
+        chunk: &ReadChunk,
+        place: Option<&Placement>,
+        pool: &VecPool,
+        poolable: bool,
+    ) -> Pulling {
+        let len = chunk.len() as usize;
+        let pooled = place.is_none() && poolable && (PULL_POOL_MIN..=pool.buf_len()).contains(&len);
         let (mr, start, held) = match place {
             Some(p) => {
                 let (mr, held) = ep.shared(&p.mem);
                 (mr, p.offset, Some(held))
             }
-            None => (
-                ep.pd
-                    .reg_mr((chunk.len() as usize).max(1), Access::LOCAL_WRITE),
-                0,
-                None,
-            ),
+            None if pooled => (ep.pd.reg_mr_from(pool.take(), Access::LOCAL_WRITE), 0, None),
+            None => (ep.pd.reg_mr(len.max(1), Access::LOCAL_WRITE), 0, None),
         };
         Pulling {
             mr,
@@ -781,6 +816,7 @@ impl Pulling {
             start,
             outstanding: 0,
             held,
+            pooled,
         }
     }
 
@@ -813,6 +849,7 @@ impl ConnServer {
     #[allow(clippy::too_many_arguments)]
     fn new(
         stats: Arc<ServerStats>,
+        pull_pool: Arc<VecPool>,
         ep: Endpoint,
         reg: Arc<Registry>,
         cfg: Arc<ServerConfig>,
@@ -824,6 +861,7 @@ impl ConnServer {
     ) -> Self {
         ConnServer {
             stats,
+            pull_pool,
             ep,
             reg,
             cfg,
@@ -1238,6 +1276,19 @@ impl ConnServer {
                             position: c.position,
                             data: ChunkData::Placed(n),
                         });
+                    } else if p.pooled {
+                        // A bulk argument in a pull buffer: handed to the procedure as it is,
+                        // taken back by the pool when the call is done with it.
+                        self.ep.pd.dereg_mr(&p.mr);
+                        let data = match p.mr.into_bytes() {
+                            Ok(v) => ChunkData::Pooled(PooledBuf::new(v, n, &self.pull_pool)),
+                            Err(mr) => ChunkData::Bytes(region_bytes(mr, n)),
+                        };
+                        bump(&self.stats.bulk_pooled_pull_bytes, n as u64);
+                        job.pulled.push(PulledChunk {
+                            position: c.position,
+                            data,
+                        });
                     } else {
                         self.ep.pd.dereg_mr(&p.mr);
                         let data = region_bytes(p.mr, n);
@@ -1298,9 +1349,13 @@ impl ConnServer {
                     .as_ref()
                     .filter(|(i, _)| *i == job.next)
                     .map(|(_, p)| p);
-                let p = job
-                    .cur
-                    .get_or_insert_with(|| Pulling::start(&mut self.ep, chunk, place));
+                // A long call's first chunk is the call itself (a `Vec` of its own), not a
+                // bulk argument.
+                let poolable = !(job.inline.is_none() && job.next == 0);
+                let pool = &self.pull_pool;
+                let p = job.cur.get_or_insert_with(|| {
+                    Pulling::start(&mut self.ep, chunk, place, pool, poolable)
+                });
                 let Some(s) = chunk.segments.get(p.seg).copied() else {
                     break;
                 };

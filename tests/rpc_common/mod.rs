@@ -247,3 +247,49 @@ pub fn pipelined_file_reads(
     }
     (slots * rounds * MIB) as u64
 }
+
+/// WRITEs through a file store's pull buffers under load: `slots` distinct 1 MiB patterns, then
+/// a 40 000-octet one over the start of each slot (shorter than the buffers, so a buffer's
+/// leftover bytes would show), WRITTEN by read chunk with each round's all in flight at once;
+/// then every slot compared with the file. Returns the bytes written.
+pub fn pipelined_file_writes(c: &mut RdmaClient, store: &BlockStore, slots: usize) -> u64 {
+    const MIB: usize = 1 << 20;
+    const SHORT: usize = 40_000;
+    let data: Vec<Vec<u8>> = (0..slots).map(|i| pattern(i as u8 ^ 0xa5, MIB)).collect();
+    // Two rounds, each with its WRITEs in flight at once and none overlapping another of its
+    // round (a blocking handler may run beside another): the full MiBs, then shorter WRITEs
+    // over each slot's start with other bytes, into buffers that held the first round's.
+    for short in [false, true] {
+        let mut xids = Vec::new();
+        for (i, d) in data.iter().enumerate() {
+            let bytes = if short {
+                pattern(i as u8 ^ 0x3c, SHORT)
+            } else {
+                d.clone()
+            };
+            let n = bytes.len() as u32;
+            let xid = c
+                .submit(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_WRITE,
+                    block::write_args((i * MIB) as u64, bytes),
+                    &CallOpts::default(),
+                )
+                .expect("WRITE submitted");
+            xids.push((xid, n));
+        }
+        for (xid, n) in xids {
+            let rep = c.wait(xid).expect("WRITE answered");
+            let mut r = rep.results().expect("SUCCESS");
+            assert_eq!(block::decode_write(&mut r).unwrap(), Ok(n));
+        }
+    }
+    for (i, d) in data.iter().enumerate() {
+        let mut want = d.clone();
+        want[..SHORT].copy_from_slice(&pattern(i as u8 ^ 0x3c, SHORT));
+        let got = store.read((i * MIB) as u64, MIB).expect("store read");
+        assert!(got == want, "slot {i}: the file holds other bytes");
+    }
+    (slots * (MIB + SHORT)) as u64
+}

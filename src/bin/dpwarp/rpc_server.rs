@@ -264,12 +264,14 @@ pub fn log_server_stats(tool: &str, s: &RdmaServer) {
     let g = |c| ServerStats::get(c);
     log::info!(
         "{tool}: {} connections, {} calls; bulk octets RDMA-Written {} (from pool buffers {}), \
-         RDMA-Read into place {}, through buffers of their own {}",
+         RDMA-Read into place {}, RDMA-Read into pull buffers {}, through buffers of their \
+         own {}",
         g(&st.connections),
         g(&st.calls),
         g(&st.bytes_written),
         g(&st.bulk_lent_bytes),
         g(&st.bulk_placed_bytes),
+        g(&st.bulk_pooled_pull_bytes),
         g(&st.bulk_staged_bytes)
     );
 }
