@@ -16,7 +16,9 @@
 //! chunk straight from the store ([`Body::put_bulk_region`]); WRITE data is RDMA-Read from the
 //! client's read chunk straight into the store (a placer, [`Registry::register_with_placement`]).
 //! Neither is copied on the server; over TCP and inline the bytes are copied into the message
-//! as they must be.
+//! as they must be. A file store reads READ results of 32 KiB to 1 MiB into buffers of a
+//! [`BulkPool`] and RDMA-Writes them from there (one copy, page cache to buffer, with no
+//! zeroing pass and no allocation a call); its WRITE data arrives in the server's pull buffers.
 //!
 //! Status values: 0 OK, 5 EIO, 22 EINVAL (count above the per-call limit), 30 EROFS,
 //! 34 ERANGE (beyond the end of the store).
