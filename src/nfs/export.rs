@@ -507,11 +507,13 @@ impl Export {
         count: u32,
     ) -> Result<(Vec<u8>, bool), Stat> {
         let mut buf = Vec::new();
-        let eof = self.read_with(c, o, offset, count, |want| {
+        let (got, eof) = self.read_with(c, o, offset, count, |want| {
             buf.resize(want, 0);
             &mut buf[..]
         })?;
-        Ok((buf, eof.1))
+        // Fewer when the file ended sooner than its size said (it shrank meanwhile).
+        buf.truncate(got);
+        Ok((buf, eof))
     }
 
     /// READ into the memory `buf_for` gives for the number of bytes wanted (at most `count`
