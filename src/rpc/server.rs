@@ -773,6 +773,14 @@ struct PullJob {
     place: Option<(usize, Placement)>,
 }
 
+impl PullJob {
+    /// The chunk being pulled is the call itself (RDMA_NOMSG's position-zero chunk), not a bulk
+    /// argument: its bytes become `call`.
+    fn pulling_call(&self) -> bool {
+        self.inline.is_none() && self.next == 0
+    }
+}
+
 /// The chunk being pulled: its region, the next segment to read and how many are in flight.
 struct Pulling {
     mr: Mr,
@@ -1276,29 +1284,32 @@ impl ConnServer {
                             position: c.position,
                             data: ChunkData::Placed(n),
                         });
-                    } else if p.pooled {
-                        // A bulk argument in a pull buffer: handed to the procedure as it is,
-                        // taken back by the pool when the call is done with it.
-                        self.ep.pd.dereg_mr(&p.mr);
-                        let data = match p.mr.into_bytes() {
-                            Ok(v) => ChunkData::Pooled(PooledBuf::new(v, n, &self.pull_pool)),
-                            Err(mr) => ChunkData::Bytes(region_bytes(mr, n)),
-                        };
-                        bump(&self.stats.bulk_pooled_pull_bytes, n as u64);
-                        job.pulled.push(PulledChunk {
-                            position: c.position,
-                            data,
-                        });
                     } else {
                         self.ep.pd.dereg_mr(&p.mr);
-                        let data = region_bytes(p.mr, n);
-                        if job.inline.is_none() && job.next == 0 {
-                            job.call = Some(data);
+                        if job.pulling_call() {
+                            job.call = Some(region_bytes(p.mr, n));
                         } else {
-                            bump(&self.stats.bulk_staged_bytes, n as u64);
+                            // A pull buffer goes to the procedure as it is and back to the pool
+                            // when the call drops it; a region of its own (or a pull buffer
+                            // still referenced, copied out) is staged.
+                            let pulled = if p.pooled {
+                                p.mr.into_bytes()
+                            } else {
+                                Err(p.mr)
+                            };
+                            let data = match pulled {
+                                Ok(v) => {
+                                    bump(&self.stats.bulk_pooled_pull_bytes, n as u64);
+                                    ChunkData::Pooled(PooledBuf::new(v, n, &self.pull_pool))
+                                }
+                                Err(mr) => {
+                                    bump(&self.stats.bulk_staged_bytes, n as u64);
+                                    ChunkData::Bytes(region_bytes(mr, n))
+                                }
+                            };
                             job.pulled.push(PulledChunk {
                                 position: c.position,
-                                data: ChunkData::Bytes(data),
+                                data,
                             });
                         }
                     }
@@ -1351,7 +1362,7 @@ impl ConnServer {
                     .map(|(_, p)| p);
                 // A long call's first chunk is the call itself (a `Vec` of its own), not a
                 // bulk argument.
-                let poolable = !(job.inline.is_none() && job.next == 0);
+                let poolable = !job.pulling_call();
                 let pool = &self.pull_pool;
                 let p = job.cur.get_or_insert_with(|| {
                     Pulling::start(&mut self.ep, chunk, place, pool, poolable)
