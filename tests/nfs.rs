@@ -17,7 +17,7 @@ use dpwarp::nfs::xdr::{access, ftype, parse_post_op_attr, Fattr3, NfsTime, Sattr
 use dpwarp::nfs::{proc_, procs, Stat, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3, PMAP_PROG, PMAP_V2};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, Reply, ReplyPath};
 use dpwarp::rpc::program::{Body, Registry};
-use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle, ServerStats};
 use dpwarp::rpc::tcp::{self, TcpClient};
 use dpwarp::transport::memlink::{self, FaultConfig};
 use dpwarp::wire::oncrpc::{AcceptStat, Auth, AuthSys, ReplyStat};
@@ -103,6 +103,24 @@ fn over_memlink(dir: &TempDir) -> Nfs {
         root,
         _srv: s,
     }
+}
+
+/// The same over kernel TCP loopback; the listener is stopped by the caller.
+fn over_kernel_tcp(dir: &TempDir) -> (Nfs, ServerHandle) {
+    let (s, e) = server(dir);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    let n = Nfs {
+        c,
+        e,
+        root,
+        _srv: s,
+    };
+    (n, h)
 }
 
 fn diropargs(b: &mut Body, fh: &[u8], name: &str) {
@@ -578,19 +596,7 @@ fn every_procedure_over_memlink() {
 #[test]
 fn every_procedure_over_kernel_tcp() {
     let dir = TempDir::new("tcp");
-    let (s, e) = server(&dir);
-    let h = s
-        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
-        .unwrap();
-    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
-    c.cred = root_cred();
-    let root = e.root_handle().unwrap();
-    let mut n = Nfs {
-        c,
-        e,
-        root,
-        _srv: s,
-    };
+    let (mut n, h) = over_kernel_tcp(&dir);
     exercise(&mut n, &dir);
     drop(n);
     h.stop();
@@ -849,19 +855,7 @@ fn pipelined_large_reads_from_the_pool_get_their_own_bytes() {
     };
     let mut n = over_memlink(&dir);
     reads(&mut n);
-    let (s, e) = server(&dir);
-    let h = s
-        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
-        .unwrap();
-    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
-    c.cred = root_cred();
-    let root = e.root_handle().unwrap();
-    let mut n = Nfs {
-        c,
-        e,
-        root,
-        _srv: s,
-    };
+    let (mut n, h) = over_kernel_tcp(&dir);
     reads(&mut n);
     drop(n);
     h.stop();
