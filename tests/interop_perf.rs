@@ -4,21 +4,15 @@
 //! `scripts/interop`.
 
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+mod common;
+use common::free_port;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 
 fn spawn(args: &[&str], tag: &str) -> (Child, PathBuf) {
     let out =

@@ -5,24 +5,18 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 
 /// A free loopback port (bound then released; the server binds it right after).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A running `dpwarp rping` whose stdout/stderr go to files: `-v` prints whole ping buffers
 /// (64 KiB lines), which would fill a pipe nobody reads until exit and stall the tool.
 struct Proc {

@@ -14,7 +14,7 @@
 use dpwarp::verbs::smallvec;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,15 +31,10 @@ use dpwarp::wire::mpa::{EnhancedData, Frame, FrameKind, FrameRepr, HEADER_LEN};
 use dpwarp::wire::rdmap::{control_opcode, RdmapOpcode, ReadRequestRepr};
 use dpwarp::wire::terminate::TermCause;
 
-const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+mod common;
+use common::free_port;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 
 struct Server {
     child: Child,

@@ -4,18 +4,12 @@
 //! figures; refusals (a missing file, a file smaller than one READ); and the server's counters
 //! at SIGTERM, which show the READs went from its pool's buffers.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::free_port;
 
 /// A unique directory under the temp dir, removed at drop.
 struct Dir(PathBuf);

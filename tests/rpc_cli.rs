@@ -3,7 +3,7 @@
 //! figures from one run, over the DPDK dataplane by default (net_ring in one process) and over
 //! kernel TCP; the refusals of a dpdk transport without a dataplane config.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 
 use dpwarp::cm::Net;
 use std::process::{Command, Stdio};
@@ -14,13 +14,8 @@ use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::Body;
 use dpwarp::rpc::tcp::TcpClient;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::free_port;
 
 /// An `rpc-server` child: killed when dropped; its stderr goes to `log`, printed when the test
 /// fails (a server that could not bind its port, say, tells why).

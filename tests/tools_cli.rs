@@ -4,19 +4,13 @@
 //! scripts read; logs stay at warn unless `-v` asks for info, so stdout and stderr carry no INFO
 //! lines by default. Everything here runs over kernel TCP on loopback.
 
-use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
+mod common;
+use common::free_port;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+const BIN: &str = env!("CARGO_BIN_EXE_dpwarp");
 
 /// `dpwarp args` with no `DPWARP_*` and no `RUST_LOG` from the test's environment.
 fn cmd(args: &[&str]) -> Command {

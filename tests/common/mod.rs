@@ -118,3 +118,12 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (the OS's pick for port 0).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
