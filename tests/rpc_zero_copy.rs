@@ -17,6 +17,7 @@ use dpwarp::rpc::client::{BulkView, CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::Registry;
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::verbs::SharedMem;
 
 mod rpc_common;
 use rpc_common::pattern;
@@ -189,6 +190,99 @@ fn file_store_pools_writes_and_reads() {
     assert_eq!(counters(&s).0, 20_000);
     drop(c);
     let _ = std::fs::remove_file(&path);
+}
+
+/// WRITEs whose data is a window of the client's registered memory (`put_bulk_region`), over
+/// the in-memory link and kernel TCP: the server RDMA-Reads each window in place (counted on
+/// the client, nothing copied there), several in flight from one memory land where each
+/// call said, the same memory serves again once the replies are in, and a window under the
+/// bulk threshold goes inline.
+#[test]
+fn client_writes_from_windows_of_registered_memory() {
+    const CALLS: usize = 6;
+    let (s, store) = server(BlockStore::memory(CALLS * MIB));
+    let c = mem_client(&s);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let k = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    let store_mem = store.memory_region().expect("a memory store").clone();
+    for (round, mut c) in [c, k].into_iter().enumerate() {
+        // One memory holding every call's data, each window 7 octets off a MiB boundary.
+        let mem = SharedMem::from_vec(pattern(40 + round as u8, CALLS * MIB + 7));
+        let before = counters(&s).1;
+        let xids: Vec<u32> = (0..CALLS)
+            .map(|i| {
+                let args = block::write_args_region((i * MIB) as u64, &mem, i * MIB + 7, MIB);
+                c.submit(
+                    BLOCK_PROG,
+                    BLOCK_VERS,
+                    block::PROC_WRITE,
+                    args,
+                    &CallOpts::default(),
+                )
+                .unwrap()
+            })
+            .collect();
+        assert!(
+            c.stats.max_in_flight >= 2,
+            "the WRITEs were in flight together"
+        );
+        for x in xids {
+            let rep = c.wait(x).expect("WRITE answered");
+            let mut r = rep.results().expect("SUCCESS");
+            assert_eq!(block::decode_write(&mut r).unwrap(), Ok(MIB as u32));
+        }
+        assert!(
+            store_mem.bytes()[..] == mem.bytes()[7..],
+            "round {round}: the store holds each window's bytes where its call put them"
+        );
+        assert_eq!(
+            c.stats.region_bytes_lent,
+            (CALLS * MIB) as u64,
+            "every window was lent in place"
+        );
+        assert_eq!(
+            counters(&s).1 - before,
+            (CALLS * MIB) as u64,
+            "and RDMA-Read by the server into its store"
+        );
+        // The memory again (its windows' registrations ended with their calls): new bytes,
+        // one call, and a window under the bulk threshold (inline, not lent).
+        mem.bytes_mut()[7..7 + MIB].copy_from_slice(&pattern(50, MIB));
+        let args = block::write_args_region(0, &mem, 7, MIB);
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_WRITE,
+                args,
+                &CallOpts::default(),
+            )
+            .expect("WRITE answered");
+        assert_eq!(
+            block::decode_write(&mut rep.results().unwrap()).unwrap(),
+            Ok(MIB as u32)
+        );
+        assert!(store_mem.bytes()[..MIB] == pattern(50, MIB)[..]);
+        let args = block::write_args_region(0, &mem, 3, 100);
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_WRITE,
+                args,
+                &CallOpts::default(),
+            )
+            .expect("WRITE answered");
+        assert_eq!(
+            block::decode_write(&mut rep.results().unwrap()).unwrap(),
+            Ok(100)
+        );
+        assert!(store_mem.bytes()[..100] == mem.bytes()[3..103]);
+        assert_eq!(c.stats.region_bytes_lent, (CALLS * MIB + MIB) as u64);
+    }
+    h.stop();
 }
 
 /// Many WRITEs, then READs, of a file store in flight at once, over the in-memory link and

@@ -100,6 +100,9 @@ struct Checks {
     access: Access,
     base: u64,
     len: usize,
+    /// Where the region's first byte sits in its memory: 0, or the start of a window over a
+    /// [`SharedMem`] ([`MemoryTable::register_shared_range`]); `base` is that byte's address.
+    start: usize,
     invalidated: AtomicBool,
     /// Registered: cleared by [`MemoryTable::deregister`] (a thread's [`Recent`] lookups check
     /// it, as they do not go through the table).
@@ -184,7 +187,9 @@ impl Checks {
         }
         self.offset(addr, len)
     }
-    /// Offset of `[addr, addr+len)` inside the region, overflow-checked (RFC 5041 §7.1 checks 3-5).
+    /// Offset in the memory of `[addr, addr+len)`, which must lie inside the region
+    /// (overflow-checked, RFC 5041 §7.1 checks 3-5): a window's bytes are the only ones its
+    /// STag reaches.
     fn offset(&self, addr: u64, len: usize) -> Result<usize, MemoryError> {
         let off = addr.checked_sub(self.base).ok_or(MemoryError::Bounds)?;
         let off = usize::try_from(off).map_err(|_| MemoryError::Bounds)?;
@@ -192,7 +197,7 @@ impl Checks {
         if end > self.len {
             return Err(MemoryError::Bounds);
         }
-        Ok(off)
+        Ok(self.start + off)
     }
 }
 
@@ -429,10 +434,45 @@ impl MemoryTable {
         self.register_data(pd, mem.data.clone(), access)
     }
 
+    /// Register `len` bytes of `mem` from `offset` (no copy), as `ibv_reg_mr` of part of a
+    /// buffer: the region's address is that first byte's, and its STag reaches no byte
+    /// outside the window. For lending a peer one piece of a larger buffer (an RPC client's
+    /// bulk argument that the server RDMA-Reads, RFC 8166 §3.5.3): the rest stays private.
+    /// Local access through the `Mr` ([`Mr::bytes`], [`Mr::write_at`], ...) sees the window.
+    ///
+    /// Panics if the window does not lie inside `mem` (a local caller bug), or like
+    /// [`MemoryTable::register`].
+    pub fn register_shared_range(
+        &self,
+        pd: PdId,
+        mem: &SharedMem,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Mr {
+        assert!(
+            offset.checked_add(len).is_some_and(|e| e <= mem.len()),
+            "register_shared_range: window beyond the memory"
+        );
+        self.register_window(pd, mem.data.clone(), Some((offset, len)), access)
+    }
+
     fn register_data(&self, pd: PdId, data: Arc<Bytes>, access: Access) -> Mr {
-        let (base, len) = {
+        self.register_window(pd, data, None, access)
+    }
+
+    /// Register `window` (offset, length) of `data`, or all of it.
+    fn register_window(
+        &self,
+        pd: PdId,
+        data: Arc<Bytes>,
+        window: Option<(usize, usize)>,
+        access: Access,
+    ) -> Mr {
+        let (base, start, len) = {
             let d = data.read().unwrap_or_else(|p| p.into_inner());
-            (d.as_ptr() as usize as u64, d.len())
+            let (start, len) = window.unwrap_or((0, d.len()));
+            (d.as_ptr() as usize as u64 + start as u64, start, len)
         };
         let mut t = self.table_mut();
         // RFC 5040 §8.1.1 item 8 / RFC 5042 §5.1.2: STags must not be predictable.
@@ -446,6 +486,7 @@ impl MemoryTable {
                 access,
                 base,
                 len,
+                start,
                 invalidated: AtomicBool::new(false),
                 live: AtomicBool::new(true),
             }),
@@ -706,7 +747,11 @@ impl Mr {
     /// to a file): the bytes land once, where they are used.
     /// Memory registered with [`MemoryTable::register_shared`] stays shared: `Err` while the
     /// [`SharedMem`] or another registration of it holds the bytes.
+    /// A window over part of a memory ([`MemoryTable::register_shared_range`]) stays shared too.
     pub fn into_bytes(self) -> Result<Vec<u8>, Mr> {
+        if self.region.start != 0 {
+            return Err(self);
+        }
         match Arc::try_unwrap(self.region) {
             Ok(r) => match Arc::try_unwrap(r.data) {
                 Ok(lock) => Ok(lock
@@ -773,15 +818,19 @@ impl Mr {
     }
     /// Local CPU write at byte `offset` from the start (panics if out of range: local caller bug).
     pub fn write_at(&self, offset: usize, data: &[u8]) {
-        self.region.bytes_mut()[offset..offset + data.len()].copy_from_slice(data);
+        self.bytes_mut()[offset..offset + data.len()].copy_from_slice(data);
     }
     /// Local CPU read at byte `offset` (panics if out of range: local caller bug).
     pub fn read_at(&self, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self.region.bytes()[offset..offset + out.len()]);
+        out.copy_from_slice(&self.bytes()[offset..offset + out.len()]);
     }
     /// A copy of the whole region.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.region.bytes().to_vec()
+        self.bytes().to_vec()
+    }
+    /// The region's part of its memory's bytes.
+    fn window(&self) -> core::ops::Range<usize> {
+        self.region.start..self.region.start + self.region.len
     }
     /// The region's bytes in place, for the application to fill without a staging copy
     /// (e.g. `file.read_exact(&mut mr.bytes_mut())`, then post an RDMA Write or Send from
@@ -789,22 +838,24 @@ impl Mr {
     /// a received Send) waits while the guard is held, so hold it briefly; bytes written
     /// through it are what the next Write/Send/Read Response from the region carries.
     pub fn bytes_mut(&self) -> MrBytesMut<'_> {
-        MrBytesMut(self.region.bytes_mut())
+        MrBytesMut(self.region.bytes_mut(), self.window())
     }
     /// [`Mr::bytes_mut`] if nothing holds the region's bytes now (an engine placing into it
     /// or gathering from it in a transmit pass, a reader), else None at once: for a thread
     /// that also drives the engines and must not wait on itself.
     pub fn try_bytes_mut(&self) -> Option<MrBytesMut<'_>> {
         match self.region.data.try_write() {
-            Ok(g) => Some(MrBytesMut(g)),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(MrBytesMut(p.into_inner())),
+            Ok(g) => Some(MrBytesMut(g, self.window())),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                Some(MrBytesMut(p.into_inner(), self.window()))
+            }
             Err(std::sync::TryLockError::WouldBlock) => None,
         }
     }
     /// The region's bytes in place, read-only (e.g. to check or parse what a peer placed
     /// without copying it out); placement waits while the guard is held.
     pub fn bytes(&self) -> MrBytes<'_> {
-        MrBytes(self.region.bytes())
+        MrBytes(self.region.bytes(), self.window())
     }
 }
 
@@ -859,7 +910,7 @@ impl SharedMem {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The address every registration of the memory has (its first byte's).
+    /// The address every registration of the whole memory has (its first byte's).
     pub fn addr(&self) -> u64 {
         self.bytes().as_ptr() as usize as u64
     }
@@ -869,11 +920,15 @@ impl SharedMem {
     }
     /// The bytes in place, read-only; placement into a region over them waits meanwhile.
     pub fn bytes(&self) -> MrBytes<'_> {
-        MrBytes(self.data.read().unwrap_or_else(|p| p.into_inner()))
+        let g = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let all = 0..g.len();
+        MrBytes(g, all)
     }
     /// The bytes in place; placement into a region over them waits meanwhile.
     pub fn bytes_mut(&self) -> MrBytesMut<'_> {
-        MrBytesMut(self.data.write().unwrap_or_else(|p| p.into_inner()))
+        let g = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let all = 0..g.len();
+        MrBytesMut(g, all)
     }
 }
 
@@ -896,28 +951,37 @@ impl PartialEq for SharedMem {
 impl Eq for SharedMem {}
 
 /// In-place write access to a region's bytes ([`Mr::bytes_mut`]).
-pub struct MrBytesMut<'a>(std::sync::RwLockWriteGuard<'a, Box<[u8]>>);
+/// Holds the memory's lock and the range of its bytes that is the region's.
+pub struct MrBytesMut<'a>(
+    std::sync::RwLockWriteGuard<'a, Box<[u8]>>,
+    core::ops::Range<usize>,
+);
 
 impl core::ops::Deref for MrBytesMut<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        &self.0[self.1.clone()]
     }
 }
 
 impl core::ops::DerefMut for MrBytesMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.0
+        let r = self.1.clone();
+        &mut self.0[r]
     }
 }
 
 /// In-place read access to a region's bytes ([`Mr::bytes`]).
-pub struct MrBytes<'a>(std::sync::RwLockReadGuard<'a, Box<[u8]>>);
+/// Holds the memory's lock and the range of its bytes that is the region's.
+pub struct MrBytes<'a>(
+    std::sync::RwLockReadGuard<'a, Box<[u8]>>,
+    core::ops::Range<usize>,
+);
 
 impl core::ops::Deref for MrBytes<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        &self.0[self.1.clone()]
     }
 }
 
@@ -1232,6 +1296,88 @@ mod tests {
         );
         assert_eq!(mem, mem.clone());
         assert_ne!(mem, SharedMem::new(64));
+    }
+
+    /// A window over part of a memory: its STag reaches the window's bytes and no other (at
+    /// either edge, by every path the engine takes), local access sees the window, and the
+    /// bytes stay the memory's.
+    #[test]
+    fn a_window_reaches_only_its_own_bytes() {
+        let m = MemoryTable::new();
+        let pd = m.alloc_pd();
+        let mem = SharedMem::from_vec((0..=255u8).collect());
+        let w = m.register_shared_range(pd, &mem, 100, 50, RW);
+        assert_eq!(
+            w.addr(),
+            mem.addr() + 100,
+            "the address of the window's first byte"
+        );
+        assert_eq!(w.len(), 50);
+        assert_eq!(&w.bytes()[..], &mem.bytes()[100..150]);
+        let mut out = Vec::new();
+        m.read_append(w.stag(), pd, w.addr(), 50, RW, &mut out)
+            .unwrap();
+        assert_eq!(out, (100..150u8).collect::<Vec<_>>());
+        // One octet before the window, one past its end, and a range across its end.
+        for (addr, len) in [(w.addr() - 1, 1), (w.addr() + 50, 1), (w.addr() + 40, 11)] {
+            assert_eq!(
+                m.check(w.stag(), pd, addr, len, RW),
+                Err(MemoryError::Bounds),
+                "{len} octets at window + {}",
+                addr as i64 - w.addr() as i64
+            );
+            let mut out = Vec::new();
+            assert_eq!(
+                m.read_append(w.stag(), pd, addr, len, RW, &mut out),
+                Err(MemoryError::Bounds)
+            );
+            assert_eq!(
+                m.write(w.stag(), pd, addr, &vec![0xee; len], RW),
+                Err(MemoryError::Bounds)
+            );
+        }
+        let mut cache = GatherCache::default();
+        let mut out = Vec::new();
+        m.read_append_cached(&mut cache, w.stag(), pd, w.addr() + 49, 1, RW, &mut out)
+            .unwrap();
+        assert_eq!(
+            m.read_append_cached(&mut cache, w.stag(), pd, w.addr() + 49, 2, RW, &mut out),
+            Err(MemoryError::Bounds),
+            "a cached gather checks the window too"
+        );
+        drop(cache);
+        let mut place = PlaceCache::default();
+        m.write_cached(&mut place, w.stag(), pd, w.addr() + 48, b"xy", RW, false)
+            .unwrap();
+        assert_eq!(
+            m.write_cached(&mut place, w.stag(), pd, w.addr() + 49, b"yz", RW, true),
+            Err(MemoryError::Bounds)
+        );
+        assert!(mem.bytes()[..148]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == i as u8));
+        assert_eq!(&mem.bytes()[148..151], &[b'x', b'y', 150]);
+        w.write_at(0, b"local");
+        assert_eq!(&mem.bytes()[100..105], b"local");
+        let mut five = [0u8; 5];
+        w.read_at(0, &mut five);
+        assert_eq!(&five, b"local");
+        assert_eq!(w.to_vec().len(), 50);
+        assert!(m.deregister(w.stag()));
+        drop(mem);
+        let w = w
+            .into_bytes()
+            .expect_err("a window never hands over the whole memory");
+        assert_eq!(w.bytes()[0], b'l');
+    }
+
+    #[test]
+    #[should_panic(expected = "window beyond the memory")]
+    fn a_window_beyond_its_memory_is_refused() {
+        let m = MemoryTable::new();
+        let mem = SharedMem::new(64);
+        m.register_shared_range(m.alloc_pd(), &mem, 60, 5, RW);
     }
 
     #[test]

@@ -321,6 +321,15 @@ pub fn write_args(off: u64, data: Vec<u8>) -> Body {
     b
 }
 
+/// WRITE arguments whose data is `len` bytes of registered memory from `offset`: over
+/// RPC-over-RDMA the server RDMA-Reads them in place ([`Body::put_bulk_region`]).
+pub fn write_args_region(off: u64, mem: &SharedMem, offset: usize, len: usize) -> Body {
+    let mut b = Body::new();
+    b.xdr().put_u64(off);
+    b.put_bulk_region(mem, offset, len);
+    b
+}
+
 /// Decode READ results: the data where it arrived (the client's write-chunk region, or the
 /// inline reply; [`BulkView`], no copy) or a status.
 pub fn decode_read_view<'a>(

@@ -2,8 +2,10 @@
 //!
 //! - inline calls (RDMA_MSG, or RDMA_MSGP with the server's alignment when `padding_thresh` is
 //!   set and the server advertised an `align`);
-//! - bulk arguments ([`Body::put_bulk`] items of at least `bulk_threshold` bytes) go in read
-//!   chunks at their XDR position; a call too long for the server's inline limit goes whole in a
+//! - bulk arguments ([`Body::put_bulk`] and [`Body::put_bulk_region`] items of at least
+//!   `bulk_threshold` bytes) go in read chunks at their XDR position, registered where they
+//!   are (a `put_bulk` Vec is taken over, a `put_bulk_region` window of registered memory is
+//!   registered alone for the call: no copy either way); a call too long for the server's inline limit goes whole in a
 //!   position-zero read chunk of an RDMA_NOMSG (long call);
 //! - write chunks for bulk results and a reply chunk for long replies, per call ([`CallOpts`]);
 //! - replies whose body comes as a read chunk are pulled and acknowledged with RDMA_DONE;
@@ -314,6 +316,9 @@ pub struct ClientStats {
     /// Largest RPC-over-RDMA message received in a Send (header and inline reply), in octets:
     /// never above the `maxreply_sendsize` announced by CONFIG_RDMA (draft §6.2).
     pub largest_received: usize,
+    /// Octets of registered memory ([`Body::put_bulk_region`]) the server RDMA-Read in place
+    /// as read chunks, with no copy on this side.
+    pub region_bytes_lent: u64,
 }
 
 /// An RPC-over-RDMA client connection.
@@ -515,8 +520,15 @@ impl RdmaClient {
             cred: self.cred.clone(),
             verf: Auth::None,
         };
-        let mut pieces = args.into_owned_pieces();
+        let mut pieces = args.into_pieces();
         let thr = self.cfg.bulk_threshold;
+        // The length of a bulk item that goes in a read chunk: a `put_bulk` Vec or a
+        // `put_bulk_region` window of at least the threshold (a shorter one goes inline).
+        let chunked = |p: &Piece| match p {
+            Piece::Bulk(d) if d.len() >= thr => Some(d.len()),
+            Piece::Region { len, .. } if *len >= thr => Some(*len),
+            _ => None,
+        };
         // Encode with or without MSGP padding; bulk items in read chunks leave only their
         // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
         let encode = |pad: Option<(Padding, usize)>| {
@@ -527,13 +539,11 @@ impl RdmaClient {
             call.emit(&mut w);
             let mut reads: Vec<(u32, usize)> = Vec::new();
             for (i, p) in pieces.iter().enumerate() {
-                match p {
-                    Piece::Xdr(b) => w.put_raw(b),
-                    Piece::Bulk(d) if d.len() >= thr => {
-                        w.put_u32(d.len() as u32);
-                        reads.push((w.position() as u32, i));
-                    }
-                    p => p.put_inline(&mut w),
+                if let Some(n) = chunked(p) {
+                    w.put_u32(n as u32);
+                    reads.push((w.position() as u32, i));
+                } else {
+                    p.put_inline(&mut w);
                 }
             }
             (w.into_vec(), reads)
@@ -541,10 +551,7 @@ impl RdmaClient {
         let k = opts.segments;
         let nreads: usize = pieces
             .iter()
-            .filter_map(|p| match p {
-                Piece::Bulk(d) if d.len() >= thr => Some((k.max(1) as usize).min(d.len().max(1))),
-                _ => None,
-            })
+            .filter_map(|p| chunked(p).map(|n| (k.max(1) as usize).min(n.max(1))))
             .sum();
         let mut writes = Vec::new();
         let mut wsegs = Vec::new();
@@ -603,13 +610,21 @@ impl RdmaClient {
             self.stats.long_calls += 1;
         }
         for (pos, i) in reads {
-            let Some(Piece::Bulk(d)) = pieces.get_mut(i) else {
-                continue;
-            };
             // The caller's bulk argument is registered as it is: the server RDMA-Reads it from
-            // the buffer the caller filled, no staging copy.
-            let n = d.len();
-            let mr = self.ep.expose_owned(std::mem::take(d));
+            // the buffer the caller filled, no staging copy. A window of registered memory is
+            // registered alone, for this call only (RFC 8166 §3.5.3, and §8.2: the server's
+            // rights end with the call), so the server reaches no byte beside it.
+            let (mr, n) = match pieces.get_mut(i) {
+                Some(Piece::Bulk(d)) => {
+                    let n = d.len();
+                    (self.ep.expose_owned(std::mem::take(d)), n)
+                }
+                Some(Piece::Region { mem, offset, len }) => {
+                    self.stats.region_bytes_lent += *len as u64;
+                    (self.ep.expose_window(mem, *offset, *len), *len)
+                }
+                _ => continue,
+            };
             for target in split(&mr, n, k) {
                 rlist.push(ReadSegment {
                     position: pos,

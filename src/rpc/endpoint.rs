@@ -279,6 +279,13 @@ impl Endpoint {
             .reg_mr_from(data, Access::LOCAL_WRITE | Access::REMOTE_READ)
     }
 
+    /// Make `len` bytes of `mem` from `offset` a region the peer may RDMA Read (a read chunk
+    /// we advertise), in place: the STag reaches those bytes only.
+    pub fn expose_window(&self, mem: &SharedMem, offset: usize, len: usize) -> Mr {
+        self.pd
+            .reg_mr_shared_range(mem, offset, len, Access::REMOTE_READ)
+    }
+
     /// Register `len` bytes the peer may RDMA Write (a write or reply chunk we advertise).
     pub fn sink(&mut self, len: usize) -> Mr {
         self.pd

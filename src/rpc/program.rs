@@ -404,9 +404,11 @@ impl Body {
     }
 
     /// Append a DDP-eligible opaque that is `len` bytes of registered memory at `offset`
-    /// (zero-copy bulk: the server RDMA-Writes a write chunk straight from `mem`; over TCP or
-    /// inline the bytes are copied into the message when it is encoded). The bytes are read
-    /// when the reply is sent, not now.
+    /// (zero-copy bulk: a server RDMA-Writes a write chunk straight from `mem`; a client's
+    /// call lends the window to the server as a read chunk, which the server RDMA-Reads in
+    /// place; over TCP or inline the bytes are copied into the message when it is encoded).
+    /// The bytes are read when the reply (the call's read chunk) is sent, not now: leave them
+    /// unchanged until then (for a call: until its reply has arrived).
     ///
     /// Panics if the range is not inside `mem` (a handler bug: check the range first).
     pub fn put_bulk_region(&mut self, mem: &SharedMem, offset: usize, len: usize) {
@@ -420,19 +422,6 @@ impl Body {
             offset,
             len,
         });
-    }
-
-    /// The pieces in order, registered-memory bulk items copied into owned ones (for a sender
-    /// that has no use for registered memory).
-    pub fn into_owned_pieces(self) -> Vec<Piece> {
-        let mut v = self.into_pieces();
-        for p in &mut v {
-            if let Piece::Region { mem, offset, len } = p {
-                let d = mem.bytes()[*offset..*offset + *len].to_vec();
-                *p = Piece::Bulk(d);
-            }
-        }
-        v
     }
 
     fn flush(&mut self) {
@@ -901,10 +890,5 @@ mod tests {
         w.put_opaque(b"23456");
         w.put_u32(2);
         assert_eq!(b.to_inline(), w.into_vec());
-        assert_eq!(
-            b.into_owned_pieces()[1],
-            Piece::Bulk(b"23456".to_vec()),
-            "copied for a sender without registered memory"
-        );
     }
 }

@@ -94,6 +94,19 @@ impl Pd {
         self.mem.register_shared(self.id, mem, access)
     }
 
+    /// Register `len` bytes of `mem` from `offset` (`ibv_reg_mr` of part of a buffer): the
+    /// STag reaches those bytes only ([`MemoryTable::register_shared_range`]).
+    pub fn reg_mr_shared_range(
+        &self,
+        mem: &SharedMem,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Mr {
+        self.mem
+            .register_shared_range(self.id, mem, offset, len, access)
+    }
+
     /// Deregister a region (`ibv_dereg_mr`): its STag is invalid afterwards.
     pub fn dereg_mr(&self, mr: &Mr) -> bool {
         self.mem.deregister(mr.stag())

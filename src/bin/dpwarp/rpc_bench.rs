@@ -35,7 +35,9 @@ use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 use dpwarp::rpc::tcp::{self, TcpClient, TcpPoll};
 use dpwarp::rpc::RpcError;
-use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpCap, QpInitAttr, SendWr, WcStatus};
+use dpwarp::verbs::{
+    sge, Access, Cq, Device, Opcode, Qp, QpCap, QpInitAttr, SendWr, SharedMem, WcStatus,
+};
 
 /// The dataplane config used when `--transport dpdk` runs both ends in this process and no
 /// `--config` is given (as `dpwarp demo` does).
@@ -404,7 +406,44 @@ fn read_pattern(size: usize) -> Vec<u8> {
     (0..size).map(|i| (i % 251) as u8).collect()
 }
 
-fn args_for(op: &str, size: usize) -> (u32, Body, CallOpts, u64) {
+/// What the WRITEs send: one window of `size` octets a call in flight, in one memory filled
+/// once, taken in turn. A storage client writes from memory it already holds (its page
+/// cache, its buffers); with a fresh `Vec` a call, the bench's client spent a zeroing pass
+/// and an allocation on every WRITE's payload that no READ had (docs/rpc.md). Over
+/// RPC-over-RDMA the server RDMA-Reads each window in place
+/// ([`dpwarp::rpc::program::Body::put_bulk_region`]); over TCP it is copied into the record
+/// as it is sent, as a `Vec` was.
+struct WriteSource {
+    mem: SharedMem,
+    size: usize,
+    next: usize,
+}
+
+impl WriteSource {
+    /// Windows for `slots` calls of `op` in flight (no memory unless `op` is a WRITE).
+    fn new(op: &str, size: usize, slots: u32) -> WriteSource {
+        let len = if op == "write" {
+            size * slots.max(1) as usize
+        } else {
+            0
+        };
+        WriteSource {
+            mem: SharedMem::from_vec(vec![0x5a; len]),
+            size,
+            next: 0,
+        }
+    }
+
+    /// WRITE arguments for the next window.
+    fn args(&mut self) -> Body {
+        let slots = (self.mem.len() / self.size.max(1)).max(1);
+        let i = self.next % slots;
+        self.next = self.next.wrapping_add(1);
+        block::write_args_region(0, &self.mem, i * self.size, self.size)
+    }
+}
+
+fn args_for(op: &str, size: usize, src: &mut WriteSource) -> (u32, Body, CallOpts, u64) {
     match op {
         "read" => (
             block::PROC_READ,
@@ -418,7 +457,7 @@ fn args_for(op: &str, size: usize) -> (u32, Body, CallOpts, u64) {
         ),
         "write" => (
             block::PROC_WRITE,
-            block::write_args(0, vec![0x5a; size]),
+            src.args(),
             CallOpts::default(),
             size as u64,
         ),
@@ -512,6 +551,7 @@ fn bench_rdma(
         let mut rr = rep.results().map_err(|s| format!("WRITE failed: {s:?}"))?;
         check_reply("write", size, Check::Full, &mut rr)?;
     }
+    let mut src = WriteSource::new(op, size, credits);
     let mut st = Stats::default();
     let mut started: FxHashMap<u32, Instant> = FxHashMap::default();
     let t0 = Instant::now();
@@ -526,7 +566,7 @@ fn bench_rdma(
         }
         turns = turns.wrapping_add(1);
         while running && c.in_flight() < c.grant().min(credits) {
-            let (p, body, opts, _) = args_for(op, size);
+            let (p, body, opts, _) = args_for(op, size, &mut src);
             let x = c
                 .submit(BLOCK_PROG, BLOCK_VERS, p, body, &opts)
                 .map_err(|e| e.to_string())?;
@@ -550,7 +590,7 @@ fn bench_rdma(
     st.secs = t0.elapsed().as_secs_f64();
     if op == "read" {
         // Every octet of one more READ, outside the timed loop (as on the TCP side).
-        let (p, body, opts, _) = args_for(op, size);
+        let (p, body, opts, _) = args_for(op, size, &mut src);
         let rep = c
             .call(BLOCK_PROG, BLOCK_VERS, p, body, &opts)
             .map_err(|e| format!("the verified READ: {e}"))?;
@@ -582,6 +622,7 @@ fn bench_tcp(
         let mut rr = rep.results().map_err(|s| format!("WRITE failed: {s:?}"))?;
         check_reply("write", size, Check::Full, &mut rr)?;
     }
+    let mut src = WriteSource::new(op, size, credits);
     let mut st = Stats::default();
     let mut started = std::collections::VecDeque::new();
     let t0 = Instant::now();
@@ -599,7 +640,7 @@ fn bench_tcp(
     let mut turns = 0u32;
     while !turns.is_multiple_of(64) || t0.elapsed() < dur {
         turns = turns.wrapping_add(1);
-        let (p, body, _, _) = args_for(op, size);
+        let (p, body, _, _) = args_for(op, size, &mut src);
         let (_, earlier) = c
             .submit(BLOCK_PROG, BLOCK_VERS, p, &body)
             .map_err(|e| e.to_string())?;
@@ -617,7 +658,7 @@ fn bench_tcp(
     st.secs = t0.elapsed().as_secs_f64();
     if op == "read" {
         // Every octet of one more READ, outside the timed loop (as on the RDMA side).
-        let (p, body, _, _) = args_for(op, size);
+        let (p, body, _, _) = args_for(op, size, &mut src);
         let rep = c
             .call(BLOCK_PROG, BLOCK_VERS, p, &body)
             .map_err(|e| format!("the verified READ: {e}"))?;
