@@ -798,6 +798,107 @@ fn write_commit_verifier_and_read_at_eof() {
     assert_eq!(n.write(&root, 0, b"x", 0), Err(Stat::IsDir.code()));
 }
 
+fn nowait(n: &Nfs) -> u64 {
+    ServerStats::get(&n._srv.stats().calls_nowait)
+}
+
+/// Descriptors of this process open on the file `path`, removed or not (the server runs in
+/// this process; the link of a removed file's descriptor reads "PATH (deleted)").
+fn fds_on(path: &std::path::Path) -> usize {
+    let p = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|d| std::fs::read_link(d.ok()?.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned())
+        .filter(|t| *t == p || *t == format!("{p} (deleted)"))
+        .count()
+}
+
+/// Small READs (under 32 KiB) of a file a READ opened before, whose bytes are in the page
+/// cache, are answered on the connection's own thread without the handler pool
+/// (`calls_nowait`), with the same bytes and EOF flags as the pool's; bytes dropped from the
+/// page cache, a caller without read permission, a large READ and a removed file go the
+/// waiting way (with the same statuses as before), and a removed file's descriptor is not
+/// kept. Over the in-memory link and kernel TCP.
+#[test]
+fn reads_of_cached_bytes_are_answered_at_once() {
+    for over_tcp in [false, true] {
+        let dir = TempDir::new(if over_tcp { "nowait-tcp" } else { "nowait-mem" });
+        let (mut n, h) = if over_tcp {
+            let (n, h) = over_kernel_tcp(&dir);
+            (n, Some(h))
+        } else {
+            (over_memlink(&dir), None)
+        };
+        let root = n.root.clone();
+        let f = n.create(&root, "c", 0).unwrap();
+        let size = 256 * 1024 + 10;
+        let data = pattern(9, size);
+        n.write(&f, 0, &data, 2).unwrap();
+        // The first READ opens the file (on the pool); the rest find it open.
+        let before = nowait(&n);
+        assert_eq!(n.read(&f, 0, 4096, 0).unwrap().0, data[..4096]);
+        assert_eq!(
+            nowait(&n),
+            before,
+            "the first READ walked the path on the pool"
+        );
+        assert_eq!(n.read(&f, 100, 4096, 0).unwrap().0, data[100..4196]);
+        let (d, eof, _) = n.read(&f, 8000, 30_000, 30_000).unwrap();
+        assert_eq!(
+            (&d[..], eof),
+            (&data[8000..38_000], false),
+            "by write chunk"
+        );
+        let (d, eof, _) = n.read(&f, size as u64 - 5, 100, 0).unwrap();
+        assert_eq!((&d[..], eof), (&data[size - 5..], true));
+        let (d, eof, _) = n.read(&f, size as u64 + 7, 100, 0).unwrap();
+        assert!(d.is_empty() && eof);
+        assert_eq!(
+            nowait(&n) - before,
+            4,
+            "the four READs after the first answered at once"
+        );
+        // A large READ (a pool buffer's) still goes to the pool: its copy would hold up the
+        // connection's thread.
+        let (d, eof, _) = n.read(&f, 0, 1 << 20, 1 << 20).unwrap();
+        assert_eq!(
+            (d == data, eof),
+            (true, true),
+            "a pool buffer's READ, to EOF"
+        );
+        assert_eq!(nowait(&n) - before, 4);
+        // Out of the page cache: the READ waits on the pool, and brings the bytes back.
+        let path = dir.0.join("c");
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let k = nowait(&n);
+        assert_eq!(n.read(&f, 8192, 4096, 0).unwrap().0, data[8192..12288]);
+        assert_eq!(nowait(&n), k, "bytes not cached are read on the pool");
+        assert_eq!(n.read(&f, 8192, 4096, 0).unwrap().0, data[8192..12288]);
+        assert_eq!(nowait(&n), k + 1);
+        // Another caller without the right to read: refused as before, not at once.
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let k = nowait(&n);
+        n.c.cred = user_cred(4242);
+        assert_eq!(n.read(&f, 0, 10, 0), Err(Stat::Acces.code()));
+        n.c.cred = root_cred();
+        assert_eq!(nowait(&n), k);
+        // Removed through NFS: stale, and no descriptor left holding its blocks.
+        drop(file);
+        assert_eq!(fds_on(&path), 1, "the descriptor kept for the READs");
+        assert_eq!(n.remove(&root, "c", false), 0);
+        assert_eq!(n.read(&f, 0, 10, 0), Err(Stat::Stale.code()));
+        assert_eq!(fds_on(&path), 0, "the removed file's descriptor was closed");
+        drop(n);
+        if let Some(h) = h {
+            h.stop();
+        }
+    }
+}
+
 /// Large READs of one file, many in flight at once (each into a write chunk), in three orders:
 /// each reply carries its own range's bytes, all from buffers of the export's READ pool
 /// (`bulk_lent_bytes`), and the pool makes no more buffers than READs were in flight. Over the

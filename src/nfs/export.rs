@@ -16,21 +16,24 @@
 //! escape, no symlink followed (a symlink is only ever opened as itself, `O_PATH|O_NOFOLLOW`,
 //! for READLINK and its attributes), no crossing into another mount. Names in requests are
 //! single components: empty names, names with `/` or NUL are refused (NFS3ERR_INVAL / ACCES);
-//! `.` and `..` are answered by the server from its table (`..` of the root is the root).
+//! `.` and `..` are answered by the server from its table (`..` of the root is the root). A READ
+//! small enough to be answered on the connection's own thread goes through the descriptor a
+//! READ opened lately instead ([`Export::read_nowait`]: it reaches the file the handle names,
+//! wherever that moved).
 //!
 //! **Credentials**: the server process does the I/O (normally as root); AUTH_SYS uid/gid/gids
 //! are checked against the mode bits before READ, WRITE, directory changes, READDIR and LOOKUP
 //! (the owner may always read and write its file, as knfsd allows, and uid 0 passes every check:
 //! no root squashing). New objects are given the caller's uid/gid. AUTH_NONE is uid/gid 65534.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
     self as rfs, AtFlags, Mode, OFlags, ResolveFlags, StatxFlags, Timespec, Timestamps,
@@ -135,6 +138,9 @@ pub struct Export {
     table: Mutex<HashMap<(u64, u64), Entry>>,
     /// The buffers large READs are read into ([`Export::read_pool`]).
     read_pool: BulkPool,
+    /// Regular files a READ opened lately, kept open for READs answered at once
+    /// ([`Export::read_nowait`]).
+    read_fds: Mutex<ReadFds>,
     /// Refuse every change with NFS3ERR_ROFS.
     pub read_only: bool,
 }
@@ -146,6 +152,45 @@ pub const POOLED_READ_MIN: u32 = 32 * 1024;
 /// Buffers of [`MAX_IO`] octets in the READ pool at most (this many MiB, made as needed):
 /// READs in flight at once beyond it use buffers of their own.
 const POOLED_READ_BUFFERS: usize = 64;
+
+/// Descriptors [`Export::read_fds`] keeps open at most (the oldest closed first): few enough
+/// beside the default limit of 1024 open files.
+const READ_FDS: usize = 256;
+
+/// Regular files opened for reading, by `(dev, ino)`, with the generation they were opened
+/// at; oldest first in `order`.
+#[derive(Default)]
+struct ReadFds {
+    fds: HashMap<(u64, u64), (u64, Arc<OwnedFd>)>,
+    order: VecDeque<(u64, u64)>,
+}
+
+impl ReadFds {
+    fn get(&self, key: (u64, u64), gen: u64) -> Option<Arc<OwnedFd>> {
+        self.fds
+            .get(&key)
+            .filter(|(g, _)| *g == gen)
+            .map(|(_, fd)| fd.clone())
+    }
+
+    fn insert(&mut self, key: (u64, u64), gen: u64, fd: Arc<OwnedFd>) {
+        if self.fds.insert(key, (gen, fd)).is_some() {
+            return;
+        }
+        self.order.push_back(key);
+        while self.order.len() > READ_FDS {
+            if let Some(k) = self.order.pop_front() {
+                self.fds.remove(&k);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: (u64, u64)) {
+        if self.fds.remove(&key).is_some() {
+            self.order.retain(|k| *k != key);
+        }
+    }
+}
 
 fn resolve_flags() -> ResolveFlags {
     ResolveFlags::BENEATH
@@ -237,6 +282,7 @@ impl Export {
             verf,
             table: Mutex::new(HashMap::new()),
             read_pool: BulkPool::new(MAX_IO as usize, POOLED_READ_BUFFERS),
+            read_fds: Mutex::new(ReadFds::default()),
             read_only: false,
         };
         let st = rfs::fstat(&e.root)?;
@@ -350,7 +396,23 @@ impl Export {
     }
 
     fn forget_path(&self, rel: &Path) {
-        self.table().retain(|_, e| !e.path.starts_with(rel));
+        let mut gone = Vec::new();
+        self.table().retain(|k, e| {
+            let keep = !e.path.starts_with(rel);
+            if !keep {
+                gone.push(*k);
+            }
+            keep
+        });
+        // A removed file's descriptor would keep its blocks allocated.
+        let mut fds = self.read_fds();
+        for k in gone {
+            fds.remove(k);
+        }
+    }
+
+    fn read_fds(&self) -> std::sync::MutexGuard<'_, ReadFds> {
+        self.read_fds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Resolve a file handle (RFC 1813 §2.4): NFS3ERR_BADHANDLE if it is not one of ours,
@@ -367,7 +429,8 @@ impl Export {
         self.resolve_as(fh, true)
     }
 
-    fn resolve_as(&self, fh: &[u8], read: bool) -> Result<Obj, Stat> {
+    /// `(dev, ino, generation)` of one of our handles; NFS3ERR_BADHANDLE if it is not one.
+    fn decode(&self, fh: &[u8]) -> Result<(u64, u64, u64), Stat> {
         if fh.len() != FH_LEN || &fh[..4] != FH_TAG {
             return Err(Stat::BadHandle);
         }
@@ -377,7 +440,11 @@ impl Export {
             return Err(Stat::BadHandle);
         }
         let u = |r: std::ops::Range<usize>| u64::from_be_bytes(fh[r].try_into().unwrap_or([0; 8]));
-        let (dev, ino, gen) = (u(4..12), u(12..20), u(20..28));
+        Ok((u(4..12), u(12..20), u(20..28)))
+    }
+
+    fn resolve_as(&self, fh: &[u8], read: bool) -> Result<Obj, Stat> {
+        let (dev, ino, gen) = self.decode(fh)?;
         let e = self.table().get(&(dev, ino)).cloned().ok_or(Stat::Stale)?;
         if e.gen != gen {
             return Err(Stat::Stale);
@@ -392,7 +459,67 @@ impl Export {
         if o.key() != (dev, ino) || o.gen != gen {
             return Err(Stat::Stale);
         }
+        if o.readable && self.read_fds().get((dev, ino), gen).is_none() {
+            // Kept for the READs after this one (`read_nowait`); a copy of the descriptor,
+            // once per file while it stays in the cache.
+            if let Ok(fd) = o.fd.try_clone() {
+                self.read_fds().insert((dev, ino), gen, Arc::new(fd));
+            }
+        }
         Ok(o)
+    }
+
+    /// A READ (RFC 1813 §3.3.6) that never waits, for the thread that moves the connection's
+    /// bytes: only when the handle names a regular file a READ opened lately (its descriptor
+    /// kept, so no path is walked), the caller may read it, and every byte asked for (up to
+    /// EOF) is in the page cache (`preadv2` with `RWF_NOWAIT`, which fails rather than wait
+    /// for the disk). Then: the bytes read into the memory `buf_for` gives (as
+    /// [`Export::read_with`]), whether they reached EOF, and the file's attributes. `None`
+    /// otherwise, with nothing changed: [`Export::read_with`] then answers, on a thread that
+    /// may wait, with the same result or the error.
+    ///
+    /// The descriptor reaches the file the handle names even if it was renamed outside NFS
+    /// since (as the Linux server's handles do); a file removed (no link left) is dropped from
+    /// the cache, and its handle then resolves as any other (NFS3ERR_STALE).
+    pub fn read_nowait<'b>(
+        &self,
+        c: &Cred,
+        fh: &[u8],
+        offset: u64,
+        count: u32,
+        buf_for: impl FnOnce(usize) -> &'b mut [u8],
+    ) -> Option<(usize, bool, rfs::Stat)> {
+        let (dev, ino, gen) = self.decode(fh).ok()?;
+        // Still an object of the table (what `resolve` looks at first: REMOVE and RENAME
+        // through NFS take it out).
+        match self.table().get(&(dev, ino)) {
+            Some(e) if e.gen == gen && e.regular => {}
+            _ => return None,
+        }
+        let fd = self.read_fds().get((dev, ino), gen)?;
+        let st = rfs::fstat(&fd).ok()?;
+        if st.st_nlink == 0 {
+            self.read_fds().remove((dev, ino));
+            return None;
+        }
+        if ftype_of(st.st_mode) != ftype::REG || (c.uid != st.st_uid && !Self::permits(c, &st, 4)) {
+            return None;
+        }
+        let size = st.st_size as u64;
+        let want = (count.min(MAX_IO) as u64).min(size.saturating_sub(offset)) as usize;
+        let buf = buf_for(want);
+        let want = want.min(buf.len());
+        if want > 0 {
+            let mut io = [std::io::IoSliceMut::new(&mut buf[..want])];
+            match rustix::io::preadv2(&fd, &mut io, offset, rustix::io::ReadWriteFlags::NOWAIT) {
+                // All of it, or nothing: a short count (part not cached, the file shrank)
+                // goes the waiting way.
+                Ok(n) if n == want => {}
+                _ => return None,
+            }
+        }
+        let eof = offset.saturating_add(want as u64) >= size;
+        Some((want, eof, st))
     }
 
     /// NFS attributes of an object.
@@ -893,7 +1020,19 @@ impl Export {
         }
         rfs::renameat(&fd, f, &td, t)?;
         let mut tab = self.table();
-        tab.retain(|_, e| !e.path.starts_with(&new) || e.path.starts_with(&old));
+        let mut replaced = Vec::new();
+        tab.retain(|k, e| {
+            let keep = !e.path.starts_with(&new) || e.path.starts_with(&old);
+            if !keep {
+                replaced.push(*k);
+            }
+            keep
+        });
+        let mut fds = self.read_fds();
+        for k in replaced {
+            fds.remove(k);
+        }
+        drop(fds);
         for e in tab.values_mut() {
             if let Ok(rest) = e.path.strip_prefix(&old) {
                 e.path = if rest.as_os_str().is_empty() {

@@ -5,8 +5,8 @@
 //! - bulk arguments ([`Body::put_bulk`] and [`Body::put_bulk_region`] items of at least
 //!   `bulk_threshold` bytes) go in read chunks at their XDR position, registered where they
 //!   are (a `put_bulk` Vec is taken over, a `put_bulk_region` window of registered memory is
-//!   registered alone for the call: no copy either way); a call too long for the server's inline limit goes whole in a
-//!   position-zero read chunk of an RDMA_NOMSG (long call);
+//!   registered alone for the call: no copy either way); a call too long for the server's
+//!   inline limit goes whole in a position-zero read chunk of an RDMA_NOMSG (long call);
 //! - write chunks for bulk results and a reply chunk for long replies, per call ([`CallOpts`]);
 //! - replies whose body comes as a read chunk are pulled and acknowledged with RDMA_DONE;
 //! - credits: at most `min(grant, requested)` calls in flight, where the grant is the last one

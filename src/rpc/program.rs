@@ -468,9 +468,20 @@ pub type ProcFn = Arc<
 /// checked, the store writable.
 pub type PlaceFn = Arc<dyn Fn(&CallRepr, &mut XdrReader<'_>) -> Option<Placement> + Send + Sync>;
 
+/// What a procedure that may block does when it must not: the results if it can answer
+/// without waiting (the bytes a READ asks for are in memory, the file already open), `None`
+/// if it would wait, and then it must have changed nothing: the call goes to the handler
+/// pool, which runs the procedure itself ([`Registry::register_blocking_with_nowait`]).
+pub type NowaitFn = Arc<
+    dyn Fn(&CallRepr, &mut ArgReader<'_>) -> Option<core::result::Result<Body, AcceptStat>>
+        + Send
+        + Sync,
+>;
+
 struct Proc {
     f: ProcFn,
     place: Option<PlaceFn>,
+    nowait: Option<NowaitFn>,
 }
 
 impl Clone for Proc {
@@ -478,6 +489,7 @@ impl Clone for Proc {
         Proc {
             f: self.f.clone(),
             place: self.place.clone(),
+            nowait: self.nowait.clone(),
         }
     }
 }
@@ -533,7 +545,14 @@ impl Registry {
             .or_default()
             .entry(vers)
             .or_default()
-            .insert(proc_, Proc { f, place });
+            .insert(
+                proc_,
+                Proc {
+                    f,
+                    place,
+                    nowait: None,
+                },
+            );
     }
 
     /// Before the read chunks of an RDMA_MSG/MSGP call (`msg`: the RPC message, read with the
@@ -595,6 +614,40 @@ impl Registry {
         self.mark_blocking(prog, vers, proc_);
     }
 
+    /// [`Registry::register_blocking`] with an attempt that never blocks (`nowait`, a
+    /// [`NowaitFn`]): a server with a handler pool runs `nowait` first on the connection's own
+    /// thread and hands the call to the pool only when it returns `None`, so a call that can be
+    /// answered at once (a READ of cached bytes) costs no hand-off between threads, which on a
+    /// host with as many busy-polling threads as CPUs means a thread that must be scheduled in
+    /// (docs/nfs.md "READs answered at once").
+    pub fn register_blocking_with_nowait<F, N>(
+        &mut self,
+        prog: u32,
+        vers: u32,
+        proc_: u32,
+        f: F,
+        nowait: N,
+    ) where
+        F: Fn(&CallRepr, &mut ArgReader<'_>) -> core::result::Result<Body, AcceptStat>
+            + Send
+            + Sync
+            + 'static,
+        N: Fn(&CallRepr, &mut ArgReader<'_>) -> Option<core::result::Result<Body, AcceptStat>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.register_blocking(prog, vers, proc_, f);
+        if let Some(p) = self
+            .progs
+            .get_mut(&prog)
+            .and_then(|v| v.get_mut(&vers))
+            .and_then(|v| v.get_mut(&proc_))
+        {
+            p.nowait = Some(Arc::new(nowait));
+        }
+    }
+
     /// Mark an already registered procedure as one that may block ([`Registry::register_blocking`]).
     pub fn mark_blocking(&mut self, prog: u32, vers: u32, proc_: u32) {
         self.blocking.insert((prog, vers, proc_));
@@ -610,29 +663,60 @@ impl Registry {
     /// Credentials: AUTH_NONE and AUTH_SYS are accepted (AUTH_SYS is not verified, as RFC 5531
     /// App. A warns it cannot be); any other flavor is denied with AUTH_ERROR / AUTH_BADCRED.
     pub fn dispatch(&self, call: &CallRepr, args: &mut ArgReader<'_>) -> (ReplyRepr, Body) {
+        match self.find(call) {
+            Ok(p) => {
+                let r = (p.f)(call, args);
+                Self::answer(call, args, r)
+            }
+            Err(refusal) => (refusal, Body::new()),
+        }
+    }
+
+    /// [`Registry::dispatch`] through the procedure's [`NowaitFn`]: `None` if it has none or
+    /// it would block (nothing done; run the call with `dispatch` where blocking is fine).
+    /// Calls that are refused (credentials, unknown procedure) are answered by `dispatch`.
+    pub fn dispatch_nowait(
+        &self,
+        call: &CallRepr,
+        args: &mut ArgReader<'_>,
+    ) -> Option<(ReplyRepr, Body)> {
+        let nowait = self.find(call).ok()?.nowait.as_ref()?;
+        let r = nowait(call, args)?;
+        Some(Self::answer(call, args, r))
+    }
+
+    /// The procedure `call` names, or the reply refusing it (with no results).
+    fn find(&self, call: &CallRepr) -> core::result::Result<&Proc, ReplyRepr> {
         let xid = call.xid;
-        let acc = |s| (ReplyRepr::accepted(xid, s), Body::new());
+        let acc = |s| ReplyRepr::accepted(xid, s);
         if !matches!(call.cred, Auth::None | Auth::Sys(_)) {
-            return (
-                ReplyRepr {
-                    xid,
-                    stat: ReplyStat::AuthError(AUTH_BADCRED),
-                },
-                Body::new(),
-            );
+            return Err(ReplyRepr {
+                xid,
+                stat: ReplyStat::AuthError(AUTH_BADCRED),
+            });
         }
         let Some(versions) = self.progs.get(&call.prog) else {
-            return acc(AcceptStat::ProgUnavail);
+            return Err(acc(AcceptStat::ProgUnavail));
         };
         let Some(procs) = versions.get(&call.vers) else {
             let low = versions.keys().next().copied().unwrap_or(0);
             let high = versions.keys().next_back().copied().unwrap_or(0);
-            return acc(AcceptStat::ProgMismatch { low, high });
+            return Err(acc(AcceptStat::ProgMismatch { low, high }));
         };
-        let Some(p) = procs.get(&call.proc_) else {
-            return acc(AcceptStat::ProcUnavail);
-        };
-        match (p.f)(call, args) {
+        procs
+            .get(&call.proc_)
+            .ok_or_else(|| acc(AcceptStat::ProcUnavail))
+    }
+
+    /// The reply to a procedure's result: SUCCESS only if every argument was consumed.
+    fn answer(
+        call: &CallRepr,
+        args: &mut ArgReader<'_>,
+        r: core::result::Result<Body, AcceptStat>,
+    ) -> (ReplyRepr, Body) {
+        let xid = call.xid;
+        let acc = |s| (ReplyRepr::accepted(xid, s), Body::new());
+        match r {
             Ok(body) => {
                 if let Err(e) = args.finish() {
                     log::warn!("rpc: xid {xid:#x}: {e}");

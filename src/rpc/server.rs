@@ -148,6 +148,10 @@ pub struct ServerStats {
     /// registered for the call, [`Body::put_bulk`] results written into write chunks. 0 on a
     /// zero-copy path (docs/rpc.md).
     pub bulk_staged_bytes: AtomicU64,
+    /// Calls of procedures that may block answered on the connection's own thread by their
+    /// attempt that never blocks ([`Registry::register_blocking_with_nowait`]), not handed to
+    /// the handler pool.
+    pub calls_nowait: AtomicU64,
     /// Read-chunk bytes RDMA Read straight into a procedure's registered memory
     /// ([`Registry::register_with_placement`]).
     pub bulk_placed_bytes: AtomicU64,
@@ -1444,6 +1448,15 @@ impl ConnServer {
             );
         }
         bump(&self.stats.calls, 1);
+        if self.offload.is_some() && call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
+            // First without blocking, here (a READ of cached bytes): no hand-off to the pool.
+            let mut args = ArgReader::new(r.clone(), &pulled);
+            if let Some((rep, body)) = self.reg.dispatch_nowait(&call, &mut args) {
+                bump(&self.stats.calls_nowait, 1);
+                let rep = ReplyRepr { xid, ..rep };
+                return self.reply(xid, rep, body, chunks);
+            }
+        }
         if let Some(off) = self.offload.as_mut() {
             if call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
                 off.waiting.push_back(PoolJob {
