@@ -285,6 +285,57 @@ fn client_writes_from_windows_of_registered_memory() {
     h.stop();
 }
 
+/// READ of a file store without a write chunk: the data inline, or the status.
+fn read_inline(c: &mut RdmaClient, off: u64, len: u32) -> Result<Vec<u8>, u32> {
+    let rep = c
+        .call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_READ,
+            block::read_args(off, len),
+            &CallOpts::default(),
+        )
+        .expect("READ answered");
+    let mut r = rep.results().expect("SUCCESS");
+    block::decode_read(&mut r).unwrap()
+}
+
+/// Small READs of a file store whose bytes are in the page cache are answered where the call
+/// arrived, not on the handler pool (`calls_nowait`), as are range errors; bytes dropped from
+/// the page cache and large READs go to the pool; every READ returns the file's bytes.
+#[test]
+fn file_store_small_cached_reads_are_answered_at_once() {
+    let path = std::env::temp_dir().join(format!("dpwarp-zc-nowait-{}", std::process::id()));
+    let (s, _store) = server(BlockStore::file(&path, MIB as u64).unwrap());
+    let mut c = mem_client(&s);
+    let nowait = || ServerStats::get(&s.stats().calls_nowait);
+    let data = pattern(21, 256 * 1024);
+    assert_eq!(write_status(&mut c, 0, data.clone()), Ok(data.len() as u32));
+    assert_eq!(nowait(), 0, "a WRITE goes to the pool");
+    assert_eq!(read_inline(&mut c, 100, 4000).unwrap(), data[100..4100]);
+    assert_eq!(read_chunk(&mut c, 5000, 20_000), data[5000..25_000]);
+    assert_eq!(
+        read_inline(&mut c, MIB as u64 - 10, 20),
+        Err(block::BLK_ERANGE)
+    );
+    assert_eq!(
+        nowait(),
+        3,
+        "cached bytes and a range error answered at once"
+    );
+    assert_eq!(read_chunk(&mut c, 0, 64 * 1024), data[..64 * 1024]);
+    assert_eq!(nowait(), 3, "a large READ goes to the pool");
+    let f = std::fs::File::open(&path).unwrap();
+    f.sync_all().unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    assert_eq!(read_inline(&mut c, 8192, 4096).unwrap(), data[8192..12_288]);
+    assert_eq!(nowait(), 3, "bytes not cached are read on the pool");
+    assert_eq!(read_inline(&mut c, 8192, 4096).unwrap(), data[8192..12_288]);
+    assert_eq!(nowait(), 4);
+    drop(c);
+    let _ = std::fs::remove_file(&path);
+}
+
 /// Many WRITEs, then READs, of a file store in flight at once, over the in-memory link and
 /// kernel TCP: the file holds what each WRITE sent (pull buffers reused, a shorter WRITE's
 /// bytes only), every READ reply carries its own bytes (no pool buffer is lent again before

@@ -491,12 +491,13 @@ impl Export {
     ) -> Option<(usize, bool, rfs::Stat)> {
         let (dev, ino, gen) = self.decode(fh).ok()?;
         // Still an object of the table (what `resolve` looks at first: REMOVE and RENAME
-        // through NFS take it out).
-        match self.table().get(&(dev, ino)) {
+        // through NFS take it out). Neither lock is waited for: a handler may hold the table
+        // for a while (REMOVE walks all of it).
+        match self.table.try_lock().ok()?.get(&(dev, ino)) {
             Some(e) if e.gen == gen && e.regular => {}
             _ => return None,
         }
-        let fd = self.read_fds().get((dev, ino), gen)?;
+        let fd = self.read_fds.try_lock().ok()?.get((dev, ino), gen)?;
         let st = rfs::fstat(&fd).ok()?;
         if st.st_nlink == 0 {
             self.read_fds().remove((dev, ino));

@@ -165,6 +165,31 @@ impl BlockStore {
         }
     }
 
+    /// [`BlockStore::read`] of a file store that never waits: `len` bytes at `off` (under
+    /// 32 KiB) if all of them are in the page cache (`preadv2` with `RWF_NOWAIT`), a range
+    /// error at once; `None` if the read would wait or is large (a large READ's copy is left
+    /// to the handler pool, beside the thread that moves the bytes), and for a memory store.
+    pub fn read_nowait(&self, off: u64, len: usize) -> Option<Result<Vec<u8>, u32>> {
+        let Backing::File(f, _) = &self.backing else {
+            return None;
+        };
+        if let Err(st) = self.range(off, len) {
+            return Some(Err(st));
+        }
+        if len >= POOLED_READ_MIN {
+            return None;
+        }
+        let mut v = vec![0u8; len];
+        if len > 0 {
+            let mut io = [std::io::IoSliceMut::new(&mut v)];
+            match rustix::io::preadv2(f, &mut io, off, rustix::io::ReadWriteFlags::NOWAIT) {
+                Ok(n) if n == len => {}
+                _ => return None,
+            }
+        }
+        Some(Ok(v))
+    }
+
     /// READ results for `len` bytes at `off`: the memory store's bytes in place (RDMA-Written
     /// from the store), a file's read into a pool's buffer (RDMA-Written from there) or into a
     /// `Vec`, or a `BLK_*` status.
@@ -241,6 +266,7 @@ fn read_file(f: &File, off: u64, buf: &mut [u8]) -> Result<(), u32> {
 pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
     // File I/O may block: such calls leave a run-to-completion worker for the handler pool.
     let file_backed = matches!(store.backing, Backing::File(..));
+    let read_store = store.clone();
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_NULL, |_, _| Ok(Body::new()));
     let s = store.clone();
     reg.register(BLOCK_PROG, BLOCK_VERS, PROC_READ, move |_, a| {
@@ -302,6 +328,22 @@ pub fn register(reg: &mut Registry, store: Arc<BlockStore>) {
     if file_backed {
         reg.mark_blocking(BLOCK_PROG, BLOCK_VERS, PROC_READ);
         reg.mark_blocking(BLOCK_PROG, BLOCK_VERS, PROC_WRITE);
+        // A small READ of cached bytes is answered where the call arrived (no hand-off to
+        // the pool; docs/rpc.md "How a call is served").
+        reg.set_nowait(BLOCK_PROG, BLOCK_VERS, PROC_READ, move |_, a| {
+            let off = a.xdr.get_u64().ok()?;
+            let count = a.xdr.get_u32().ok()? as usize;
+            let d = read_store.read_nowait(off, count)?;
+            let mut b = Body::new();
+            match d {
+                Ok(d) => {
+                    b.xdr().put_u32(BLK_OK);
+                    b.put_bulk(d);
+                }
+                Err(st) => b.xdr().put_u32(st),
+            }
+            Some(Ok(b))
+        });
     }
 }
 

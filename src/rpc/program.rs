@@ -638,6 +638,18 @@ impl Registry {
             + 'static,
     {
         self.register_blocking(prog, vers, proc_, f);
+        self.set_nowait(prog, vers, proc_, nowait);
+    }
+
+    /// Give an already registered procedure an attempt that never blocks
+    /// ([`Registry::register_blocking_with_nowait`]); nothing if it is not registered.
+    pub fn set_nowait<N>(&mut self, prog: u32, vers: u32, proc_: u32, nowait: N)
+    where
+        N: Fn(&CallRepr, &mut ArgReader<'_>) -> Option<core::result::Result<Body, AcceptStat>>
+            + Send
+            + Sync
+            + 'static,
+    {
         if let Some(p) = self
             .progs
             .get_mut(&prog)
