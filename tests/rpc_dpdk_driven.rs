@@ -183,7 +183,15 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
             .expect("the test releases the blocking call");
         Ok(Body::new())
     });
-    let srv = RdmaServer::new(reg, ServerConfig::default());
+    let cfg = ServerConfig {
+        handler_threads: 3,
+        handler_cpus: Some(vec![*dpwarp::affinity::thread_cpus()
+            .iter()
+            .find(|&&c| Some(c) != server_net.worker_cpu(0))
+            .unwrap_or(&0)]),
+        ..ServerConfig::default()
+    };
+    let srv = RdmaServer::new(reg, cfg);
     let h = srv
         .listen(&server_net, SocketAddr::from((server_ep.ip(), 20050)))
         .unwrap();
@@ -206,6 +214,21 @@ fn rpc_runs_to_completion_in_the_server_reactor() {
     assert!(
         ts.iter().any(|(n, _)| n.starts_with("rpc-handler")),
         "threads: {ts:?}"
+    );
+    // The handler threads run where ServerConfig::handler_cpus says: here a CPU other than
+    // the reactor's when there is one.
+    let handler_cpu = *dpwarp::affinity::thread_cpus()
+        .iter()
+        .find(|&&c| Some(c) != server_net.worker_cpu(0))
+        .unwrap_or(&0);
+    // (The first server's pool, also `rpc-handler<i>`, keeps this thread's CPUs.)
+    let placed = ts
+        .iter()
+        .filter(|(n, l)| n.starts_with("rpc-handler") && rpc_common::cpu_list(l) == [handler_cpu])
+        .count();
+    assert!(
+        placed >= 3,
+        "this server's three handler threads on CPU {handler_cpu}: {ts:?}"
     );
     drop(c);
     h.stop();

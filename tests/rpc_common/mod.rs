@@ -180,6 +180,17 @@ pub fn exercise_with(c: &mut RdmaClient, store: Option<&BlockStore>, size: u64) 
     assert_eq!(c.stats.over_grant, 0);
 }
 
+/// The CPUs of a `Cpus_allowed_list` ("0-2,5").
+pub fn cpu_list(l: &str) -> Vec<usize> {
+    l.split(',')
+        .filter(|r| !r.is_empty())
+        .flat_map(|r| match r.split_once('-') {
+            Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
+            None => r.parse().unwrap()..=r.parse().unwrap(),
+        })
+        .collect()
+}
+
 /// (name, Cpus_allowed_list) of every thread of this process.
 pub fn threads() -> Vec<(String, String)> {
     let mut out = Vec::new();

@@ -117,6 +117,9 @@ pub struct RdmaConfig {
     /// served to completion on a driven dataplane worker or a kernel-TCP QP's driver thread
     /// (default 2), shared by all connections.
     pub handler_threads: usize,
+    /// CPUs of those threads (default: the process's; on a server whose clients are
+    /// elsewhere, CPUs no dataplane worker is pinned to; docs/rpc.md "How a call is served").
+    pub handler_cpus: Option<Vec<usize>>,
 }
 
 impl Default for RdmaConfig {
@@ -141,6 +144,7 @@ impl Default for RdmaConfig {
             keepalive_probes: ListenConfig::default().keepalive_probes,
             mpa_rev0: "refuse".into(),
             handler_threads: s.handler_threads,
+            handler_cpus: None,
         }
     }
 }
@@ -178,6 +182,7 @@ impl RdmaConfig {
             },
             poll_spin: Duration::from_micros(self.poll_spin_us),
             handler_threads: self.handler_threads.max(1),
+            handler_cpus: self.handler_cpus.clone(),
             // Kernel TCP's; the DPDK dataplane's come from its config's `[tcp]` (see `run`).
             listen: Some(ListenConfig {
                 mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
