@@ -814,8 +814,9 @@ fn fds_on(path: &std::path::Path) -> usize {
         .count()
 }
 
-/// Small READs (under 32 KiB) of a file a READ opened before, whose bytes are in the page
-/// cache, are answered on the connection's own thread without the handler pool
+/// Small READs (under 32 KiB) of a file whose path is in the kernel's lookup cache (or that a
+/// READ opened before) and whose bytes are in the page cache are answered on the
+/// connection's own thread without the handler pool
 /// (`calls_nowait`), with the same bytes and EOF flags as the pool's; bytes dropped from the
 /// page cache, a caller without read permission, a large READ and a removed file go the
 /// waiting way (with the same statuses as before), and a removed file's descriptor is not
@@ -835,13 +836,14 @@ fn reads_of_cached_bytes_are_answered_at_once() {
         let size = 256 * 1024 + 10;
         let data = pattern(9, size);
         n.write(&f, 0, &data, 2).unwrap();
-        // The first READ opens the file (on the pool); the rest find it open.
+        // The first READ opens the file at once (its path is in the kernel's lookup cache:
+        // CREATE just made it); the rest find it open.
         let before = nowait(&n);
         assert_eq!(n.read(&f, 0, 4096, 0).unwrap().0, data[..4096]);
         assert_eq!(
             nowait(&n),
-            before,
-            "the first READ walked the path on the pool"
+            before + 1,
+            "the first READ opened the file at once"
         );
         assert_eq!(n.read(&f, 100, 4096, 0).unwrap().0, data[100..4196]);
         let (d, eof, _) = n.read(&f, 8000, 30_000, 30_000).unwrap();
@@ -854,11 +856,7 @@ fn reads_of_cached_bytes_are_answered_at_once() {
         assert_eq!((&d[..], eof), (&data[size - 5..], true));
         let (d, eof, _) = n.read(&f, size as u64 + 7, 100, 0).unwrap();
         assert!(d.is_empty() && eof);
-        assert_eq!(
-            nowait(&n) - before,
-            4,
-            "the four READs after the first answered at once"
-        );
+        assert_eq!(nowait(&n) - before, 5, "all five answered at once");
         // A large READ (a pool buffer's) still goes to the pool: its copy would hold up the
         // connection's thread.
         let (d, eof, _) = n.read(&f, 0, 1 << 20, 1 << 20).unwrap();
@@ -867,7 +865,7 @@ fn reads_of_cached_bytes_are_answered_at_once() {
             (true, true),
             "a pool buffer's READ, to EOF"
         );
-        assert_eq!(nowait(&n) - before, 4);
+        assert_eq!(nowait(&n) - before, 5);
         // Out of the page cache: the READ waits on the pool, and brings the bytes back.
         let path = dir.0.join("c");
         let file = std::fs::File::open(&path).unwrap();

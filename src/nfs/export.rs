@@ -469,9 +469,32 @@ impl Export {
         Ok(o)
     }
 
+    /// `rel` opened for reading without waiting, if every component of its path is in the
+    /// kernel's lookup cache (`openat2` with `RESOLVE_CACHED`, Linux 5.12: EAGAIN rather than
+    /// a lookup that may read the disk) and it is still the object `(dev, ino)` of generation
+    /// `gen`; kept in the cache for the READs after it.
+    fn open_cached(&self, rel: &Path, key: (u64, u64), gen: u64) -> Option<Arc<OwnedFd>> {
+        let fd = rfs::openat2(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve_flags() | ResolveFlags::CACHED,
+        )
+        .ok()?;
+        let st = rfs::fstat(&fd).ok()?;
+        if (st.st_dev, st.st_ino) != key || generation(&fd) != gen {
+            return None;
+        }
+        let fd = Arc::new(fd);
+        self.read_fds().insert(key, gen, fd.clone());
+        Some(fd)
+    }
+
     /// A READ (RFC 1813 §3.3.6) that never waits, for the thread that moves the connection's
-    /// bytes: only when the handle names a regular file a READ opened lately (its descriptor
-    /// kept, so no path is walked), the caller may read it, and every byte asked for (up to
+    /// bytes: only when the handle names a regular file that a READ opened lately (its
+    /// descriptor kept) or that opens without waiting (its whole path in the kernel's lookup
+    /// cache, [`Export::open_cached`]), the caller may read it, and every byte asked for (up to
     /// EOF) is in the page cache (`preadv2` with `RWF_NOWAIT`, which fails rather than wait
     /// for the disk). Then: the bytes read into the memory `buf_for` gives (as
     /// [`Export::read_with`]), whether they reached EOF, and the file's attributes. `None`
@@ -493,11 +516,15 @@ impl Export {
         // Still an object of the table (what `resolve` looks at first: REMOVE and RENAME
         // through NFS take it out). Neither lock is waited for: a handler may hold the table
         // for a while (REMOVE walks all of it).
-        match self.table.try_lock().ok()?.get(&(dev, ino)) {
-            Some(e) if e.gen == gen && e.regular => {}
+        let path = match self.table.try_lock().ok()?.get(&(dev, ino)) {
+            Some(e) if e.gen == gen && e.regular => e.path.clone(),
             _ => return None,
-        }
-        let fd = self.read_fds.try_lock().ok()?.get((dev, ino), gen)?;
+        };
+        let cached = self.read_fds.try_lock().ok()?.get((dev, ino), gen);
+        let fd = match cached {
+            Some(fd) => fd,
+            None => self.open_cached(&path, (dev, ino), gen)?,
+        };
         let st = rfs::fstat(&fd).ok()?;
         if st.st_nlink == 0 {
             self.read_fds().remove((dev, ino));
