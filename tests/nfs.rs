@@ -897,6 +897,75 @@ fn reads_of_cached_bytes_are_answered_at_once() {
     }
 }
 
+/// ACCESS bits granted to the caller, or the status.
+fn access_of(n: &mut Nfs, fh: &[u8], asked: u32) -> Result<u32, u32> {
+    let mut b = fh_body(fh);
+    b.xdr().put_u32(asked);
+    let r = n.call(proc_::ACCESS, b);
+    let mut rr = success(&r);
+    let st = rr.xdr.get_u32().unwrap();
+    parse_post_op_attr(&mut rr.xdr).unwrap();
+    if st != 0 {
+        return Err(st);
+    }
+    Ok(rr.xdr.get_u32().unwrap())
+}
+
+/// GETATTR and ACCESS of an object whose path is in the kernel's lookup cache are answered on
+/// the connection's own thread (`calls_nowait`) with the object's attributes and the caller's
+/// rights; a handle whose object went away, or a forged one, gets its STALE or BADHANDLE from
+/// the pool as before. Over the in-memory link and kernel TCP.
+#[test]
+fn getattr_and_access_are_answered_at_once() {
+    for over_tcp in [false, true] {
+        let dir = TempDir::new(if over_tcp { "attr-tcp" } else { "attr-mem" });
+        let (mut n, h) = if over_tcp {
+            let (n, h) = over_kernel_tcp(&dir);
+            (n, Some(h))
+        } else {
+            (over_memlink(&dir), None)
+        };
+        let root = n.root.clone();
+        let f = n.create(&root, "g", 0).unwrap();
+        n.write(&f, 0, &pattern(3, 5000), 2).unwrap();
+        let path = dir.0.join("g");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .unwrap();
+        let k = nowait(&n);
+        let a = n.getattr(&f).unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!((a.size, a.mode, a.fileid), (5000, 0o640, m.ino()));
+        let ra = n.getattr(&root).unwrap();
+        assert_eq!(ra.ftype, ftype::DIR);
+        assert_eq!(
+            access_of(&mut n, &f, 0x3f),
+            Ok(access::READ | access::MODIFY | access::EXTEND),
+            "root: all but EXECUTE"
+        );
+        n.c.cred = user_cred(4242);
+        assert_eq!(
+            access_of(&mut n, &f, 0x3f),
+            Ok(0),
+            "others: nothing on 0640"
+        );
+        n.c.cred = root_cred();
+        assert_eq!(nowait(&n) - k, 4, "answered at once");
+        // Gone behind the server's back, and forged: the pool's answers.
+        std::fs::remove_file(&path).unwrap();
+        let k = nowait(&n);
+        assert_eq!(n.getattr(&f), Err(Stat::Stale.code()));
+        assert_eq!(access_of(&mut n, &f, 1), Err(Stat::Stale.code()));
+        let mut forged = f.clone();
+        forged[30] ^= 1;
+        assert_eq!(n.getattr(&forged), Err(Stat::BadHandle.code()));
+        assert_eq!(nowait(&n), k, "none of those at once");
+        drop(n);
+        if let Some(h) = h {
+            h.stop();
+        }
+    }
+}
+
 /// Large READs of one file, many in flight at once (each into a write chunk), in three orders:
 /// each reply carries its own range's bytes, all from buffers of the export's READ pool
 /// (`bulk_lent_bytes`), and the pool makes no more buffers than READs were in flight. Over the

@@ -156,6 +156,24 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
         );
     }
 
+    // The GETATTR load on the same file.
+    let out = probe(
+        nfs,
+        rpcbind,
+        &["--getattr", "f.bin", "--credits", "8", "--seconds", "0.3"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nfs-probe --getattr: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let g = &j["getattr_load"];
+    assert!(g["calls"].as_u64().unwrap() > 0, "{g}");
+    assert!(g["calls_per_s"].as_f64().unwrap() > 0.0, "{g}");
+    assert!(g["max_in_flight"].as_u64().unwrap() > 1, "pipelined: {g}");
+
     // Refusals: a file that is not there, one smaller than a READ.
     let out = probe(nfs, rpcbind, &["--read", "nothere", "--seconds", "0.1"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -193,4 +211,12 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
     assert!(pooled >= 262_144, "{line}");
+    // The 4 KiB READs and the GETATTRs were answered on the connection's thread.
+    let at_once: u64 = line
+        .split(" calls (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(at_once > 0, "{line}");
 }

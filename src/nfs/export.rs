@@ -474,10 +474,35 @@ impl Export {
     /// a lookup that may read the disk) and it is still the object `(dev, ino)` of generation
     /// `gen`; kept in the cache for the READs after it.
     fn open_cached(&self, rel: &Path, key: (u64, u64), gen: u64) -> Option<Arc<OwnedFd>> {
-        let fd = rfs::openat2(
-            &self.root,
+        let (fd, _) = self.open_nowait(
             rel,
             OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            key,
+            gen,
+        )?;
+        let fd = Arc::new(fd);
+        self.read_fds().insert(key, gen, fd.clone());
+        Some(fd)
+    }
+
+    /// `rel` opened with `flags` and its attributes, if that needs no lookup beyond the
+    /// kernel's cache (`RESOLVE_CACHED`) and it is the object `key` of generation `gen`.
+    fn open_nowait(
+        &self,
+        rel: &Path,
+        flags: OFlags,
+        key: (u64, u64),
+        gen: u64,
+    ) -> Option<(OwnedFd, rfs::Stat)> {
+        let p: &Path = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        let fd = rfs::openat2(
+            &self.root,
+            p,
+            flags,
             Mode::empty(),
             resolve_flags() | ResolveFlags::CACHED,
         )
@@ -486,9 +511,29 @@ impl Export {
         if (st.st_dev, st.st_ino) != key || generation(&fd) != gen {
             return None;
         }
-        let fd = Arc::new(fd);
-        self.read_fds().insert(key, gen, fd.clone());
-        Some(fd)
+        Some((fd, st))
+    }
+
+    /// The attributes of the object a handle names, without waiting (GETATTR, ACCESS on the
+    /// connection's own thread): through a READ's kept descriptor, or an `O_PATH` open whose
+    /// whole path is in the kernel's lookup cache, checked against the handle as
+    /// [`Export::resolve`] checks; `None` when that would wait or the handle does not resolve
+    /// so (the caller then resolves it on a thread that may wait, with the same outcome or the
+    /// error).
+    pub fn stat_nowait(&self, fh: &[u8]) -> Option<rfs::Stat> {
+        let (dev, ino, gen) = self.decode(fh).ok()?;
+        let (path, regular) = match self.table.try_lock().ok()?.get(&(dev, ino)) {
+            Some(e) if e.gen == gen => (e.path.clone(), e.regular),
+            _ => return None,
+        };
+        if regular {
+            if let Some(fd) = self.read_fds.try_lock().ok()?.get((dev, ino), gen) {
+                return rfs::fstat(&fd).ok().filter(|st| st.st_nlink > 0);
+            }
+        }
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        self.open_nowait(&path, flags, (dev, ino), gen)
+            .map(|(_, st)| st)
     }
 
     /// A READ (RFC 1813 §3.3.6) that never waits, for the thread that moves the connection's
@@ -1127,19 +1172,24 @@ impl Export {
 
     /// ACCESS (RFC 1813 §3.3.4): which of the asked bits `c` has on `o`.
     pub fn access(&self, c: &Cred, o: &Obj, asked: u32) -> u32 {
+        self.access_st(c, &o.st, asked)
+    }
+
+    /// [`Export::access`] of an object with attributes `st`.
+    pub fn access_st(&self, c: &Cred, st: &rfs::Stat, asked: u32) -> u32 {
         use super::xdr::access as a;
-        let is_dir = o.ftype() == ftype::DIR;
+        let is_dir = ftype_of(st.st_mode) == ftype::DIR;
         let mut ok = 0;
-        if Self::permits(c, &o.st, 4) {
+        if Self::permits(c, st, 4) {
             ok |= a::READ;
         }
-        if Self::permits(c, &o.st, 2) && !self.read_only {
+        if Self::permits(c, st, 2) && !self.read_only {
             ok |= a::MODIFY | a::EXTEND;
             if is_dir {
                 ok |= a::DELETE;
             }
         }
-        if Self::permits(c, &o.st, 1) {
+        if Self::permits(c, st, 1) {
             ok |= if is_dir { a::LOOKUP } else { a::EXECUTE };
         }
         ok & asked

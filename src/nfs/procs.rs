@@ -21,6 +21,8 @@ use crate::wire::oncrpc::{AcceptStat, CallRepr};
 
 type Res = core::result::Result<Body, AcceptStat>;
 type Handler = fn(&Export, &Cred, &mut ArgReader<'_>) -> Res;
+/// A procedure's attempt that never waits ([`dpwarp::rpc::program::NowaitFn`]).
+type Nowait = fn(&Export, &Cred, &mut ArgReader<'_>) -> Option<Res>;
 
 /// FSINFO `dtpref`: preferred READDIR size.
 pub const DTPREF: u32 = 64 * 1024;
@@ -72,13 +74,20 @@ pub fn register(reg: &mut Registry, export: Arc<Export>) {
         // but a READ of cached bytes of a file already open is answered there at once.
         let run =
             move |call: &CallRepr, a: &mut ArgReader<'_>| h(&e, &Cred::from_auth(&call.cred), a);
-        if p == proc_::READ {
-            let e = export.clone();
-            reg.register_blocking_with_nowait(NFS_PROG, NFS_V3, p, run, move |call, a| {
-                read_nowait(&e, &Cred::from_auth(&call.cred), a)
-            });
-        } else {
-            reg.register_blocking(NFS_PROG, NFS_V3, p, run);
+        let nowait: Option<Nowait> = match p {
+            proc_::READ => Some(read_nowait),
+            proc_::GETATTR => Some(getattr_nowait),
+            proc_::ACCESS => Some(access_nowait),
+            _ => None,
+        };
+        match nowait {
+            Some(n) => {
+                let e = export.clone();
+                reg.register_blocking_with_nowait(NFS_PROG, NFS_V3, p, run, move |call, a| {
+                    n(&e, &Cred::from_auth(&call.cred), a)
+                });
+            }
+            None => reg.register_blocking(NFS_PROG, NFS_V3, p, run),
         }
     }
 }
@@ -91,6 +100,29 @@ fn getattr(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
         e.fattr(&o.st).emit(b.xdr());
     }
     Ok(b)
+}
+
+/// GETATTR without waiting ([`Export::stat_nowait`]): the same reply as [`getattr`] when the
+/// object's attributes come without a lookup that may wait, else `None`.
+fn getattr_nowait(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
+    let fh = parse_fh(&mut a.xdr).ok()?;
+    let st = e.stat_nowait(fh)?;
+    let mut b = Body::new();
+    status(&mut b, Stat::Ok);
+    e.fattr(&st).emit(b.xdr());
+    Some(Ok(b))
+}
+
+/// ACCESS without waiting, as [`getattr_nowait`].
+fn access_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
+    let fh = parse_fh(&mut a.xdr).ok()?;
+    let asked = a.xdr.get_u32().ok()?;
+    let st = e.stat_nowait(fh)?;
+    let mut b = Body::new();
+    status(&mut b, Stat::Ok);
+    emit_post_op_attr(b.xdr(), Some(&e.fattr(&st)));
+    b.xdr().put_u32(e.access_st(c, &st, asked));
+    Some(Ok(b))
 }
 
 fn setattr(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {

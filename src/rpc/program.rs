@@ -619,7 +619,7 @@ impl Registry {
     /// thread and hands the call to the pool only when it returns `None`, so a call that can be
     /// answered at once (a READ of cached bytes) costs no hand-off between threads, which on a
     /// host with as many busy-polling threads as CPUs means a thread that must be scheduled in
-    /// (docs/nfs.md "READs answered at once").
+    /// (docs/nfs.md "Calls answered at once").
     pub fn register_blocking_with_nowait<F, N>(
         &mut self,
         prog: u32,

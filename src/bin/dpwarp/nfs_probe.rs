@@ -4,8 +4,9 @@
 //! (port 20049, RFC 8267 §6.3 / the Linux default) NFS NULL, FSINFO and GETATTR on that handle
 //! (RFC 1813 §3.3.19, §3.3.1). The MPA Request carries RFC 8797 connection private data as
 //! the Linux client's does, and no CONFIG_RDMA is sent (RFC 8166 peers do not know it).
-//! With `--read NAME` it then READs that file as a load (READs/s, Gbit/s, latency), against
-//! dpwarp's `nfs-server` or any other NFS/RDMA server. Prints one JSON object.
+//! With `--read NAME` it then READs that file as a load (READs/s, Gbit/s, latency), with
+//! `--getattr NAME` GETATTRs it as a load (calls/s, latency), against dpwarp's `nfs-server`
+//! or any other NFS/RDMA server. Prints one JSON object.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -56,13 +57,18 @@ pub struct Args {
     /// file and around again: READs/s, Gbit/s (octets that arrived) and the READ's latency.
     #[arg(long, value_name = "NAME")]
     pub read: Option<String>,
+    /// Then GETATTR this file of the export's root (LOOKUP by name) for --seconds, --credits
+    /// calls in flight: GETATTRs/s and their latency (the metadata calls a client makes
+    /// before it opens and reads a file).
+    #[arg(long, value_name = "NAME", conflicts_with = "read")]
+    pub getattr: Option<String>,
     /// Octets per READ (--read), at most the server's rtmax.
     #[arg(long, default_value_t = 1 << 20)]
     pub size: u32,
-    /// READs in flight (--read; the server's credit grant may allow fewer).
+    /// Calls in flight (--read, --getattr; the server's credit grant may allow fewer).
     #[arg(long, default_value_t = 32)]
     pub credits: u32,
-    /// Seconds of READs (--read).
+    /// Seconds of the load (--read, --getattr).
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
     /// Transport of the RDMA side (MOUNT and rpcbind always go over kernel TCP).
@@ -212,6 +218,10 @@ pub fn run(a: Args) -> Result<(), String> {
         Some(name) => Some(read_load(&mut c, &fh, name, &a, f[0])?),
         None => None,
     };
+    let getattr_load = match &a.getattr {
+        Some(name) => Some(getattr_load(&mut c, &fh, name, &a)?),
+        None => None,
+    };
     c.disconnect();
     let mut out = serde_json::json!({
         "server": a.server.to_string(),
@@ -237,21 +247,15 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(r) = read {
         out["read"] = r;
     }
+    if let Some(g) = getattr_load {
+        out["getattr_load"] = g;
+    }
     println!("{out}");
     Ok(())
 }
 
-/// `--read NAME`: LOOKUP `name` in the root `dir`, then READs of `a.size` octets (at most
-/// `rtmax`) with `a.credits` in flight for `a.seconds`, sequentially through the file and around
-/// again, each into a write chunk (RFC 8267 §4.1: READ data is DDP-eligible). Every reply is
-/// checked: NFS3_OK and the count the offset asks for.
-fn read_load(
-    c: &mut RdmaClient,
-    dir: &[u8],
-    name: &str,
-    a: &Args,
-    rtmax: u32,
-) -> Result<serde_json::Value, String> {
+/// LOOKUP `name` in the directory `dir`: its handle and attributes.
+fn lookup(c: &mut RdmaClient, dir: &[u8], name: &str) -> Result<(Vec<u8>, Fattr3), String> {
     let mut b = Body::new();
     b.xdr().put_opaque(dir);
     b.xdr().put_opaque(name.as_bytes());
@@ -267,6 +271,87 @@ fn read_load(
     let attr = parse_post_op_attr(&mut r.xdr)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("LOOKUP {name}: no attributes"))?;
+    Ok((fh, attr))
+}
+
+/// `--getattr NAME`: LOOKUP `name` in the root `dir`, then GETATTRs of it with `a.credits` in
+/// flight for `a.seconds`. Every reply is checked: NFS3_OK and the file's inode number.
+fn getattr_load(
+    c: &mut RdmaClient,
+    dir: &[u8],
+    name: &str,
+    a: &Args,
+) -> Result<serde_json::Value, String> {
+    let (fh, attr) = lookup(c, dir, name)?;
+    let args = || {
+        let mut b = Body::new();
+        b.xdr().put_opaque(&fh);
+        b
+    };
+    let mut sent = std::collections::HashMap::new();
+    let mut lat = dpwarp::latency::Recorder::new();
+    let mut calls = 0u64;
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds.max(0.01));
+    loop {
+        while sent.len() < a.credits.max(1) as usize && Instant::now() < end {
+            let xid = c
+                .submit(
+                    NFS_PROG,
+                    NFS_V3,
+                    proc3::GETATTR,
+                    args(),
+                    &CallOpts::default(),
+                )
+                .map_err(|e| format!("GETATTR: {e}"))?;
+            sent.insert(xid, Instant::now());
+        }
+        if sent.is_empty() {
+            break;
+        }
+        let (xid, rep) = c.wait_any().map_err(|e| format!("GETATTR: {e}"))?;
+        let t0 = sent.remove(&xid).ok_or("GETATTR: a reply to no call")?;
+        lat.record_ns(t0.elapsed().as_nanos() as u64);
+        let rep = rep.map_err(|e| format!("GETATTR: {e}"))?;
+        let mut r = rep.results().map_err(|s| format!("GETATTR: {s:?}"))?;
+        let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
+        if st != 0 {
+            return Err(format!("GETATTR: nfsstat3 {st}"));
+        }
+        let got = Fattr3::parse(&mut r.xdr).map_err(|e| e.to_string())?;
+        if got.fileid != attr.fileid {
+            return Err(format!(
+                "GETATTR: fileid {} for {}",
+                got.fileid, attr.fileid
+            ));
+        }
+        calls += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(serde_json::json!({
+        "file": name,
+        "credits": a.credits,
+        "max_in_flight": c.stats.max_in_flight,
+        "calls": calls,
+        "seconds": secs,
+        "calls_per_s": calls as f64 / secs,
+        "p50_us": lat.quantile_us(0.5),
+        "p99_us": lat.quantile_us(0.99),
+    }))
+}
+
+/// `--read NAME`: LOOKUP `name` in the root `dir`, then READs of `a.size` octets (at most
+/// `rtmax`) with `a.credits` in flight for `a.seconds`, sequentially through the file and around
+/// again, each into a write chunk (RFC 8267 §4.1: READ data is DDP-eligible). Every reply is
+/// checked: NFS3_OK and the count the offset asks for.
+fn read_load(
+    c: &mut RdmaClient,
+    dir: &[u8],
+    name: &str,
+    a: &Args,
+    rtmax: u32,
+) -> Result<serde_json::Value, String> {
+    let (fh, attr) = lookup(c, dir, name)?;
     let file_size = attr.size;
     let size = a.size.min(rtmax.max(1)).max(1);
     if file_size < u64::from(size) {
