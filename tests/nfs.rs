@@ -911,12 +911,13 @@ fn access_of(n: &mut Nfs, fh: &[u8], asked: u32) -> Result<u32, u32> {
     Ok(rr.xdr.get_u32().unwrap())
 }
 
-/// GETATTR and ACCESS of an object whose path is in the kernel's lookup cache are answered on
-/// the connection's own thread (`calls_nowait`) with the object's attributes and the caller's
-/// rights; a handle whose object went away, or a forged one, gets its STALE or BADHANDLE from
-/// the pool as before. Over the in-memory link and kernel TCP.
+/// GETATTR, ACCESS and LOOKUP of objects whose paths are in the kernel's lookup cache are
+/// answered on the connection's own thread (`calls_nowait`) with the object's attributes, the
+/// caller's rights and its handle; a name that is not there, ".", a directory the caller may
+/// not search, a handle whose object went away and a forged one get their NOENT, ACCES, STALE
+/// or BADHANDLE from the pool as before. Over the in-memory link and kernel TCP.
 #[test]
-fn getattr_and_access_are_answered_at_once() {
+fn metadata_calls_are_answered_at_once() {
     for over_tcp in [false, true] {
         let dir = TempDir::new(if over_tcp { "attr-tcp" } else { "attr-mem" });
         let (mut n, h) = if over_tcp {
@@ -949,7 +950,32 @@ fn getattr_and_access_are_answered_at_once() {
             "others: nothing on 0640"
         );
         n.c.cred = root_cred();
-        assert_eq!(nowait(&n) - k, 4, "answered at once");
+        // LOOKUP of a cached name: the same handle and attributes as CREATE gave.
+        let (fh, la) = n.lookup(&root, "g").unwrap();
+        assert_eq!((fh, la.fileid, la.size), (f.clone(), m.ino(), 5000));
+        assert_eq!(nowait(&n) - k, 5, "answered at once");
+        // A name that is not there, "." and a directory the caller may not search: the
+        // pool's answers.
+        let k = nowait(&n);
+        assert_eq!(
+            n.lookup(&root, "nothere").map(|_| ()),
+            Err(Stat::NoEnt.code())
+        );
+        assert_eq!(n.lookup(&root, ".").unwrap().0, root);
+        let sub = n.mkdir(&root, "private").unwrap();
+        n.create(&sub, "inside", 0).unwrap();
+        std::fs::set_permissions(
+            dir.0.join("private"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        n.c.cred = user_cred(4242);
+        assert_eq!(
+            n.lookup(&sub, "inside").map(|_| ()),
+            Err(Stat::Acces.code())
+        );
+        n.c.cred = root_cred();
+        assert_eq!(nowait(&n), k, "none of those at once");
         // Gone behind the server's back, and forged: the pool's answers.
         std::fs::remove_file(&path).unwrap();
         let k = nowait(&n);

@@ -174,6 +174,20 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
     assert!(g["calls_per_s"].as_f64().unwrap() > 0.0, "{g}");
     assert!(g["max_in_flight"].as_u64().unwrap() > 1, "pipelined: {g}");
 
+    let out = probe(
+        nfs,
+        rpcbind,
+        &["--lookup", "f.bin", "--credits", "8", "--seconds", "0.3"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nfs-probe --lookup: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(j["lookup_load"]["calls"].as_u64().unwrap() > 0, "{j}");
+
     // Refusals: a file that is not there, one smaller than a READ.
     let out = probe(nfs, rpcbind, &["--read", "nothere", "--seconds", "0.1"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -16,10 +16,11 @@
 //! escape, no symlink followed (a symlink is only ever opened as itself, `O_PATH|O_NOFOLLOW`,
 //! for READLINK and its attributes), no crossing into another mount. Names in requests are
 //! single components: empty names, names with `/` or NUL are refused (NFS3ERR_INVAL / ACCES);
-//! `.` and `..` are answered by the server from its table (`..` of the root is the root). A READ
-//! small enough to be answered on the connection's own thread goes through the descriptor a
-//! READ opened lately instead ([`Export::read_nowait`]: it reaches the file the handle names,
-//! wherever that moved).
+//! `.` and `..` are answered by the server from its table (`..` of the root is the root). A small
+//! READ, GETATTR or ACCESS answered on the connection's own thread ([`Export::read_nowait`],
+//! [`Export::stat_nowait`]) goes through the descriptor a READ opened lately if there is one
+//! (it reaches the file the handle names, wherever that moved), else through the same path
+//! walk, made only if every component is in the kernel's lookup cache (`RESOLVE_CACHED`).
 //!
 //! **Credentials**: the server process does the I/O (normally as root); AUTH_SYS uid/gid/gids
 //! are checked against the mode bits before READ, WRITE, directory changes, READDIR and LOOKUP
@@ -512,6 +513,75 @@ impl Export {
             return None;
         }
         Some((fd, st))
+    }
+
+    /// The object a handle names, opened `O_PATH` without waiting (`RESOLVE_CACHED`) and
+    /// checked as [`Export::resolve`] checks; `None` when that would wait or fails.
+    fn resolve_nowait(&self, fh: &[u8]) -> Option<Obj> {
+        let (dev, ino, gen) = self.decode(fh).ok()?;
+        let path = match self.table.try_lock().ok()?.get(&(dev, ino)) {
+            Some(e) if e.gen == gen => e.path.clone(),
+            _ => return None,
+        };
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let (fd, st) = self.open_nowait(&path, flags, (dev, ino), gen)?;
+        Some(Obj {
+            path,
+            fd,
+            st,
+            gen,
+            readable: false,
+        })
+    }
+
+    /// LOOKUP (RFC 1813 §3.3.3) without waiting, for the connection's own thread: `name` in
+    /// the directory `dir_fh` names, when the directory and the name resolve from the
+    /// kernel's lookup cache alone (`RESOLVE_CACHED`), the caller may search the directory,
+    /// and the object is remembered without waiting for the handle table; then the object
+    /// and the directory. `None` otherwise (or on any error), with nothing changed:
+    /// [`Export::lookup`] then answers on a thread that may wait.
+    pub fn lookup_nowait(&self, c: &Cred, dir_fh: &[u8], name: &[u8]) -> Option<(Obj, Obj)> {
+        let dir = self.resolve_nowait(dir_fh)?;
+        if dir.ftype() != ftype::DIR || name == b"." || name == b".." {
+            return None;
+        }
+        let n = check_name(name).ok()?;
+        if !Self::permits(c, &dir.st, 1) {
+            return None;
+        }
+        let rel = dir.path.join(n);
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rfs::openat2(
+            &self.root,
+            &rel,
+            flags,
+            Mode::empty(),
+            resolve_flags() | ResolveFlags::CACHED,
+        )
+        .ok()?;
+        let st = rfs::fstat(&fd).ok()?;
+        let gen = generation(&fd);
+        let o = Obj {
+            path: rel,
+            fd,
+            st,
+            gen,
+            readable: false,
+        };
+        let mut t = self.table.try_lock().ok()?;
+        if t.len() >= MAX_OBJECTS && !t.contains_key(&o.key()) {
+            return None;
+        }
+        t.insert(
+            o.key(),
+            Entry {
+                path: o.path.clone(),
+                gen: o.gen,
+                regular: o.ftype() == ftype::REG,
+            },
+        );
+        drop(t);
+        Some((o, dir))
     }
 
     /// The attributes of the object a handle names, without waiting (GETATTR, ACCESS on the

@@ -78,6 +78,7 @@ pub fn register(reg: &mut Registry, export: Arc<Export>) {
             proc_::READ => Some(read_nowait),
             proc_::GETATTR => Some(getattr_nowait),
             proc_::ACCESS => Some(access_nowait),
+            proc_::LOOKUP => Some(lookup_nowait),
             _ => None,
         };
         match nowait {
@@ -110,6 +111,19 @@ fn getattr_nowait(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     let mut b = Body::new();
     status(&mut b, Stat::Ok);
     e.fattr(&st).emit(b.xdr());
+    Some(Ok(b))
+}
+
+/// LOOKUP without waiting ([`Export::lookup_nowait`]): the same reply as [`lookup`] when
+/// the directory and the name resolve from the kernel's lookup cache, else `None`.
+fn lookup_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
+    let (fh, name) = parse_diropargs(&mut a.xdr).ok()?;
+    let (o, dir) = e.lookup_nowait(c, fh, name)?;
+    let mut b = Body::new();
+    status(&mut b, Stat::Ok);
+    b.xdr().put_opaque(&e.handle(&o));
+    emit_post_op_attr(b.xdr(), Some(&e.fattr(&o.st)));
+    emit_post_op_attr(b.xdr(), e.attrs(&dir).as_ref());
     Some(Ok(b))
 }
 

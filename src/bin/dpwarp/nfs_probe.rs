@@ -5,7 +5,8 @@
 //! (RFC 1813 §3.3.19, §3.3.1). The MPA Request carries RFC 8797 connection private data as
 //! the Linux client's does, and no CONFIG_RDMA is sent (RFC 8166 peers do not know it).
 //! With `--read NAME` it then READs that file as a load (READs/s, Gbit/s, latency), with
-//! `--getattr NAME` GETATTRs it as a load (calls/s, latency), against dpwarp's `nfs-server`
+//! `--getattr NAME` GETATTRs it (`--lookup NAME`: LOOKUPs its name) as a load (calls/s,
+//! latency), against dpwarp's `nfs-server`
 //! or any other NFS/RDMA server. Prints one JSON object.
 
 use std::net::{IpAddr, SocketAddr};
@@ -62,13 +63,19 @@ pub struct Args {
     /// before it opens and reads a file).
     #[arg(long, value_name = "NAME", conflicts_with = "read")]
     pub getattr: Option<String>,
+    /// Then LOOKUP this name in the export's root for --seconds, --credits calls in flight:
+    /// LOOKUPs/s and their latency (what a client does for each path component it has not
+    /// cached).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["read", "getattr"])]
+    pub lookup: Option<String>,
     /// Octets per READ (--read), at most the server's rtmax.
     #[arg(long, default_value_t = 1 << 20)]
     pub size: u32,
-    /// Calls in flight (--read, --getattr; the server's credit grant may allow fewer).
+    /// Calls in flight (--read, --getattr, --lookup; the server's credit grant may allow
+    /// fewer).
     #[arg(long, default_value_t = 32)]
     pub credits: u32,
-    /// Seconds of the load (--read, --getattr).
+    /// Seconds of the load (--read, --getattr, --lookup).
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
     /// Transport of the RDMA side (MOUNT and rpcbind always go over kernel TCP).
@@ -219,7 +226,11 @@ pub fn run(a: Args) -> Result<(), String> {
         None => None,
     };
     let getattr_load = match &a.getattr {
-        Some(name) => Some(getattr_load(&mut c, &fh, name, &a)?),
+        Some(name) => Some(meta_load(&mut c, &fh, name, &a, Meta::Getattr)?),
+        None => None,
+    };
+    let lookup_load = match &a.lookup {
+        Some(name) => Some(meta_load(&mut c, &fh, name, &a, Meta::Lookup)?),
         None => None,
     };
     c.disconnect();
@@ -250,6 +261,9 @@ pub fn run(a: Args) -> Result<(), String> {
     if let Some(g) = getattr_load {
         out["getattr_load"] = g;
     }
+    if let Some(l) = lookup_load {
+        out["lookup_load"] = l;
+    }
     println!("{out}");
     Ok(())
 }
@@ -274,18 +288,37 @@ fn lookup(c: &mut RdmaClient, dir: &[u8], name: &str) -> Result<(Vec<u8>, Fattr3
     Ok((fh, attr))
 }
 
-/// `--getattr NAME`: LOOKUP `name` in the root `dir`, then GETATTRs of it with `a.credits` in
-/// flight for `a.seconds`. Every reply is checked: NFS3_OK and the file's inode number.
-fn getattr_load(
+/// The metadata call of a load: GETATTR of the file, or LOOKUP of its name.
+#[derive(Clone, Copy, PartialEq)]
+enum Meta {
+    Getattr,
+    Lookup,
+}
+
+/// `--getattr NAME` / `--lookup NAME`: LOOKUP `name` in the root `dir`, then GETATTRs of it
+/// (or LOOKUPs of the name) with `a.credits` in flight for `a.seconds`. Every reply is checked:
+/// NFS3_OK and the file's inode number (GETATTR) or handle (LOOKUP).
+fn meta_load(
     c: &mut RdmaClient,
     dir: &[u8],
     name: &str,
     a: &Args,
+    op: Meta,
 ) -> Result<serde_json::Value, String> {
     let (fh, attr) = lookup(c, dir, name)?;
+    let (proc_, what) = match op {
+        Meta::Getattr => (proc3::GETATTR, "GETATTR"),
+        Meta::Lookup => (proc3::LOOKUP, "LOOKUP"),
+    };
     let args = || {
         let mut b = Body::new();
-        b.xdr().put_opaque(&fh);
+        match op {
+            Meta::Getattr => b.xdr().put_opaque(&fh),
+            Meta::Lookup => {
+                b.xdr().put_opaque(dir);
+                b.xdr().put_opaque(name.as_bytes());
+            }
+        }
         b
     };
     let mut sent = std::collections::HashMap::new();
@@ -296,34 +329,38 @@ fn getattr_load(
     loop {
         while sent.len() < a.credits.max(1) as usize && Instant::now() < end {
             let xid = c
-                .submit(
-                    NFS_PROG,
-                    NFS_V3,
-                    proc3::GETATTR,
-                    args(),
-                    &CallOpts::default(),
-                )
-                .map_err(|e| format!("GETATTR: {e}"))?;
+                .submit(NFS_PROG, NFS_V3, proc_, args(), &CallOpts::default())
+                .map_err(|e| format!("{what}: {e}"))?;
             sent.insert(xid, Instant::now());
         }
         if sent.is_empty() {
             break;
         }
-        let (xid, rep) = c.wait_any().map_err(|e| format!("GETATTR: {e}"))?;
-        let t0 = sent.remove(&xid).ok_or("GETATTR: a reply to no call")?;
+        let (xid, rep) = c.wait_any().map_err(|e| format!("{what}: {e}"))?;
+        let t0 = sent.remove(&xid).ok_or("a reply to no call")?;
         lat.record_ns(t0.elapsed().as_nanos() as u64);
-        let rep = rep.map_err(|e| format!("GETATTR: {e}"))?;
-        let mut r = rep.results().map_err(|s| format!("GETATTR: {s:?}"))?;
+        let rep = rep.map_err(|e| format!("{what}: {e}"))?;
+        let mut r = rep.results().map_err(|s| format!("{what}: {s:?}"))?;
         let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
         if st != 0 {
-            return Err(format!("GETATTR: nfsstat3 {st}"));
+            return Err(format!("{what}: nfsstat3 {st}"));
         }
-        let got = Fattr3::parse(&mut r.xdr).map_err(|e| e.to_string())?;
-        if got.fileid != attr.fileid {
-            return Err(format!(
-                "GETATTR: fileid {} for {}",
-                got.fileid, attr.fileid
-            ));
+        match op {
+            Meta::Getattr => {
+                let got = Fattr3::parse(&mut r.xdr).map_err(|e| e.to_string())?;
+                if got.fileid != attr.fileid {
+                    return Err(format!(
+                        "GETATTR: fileid {} for {}",
+                        got.fileid, attr.fileid
+                    ));
+                }
+            }
+            Meta::Lookup => {
+                let got = r.xdr.get_opaque(64).map_err(|e| e.to_string())?;
+                if got != &fh[..] {
+                    return Err("LOOKUP: another handle than the first LOOKUP's".into());
+                }
+            }
         }
         calls += 1;
     }
