@@ -85,8 +85,8 @@ pub struct ServerConfig {
     /// CPUs the handler pool's threads run on; `None` (the default): those of the thread that
     /// starts the pool. On a server whose clients are elsewhere, give CPUs that no reactor
     /// runs on: a handler's file I/O then never takes time from a reactor that moves every
-    /// connection's bytes (docs/rpc.md "How a call is served": NFS 1 MiB READs ran at 9-10
-    /// Gbit/s with the handlers on the reactor's CPU, against 15-19 when they ran elsewhere).
+    /// connection's bytes (docs/nfs.md "Bulk data": NFS 1 MiB READs ran at 9-10 Gbit/s with
+    /// the handlers pinned to the reactor's CPU, 14 on the other one, which the client shared).
     pub handler_cpus: Option<Vec<usize>>,
     /// The listener's MPA startups: deadline and cap ([`RdmaServer::listen`]). `None` (the
     /// default): the transport's own, [`ListenConfig::default`] on kernel TCP and the dataplane
