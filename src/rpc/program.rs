@@ -470,8 +470,9 @@ pub type PlaceFn = Arc<dyn Fn(&CallRepr, &mut XdrReader<'_>) -> Option<Placement
 
 /// What a procedure that may block does when it must not: the results if it can answer
 /// without waiting (the bytes a READ asks for are in memory, the file already open), `None`
-/// if it would wait, and then it must have changed nothing: the call goes to the handler
-/// pool, which runs the procedure itself ([`Registry::register_blocking_with_nowait`]).
+/// if it would wait, and then it must have changed nothing a call can observe (it may have
+/// filled a cache, as NFS READ's kept descriptors): the call goes to the handler pool, which
+/// runs the procedure itself ([`Registry::register_blocking_with_nowait`]).
 pub type NowaitFn = Arc<
     dyn Fn(&CallRepr, &mut ArgReader<'_>) -> Option<core::result::Result<Body, AcceptStat>>
         + Send
