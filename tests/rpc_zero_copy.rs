@@ -19,6 +19,7 @@ use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 use dpwarp::transport::memlink::{self, FaultConfig};
 use dpwarp::verbs::SharedMem;
 
+mod common;
 mod rpc_common;
 use rpc_common::pattern;
 
@@ -325,13 +326,20 @@ fn file_store_small_cached_reads_are_answered_at_once() {
     );
     assert_eq!(read_chunk(&mut c, 0, 64 * 1024), data[..64 * 1024]);
     assert_eq!(nowait(), 3, "a large READ goes to the pool");
-    let f = std::fs::File::open(&path).unwrap();
-    f.sync_all().unwrap();
-    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    // (The kernel may keep a page a moment longer than asked: tried a few times.)
+    let pooled = (0..20).any(|_| {
+        common::evict_from_page_cache(&path);
+        let k = nowait();
+        assert_eq!(read_inline(&mut c, 8192, 4096).unwrap(), data[8192..12_288]);
+        nowait() == k
+    });
+    assert!(
+        pooled,
+        "bytes dropped from the page cache were never read on the pool"
+    );
+    let k = nowait();
     assert_eq!(read_inline(&mut c, 8192, 4096).unwrap(), data[8192..12_288]);
-    assert_eq!(nowait(), 3, "bytes not cached are read on the pool");
-    assert_eq!(read_inline(&mut c, 8192, 4096).unwrap(), data[8192..12_288]);
-    assert_eq!(nowait(), 4);
+    assert_eq!(nowait(), k + 1);
     drop(c);
     let _ = std::fs::remove_file(&path);
 }

@@ -397,15 +397,21 @@ impl Export {
     }
 
     fn forget_path(&self, rel: &Path) {
+        self.retain_objects(&mut self.table(), |e| !e.path.starts_with(rel));
+    }
+
+    /// Keep the objects of the table `t` (this export's, locked) that `keep` says, and close
+    /// the kept READ descriptors of the others: a removed file's descriptor would keep its
+    /// blocks allocated.
+    fn retain_objects(&self, t: &mut HashMap<(u64, u64), Entry>, keep: impl Fn(&Entry) -> bool) {
         let mut gone = Vec::new();
-        self.table().retain(|k, e| {
-            let keep = !e.path.starts_with(rel);
-            if !keep {
+        t.retain(|k, e| {
+            let kept = keep(e);
+            if !kept {
                 gone.push(*k);
             }
-            keep
+            kept
         });
-        // A removed file's descriptor would keep its blocks allocated.
         let mut fds = self.read_fds();
         for k in gone {
             fds.remove(k);
@@ -1163,19 +1169,9 @@ impl Export {
         }
         rfs::renameat(&fd, f, &td, t)?;
         let mut tab = self.table();
-        let mut replaced = Vec::new();
-        tab.retain(|k, e| {
-            let keep = !e.path.starts_with(&new) || e.path.starts_with(&old);
-            if !keep {
-                replaced.push(*k);
-            }
-            keep
+        self.retain_objects(&mut tab, |e| {
+            !e.path.starts_with(&new) || e.path.starts_with(&old)
         });
-        let mut fds = self.read_fds();
-        for k in replaced {
-            fds.remove(k);
-        }
-        drop(fds);
         for e in tab.values_mut() {
             if let Ok(rest) = e.path.strip_prefix(&old) {
                 e.path = if rest.as_os_str().is_empty() {

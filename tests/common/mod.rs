@@ -127,3 +127,22 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Ask the kernel to drop `path`'s pages from the page cache: its data written out, then
+/// `posix_fadvise(DONTNEED)` from a thread on each CPU of this process (a page that a CPU added
+/// lately may sit in that CPU's LRU batch, which only that CPU drains, and then it stays).
+/// Best effort: a caller that needs a page gone checks and tries again.
+pub fn evict_from_page_cache(path: &std::path::Path) {
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+    let cpus = dpwarp::affinity::thread_cpus();
+    for cpu in if cpus.is_empty() { vec![0] } else { cpus } {
+        let p = path.to_path_buf();
+        thread::spawn(move || {
+            let _ = dpwarp::affinity::set_thread_cpus(&[cpu]);
+            let f = std::fs::File::open(&p).unwrap();
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+}
