@@ -340,6 +340,18 @@ impl Export {
     }
 
     fn open_rel(&self, rel: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd, Stat> {
+        self.open_rel_with(rel, flags, mode, resolve_flags())
+    }
+
+    /// [`Export::open_rel`] with these `resolve` flags (`resolve_flags()`, and
+    /// `RESOLVE_CACHED` for an open that must not wait).
+    fn open_rel_with(
+        &self,
+        rel: &Path,
+        flags: OFlags,
+        mode: Mode,
+        resolve: ResolveFlags,
+    ) -> Result<OwnedFd, Stat> {
         let p: &Path = if rel.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -357,7 +369,7 @@ impl Export {
             p,
             flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | nb,
             mode,
-            resolve_flags(),
+            resolve,
         )
         .map_err(Stat::from)
     }
@@ -368,7 +380,12 @@ impl Export {
 
     /// `rel` opened with `flags` (`O_PATH`, or `O_RDONLY` for a READ of a regular file).
     fn open_obj_as(&self, rel: &Path, flags: OFlags) -> Result<Obj, Stat> {
-        let fd = self.open_rel(rel, flags, Mode::empty())?;
+        self.open_obj_with(rel, flags, resolve_flags())
+    }
+
+    /// [`Export::open_obj_as`] with these `resolve` flags.
+    fn open_obj_with(&self, rel: &Path, flags: OFlags, resolve: ResolveFlags) -> Result<Obj, Stat> {
+        let fd = self.open_rel_with(rel, flags, Mode::empty(), resolve)?;
         let st = rfs::fstat(&fd)?;
         let gen = generation(&fd);
         Ok(Obj {
@@ -381,7 +398,11 @@ impl Export {
     }
 
     fn remember(&self, o: &Obj) -> Result<(), Stat> {
-        let mut t = self.table();
+        Self::remember_in(&mut self.table(), o)
+    }
+
+    /// [`Export::remember`] in the table `t` (this export's, locked).
+    fn remember_in(t: &mut HashMap<(u64, u64), Entry>, o: &Obj) -> Result<(), Stat> {
         if t.len() >= MAX_OBJECTS && !t.contains_key(&o.key()) {
             return Err(Stat::Jukebox);
         }
@@ -481,63 +502,36 @@ impl Export {
     /// a lookup that may read the disk) and it is still the object `(dev, ino)` of generation
     /// `gen`; kept in the cache for the READs after it.
     fn open_cached(&self, rel: &Path, key: (u64, u64), gen: u64) -> Option<Arc<OwnedFd>> {
-        let (fd, _) = self.open_nowait(
-            rel,
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            key,
-            gen,
-        )?;
-        let fd = Arc::new(fd);
+        let o = self.open_nowait(rel, OFlags::RDONLY, key, gen)?;
+        let fd = Arc::new(o.fd);
         self.read_fds().insert(key, gen, fd.clone());
         Some(fd)
     }
 
-    /// `rel` opened with `flags` and its attributes, if that needs no lookup beyond the
+    /// `rel` opened with `flags` ([`Export::open_obj_as`]) if that needs no lookup beyond the
     /// kernel's cache (`RESOLVE_CACHED`) and it is the object `key` of generation `gen`.
-    fn open_nowait(
-        &self,
-        rel: &Path,
-        flags: OFlags,
-        key: (u64, u64),
-        gen: u64,
-    ) -> Option<(OwnedFd, rfs::Stat)> {
-        let p: &Path = if rel.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            rel
-        };
-        let fd = rfs::openat2(
-            &self.root,
-            p,
-            flags,
-            Mode::empty(),
-            resolve_flags() | ResolveFlags::CACHED,
-        )
-        .ok()?;
-        let st = rfs::fstat(&fd).ok()?;
-        if (st.st_dev, st.st_ino) != key || generation(&fd) != gen {
-            return None;
-        }
-        Some((fd, st))
+    fn open_nowait(&self, rel: &Path, flags: OFlags, key: (u64, u64), gen: u64) -> Option<Obj> {
+        let o = self
+            .open_obj_with(rel, flags, resolve_flags() | ResolveFlags::CACHED)
+            .ok()?;
+        (o.key() == key && o.gen == gen).then_some(o)
     }
 
     /// The object a handle names, opened `O_PATH` without waiting (`RESOLVE_CACHED`) and
     /// checked as [`Export::resolve`] checks; `None` when that would wait or fails.
     fn resolve_nowait(&self, fh: &[u8]) -> Option<Obj> {
+        let (key, e) = self.entry_nowait(fh)?;
+        self.open_nowait(&e.path, OFlags::PATH, key, e.gen)
+    }
+
+    /// The table's entry for one of our handles, without waiting: `None` for a handle that is
+    /// not ours or no longer in the table (what `resolve` looks at first: REMOVE and RENAME
+    /// through NFS take objects out), or while a handler holds the table (REMOVE walks all of
+    /// it).
+    fn entry_nowait(&self, fh: &[u8]) -> Option<((u64, u64), Entry)> {
         let (dev, ino, gen) = self.decode(fh).ok()?;
-        let path = match self.table.try_lock().ok()?.get(&(dev, ino)) {
-            Some(e) if e.gen == gen => e.path.clone(),
-            _ => return None,
-        };
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let (fd, st) = self.open_nowait(&path, flags, (dev, ino), gen)?;
-        Some(Obj {
-            path,
-            fd,
-            st,
-            gen,
-            readable: false,
-        })
+        let e = self.table.try_lock().ok()?.get(&(dev, ino)).cloned()?;
+        (e.gen == gen).then_some(((dev, ino), e))
     }
 
     /// LOOKUP (RFC 1813 §3.3.3) without waiting, for the connection's own thread: `name` in
@@ -555,38 +549,14 @@ impl Export {
         if !Self::permits(c, &dir.st, 1) {
             return None;
         }
-        let rel = dir.path.join(n);
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rfs::openat2(
-            &self.root,
-            &rel,
-            flags,
-            Mode::empty(),
-            resolve_flags() | ResolveFlags::CACHED,
-        )
-        .ok()?;
-        let st = rfs::fstat(&fd).ok()?;
-        let gen = generation(&fd);
-        let o = Obj {
-            path: rel,
-            fd,
-            st,
-            gen,
-            readable: false,
-        };
-        let mut t = self.table.try_lock().ok()?;
-        if t.len() >= MAX_OBJECTS && !t.contains_key(&o.key()) {
-            return None;
-        }
-        t.insert(
-            o.key(),
-            Entry {
-                path: o.path.clone(),
-                gen: o.gen,
-                regular: o.ftype() == ftype::REG,
-            },
-        );
-        drop(t);
+        let o = self
+            .open_obj_with(
+                &dir.path.join(n),
+                OFlags::PATH,
+                resolve_flags() | ResolveFlags::CACHED,
+            )
+            .ok()?;
+        Self::remember_in(&mut *self.table.try_lock().ok()?, &o).ok()?;
         Some((o, dir))
     }
 
@@ -597,19 +567,14 @@ impl Export {
     /// so (the caller then resolves it on a thread that may wait, with the same outcome or the
     /// error).
     pub fn stat_nowait(&self, fh: &[u8]) -> Option<rfs::Stat> {
-        let (dev, ino, gen) = self.decode(fh).ok()?;
-        let (path, regular) = match self.table.try_lock().ok()?.get(&(dev, ino)) {
-            Some(e) if e.gen == gen => (e.path.clone(), e.regular),
-            _ => return None,
-        };
+        let ((dev, ino), Entry { path, gen, regular }) = self.entry_nowait(fh)?;
         if regular {
             if let Some(fd) = self.read_fds.try_lock().ok()?.get((dev, ino), gen) {
                 return rfs::fstat(&fd).ok().filter(|st| st.st_nlink > 0);
             }
         }
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        self.open_nowait(&path, flags, (dev, ino), gen)
-            .map(|(_, st)| st)
+        self.open_nowait(&path, OFlags::PATH, (dev, ino), gen)
+            .map(|o| o.st)
     }
 
     /// A READ (RFC 1813 §3.3.6) that never waits, for the thread that moves the connection's
@@ -633,14 +598,10 @@ impl Export {
         count: u32,
         buf_for: impl FnOnce(usize) -> &'b mut [u8],
     ) -> Option<(usize, bool, rfs::Stat)> {
-        let (dev, ino, gen) = self.decode(fh).ok()?;
-        // Still an object of the table (what `resolve` looks at first: REMOVE and RENAME
-        // through NFS take it out). Neither lock is waited for: a handler may hold the table
-        // for a while (REMOVE walks all of it).
-        let path = match self.table.try_lock().ok()?.get(&(dev, ino)) {
-            Some(e) if e.gen == gen && e.regular => e.path.clone(),
-            _ => return None,
-        };
+        let ((dev, ino), Entry { path, gen, regular }) = self.entry_nowait(fh)?;
+        if !regular {
+            return None;
+        }
         let cached = self.read_fds.try_lock().ok()?.get((dev, ino), gen);
         let fd = match cached {
             Some(fd) => fd,
