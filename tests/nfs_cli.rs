@@ -110,6 +110,18 @@ fn probe(nfs: u16, rpcbind: u16, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// [`probe`] that must succeed: its JSON.
+fn probe_json(nfs: u16, rpcbind: u16, extra: &[&str]) -> serde_json::Value {
+    let out = probe(nfs, rpcbind, extra);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nfs-probe {extra:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
 #[test]
 fn nfs_probe_read_loads_nfs_server_from_its_pool() {
     let dir = Dir::new("read");
@@ -122,7 +134,7 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
     let (mut s, nfs, rpcbind) = server(&dir.0);
 
     for (size, credits) in [("262144", "8"), ("4096", "16")] {
-        let out = probe(
+        let j = probe_json(
             nfs,
             rpcbind,
             &[
@@ -136,13 +148,6 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
                 "0.5",
             ],
         );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "nfs-probe: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
         let r = &j["read"];
         assert_eq!(j["null"], "ok");
         assert_eq!(r["file_size"], data.len() as u64, "{r}");
@@ -157,35 +162,21 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
     }
 
     // The GETATTR load on the same file.
-    let out = probe(
+    let j = probe_json(
         nfs,
         rpcbind,
         &["--getattr", "f.bin", "--credits", "8", "--seconds", "0.3"],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "nfs-probe --getattr: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     let g = &j["getattr_load"];
     assert!(g["calls"].as_u64().unwrap() > 0, "{g}");
     assert!(g["calls_per_s"].as_f64().unwrap() > 0.0, "{g}");
     assert!(g["max_in_flight"].as_u64().unwrap() > 1, "pipelined: {g}");
 
-    let out = probe(
+    let j = probe_json(
         nfs,
         rpcbind,
         &["--lookup", "f.bin", "--credits", "8", "--seconds", "0.3"],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "nfs-probe --lookup: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert!(j["lookup_load"]["calls"].as_u64().unwrap() > 0, "{j}");
 
     // Refusals: a file that is not there, one smaller than a READ.

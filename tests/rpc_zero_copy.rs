@@ -14,7 +14,7 @@ use std::thread;
 use dpwarp::cm::Net;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{BulkView, CallOpts, ClientConfig, RdmaClient};
-use dpwarp::rpc::program::Registry;
+use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 use dpwarp::transport::memlink::{self, FaultConfig};
 use dpwarp::verbs::SharedMem;
@@ -42,12 +42,17 @@ fn mem_client(s: &RdmaServer) -> RdmaClient {
 }
 
 fn write_status(c: &mut RdmaClient, off: u64, data: Vec<u8>) -> Result<u32, u32> {
+    write_args_status(c, block::write_args(off, data))
+}
+
+/// A WRITE with these arguments: the count written, or the status.
+fn write_args_status(c: &mut RdmaClient, args: Body) -> Result<u32, u32> {
     let rep = c
         .call(
             BLOCK_PROG,
             BLOCK_VERS,
             block::PROC_WRITE,
-            block::write_args(off, data),
+            args,
             &CallOpts::default(),
         )
         .expect("WRITE answered");
@@ -252,34 +257,10 @@ fn client_writes_from_windows_of_registered_memory() {
         // one call, and a window under the bulk threshold (inline, not lent).
         mem.bytes_mut()[7..7 + MIB].copy_from_slice(&pattern(50, MIB));
         let args = block::write_args_region(0, &mem, 7, MIB);
-        let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_WRITE,
-                args,
-                &CallOpts::default(),
-            )
-            .expect("WRITE answered");
-        assert_eq!(
-            block::decode_write(&mut rep.results().unwrap()).unwrap(),
-            Ok(MIB as u32)
-        );
+        assert_eq!(write_args_status(&mut c, args), Ok(MIB as u32));
         assert!(store_mem.bytes()[..MIB] == pattern(50, MIB)[..]);
         let args = block::write_args_region(0, &mem, 3, 100);
-        let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_WRITE,
-                args,
-                &CallOpts::default(),
-            )
-            .expect("WRITE answered");
-        assert_eq!(
-            block::decode_write(&mut rep.results().unwrap()).unwrap(),
-            Ok(100)
-        );
+        assert_eq!(write_args_status(&mut c, args), Ok(100));
         assert!(store_mem.bytes()[..100] == mem.bytes()[3..103]);
         assert_eq!(c.stats.region_bytes_lent, (CALLS * MIB + MIB) as u64);
     }
