@@ -17,7 +17,7 @@ use dpwarp::cm::{ConnParam, Net};
 use dpwarp::nfs::mount::{mproc, pproc};
 use dpwarp::nfs::xdr::{parse_post_op_attr, Fattr3};
 use dpwarp::nfs::{proc_ as proc3, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3, PMAP_PROG, PMAP_V2};
-use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
+use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyReader};
 use dpwarp::rpc::program::Body;
 use dpwarp::rpc::tcp::TcpClient;
 use dpwarp::wire::oncrpc::{Auth, AuthSys};
@@ -288,6 +288,62 @@ fn lookup(c: &mut RdmaClient, dir: &[u8], name: &str) -> Result<(Vec<u8>, Fattr3
     Ok((fh, attr))
 }
 
+/// What a load of pipelined calls did ([`run_load`]).
+struct Load {
+    calls: u64,
+    /// Octets of bulk data that arrived (READ).
+    octets: u64,
+    seconds: f64,
+    lat: dpwarp::latency::Recorder,
+}
+
+/// Keep `a.credits` calls of procedure `proc_` in flight for `a.seconds`, each with the
+/// arguments `args` makes for it, and check every reply with `check` (its results after
+/// NFS3_OK; it returns the octets of data the reply carried).
+fn run_load(
+    c: &mut RdmaClient,
+    a: &Args,
+    proc_: u32,
+    what: &str,
+    opts: &CallOpts,
+    mut args: impl FnMut() -> Body,
+    mut check: impl FnMut(&mut ReplyReader<'_>) -> Result<u64, String>,
+) -> Result<Load, String> {
+    let mut sent = std::collections::HashMap::new();
+    let mut lat = dpwarp::latency::Recorder::new();
+    let (mut calls, mut octets) = (0u64, 0u64);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds.max(0.01));
+    loop {
+        while sent.len() < a.credits.max(1) as usize && Instant::now() < end {
+            let xid = c
+                .submit(NFS_PROG, NFS_V3, proc_, args(), opts)
+                .map_err(|e| format!("{what}: {e}"))?;
+            sent.insert(xid, Instant::now());
+        }
+        if sent.is_empty() {
+            break;
+        }
+        let (xid, rep) = c.wait_any().map_err(|e| format!("{what}: {e}"))?;
+        let t0 = sent.remove(&xid).ok_or("a reply to no call")?;
+        lat.record_ns(t0.elapsed().as_nanos() as u64);
+        let rep = rep.map_err(|e| format!("{what}: {e}"))?;
+        let mut r = rep.results().map_err(|s| format!("{what}: {s:?}"))?;
+        let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
+        if st != 0 {
+            return Err(format!("{what}: nfsstat3 {st}"));
+        }
+        octets += check(&mut r)?;
+        calls += 1;
+    }
+    Ok(Load {
+        calls,
+        octets,
+        seconds: start.elapsed().as_secs_f64(),
+        lat,
+    })
+}
+
 /// The metadata call of a load: GETATTR of the file, or LOOKUP of its name.
 #[derive(Clone, Copy, PartialEq)]
 enum Meta {
@@ -321,30 +377,7 @@ fn meta_load(
         }
         b
     };
-    let mut sent = std::collections::HashMap::new();
-    let mut lat = dpwarp::latency::Recorder::new();
-    let mut calls = 0u64;
-    let start = Instant::now();
-    let end = start + Duration::from_secs_f64(a.seconds.max(0.01));
-    loop {
-        while sent.len() < a.credits.max(1) as usize && Instant::now() < end {
-            let xid = c
-                .submit(NFS_PROG, NFS_V3, proc_, args(), &CallOpts::default())
-                .map_err(|e| format!("{what}: {e}"))?;
-            sent.insert(xid, Instant::now());
-        }
-        if sent.is_empty() {
-            break;
-        }
-        let (xid, rep) = c.wait_any().map_err(|e| format!("{what}: {e}"))?;
-        let t0 = sent.remove(&xid).ok_or("a reply to no call")?;
-        lat.record_ns(t0.elapsed().as_nanos() as u64);
-        let rep = rep.map_err(|e| format!("{what}: {e}"))?;
-        let mut r = rep.results().map_err(|s| format!("{what}: {s:?}"))?;
-        let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
-        if st != 0 {
-            return Err(format!("{what}: nfsstat3 {st}"));
-        }
+    let check = |r: &mut ReplyReader<'_>| {
         match op {
             Meta::Getattr => {
                 let got = Fattr3::parse(&mut r.xdr).map_err(|e| e.to_string())?;
@@ -362,18 +395,18 @@ fn meta_load(
                 }
             }
         }
-        calls += 1;
-    }
-    let secs = start.elapsed().as_secs_f64();
+        Ok(0)
+    };
+    let l = run_load(c, a, proc_, what, &CallOpts::default(), args, check)?;
     Ok(serde_json::json!({
         "file": name,
         "credits": a.credits,
         "max_in_flight": c.stats.max_in_flight,
-        "calls": calls,
-        "seconds": secs,
-        "calls_per_s": calls as f64 / secs,
-        "p50_us": lat.quantile_us(0.5),
-        "p99_us": lat.quantile_us(0.99),
+        "calls": l.calls,
+        "seconds": l.seconds,
+        "calls_per_s": l.calls as f64 / l.seconds,
+        "p50_us": l.lat.quantile_us(0.5),
+        "p99_us": l.lat.quantile_us(0.99),
     }))
 }
 
@@ -402,39 +435,17 @@ fn read_load(
         write_chunks: vec![size as usize],
         ..CallOpts::default()
     };
-    let read_args = |off: u64| {
+    let mut next = 0u64;
+    let args = || {
+        let off = (next % slots) * u64::from(size);
+        next += 1;
         let mut b = Body::new();
         b.xdr().put_opaque(&fh);
         b.xdr().put_u64(off);
         b.xdr().put_u32(size);
         b
     };
-    let mut sent = std::collections::HashMap::new();
-    let mut lat = dpwarp::latency::Recorder::new();
-    let (mut next, mut reads, mut octets) = (0u64, 0u64, 0u64);
-    let start = Instant::now();
-    let end = start + Duration::from_secs_f64(a.seconds.max(0.01));
-    loop {
-        while sent.len() < a.credits.max(1) as usize && Instant::now() < end {
-            let off = (next % slots) * u64::from(size);
-            next += 1;
-            let xid = c
-                .submit(NFS_PROG, NFS_V3, proc3::READ, read_args(off), &opts)
-                .map_err(|e| format!("READ: {e}"))?;
-            sent.insert(xid, Instant::now());
-        }
-        if sent.is_empty() {
-            break;
-        }
-        let (xid, rep) = c.wait_any().map_err(|e| format!("READ: {e}"))?;
-        let t0 = sent.remove(&xid).ok_or("READ: a reply to no READ")?;
-        lat.record_ns(t0.elapsed().as_nanos() as u64);
-        let rep = rep.map_err(|e| format!("READ: {e}"))?;
-        let mut r = rep.results().map_err(|s| format!("READ: {s:?}"))?;
-        let st = r.xdr.get_u32().map_err(|e| e.to_string())?;
-        if st != 0 {
-            return Err(format!("READ: nfsstat3 {st}"));
-        }
+    let check = |r: &mut ReplyReader<'_>| {
         parse_post_op_attr(&mut r.xdr).map_err(|e| e.to_string())?;
         let count = r.xdr.get_u32().map_err(|e| e.to_string())?;
         let _eof = r.xdr.get_bool().map_err(|e| e.to_string())?;
@@ -445,21 +456,20 @@ fn read_load(
                 data.len()
             ));
         }
-        reads += 1;
-        octets += u64::from(count);
-    }
-    let secs = start.elapsed().as_secs_f64();
+        Ok(u64::from(count))
+    };
+    let l = run_load(c, a, proc3::READ, "READ", &opts, args, check)?;
     Ok(serde_json::json!({
         "file": name,
         "file_size": file_size,
         "size": size,
         "credits": a.credits,
         "max_in_flight": c.stats.max_in_flight,
-        "reads": reads,
-        "seconds": secs,
-        "reads_per_s": reads as f64 / secs,
-        "gbps": octets as f64 * 8.0 / secs / 1e9,
-        "p50_us": lat.quantile_us(0.5),
-        "p99_us": lat.quantile_us(0.99),
+        "reads": l.calls,
+        "seconds": l.seconds,
+        "reads_per_s": l.calls as f64 / l.seconds,
+        "gbps": l.octets as f64 * 8.0 / l.seconds / 1e9,
+        "p50_us": l.lat.quantile_us(0.5),
+        "p99_us": l.lat.quantile_us(0.99),
     }))
 }
