@@ -209,19 +209,15 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
         .lines()
         .find(|l| l.contains("nfs-server:") && l.contains("from pool buffers"))
         .unwrap_or_else(|| panic!("no counters line:\n{log}"));
-    let pooled: u64 = line
-        .split("from pool buffers ")
-        .nth(1)
-        .and_then(|r| r.split(')').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    assert!(pooled >= 262_144, "{line}");
+    // The number between `marker` and the next `end` in the line.
+    let count_after = |marker: &str, end: char| -> u64 {
+        line.split(marker)
+            .nth(1)
+            .and_then(|r| r.split(end).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number after {marker:?}: {line}"))
+    };
+    assert!(count_after("from pool buffers ", ')') >= 262_144, "{line}");
     // The 4 KiB READs and the GETATTRs were answered on the connection's thread.
-    let at_once: u64 = line
-        .split(" calls (")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    assert!(at_once > 0, "{line}");
+    assert!(count_after(" calls (", ' ') > 0, "{line}");
 }
