@@ -1471,7 +1471,9 @@ impl ConnServer {
             );
         }
         bump(&self.stats.calls, 1);
-        if self.offload.is_some() && call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
+        let to_pool =
+            self.offload.is_some() && call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call);
+        if to_pool {
             // First without blocking, here (a READ of cached bytes): no hand-off to the pool.
             let mut args = ArgReader::new(r.clone(), &pulled);
             if let Some((rep, body)) = self.reg.dispatch_nowait(&call, &mut args) {
@@ -1481,7 +1483,7 @@ impl ConnServer {
             }
         }
         if let Some(off) = self.offload.as_mut() {
-            if call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call) {
+            if to_pool {
                 off.waiting.push_back(PoolJob {
                     seq: self.answering,
                     xid,
