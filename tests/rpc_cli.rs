@@ -416,6 +416,72 @@ fn rpc_bench_compare_json_over_kernel_tcp() {
     assert!(v["rdma_setup"].as_str().unwrap().contains("kernel TCP"));
 }
 
+/// `rpc-bench` against a remote `rpc-server` (kernel TCP): READs and WRITEs go to one store
+/// range per call in flight, at most what the store holds (GETATTR), or to the `--span` given:
+/// the READ load writes each range's own pattern (every reply is checked against its range's),
+/// a WRITE load overwrites the ranges it was spread over and nothing beyond them.
+#[test]
+fn rpc_bench_spreads_calls_over_store_ranges() {
+    let (server, mut c, port, dir) = memory_server("spread", "", Stdio::null());
+    let addr = format!("127.0.0.1:{port}");
+    let bench = |extra: &[&str]| -> (serde_json::Value, String) {
+        let o = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+            .args(["rpc-bench", "--transport", "kernel", "--server", &addr])
+            .args(["--size", "4096", "--seconds", "0.2", "--json"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "rpc-bench {extra:?}: {err}");
+        (serde_json::from_slice(&o.stdout).expect("JSON"), err)
+    };
+    let mut range = |k: u64| -> Vec<u8> {
+        let rep = c
+            .call(
+                BLOCK_PROG,
+                BLOCK_VERS,
+                block::PROC_READ,
+                block::read_args(k * 4096, 4096),
+                &CallOpts::default(),
+            )
+            .unwrap();
+        block::decode_read(&mut rep.results().unwrap())
+            .unwrap()
+            .unwrap()
+    };
+    let pattern = |k: u64| -> Vec<u8> { (0..4096u64).map(|i| ((i + k) % 251) as u8).collect() };
+
+    // 8 calls in flight: 8 ranges of the 64 KiB store, each holding its own pattern.
+    let (v, err) = bench(&["--op", "read", "--credits", "8"]);
+    assert_eq!(v["store_ranges"], 8, "{v}");
+    assert!(v["calls"].as_u64().unwrap() > 0, "{v}");
+    assert!(!err.contains("store holds"), "{err}");
+    for k in 0..8 {
+        assert_eq!(range(k), pattern(k), "range {k}");
+    }
+    // 32 in flight: the store holds 16 ranges of 4 KiB, and the bench says it used those.
+    let (v, err) = bench(&["--op", "read", "--credits", "32"]);
+    assert_eq!(v["store_ranges"], 16, "{v}");
+    assert!(
+        err.contains("the store holds 65536 octets: 16 ranges"),
+        "{err}"
+    );
+    assert_eq!(range(15), pattern(15));
+    // WRITEs spread over --span 16 KiB: ranges 0-3 now hold the client's 0x5a, range 4 its
+    // pattern still.
+    let (v, _) = bench(&["--op", "write", "--credits", "8", "--span", "16384"]);
+    assert_eq!(v["store_ranges"], 4, "{v}");
+    assert_eq!(v["span"], 16384, "{v}");
+    for k in 0..4 {
+        assert_eq!(range(k), vec![0x5a; 4096], "range {k}");
+    }
+    assert_eq!(range(4), pattern(4));
+    drop(c);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn dpwarp_fails(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
         .current_dir(dir)

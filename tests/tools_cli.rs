@@ -531,6 +531,8 @@ fn rpc_bench_json_keeps_its_keys() {
             "op",
             "size",
             "credits",
+            "span",
+            "store_ranges",
             "calls",
             "seconds",
             "calls_per_s",
@@ -545,6 +547,11 @@ fn rpc_bench_json_keeps_its_keys() {
         (Some("tcp"), Some("read"))
     );
     assert!(v["p50_us"].as_f64().unwrap() <= v["p999_us"].as_f64().unwrap());
+    // One store range of --size per call in flight (32 by default).
+    assert_eq!(
+        (v["span"].as_u64(), v["store_ranges"].as_u64()),
+        (Some(32 * 4096), Some(32))
+    );
     assert!(!text(&o.stderr).contains(" INFO "), "{}", text(&o.stderr));
 }
 

@@ -30,7 +30,7 @@ use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::{Dataplane, WorkerMode};
 use dpwarp::latency::Recorder;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
-use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
+use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyReader};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
 use dpwarp::rpc::tcp::{self, TcpClient, TcpPoll};
@@ -122,6 +122,12 @@ pub struct Args {
     /// Credits (calls in flight).
     #[arg(long, default_value_t = 32)]
     credits: u32,
+    /// Octets of the store the READs and WRITEs are spread over, in ranges of --size taken in
+    /// turn (default: --credits x --size, a range of its own for each call in flight; at most
+    /// what the store holds, from GETATTR). --span equal to --size sends every call to the
+    /// store's first --size octets, which then stay in the server's caches.
+    #[arg(long)]
+    span: Option<u64>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
@@ -157,6 +163,8 @@ struct Stats {
     bytes: u64,
     /// Call latencies (submit to reply), summarised by [`dpwarp::latency`].
     lat: Recorder,
+    /// Store ranges the calls were spread over ([`Workload`]).
+    ranges: usize,
 }
 
 impl Stats {
@@ -330,13 +338,10 @@ impl Servers {
     }
 }
 
-/// The in-process servers (unless --server / --tcp-server name remote ones), over a store whose
-/// first `size` bytes hold the pattern READ replies are checked against.
-fn start_servers(a: &Args, net: Option<&Net>, size: usize) -> Result<Servers, String> {
-    let store = Arc::new(BlockStore::memory((size.max(4096) * 2).max(1 << 21)));
-    store
-        .write(0, &read_pattern(size))
-        .map_err(|e| format!("store: {e}"))?;
+/// The in-process servers (unless --server / --tcp-server name remote ones), over a memory store
+/// of `store_size` octets (each measurement writes the patterns its READs are checked against).
+fn start_servers(a: &Args, net: Option<&Net>, store_size: usize) -> Result<Servers, String> {
+    let store = Arc::new(BlockStore::memory(store_size.max(1 << 21)));
     let mut reg = Registry::new();
     block::register(&mut reg, store);
     let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
@@ -401,69 +406,157 @@ fn on_cpu<T: Send + 'static>(cpu: Option<usize>, f: impl FnOnce() -> T + Send + 
     .expect("the placing thread does not panic")
 }
 
-/// What READs return: the bench WRITEs it first, so a remote server's store works too.
-fn read_pattern(size: usize) -> Vec<u8> {
-    (0..size).map(|i| (i % 251) as u8).collect()
+/// What a READ of store range `range` returns: a pattern of period 251 rotated by the range's
+/// number, so that a reply carrying another range's octets (for the first 251 ranges) fails
+/// the check. The bench WRITEs it first, so a remote server's store works too.
+fn range_pattern(size: usize, range: usize) -> Vec<u8> {
+    (0..size).map(|i| ((i + range) % 251) as u8).collect()
 }
 
-/// What the WRITEs send: one window of `size` octets a call in flight, in one memory filled
-/// once, taken in turn. A storage client writes from memory it already holds (its page
-/// cache, its buffers); with a fresh `Vec` a call, the bench's client spent a zeroing pass
-/// and an allocation on every WRITE's payload that no READ had (docs/rpc.md). Over
-/// RPC-over-RDMA the server RDMA-Reads each window in place
-/// ([`dpwarp::rpc::program::Body::put_bulk_region`]); over TCP it is copied into the record
-/// as it is sent, as a `Vec` was.
-struct WriteSource {
-    mem: SharedMem,
+/// The calls of one measurement, made in turn. READs and WRITEs go to `ranges` ranges of
+/// `size` octets of the store, one after the other (range `k` at offset `k * size`), and a
+/// WRITE sends from one of `windows` windows of a memory filled once, one a call in flight.
+/// The default spreads the calls as they are spread in flight: each call in flight has its own
+/// store range on the server and its own buffer on the client (its window, or for a READ the
+/// write chunk the client lends), so the READs' and the WRITEs' octets come from and go to
+/// the same amount of memory on both sides. Until 2026-11-30 every call went to the store's
+/// first `size` octets: a READ's source and a WRITE's destination stayed in the server's
+/// caches while the WRITEs' client windows did not, which made WRITE look slower than READ
+/// by the sender's cache misses alone (docs/rpc.md "READ and WRITE over the same memory").
+/// A storage client writes from memory it already holds (its page cache, its buffers), so the
+/// windows are registered memory ([`dpwarp::rpc::program::Body::put_bulk_region`]): over
+/// RPC-over-RDMA the server RDMA-Reads each window in place; over TCP it is copied into the
+/// record as it is sent.
+struct Workload {
+    op: &'static str,
     size: usize,
+    ranges: usize,
+    windows: SharedMem,
     next: usize,
 }
 
-impl WriteSource {
-    /// Windows for `slots` calls of `op` in flight (no memory unless `op` is a WRITE).
-    fn new(op: &str, size: usize, slots: u32) -> WriteSource {
-        let len = if op == "write" {
-            size * slots.max(1) as usize
+/// A call of a [`Workload`]: procedure, arguments, chunks offered, the store range it names.
+struct Call {
+    proc_: u32,
+    body: Body,
+    opts: CallOpts,
+    range: usize,
+}
+
+impl Workload {
+    /// `credits` calls in flight spread over `span` octets of the store (see [`Workload`]).
+    fn new(op: &'static str, size: usize, credits: u32, span: u64) -> Workload {
+        let windows = if op == "write" {
+            size * credits.max(1) as usize
         } else {
             0
         };
-        WriteSource {
-            mem: SharedMem::from_vec(vec![0x5a; len]),
+        Workload {
+            op,
             size,
+            ranges: ranges_in(span, size),
+            windows: SharedMem::from_vec(vec![0x5a; windows]),
             next: 0,
         }
     }
 
-    /// WRITE arguments for the next window.
-    fn args(&mut self) -> Body {
-        let slots = (self.mem.len() / self.size.max(1)).max(1);
-        let i = self.next % slots;
+    fn offset(&self, range: usize) -> u64 {
+        (range * self.size) as u64
+    }
+
+    /// No more ranges than a store of `store` octets holds (at least one).
+    fn fit(&mut self, store: u64) {
+        let fits = ranges_in(store, self.size);
+        if fits < self.ranges {
+            log::warn!(
+                "rpc-bench: the store holds {store} octets: {fits} ranges of {} octets, not {}",
+                self.size,
+                self.ranges
+            );
+            self.ranges = fits;
+        }
+    }
+
+    fn next(&mut self) -> Call {
+        let n = self.next;
         self.next = self.next.wrapping_add(1);
-        block::write_args_region(0, &self.mem, i * self.size, self.size)
+        let range = n % self.ranges;
+        let off = self.offset(range);
+        match self.op {
+            "read" => Call {
+                proc_: block::PROC_READ,
+                body: block::read_args(off, self.size as u32),
+                opts: CallOpts {
+                    write_chunks: vec![self.size],
+                    reply_chunk: None,
+                    segments: 0,
+                },
+                range,
+            },
+            "write" => {
+                let windows = (self.windows.len() / self.size.max(1)).max(1);
+                let w = n % windows;
+                Call {
+                    proc_: block::PROC_WRITE,
+                    body: block::write_args_region(off, &self.windows, w * self.size, self.size),
+                    opts: CallOpts::default(),
+                    range,
+                }
+            }
+            _ => Call {
+                proc_: block::PROC_NULL,
+                body: Body::new(),
+                opts: CallOpts::default(),
+                range: 0,
+            },
+        }
+    }
+
+    /// Before the timed loop: the store's size (GETATTR) bounds the ranges, and a READ load
+    /// first WRITEs each range's pattern. `call` makes one call and hands its results to the
+    /// closure it is given.
+    fn prepare(&mut self, call: &mut CallFn<'_>) -> Result<(), String> {
+        if self.op == "null" {
+            return Ok(());
+        }
+        let mut store = 0u64;
+        call(block::PROC_GETATTR, Body::new(), &mut |r| {
+            let a = block::decode_getattr(r)
+                .map_err(|e| e.to_string())?
+                .map_err(|s| format!("GETATTR status {s}"))?;
+            store = a.size;
+            Ok(())
+        })
+        .map_err(|e| format!("GETATTR: {e}"))?;
+        self.fit(store);
+        if self.op == "read" {
+            for k in 0..self.ranges {
+                let args = block::write_args(self.offset(k), range_pattern(self.size, k));
+                let size = self.size;
+                call(block::PROC_WRITE, args, &mut |r| {
+                    check_reply("write", size, 0, Check::Full, r)
+                })
+                .map_err(|e| format!("WRITE of the READ pattern: {e}"))?;
+            }
+        }
+        Ok(())
     }
 }
 
-fn args_for(op: &str, size: usize, src: &mut WriteSource) -> (u32, Body, CallOpts, u64) {
-    match op {
-        "read" => (
-            block::PROC_READ,
-            block::read_args(0, size as u32),
-            CallOpts {
-                write_chunks: vec![size],
-                reply_chunk: None,
-                segments: 0,
-            },
-            size as u64,
-        ),
-        "write" => (
-            block::PROC_WRITE,
-            src.args(),
-            CallOpts::default(),
-            size as u64,
-        ),
-        _ => (block::PROC_NULL, Body::new(), CallOpts::default(), 0),
-    }
+/// Ranges of `size` octets in `span` octets (at least one).
+fn ranges_in(span: u64, size: usize) -> usize {
+    usize::try_from(span / size.max(1) as u64)
+        .unwrap_or(usize::MAX)
+        .max(1)
 }
+
+/// One call made outside the timed loop: procedure, arguments, what to do with the results.
+type CallFn<'a> = dyn FnMut(
+        u32,
+        Body,
+        &mut dyn FnMut(&mut ReplyReader<'_>) -> Result<(), String>,
+    ) -> Result<(), String>
+    + 'a;
 
 /// How much of a READ's data [`check_reply`] compares with the pattern.
 #[derive(Clone, Copy, PartialEq)]
@@ -479,8 +572,9 @@ enum Check {
 fn check_reply(
     op: &str,
     size: usize,
+    range: usize,
     check: Check,
-    r: &mut dpwarp::rpc::client::ReplyReader<'_>,
+    r: &mut ReplyReader<'_>,
 ) -> Result<(), String> {
     match op {
         "read" => {
@@ -490,8 +584,8 @@ fn check_reply(
                 return Err(format!("READ status {st}"));
             }
             let d = r.get_bulk(block::MAX_IO).map_err(|e| e.to_string())?;
-            // The pattern repeats every 251 bytes, compared a period at a time.
-            let period: Vec<u8> = (0..251u8).collect();
+            // The range's pattern repeats every 251 bytes, compared a period at a time.
+            let period = range_pattern(251, range);
             let same = |c: &[u8]| c == &period[..c.len()];
             let ok = d.len() == size
                 && match check {
@@ -518,15 +612,31 @@ fn check_reply(
     Ok(())
 }
 
-fn bench_rdma(
-    net: &Net,
-    addr: SocketAddr,
-    op: &str,
+/// What one measurement does: `op` calls of `size` octets, `credits` in flight, spread over
+/// `span` octets of the store ([`Workload`]), for `secs` seconds.
+#[derive(Clone, Copy)]
+struct Load {
+    op: &'static str,
     size: usize,
     credits: u32,
+    span: u64,
     secs: f64,
-    spin_us: u64,
-) -> Result<Stats, String> {
+}
+
+impl Load {
+    fn workload(&self) -> Workload {
+        Workload::new(self.op, self.size, self.credits, self.span)
+    }
+}
+
+fn bench_rdma(net: &Net, addr: SocketAddr, load: Load, spin_us: u64) -> Result<Stats, String> {
+    let Load {
+        op,
+        size,
+        credits,
+        secs,
+        ..
+    } = load;
     let mut c = net
         .connect(
             addr,
@@ -537,23 +647,16 @@ fn bench_rdma(
             },
         )
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    if op == "read" {
-        // The READs are checked against this pattern; a remote server's store may hold anything.
+    let mut w = load.workload();
+    w.prepare(&mut |p, body, f| {
         let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_WRITE,
-                block::write_args(0, read_pattern(size)),
-                &CallOpts::default(),
-            )
-            .map_err(|e| format!("WRITE of the READ pattern: {e}"))?;
-        let mut rr = rep.results().map_err(|s| format!("WRITE failed: {s:?}"))?;
-        check_reply("write", size, Check::Full, &mut rr)?;
-    }
-    let mut src = WriteSource::new(op, size, credits);
+            .call(BLOCK_PROG, BLOCK_VERS, p, body, &CallOpts::default())
+            .map_err(|e| e.to_string())?;
+        let mut rr = rep.results().map_err(|s| format!("failed: {s:?}"))?;
+        f(&mut rr)
+    })?;
     let mut st = Stats::default();
-    let mut started: FxHashMap<u32, Instant> = FxHashMap::default();
+    let mut started: FxHashMap<u32, (Instant, usize)> = FxHashMap::default();
     let t0 = Instant::now();
     let dur = Duration::from_secs_f64(secs);
     // The deadline is looked at every 64 replies (a clock read per reply is a cost the
@@ -566,11 +669,11 @@ fn bench_rdma(
         }
         turns = turns.wrapping_add(1);
         while running && c.in_flight() < c.grant().min(credits) {
-            let (p, body, opts, _) = args_for(op, size, &mut src);
+            let call = w.next();
             let x = c
-                .submit(BLOCK_PROG, BLOCK_VERS, p, body, &opts)
+                .submit(BLOCK_PROG, BLOCK_VERS, call.proc_, call.body, &call.opts)
                 .map_err(|e| e.to_string())?;
-            started.insert(x, Instant::now());
+            started.insert(x, (Instant::now(), call.range));
         }
         if c.in_flight() == 0 && !running {
             break;
@@ -578,10 +681,9 @@ fn bench_rdma(
         let (x, r) = c.wait_any().map_err(|e| e.to_string())?;
         let rep = r.map_err(|e| e.to_string())?;
         let mut rr = rep.results().map_err(|s| format!("call failed: {s:?}"))?;
-        check_reply(op, size, Check::Spot, &mut rr)?;
-        if let Some(t) = started.remove(&x) {
-            st.lat.record(t.elapsed());
-        }
+        let (t, range) = started.remove(&x).ok_or("a reply to no call of the loop")?;
+        check_reply(op, size, range, Check::Spot, &mut rr)?;
+        st.lat.record(t.elapsed());
         st.calls += 1;
         if op != "null" {
             st.bytes += size as u64;
@@ -590,61 +692,57 @@ fn bench_rdma(
     st.secs = t0.elapsed().as_secs_f64();
     if op == "read" {
         // Every octet of one more READ, outside the timed loop (as on the TCP side).
-        let (p, body, opts, _) = args_for(op, size, &mut src);
+        let call = w.next();
         let rep = c
-            .call(BLOCK_PROG, BLOCK_VERS, p, body, &opts)
+            .call(BLOCK_PROG, BLOCK_VERS, call.proc_, call.body, &call.opts)
             .map_err(|e| format!("the verified READ: {e}"))?;
         let mut rr = rep.results().map_err(|s| format!("READ failed: {s:?}"))?;
-        check_reply(op, size, Check::Full, &mut rr)?;
+        check_reply(op, size, call.range, Check::Full, &mut rr)?;
     }
+    st.ranges = w.ranges;
     Ok(st)
 }
 
-fn bench_tcp(
-    addr: SocketAddr,
-    poll: TcpPoll,
-    op: &str,
-    size: usize,
-    credits: u32,
-    secs: f64,
-) -> Result<Stats, String> {
+fn bench_tcp(addr: SocketAddr, poll: TcpPoll, load: Load) -> Result<Stats, String> {
+    let Load {
+        op,
+        size,
+        credits,
+        secs,
+        ..
+    } = load;
     let mut c = TcpClient::connect_with(addr, credits as usize, poll)
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    if op == "read" {
+    let mut w = load.workload();
+    w.prepare(&mut |p, body, f| {
         let rep = c
-            .call(
-                BLOCK_PROG,
-                BLOCK_VERS,
-                block::PROC_WRITE,
-                &block::write_args(0, read_pattern(size)),
-            )
-            .map_err(|e| format!("WRITE of the READ pattern: {e}"))?;
-        let mut rr = rep.results().map_err(|s| format!("WRITE failed: {s:?}"))?;
-        check_reply("write", size, Check::Full, &mut rr)?;
-    }
-    let mut src = WriteSource::new(op, size, credits);
+            .call(BLOCK_PROG, BLOCK_VERS, p, &body)
+            .map_err(|e| e.to_string())?;
+        let mut rr = rep.results().map_err(|s| format!("failed: {s:?}"))?;
+        f(&mut rr)
+    })?;
     let mut st = Stats::default();
     let mut started = std::collections::VecDeque::new();
     let t0 = Instant::now();
     let dur = Duration::from_secs_f64(secs);
-    let account = |st: &mut Stats, t: Instant, rep: tcp::TcpReply| -> Result<(), String> {
+    let account = |st: &mut Stats, (t, range): (Instant, usize), rep: tcp::TcpReply| {
         let mut rr = rep.results().map_err(|s| format!("call failed: {s:?}"))?;
-        check_reply(op, size, Check::Spot, &mut rr)?;
+        check_reply(op, size, range, Check::Spot, &mut rr)?;
         st.lat.record(t.elapsed());
         st.calls += 1;
         if op != "null" {
             st.bytes += size as u64;
         }
-        Ok(())
+        Ok::<(), String>(())
     };
     let mut turns = 0u32;
     while !turns.is_multiple_of(64) || t0.elapsed() < dur {
         turns = turns.wrapping_add(1);
-        let (p, body, _, _) = args_for(op, size, &mut src);
+        let call = w.next();
         let (_, earlier) = c
-            .submit(BLOCK_PROG, BLOCK_VERS, p, &body)
+            .submit(BLOCK_PROG, BLOCK_VERS, call.proc_, &call.body)
             .map_err(|e| e.to_string())?;
-        started.push_back(Instant::now());
+        started.push_back((Instant::now(), call.range));
         if let Some(rep) = earlier {
             let t = started.pop_front().expect("started");
             account(&mut st, t, rep)?;
@@ -658,13 +756,14 @@ fn bench_tcp(
     st.secs = t0.elapsed().as_secs_f64();
     if op == "read" {
         // Every octet of one more READ, outside the timed loop (as on the RDMA side).
-        let (p, body, _, _) = args_for(op, size, &mut src);
+        let call = w.next();
         let rep = c
-            .call(BLOCK_PROG, BLOCK_VERS, p, &body)
+            .call(BLOCK_PROG, BLOCK_VERS, call.proc_, &call.body)
             .map_err(|e| format!("the verified READ: {e}"))?;
         let mut rr = rep.results().map_err(|s| format!("READ failed: {s:?}"))?;
-        check_reply(op, size, Check::Full, &mut rr)?;
+        check_reply(op, size, call.range, Check::Full, &mut rr)?;
     }
+    st.ranges = w.ranges;
     Ok(st)
 }
 
@@ -720,7 +819,17 @@ fn bench_verbs_write(
     net.client
         .connect(saddr, &qp, &ConnParam::default())
         .map_err(|e| e.to_string())?;
-    let src = pd.reg_mr(size, Access::LOCAL_WRITE);
+    // And one source a Write in flight, taken in turn, as each READ in flight has its own store
+    // range on the server (`Workload`): the sender gathers from as much memory. Filled, so
+    // that they are memory of their own (never written, fresh pages all read as the kernel's
+    // one zero page, which stays in every cache).
+    let srcs: Vec<_> = (0..depth.max(1))
+        .map(|_| {
+            let m = pd.reg_mr(size, Access::LOCAL_WRITE);
+            m.write_at(0, &range_pattern(size, 0));
+            m
+        })
+        .collect();
     let t0 = Instant::now();
     let dur = Duration::from_secs_f64(secs);
     let mut inflight = 0usize;
@@ -729,11 +838,12 @@ fn bench_verbs_write(
     while t0.elapsed() < dur || inflight > 0 {
         while t0.elapsed() < dur && inflight < depth {
             let (remote_addr, rkey) = sinks[id as usize % sinks.len()];
+            let src = &srcs[id as usize % srcs.len()];
             id += 1;
             qp.post_send(SendWr {
                 wr_id: id,
                 opcode: Opcode::Write { remote_addr, rkey },
-                sg_list: smallvec![sge(&src, 0, size)],
+                sg_list: smallvec![sge(src, 0, size)],
                 signaled: true,
             })
             .map_err(|e| e.to_string())?;
@@ -772,7 +882,24 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     let mib = 1 << 20;
     let size = if a.compare { mib } else { a.size };
-    let servers = start_servers(&a, net.as_ref(), size)?;
+    // One store range per call in flight unless --span says otherwise; an in-process store
+    // holds them all.
+    let span = a
+        .span
+        .unwrap_or(size as u64 * u64::from(a.credits.max(1)))
+        .max(size as u64);
+    let servers = start_servers(
+        &a,
+        net.as_ref(),
+        usize::try_from(span).unwrap_or(usize::MAX),
+    )?;
+    let load = |op: &'static str, size: usize, credits: u32| Load {
+        op,
+        size,
+        credits,
+        span,
+        secs: a.seconds,
+    };
     if a.compare {
         let net = net.as_ref().expect("started for --compare");
         let s = &servers;
@@ -784,25 +911,25 @@ pub fn run(a: Args) -> Result<(), String> {
         };
         // Each TCP figure blocking and busy-polled (`POLLS`), one right after the other.
         const POLLS: [TcpPoll; 2] = [TcpPoll::Blocking, TcpPoll::Busy];
-        let tcp_pair = |p: &mut dyn FnMut(u32, &str), i: u32, what: &str, op, size, n| {
+        let tcp_pair = |p: &mut dyn FnMut(u32, &str), i: u32, what: &str, l: Load| {
             p(i, &format!("{what} over ONC RPC/TCP, blocking"));
-            let blocking = bench_tcp(s.tcp_for(POLLS[0]), POLLS[0], op, size, n, secs)?;
+            let blocking = bench_tcp(s.tcp_for(POLLS[0]), POLLS[0], l)?;
             p(i + 1, &format!("{what} over ONC RPC/TCP, busy-polled"));
-            let busy = bench_tcp(s.tcp_for(POLLS[1]), POLLS[1], op, size, n, secs)?;
+            let busy = bench_tcp(s.tcp_for(POLLS[1]), POLLS[1], l)?;
             Ok::<_, String>([blocking, busy])
         };
         p(1, "NULL over RPC-over-RDMA");
-        let nr = bench_rdma(net, s.rdma, "null", 0, a.credits, secs, a.poll_spin_us)?;
-        let nts = tcp_pair(&mut p, 2, "NULL", "null", 0, a.credits)?;
+        let nr = bench_rdma(net, s.rdma, load("null", 0, a.credits), a.poll_spin_us)?;
+        let nts = tcp_pair(&mut p, 2, "NULL", load("null", 0, a.credits))?;
         p(4, "READ 1 MiB over RPC-over-RDMA");
-        let rr = bench_rdma(net, s.rdma, "read", mib, a.credits, secs, a.poll_spin_us)?;
-        let rts = tcp_pair(&mut p, 5, "READ 1 MiB", "read", mib, a.credits)?;
+        let rr = bench_rdma(net, s.rdma, load("read", mib, a.credits), a.poll_spin_us)?;
+        let rts = tcp_pair(&mut p, 5, "READ 1 MiB", load("read", mib, a.credits))?;
         p(7, "verbs RDMA Write 1 MiB reference");
         let wv = bench_verbs_write(net, mib, a.credits as usize, secs)?;
         // Latency without queueing: one call in flight.
         p(8, "NULL over RPC-over-RDMA, 1 credit");
-        let nr1 = bench_rdma(net, s.rdma, "null", 0, 1, secs, a.poll_spin_us)?;
-        let nt1s = tcp_pair(&mut p, 9, "NULL, 1 call in flight,", "null", 0, 1)?;
+        let nr1 = bench_rdma(net, s.rdma, load("null", 0, 1), a.poll_spin_us)?;
+        let nt1s = tcp_pair(&mut p, 9, "NULL, 1 call in flight,", load("null", 0, 1))?;
         progress.clear();
         // The baseline is the better TCP run of each pair (the brief's "best the kernel can
         // do"): more calls, more bandwidth, or the lower median with one call in flight.
@@ -908,26 +1035,12 @@ pub fn run(a: Args) -> Result<(), String> {
         return Ok(());
     }
     let op = a.op.name();
+    let l = load(op, a.size, a.credits);
     let st = match (a.proto, net.as_ref()) {
-        (Proto::Rdma, Some(net)) => bench_rdma(
-            net,
-            servers.rdma,
-            op,
-            a.size,
-            a.credits,
-            a.seconds,
-            a.poll_spin_us,
-        )?,
+        (Proto::Rdma, Some(net)) => bench_rdma(net, servers.rdma, l, a.poll_spin_us)?,
         _ => {
             let poll = TcpPoll::from(a.tcp_poll);
-            bench_tcp(
-                servers.tcp_for(poll),
-                poll,
-                op,
-                a.size,
-                a.credits,
-                a.seconds,
-            )?
+            bench_tcp(servers.tcp_for(poll), poll, l)?
         }
     };
     if let Some(d) = net.as_ref().and_then(Net::dataplane_stats) {
@@ -941,7 +1054,8 @@ pub fn run(a: Args) -> Result<(), String> {
         let j = serde_json::json!({
             "proto": proto, "transport": transport, "op": op, "size": a.size,
             "tcp_poll": (a.proto == Proto::Tcp).then(|| TcpPoll::from(a.tcp_poll).name()),
-            "credits": a.credits, "calls": st.calls, "seconds": st.secs,
+            "credits": a.credits, "span": span, "store_ranges": st.ranges,
+            "calls": st.calls, "seconds": st.secs,
             "calls_per_s": st.rate(), "p50_us": st.pct(0.5), "p99_us": st.pct(0.99),
             "p999_us": st.pct(0.999), "gbps": st.gbps(),
         });
