@@ -20,9 +20,10 @@
 //! - [`latency`]: the latency summary (one percentile definition) of every tool.
 //! - [`wake`]: the eventfd with which the verbs layer wakes a connection driver.
 //!
-//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence) and one prefetch
-//! hint in the memory-region code (`rdma::memory`): the protocol core, memory regions and
-//! transports are otherwise safe Rust.
+//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence) and two prefetch
+//! hints in the memory-region code (`rdma::memory`: lines about to be placed into and about to
+//! be gathered from): the protocol core, memory regions and transports are otherwise safe
+//! Rust.
 #![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

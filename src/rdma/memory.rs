@@ -129,6 +129,29 @@ fn prefetch_for_write(bytes: &[u8]) {
     }
 }
 
+/// Ask the CPU to fetch `bytes`' cache lines for reading, without waiting.
+fn prefetch_for_read(bytes: &[u8]) {
+    for line in bytes.chunks(64) {
+        prefetch_line_for_read(line.as_ptr());
+    }
+}
+
+/// Ask the CPU to fetch the cache line holding `p` (`prefetcht0`) without waiting: a later
+/// load from it finds the line in the cache instead of waiting for memory. Any address is
+/// fine; nothing is read or written.
+#[allow(unsafe_code)]
+#[inline]
+fn prefetch_line_for_read(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is a hint. It loads nothing into a register, never faults (not even
+    // on an unmapped address) and changes no memory the program sees.
+    unsafe {
+        std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Ask the CPU to fetch the cache line holding `p` for writing (`prefetchw`) without waiting:
 /// a later store to it finds the line owned instead of waiting for another core to give it
 /// up. Any address is fine; nothing is read or written.
@@ -620,7 +643,7 @@ impl MemoryTable {
             // Still registered (the STag check: a deregistered region left the table).
             if h.table == self.inner.id && r.stag == stag && r.live.load(Ordering::Acquire) {
                 let off = r.check(pd, addr, len, need)?;
-                out.put(&h.bytes()[off..off + len]);
+                gather(h.bytes(), off, len, out);
                 return Ok(());
             }
         }
@@ -628,8 +651,22 @@ impl MemoryTable {
         cache.held = None;
         let (region, off) = self.checked(stag, pd, addr, len, need)?;
         let held = cache.held.insert(Held::new(self.inner.id, region));
-        out.put(&held.bytes()[off..off + len]);
+        gather(held.bytes(), off, len, out);
         Ok(())
+    }
+}
+
+/// Append `bytes[off..off + len]` to `out` (checked by the caller). The ULPDUs of a large
+/// message are gathered one after the other from consecutive octets (RFC 5041 §5: a message's
+/// DDP segments carry it in order), so the next one's lines are asked for now: a storage
+/// target's source (a READ's block, a WRITE's buffer) is seldom in the cache, and the fetch
+/// then overlaps this ULPDU's CRC and transmission instead of stalling the next copy
+/// (docs/rpc.md "READ and WRITE over the same memory").
+fn gather<B: TxBuf + ?Sized>(bytes: &[u8], off: usize, len: usize, out: &mut B) {
+    let end = off + len;
+    out.put(&bytes[off..end]);
+    if len >= PREFETCH_MIN {
+        prefetch_for_read(&bytes[end..bytes.len().min(end + len)]);
     }
 }
 
