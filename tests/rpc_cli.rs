@@ -396,6 +396,13 @@ fn compare_json(transport: Option<&str>) -> serde_json::Value {
         f("read_1m_ratio"),
         f("read_1m_gbps_rdma") / f("read_1m_gbps_tcp")
     ));
+    // The READs went to a store range of 1 MiB per call in flight.
+    let credits = v["credits"].as_u64().unwrap();
+    assert_eq!(
+        (v["span"].as_u64(), v["store_ranges"].as_u64()),
+        (Some(credits << 20), Some(credits)),
+        "{v}"
+    );
     v
 }
 

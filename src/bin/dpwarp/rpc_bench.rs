@@ -954,6 +954,8 @@ pub fn run(a: Args) -> Result<(), String> {
                     "null_1credit": mode(n1i),
                 },
                 "credits": a.credits,
+                "span": span,
+                "store_ranges": rr.ranges,
                 "seconds_per_run": secs,
                 "null_calls_per_s_rdma": nr.rate(),
                 "null_calls_per_s_tcp": nt.rate(),
