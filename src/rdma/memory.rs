@@ -124,16 +124,30 @@ const PREFETCH_MIN: usize = 512;
 
 /// Ask the CPU to fetch `bytes`' cache lines for writing, without waiting.
 fn prefetch_for_write(bytes: &[u8]) {
-    for line in bytes.chunks(64) {
-        prefetch_line_for_write(line.as_ptr());
+    each_line(bytes, prefetch_line_for_write);
+}
+
+/// Call `f` with an address in each 64-octet cache line `bytes` touches, from the line of its
+/// first octet: a counted loop of a few instructions a line (it runs for every large segment
+/// gathered or placed).
+#[inline]
+fn each_line(bytes: &[u8], f: impl Fn(*const u8)) {
+    if bytes.is_empty() {
+        return;
+    }
+    let p = bytes.as_ptr();
+    let lead = p as usize & 63;
+    let first = p.wrapping_sub(lead);
+    let mut i = 0;
+    while i < lead + bytes.len() {
+        f(first.wrapping_add(i));
+        i += 64;
     }
 }
 
 /// Ask the CPU to fetch `bytes`' cache lines for reading, without waiting.
 fn prefetch_for_read(bytes: &[u8]) {
-    for line in bytes.chunks(64) {
-        prefetch_line_for_read(line.as_ptr());
-    }
+    each_line(bytes, prefetch_line_for_read);
 }
 
 /// Ask the CPU to fetch the cache line holding `p` (`prefetcht0`) without waiting: a later
@@ -1025,6 +1039,35 @@ impl core::ops::Deref for MrBytes<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The prefetches reach every cache line of the bytes, from the line of the first octet
+    /// to the line of the last, one address each, whatever the alignment.
+    #[test]
+    fn each_line_visits_every_line_once() {
+        let buf = vec![0u8; 4096];
+        let base = buf.as_ptr() as usize;
+        for (off, len) in [
+            (0, 0),
+            (0, 1),
+            (0, 64),
+            (0, 65),
+            (1, 63),
+            (1, 64),
+            (63, 2),
+            (100, 1442),
+        ] {
+            let bytes = &buf[off..off + len];
+            let seen = std::cell::RefCell::new(Vec::new());
+            each_line(bytes, |p| seen.borrow_mut().push(p as usize));
+            let want: Vec<usize> = if len == 0 {
+                Vec::new()
+            } else {
+                let (first, last) = ((base + off) & !63, (base + off + len - 1) & !63);
+                (first..=last).step_by(64).collect()
+            };
+            assert_eq!(seen.into_inner(), want, "offset {off}, {len} octets");
+        }
+    }
 
     /// A run of gathers keeps one region's read lock between calls (no lookup, no lock per
     /// ULPDU), still makes every check on every call, moves to another region when asked,
