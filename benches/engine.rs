@@ -12,7 +12,7 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
 use dpwarp::mpa::MpaConfig;
-use dpwarp::rdma::{Access, MemoryTable, Opcode, RecvWr, SendWr, Sge};
+use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, RecvWr, SendWr, Sge};
 
 fn pair(markers: bool) -> (Connection, Connection, MemoryTable, MemoryTable) {
     let now = Instant::now();
@@ -52,6 +52,42 @@ fn pair(markers: bool) -> (Connection, Connection, MemoryTable, MemoryTable) {
     (a, b, ma, mb)
 }
 
+/// One RDMA Write of `n` octets from A's `src` into B's `dst`: A frames it, B deframes and
+/// places it, A reaps the completion.
+fn write_once(
+    a: &mut Connection,
+    b: &mut Connection,
+    src: &Mr,
+    dst: &Mr,
+    n: usize,
+    wire: &mut Vec<u8>,
+    now: Instant,
+) {
+    a.post_send(SendWr {
+        wr_id: 1,
+        opcode: Opcode::Write {
+            remote_addr: dst.addr(),
+            rkey: dst.stag(),
+        },
+        sg_list: smallvec![Sge {
+            addr: src.addr(),
+            length: n as u32,
+            lkey: src.stag(),
+        }],
+        signaled: true,
+    })
+    .unwrap();
+    loop {
+        wire.clear();
+        a.poll_transmit(wire);
+        if wire.is_empty() {
+            break;
+        }
+        b.on_bytes(wire, now);
+    }
+    assert!(a.poll_completion().is_some());
+}
+
 fn engine(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine_write");
     for markers in [false, true] {
@@ -69,31 +105,7 @@ fn engine(c: &mut Criterion) {
             g.throughput(Throughput::Bytes(n as u64));
             let name = if markers { "markers" } else { "plain" };
             g.bench_function(BenchmarkId::new(name, n), |bch| {
-                bch.iter(|| {
-                    a.post_send(SendWr {
-                        wr_id: 1,
-                        opcode: Opcode::Write {
-                            remote_addr: dst.addr(),
-                            rkey: dst.stag(),
-                        },
-                        sg_list: smallvec![Sge {
-                            addr: src.addr(),
-                            length: n as u32,
-                            lkey: src.stag(),
-                        }],
-                        signaled: true,
-                    })
-                    .unwrap();
-                    loop {
-                        wire.clear();
-                        a.poll_transmit(&mut wire);
-                        if wire.is_empty() {
-                            break;
-                        }
-                        b.on_bytes(&wire, now);
-                    }
-                    assert!(a.poll_completion().is_some());
-                })
+                bch.iter(|| write_once(&mut a, &mut b, &src, &dst, n, &mut wire, now))
             });
             assert!(!a.should_close() && !b.should_close());
         }
@@ -133,29 +145,7 @@ fn engine(c: &mut Criterion) {
             bch.iter(|| {
                 let (src, dst) = (&srcs[k % srcs.len()], &dsts[(k * 7) % dsts.len()]);
                 k += 1;
-                a.post_send(SendWr {
-                    wr_id: 1,
-                    opcode: Opcode::Write {
-                        remote_addr: dst.addr(),
-                        rkey: dst.stag(),
-                    },
-                    sg_list: smallvec![Sge {
-                        addr: src.addr(),
-                        length: n as u32,
-                        lkey: src.stag(),
-                    }],
-                    signaled: true,
-                })
-                .unwrap();
-                loop {
-                    wire.clear();
-                    a.poll_transmit(&mut wire);
-                    if wire.is_empty() {
-                        break;
-                    }
-                    b.on_bytes(&wire, now);
-                }
-                assert!(a.poll_completion().is_some());
+                write_once(&mut a, &mut b, src, dst, n, &mut wire, now)
             })
         });
         assert!(!a.should_close() && !b.should_close());
