@@ -413,6 +413,18 @@ fn range_pattern(size: usize, range: usize) -> Vec<u8> {
     (0..size).map(|i| ((i + range) % 251) as u8).collect()
 }
 
+/// Two periods of the READ pattern (`range_pattern`'s octets, unrotated): any range's period
+/// is a window of it.
+const TWO_PERIODS: [u8; 502] = {
+    let mut a = [0u8; 502];
+    let mut i = 0;
+    while i < 502 {
+        a[i] = (i % 251) as u8;
+        i += 1;
+    }
+    a
+};
+
 /// The calls of one measurement, made in turn. READs and WRITEs go to `ranges` ranges of
 /// `size` octets of the store, one after the other (range `k` at offset `k * size`), and a
 /// WRITE sends from one of `windows` windows of a memory filled once, one a call in flight.
@@ -584,8 +596,9 @@ fn check_reply(
                 return Err(format!("READ status {st}"));
             }
             let d = r.get_bulk(block::MAX_IO).map_err(|e| e.to_string())?;
-            // The range's pattern repeats every 251 bytes, compared a period at a time.
-            let period = range_pattern(251, range);
+            // The range's pattern repeats every 251 bytes, compared a period at a time
+            // against a window of two periods (no allocation a reply).
+            let period = &TWO_PERIODS[range % 251..][..251];
             let same = |c: &[u8]| c == &period[..c.len()];
             let ok = d.len() == size
                 && match check {
