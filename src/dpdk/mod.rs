@@ -437,20 +437,6 @@ unsafe fn mbuf_field<T: Copy>(m: *const sys::rte_mbuf, off: u16) -> T {
     }
 }
 
-/// Ask the CPU to fetch the cache line holding `p` (`prefetcht0`) without waiting. Any
-/// address is fine; nothing is read or written.
-#[inline]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `prefetcht0` is a hint: it loads nothing into a register, never faults (not even
-    // on an unmapped address) and changes no memory the program sees.
-    unsafe {
-        std::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, preserves_flags, readonly));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// `rte_pktmbuf_mtod` and `data_len` of `m`: where its data starts and how long it is.
 ///
 /// # Safety
@@ -511,7 +497,7 @@ impl Mbuf {
             if n.is_null() {
                 return None;
             }
-            prefetch_line((n as *const u8).wrapping_sub(8));
+            crate::rdma::memory::prefetch_line_for_read((n as *const u8).wrapping_sub(8));
             let (p, len) = mbuf_data(n);
             Some(std::slice::from_raw_parts(p, len))
         }

@@ -155,7 +155,7 @@ fn prefetch_for_read(bytes: &[u8]) {
 /// fine; nothing is read or written.
 #[allow(unsafe_code)]
 #[inline]
-fn prefetch_line_for_read(p: *const u8) {
+pub(crate) fn prefetch_line_for_read(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `prefetcht0` is a hint. It loads nothing into a register, never faults (not even
     // on an unmapped address) and changes no memory the program sees.
