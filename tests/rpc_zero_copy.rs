@@ -269,17 +269,7 @@ fn client_writes_from_windows_of_registered_memory() {
 
 /// READ of a file store without a write chunk: the data inline, or the status.
 fn read_inline(c: &mut RdmaClient, off: u64, len: u32) -> Result<Vec<u8>, u32> {
-    let rep = c
-        .call(
-            BLOCK_PROG,
-            BLOCK_VERS,
-            block::PROC_READ,
-            block::read_args(off, len),
-            &CallOpts::default(),
-        )
-        .expect("READ answered");
-    let mut r = rep.results().expect("SUCCESS");
-    block::decode_read(&mut r).unwrap()
+    rpc_common::read_status(c, off, len, &CallOpts::default()).0
 }
 
 /// Small READs of a file store whose bytes are in the page cache are answered where the call

@@ -47,6 +47,17 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 pub fn read(c: &mut RdmaClient, off: u64, len: u32, opts: &CallOpts) -> (Vec<u8>, ReplyPath) {
+    let (data, path) = read_status(c, off, len, opts);
+    (data.expect("BLK_OK"), path)
+}
+
+/// A READ answered with SUCCESS: its data, or the block status it carried instead.
+pub fn read_status(
+    c: &mut RdmaClient,
+    off: u64,
+    len: u32,
+    opts: &CallOpts,
+) -> (Result<Vec<u8>, u32>, ReplyPath) {
     let rep = c
         .call(
             BLOCK_PROG,
@@ -57,10 +68,7 @@ pub fn read(c: &mut RdmaClient, off: u64, len: u32, opts: &CallOpts) -> (Vec<u8>
         )
         .expect("READ");
     let mut r = rep.results().expect("SUCCESS");
-    (
-        block::decode_read(&mut r).unwrap().expect("BLK_OK"),
-        rep.path,
-    )
+    (block::decode_read(&mut r).unwrap(), rep.path)
 }
 
 pub fn write(c: &mut RdmaClient, off: u64, data: Vec<u8>) -> u32 {
