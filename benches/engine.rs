@@ -6,13 +6,13 @@
 //!
 //! Run: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`
 
-use dpwarp::verbs::smallvec;
+use dpwarp::verbs::{sge, smallvec};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
 use dpwarp::mpa::MpaConfig;
-use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, RecvWr, SendWr, Sge};
+use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, RecvWr, SendWr};
 
 fn pair(markers: bool) -> (Connection, Connection, MemoryTable, MemoryTable) {
     let now = Instant::now();
@@ -69,11 +69,7 @@ fn write_once(
             remote_addr: dst.addr(),
             rkey: dst.stag(),
         },
-        sg_list: smallvec![Sge {
-            addr: src.addr(),
-            length: n as u32,
-            lkey: src.stag(),
-        }],
+        sg_list: smallvec![sge(src, 0, n)],
         signaled: true,
     })
     .unwrap();
@@ -177,11 +173,7 @@ fn engine(c: &mut Criterion) {
                         remote_addr: src.addr(),
                         rkey: src.stag(),
                     },
-                    sg_list: smallvec![Sge {
-                        addr: dst.addr(),
-                        length: n as u32,
-                        lkey: dst.stag(),
-                    }],
+                    sg_list: smallvec![sge(&dst, 0, n)],
                     signaled: true,
                 })
                 .unwrap();
@@ -217,21 +209,13 @@ fn engine(c: &mut Criterion) {
         bch.iter(|| {
             b.post_recv(RecvWr {
                 wr_id: 2,
-                sg_list: smallvec![Sge {
-                    addr: dst.addr(),
-                    length: n as u32,
-                    lkey: dst.stag(),
-                }],
+                sg_list: smallvec![sge(&dst, 0, n)],
             })
             .unwrap();
             a.post_send(SendWr {
                 wr_id: 1,
                 opcode: Opcode::Send,
-                sg_list: smallvec![Sge {
-                    addr: src.addr(),
-                    length: n as u32,
-                    lkey: src.stag(),
-                }],
+                sg_list: smallvec![sge(&src, 0, n)],
                 signaled: true,
             })
             .unwrap();
