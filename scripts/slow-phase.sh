@@ -1,0 +1,41 @@
+# Sourced by scripts/bench and scripts/ab: telling this kind of host's slow phases.
+#
+# Now and then the shared hosts these benchmarks run on keep both vCPUs about three times
+# slower for seconds to minutes (docs/dataplane.md "What the CRC costs, and what did not
+# help"; a memif Write of one build then measures 10-13 Gbit/s where it measures 30-45
+# otherwise). One cache line timed between the two CPUs (benches/pmd_floor --cacheline-only,
+# 200 000 round trips, about 25 ms) tells: 0.17-0.24 us one way in a slow phase, 0.056-0.065
+# otherwise.
+#
+#   slow_phase_build       build the probe (cargo bench --no-run); call once before probing
+#   slow_phase_probe       print the probe's one-way p50 in us (empty when it gave none)
+#   slow_phase_is VALUE    remember VALUE; status 0 when it is slow: over 2.5 times the lower
+#                          quartile of every value remembered so far, and over 0.1 us
+#   slow_phase_reference   the lower quartile slow_phase_is compared the last value against
+#
+# The reference is a lower quartile, not the minimum: one fast outlier (seen at 0.025-0.030 us
+# against a normal 0.06) must not make every normal probe look slow, and a slow phase must last
+# most of a run of probes to raise it.
+
+slow_phase_values=()
+slow_phase_ref=
+
+slow_phase_build() {
+    cargo bench -q --bench pmd_floor --no-run 2>/dev/null
+}
+
+slow_phase_probe() {
+    cargo bench -q --bench pmd_floor -- --cacheline-only --iters 200000 2>/dev/null |
+        sed -nE 's/.*one-way p50 ([0-9.]+) us.*/\1/p'
+}
+
+slow_phase_is() {
+    slow_phase_values+=("$1")
+    slow_phase_ref=$(printf '%s\n' "${slow_phase_values[@]}" | sort -g |
+        awk '{ v[NR] = $1 } END { print v[int((NR - 1) / 4) + 1] }')
+    awk -v a="$1" -v b="$slow_phase_ref" 'BEGIN { exit !(a > 2.5 * b && a > 0.1) }'
+}
+
+slow_phase_reference() {
+    echo "$slow_phase_ref"
+}
