@@ -3018,6 +3018,19 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// dpwarp: whether `seq_to_transmit` is false for a reason cheaper to see: in ESTABLISHED
+    /// or CLOSE-WAIT (no SYN or FIN to send) with every queued octet sent and no fast
+    /// retransmission or tail loss probe retransmission pending, there is nothing it could
+    /// send (the window admits no octet past SND.UNA + the queue). False when unsure.
+    fn sent_everything(&self, cx: &mut Context) -> bool {
+        let sure = matches!(self.state, State::Established | State::CloseWait)
+            && !self.pending_fast_retransmit
+            && !matches!(self.tlp_pending, Some(TlpProbe::Retransmit(_)))
+            && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len();
+        debug_assert!(!sure || !self.seq_to_transmit(cx));
+        sure
+    }
+
     fn seq_to_transmit(&self, cx: &mut Context) -> bool {
         // dpwarp: a fast retransmit goes out whatever the window and Nagle say: its octets
         // were sent (and admitted by the window) before.
@@ -3737,7 +3750,10 @@ impl<'a> Socket<'a> {
                 .on_send(cx.now(), repr.seq_number + repr.segment_len());
         }
 
-        if !self.seq_to_transmit(cx) && repr.segment_len() > 0 {
+        // dpwarp: a bare ACK never winds the timer, so it does not ask `seq_to_transmit`
+        // (about 100 instructions), and neither does a segment after which nothing is left
+        // (`sent_everything`: every 64 B Send, the last segment of a burst).
+        if repr.segment_len() > 0 && (self.sent_everything(cx) || !self.seq_to_transmit(cx)) {
             // If we've transmitted all data we could (and there was something at all,
             // data or flag, to transmit, not just an ACK), wind up the retransmit timer.
             self.timer
