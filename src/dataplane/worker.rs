@@ -1930,6 +1930,18 @@ impl Worker {
     // --- phase 6: FPDUs into the sockets, egress, tx burst ---------------------------------------
     fn transmit(&mut self, now: Instant) -> bool {
         self.transmit_owed = false;
+        // A quiet pass: no connection to visit or that took a segment, and an egress since the
+        // clock last moved that sent nothing. Everything below would find that (its visits and
+        // smoltcp's egress skipped, nothing to publish); only frames queued for the device by
+        // this pass's other phases may wait. About a fifth of an idle pass's instructions.
+        if !(self.sweeping || self.egress_all || self.active_stale)
+            && self.active.is_empty()
+            && self.touched_conns.is_empty()
+            && self.touched.is_empty()
+            && self.egress_idle_at == Some(now)
+        {
+            return self.dev.flush() > 0;
+        }
         let mut work = false;
         // The connections to visit: all of them on a sweep or when the egress visits every
         // socket anyway, else those listed active (a quiet one has nothing here).
@@ -2135,6 +2147,10 @@ impl Worker {
 
     // --- phase 7: completions, events, closes ----------------------------------------------------
     fn completions(&mut self, now: Instant) -> bool {
+        // Nothing to visit (the visit list below would be empty): nothing to reap or close.
+        if !(self.sweeping || self.active_stale) && self.active.is_empty() {
+            return false;
+        }
         let mut work = false;
         let mut closed = false;
         let mut newly_closed = Vec::new();
