@@ -708,6 +708,10 @@ impl DpdkDevice {
             return 0;
         }
         let n = self.queue.rx_burst(&mut self.rx, self.batch);
+        if n == 0 && self.steering.is_none() && self.faults.is_none() {
+            // An empty burst: nothing to count, steer, fault or order (the idle pass).
+            return 0;
+        }
         self.stats.rx_packets += n as u64;
         if self.steering.is_some() {
             self.steer_burst();
@@ -780,6 +784,15 @@ impl DpdkDevice {
 
     /// Hand queued frames to the driver; returns how many it took.
     pub fn flush(&mut self) -> usize {
+        // Nothing queued, nothing held back by the faults, no mirror, no retired ring waiting
+        // for its frames: nothing to do (the idle pass).
+        if self.tx.is_empty()
+            && self.faults.is_none()
+            && self.mirror.is_none()
+            && self.zc.as_ref().is_none_or(|z| z.retired.is_empty())
+        {
+            return 0;
+        }
         if let Some(f) = self.faults.as_deref_mut() {
             f.tick(false, &mut self.tx);
         }

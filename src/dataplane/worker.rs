@@ -1509,10 +1509,14 @@ impl Worker {
     }
 
     /// `conn_index` up to date.
+    #[inline]
     fn index_conns(&mut self) {
-        if !self.conn_index_stale {
-            return;
+        if self.conn_index_stale {
+            self.rebuild_conn_index();
         }
+    }
+
+    fn rebuild_conn_index(&mut self) {
         self.conn_index.clear();
         for (i, c) in self.conns.iter().enumerate() {
             let slot = c.h.index();
@@ -1834,6 +1838,10 @@ impl Worker {
 
     // --- phase 5: received bytes into the engines ------------------------------------------------
     fn deliver(&mut self, now: Instant) -> bool {
+        // Outside the sweep only connections touched this pass are visited: none, nothing.
+        if !self.sweeping && self.touched_conns.is_empty() {
+            return false;
+        }
         let mut work = false;
         // Bytes, a FIN or the handshake's end come with a segment: a socket that took none
         // this pass has nothing new, unless smoltcp changed it on a timer (the sweep). So
