@@ -5,7 +5,9 @@
 # help"; a memif Write of one build then measures 10-13 Gbit/s where it measures 30-45
 # otherwise). One cache line timed between the two CPUs (benches/pmd_floor --cacheline-only,
 # 200 000 round trips, about 25 ms) tells: 0.17-0.24 us one way in a slow phase, 0.056-0.065
-# otherwise.
+# otherwise. It does not see every noisy stretch: runs of 64 B Sends at 1.5-2.0 us one way
+# (1.15 otherwise) came while it read a normal 0.06 us (2026-11-30), so read an A/B's pairs,
+# not only its medians.
 #
 #   slow_phase_build       build the probe (cargo bench --no-run); call once before probing
 #   slow_phase_probe       print the probe's one-way p50 in us (empty when it gave none)
