@@ -21,7 +21,7 @@ use dpwarp::verbs::{
 
 mod dp_common;
 use dp_common::{
-    accept_advertising, connect_to_advertiser, pattern, recv_wr, shipped_config, unique,
+    accept_advertising_then, connect_to_advertiser, pattern, recv_wr, shipped_config, unique,
 };
 
 const PINGS: usize = 500;
@@ -67,6 +67,8 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
 
     let spd = pd.clone();
     let server_ip = server_ep.ip();
+    // The client connects only once the server listens.
+    let (listening_tx, listening_rx) = std::sync::mpsc::channel();
     let server = thread::spawn(move || {
         sd.attach();
         let cq = Cq::new(256);
@@ -76,7 +78,9 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
         let target = spd.reg_mr(N, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
         // listen/get_request/accept drive the worker while they wait.
-        let _listener = accept_advertising(&server_ep, 4796, &qp, &target);
+        let _listener = accept_advertising_then(&server_ep, 4796, &qp, &target, || {
+            listening_tx.send(()).unwrap();
+        });
         // Echo every ping's payload back (its first 8 bytes carry the sequence number).
         let mut got = 0;
         while got < PINGS {
@@ -127,6 +131,9 @@ fn driven_workers_ping_pong_and_write_with_no_worker_threads() {
     let rbuf = pd.reg_mr(64, Access::LOCAL_WRITE);
     let sbuf = pd.reg_mr(N, Access::LOCAL_WRITE);
     qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
+    listening_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("server listening");
     let (raddr, rkey) = connect_to_advertiser(&client_ep, SocketAddrV4::new(server_ip, 4796), &qp);
     for i in 0..PINGS {
         sbuf.write_at(0, &(i as u64).to_le_bytes());

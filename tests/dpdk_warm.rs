@@ -19,7 +19,7 @@ use dpwarp::verbs::{
 };
 
 mod dp_common;
-use dp_common::{accept_advertising, connect_to_advertiser, pattern, recv_wr, ring_config};
+use dp_common::{accept_advertising_then, connect_to_advertiser, pattern, recv_wr, ring_config};
 
 const PINGS: usize = 20;
 const GAP: Duration = Duration::from_millis(3);
@@ -57,6 +57,8 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
 
     let spd = pd.clone();
     let server_ip = server_ep.ip();
+    // The client connects only once the server listens.
+    let (listening_tx, listening_rx) = std::sync::mpsc::channel();
     let server = thread::spawn(move || {
         let cq = Cq::new(256);
         let qp = Qp::new(&spd, &QpInitAttr::new(&cq));
@@ -64,7 +66,9 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
         let sbuf = spd.reg_mr(64, Access::LOCAL_WRITE);
         let target = spd.reg_mr(N, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
-        let _listener = accept_advertising(&server_ep, 4797, &qp, &target);
+        let _listener = accept_advertising_then(&server_ep, 4797, &qp, &target, || {
+            listening_tx.send(()).unwrap();
+        });
         // Echo every ping (64 octets of a pattern seeded by its number) after checking it.
         let mut got = 0;
         while got < PINGS {
@@ -96,6 +100,9 @@ fn quiet_connections_are_kept_warm_with_keep_alives_and_data_stays_intact() {
     let rbuf = pd.reg_mr(64, Access::LOCAL_WRITE);
     let sbuf = pd.reg_mr(N, Access::LOCAL_WRITE);
     qp.post_recv(recv_wr(&rbuf, 64)).unwrap();
+    listening_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("server listening");
     let (raddr, rkey) = connect_to_advertiser(&client_ep, SocketAddrV4::new(server_ip, 4797), &qp);
     // Frames the client's worker sent while this thread had nothing posted.
     let mut sent_in_gaps = 0;

@@ -50,7 +50,20 @@ pub fn advertise(mr: &Mr) -> Vec<u8> {
 /// Listen on `port` of `ep`, take the first connection request (within 10 s) and accept it on
 /// `qp`, advertising `target` in the MPA private data. The listener is returned, to keep.
 pub fn accept_advertising(ep: &Endpoint, port: u16, qp: &Qp, target: &Mr) -> Listener {
+    accept_advertising_then(ep, port, qp, target, || {})
+}
+
+/// [`accept_advertising`], calling `listening` once the port listens: a client on another
+/// thread must not connect before that (its SYN would be answered with a RST).
+pub fn accept_advertising_then(
+    ep: &Endpoint,
+    port: u16,
+    qp: &Qp,
+    target: &Mr,
+    listening: impl FnOnce(),
+) -> Listener {
     let listener = ep.listen(port).unwrap();
+    listening();
     let req = listener.get_request(Duration::from_secs(10)).unwrap();
     req.accept(
         qp,
