@@ -14,6 +14,12 @@
 #   slow_phase_is VALUE    remember VALUE; status 0 when it is slow: over 2.5 times the lower
 #                          quartile of every value remembered so far, and over 0.1 us
 #   slow_phase_reference   the lower quartile slow_phase_is compared the last value against
+#   slow_phase_wait_out LIMIT WHO WHAT
+#                          before a run: probe, and while slow wait 10 s at a time, up to LIMIT
+#                          seconds (saying so as WHO, before WHAT); sets slow_phase_before (the
+#                          last probe, empty when it gave none) and slow_phase_waited (seconds)
+#   slow_phase_caught      after a run: probe once more; sets slow_phase_after; status 0 when
+#                          that probe is slow (the run should be done again)
 #
 # The reference is a lower quartile, not the minimum: one fast outlier (seen at 0.025-0.030 us
 # against a normal 0.06) must not make every normal probe look slow, and a slow phase must last
@@ -40,4 +46,20 @@ slow_phase_is() {
 
 slow_phase_reference() {
     echo "$slow_phase_ref"
+}
+
+slow_phase_wait_out() {
+    local limit=$1 who=$2 what=$3
+    slow_phase_waited=0
+    while slow_phase_before=$(slow_phase_probe) && [[ -n $slow_phase_before ]] &&
+        slow_phase_is "$slow_phase_before" && [[ $slow_phase_waited -lt $limit ]]; do
+        echo "$who: slow phase (one cache line between the CPUs $slow_phase_before us, reference $slow_phase_ref): waiting 10 s before $what"
+        sleep 10
+        slow_phase_waited=$((slow_phase_waited + 10))
+    done
+}
+
+slow_phase_caught() {
+    slow_phase_after=$(slow_phase_probe) || slow_phase_after=
+    [[ -n $slow_phase_after ]] && slow_phase_is "$slow_phase_after"
 }
