@@ -1938,10 +1938,11 @@ impl Worker {
     // --- phase 6: FPDUs into the sockets, egress, tx burst ---------------------------------------
     fn transmit(&mut self, now: Instant) -> bool {
         self.transmit_owed = false;
-        // A quiet pass: no connection to visit or that took a segment, and an egress since the
-        // clock last moved that sent nothing. Everything below would find that (its visits and
-        // smoltcp's egress skipped, nothing to publish); only frames queued for the device by
-        // this pass's other phases may wait. About a fifth of an idle pass's instructions.
+        // Nothing to do here: no connection to visit or that took a segment, and an egress
+        // since the clock last moved that sent nothing. Everything below would find that (its
+        // visits and smoltcp's egress skipped, nothing to publish); only frames queued for the
+        // device by this pass's other phases may wait. About a fifth of an idle pass's
+        // instructions. (Not the "quiet pass" of docs/dataplane.md, tried and not kept.)
         if !(self.sweeping || self.egress_all || self.active_stale)
             && self.active.is_empty()
             && self.touched_conns.is_empty()
