@@ -2,7 +2,11 @@
  * alloc/free/append/mtod), the TLS rte_errno, and port setup that needs the large rte_eth_conf
  * structs (kept in C so the Rust bindings stay small and opaque). Built by build.rs. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <string.h>
 #include <stdio.h>
@@ -26,14 +30,218 @@ int dpw_errno(void) { return rte_errno; }
 
 const char *dpw_strerror(int e) { return rte_strerror(e); }
 
-uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+/*
+ * The region gate: net_memif's bursts against a peer's DISCONNECT (docs/dataplane.md "net_memif
+ * and a peer that disconnects").
+ *
+ * DPDK 22.11's net_memif handles the peer's DISCONNECT (or the end of its control socket, when
+ * the peer process exits) on the EAL interrupt thread: memif_disconnect() clears the port's
+ * CONNECTED flag and then munmap()s the shared regions. rte_eth_rx_burst/tx_burst read that
+ * flag once at their start and then use the regions with nothing shared with that thread, so a
+ * burst that passed its check just before the flag went (and was descheduled, or copied long
+ * enough) reads or writes unmapped memory: a segfault in librte_net_memif (seen in eth_memif_tx
+ * of a dpperf server and in eth_memif_rx, reading the ring's head, of an rpc-server whose
+ * client exited).
+ *
+ * The bursts also read the ring's address from the region table before they read the flag:
+ * a burst descheduled between the two across a whole disconnect and reconnect (the region
+ * unmapped, a new one mapped, the flag set again) reads the old, unmapped ring (seen in a
+ * test that polls through 50 reconnects: a segfault reading the ring's flags).
+ *
+ * The PMD offers no hook, but it maps and unmaps through the dynamic symbols mmap64 and
+ * munmap, and the executable defines them (below; build.rs exports them, so the dlopen'd PMD
+ * binds to them): while any gated queue exists, each first waits until no burst on a gated
+ * queue is still running. Each gated queue owns a slot whose sequence number is odd while a
+ * burst runs. A burst makes it odd with a full barrier before the PMD reads anything; munmap
+ * (after the PMD's store of the flag and the system calls between) reads every slot with a
+ * full barrier before: either it sees the burst (and waits for that burst to end) or the burst
+ * sees the cleared flag (and touches no region). A connect maps the new region (the server
+ * maps the client's file, the client creates its own) before it sets the flag, so a burst
+ * that began before a reconnect ends before the reconnect can complete: it cannot see the
+ * new flag with the old ring. Bursts never map or unmap, so the wait cannot deadlock; a
+ * thread's own burst (a signal handler's call) is skipped.
+ */
+#define DPW_GATE_SLOTS 256
+
+struct dpw_gate_slot {
+	uint64_t seq;  /* odd while a burst runs; written by the owning queue's thread only */
+	uint32_t used; /* claimed by a queue */
+} __attribute__((aligned(64)));
+
+static struct dpw_gate_slot dpw_gate[DPW_GATE_SLOTS];
+static uint32_t dpw_gate_bound; /* slots ever claimed: munmap scans [0, bound) */
+static uint32_t dpw_gate_live;  /* slots claimed now: munmap is plain when 0 */
+static uint64_t dpw_gate_calls, dpw_gate_waits, dpw_gate_memif_unmaps, dpw_gate_memif_maps;
+static __thread int dpw_gate_self = -1;
+
+int dpw_gate_claim(void)
 {
-	return rte_eth_rx_burst(port, queue, pkts, n);
+	for (uint32_t i = 0; i < DPW_GATE_SLOTS; i++) {
+		uint32_t free_ = 0;
+		if (__atomic_compare_exchange_n(&dpw_gate[i].used, &free_, 1, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			uint32_t b = __atomic_load_n(&dpw_gate_bound, __ATOMIC_RELAXED);
+			while (b < i + 1 &&
+			       !__atomic_compare_exchange_n(&dpw_gate_bound, &b, i + 1, 0,
+							    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+				;
+			__atomic_add_fetch(&dpw_gate_live, 1, __ATOMIC_SEQ_CST);
+			return (int)i;
+		}
+	}
+	return -1;
 }
 
-uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+void dpw_gate_release(int slot)
 {
-	return rte_eth_tx_burst(port, queue, pkts, n);
+	if (slot < 0 || slot >= DPW_GATE_SLOTS)
+		return;
+	__atomic_sub_fetch(&dpw_gate_live, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&dpw_gate[slot].used, 0, __ATOMIC_RELEASE);
+}
+
+void dpw_gate_enter(int slot)
+{
+	struct dpw_gate_slot *s = &dpw_gate[slot];
+	/* xchg: the store and a full barrier before the PMD reads its flag. */
+	__atomic_exchange_n(&s->seq, __atomic_load_n(&s->seq, __ATOMIC_RELAXED) + 1,
+			    __ATOMIC_SEQ_CST);
+	dpw_gate_self = slot;
+}
+
+void dpw_gate_exit(int slot)
+{
+	struct dpw_gate_slot *s = &dpw_gate[slot];
+	dpw_gate_self = -1;
+	__atomic_store_n(&s->seq, __atomic_load_n(&s->seq, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELEASE);
+}
+
+static void dpw_gate_wait(void)
+{
+	uint32_t bound = __atomic_load_n(&dpw_gate_bound, __ATOMIC_ACQUIRE);
+	int waited = 0;
+
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	for (uint32_t i = 0; i < bound; i++) {
+		uint64_t seq = __atomic_load_n(&dpw_gate[i].seq, __ATOMIC_ACQUIRE);
+		unsigned spins = 0;
+		if (!(seq & 1) || (int)i == dpw_gate_self)
+			continue;
+		waited = 1;
+		/* The burst's thread may be descheduled (the very case): yield after a short spin. */
+		while (__atomic_load_n(&dpw_gate[i].seq, __ATOMIC_ACQUIRE) == seq) {
+			if (++spins < 64)
+				rte_pause();
+			else
+				sched_yield();
+		}
+	}
+	__atomic_add_fetch(&dpw_gate_calls, 1, __ATOMIC_RELAXED);
+	if (waited)
+		__atomic_add_fetch(&dpw_gate_waits, 1, __ATOMIC_RELAXED);
+}
+
+/* Whether `ret` (a return address) lies in net_memif: its own calls, the ones the gate is for,
+ * are counted apart. */
+static int dpw_called_from_memif(void *ret)
+{
+	Dl_info caller;
+	return dladdr(ret, &caller) != 0 && caller.dli_fname != NULL &&
+	       strstr(caller.dli_fname, "librte_net_memif") != NULL;
+}
+
+/* glibc's munmap and mmap are these system calls and errno; here with the gate in front.
+ * Called by any code that binds them dynamically (DPDK, its PMDs, Rust's std), never by glibc
+ * itself (malloc and the loader call internal aliases). */
+int munmap(void *addr, size_t len)
+{
+	if (__atomic_load_n(&dpw_gate_live, __ATOMIC_ACQUIRE) != 0) {
+		dpw_gate_wait();
+		if (dpw_called_from_memif(__builtin_return_address(0)))
+			__atomic_add_fetch(&dpw_gate_memif_unmaps, 1, __ATOMIC_RELAXED);
+	}
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+static void *dpw_gated_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+			    void *ret)
+{
+	if (__atomic_load_n(&dpw_gate_live, __ATOMIC_ACQUIRE) != 0) {
+		dpw_gate_wait();
+		if (dpw_called_from_memif(ret))
+			__atomic_add_fetch(&dpw_gate_memif_maps, 1, __ATOMIC_RELAXED);
+	}
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return dpw_gated_mmap(addr, len, prot, flags, fd, off, __builtin_return_address(0));
+}
+
+/* The name DPDK (built with 64-bit file offsets) binds; on x86_64 the same call. */
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return dpw_gated_mmap(addr, len, prot, flags, fd, off, __builtin_return_address(0));
+}
+
+int dpw_gate_interposed(void)
+{
+	return dlsym(RTLD_DEFAULT, "munmap") == (void *)munmap &&
+	       dlsym(RTLD_DEFAULT, "mmap64") == (void *)mmap64 &&
+	       dlsym(RTLD_DEFAULT, "mmap") == (void *)mmap;
+}
+
+/* For the gate's own test: one anonymous page mapped and unmapped through the symbols as
+ * RTLD_DEFAULT resolves them, the way the dlopen'd PMD binds them. */
+void *dpw_gate_test_map_page(void)
+{
+	void *(*map)(void *, size_t, int, int, int, off_t) = dlsym(RTLD_DEFAULT, "mmap64");
+	void *p;
+	if (map == NULL)
+		return NULL;
+	p = map(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int dpw_gate_test_unmap_page(void *page)
+{
+	int (*unmap)(void *, size_t) = dlsym(RTLD_DEFAULT, "munmap");
+	return unmap == NULL ? -1 : unmap(page, 4096);
+}
+
+void dpw_gate_stats(uint64_t *calls, uint64_t *waits, uint64_t *memif_unmaps,
+		    uint64_t *memif_maps)
+{
+	*memif_maps = __atomic_load_n(&dpw_gate_memif_maps, __ATOMIC_RELAXED);
+	*calls = __atomic_load_n(&dpw_gate_calls, __ATOMIC_RELAXED);
+	*waits = __atomic_load_n(&dpw_gate_waits, __ATOMIC_RELAXED);
+	*memif_unmaps = __atomic_load_n(&dpw_gate_memif_unmaps, __ATOMIC_RELAXED);
+}
+
+uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
+		      int gate)
+{
+	uint16_t got;
+	if (gate < 0)
+		return rte_eth_rx_burst(port, queue, pkts, n);
+	dpw_gate_enter(gate);
+	got = rte_eth_rx_burst(port, queue, pkts, n);
+	dpw_gate_exit(gate);
+	return got;
+}
+
+uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
+		      int gate)
+{
+	uint16_t sent;
+	if (gate < 0)
+		return rte_eth_tx_burst(port, queue, pkts, n);
+	dpw_gate_enter(gate);
+	sent = rte_eth_tx_burst(port, queue, pkts, n);
+	dpw_gate_exit(gate);
+	return sent;
 }
 
 struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }

@@ -27,8 +27,24 @@ int rte_eal_init(int argc, char **argv);
 int rte_eal_cleanup(void);
 int dpw_errno(void);
 const char *dpw_strerror(int e);
-uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
-uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+/* Bursts; gate >= 0: a slot of the region gate (shim.c), held for the burst. */
+uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
+		      int gate);
+uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
+		      int gate);
+/* The region gate (shim.c): a slot for a queue (-1: none free), its release, a burst's hold of
+ * it, whether mmap/mmap64/munmap bind to the gate's, and while armed: munmaps and mmaps seen,
+ * made to wait, munmaps and mmaps called by net_memif. */
+int dpw_gate_claim(void);
+void dpw_gate_release(int slot);
+void dpw_gate_enter(int slot);
+void dpw_gate_exit(int slot);
+int dpw_gate_interposed(void);
+/* For the gate's test: a page mapped / unmapped through the dynamic mmap64 / munmap. */
+void *dpw_gate_test_map_page(void);
+int dpw_gate_test_unmap_page(void *page);
+void dpw_gate_stats(uint64_t *calls, uint64_t *waits, uint64_t *memif_unmaps,
+		    uint64_t *memif_maps);
 struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp);
 /* n mbufs from mp, not reset (rte_mempool_get_bulk): 0, or nonzero and none taken. */
 int dpw_mbuf_raw_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **out, unsigned n);

@@ -57,6 +57,8 @@ fn rpc_over_dpdk_memif_server_child_process() {
     )
     .unwrap();
 
+    // The server's log goes to a file a failure prints (its stdout is read for the listen line).
+    let server_log = dir.join("server.log");
     let mut server = Kill(
         Command::new(BIN)
             .args(["rpc-server", "--config"])
@@ -64,7 +66,7 @@ fn rpc_over_dpdk_memif_server_child_process() {
             .args(["--duration", "35"])
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&server_log).unwrap())
             .spawn()
             .unwrap(),
     );
@@ -118,8 +120,9 @@ fn rpc_over_dpdk_memif_server_child_process() {
             .unwrap();
         assert!(
             o.status.success(),
-            "rpc-bench {op}: {}",
-            String::from_utf8_lossy(&o.stderr)
+            "rpc-bench {op}: {}\n--- rpc-server's log:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(&server_log).unwrap_or_default()
         );
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
         assert_eq!(v["transport"], "dpdk");

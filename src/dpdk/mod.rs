@@ -883,11 +883,133 @@ impl Port {
                 libc::EBUSY,
             ));
         }
+        // net_memif's bursts go through the region gate (csrc/shim.c; docs/dataplane.md "net_memif
+        // and a peer that disconnects"); other drivers do not unmap under a burst.
+        let gate = if self.info().is_ok_and(|i| i.driver == "net_memif") {
+            claim_region_gate(self.id, queue)
+        } else {
+            -1
+        };
         Ok(Queue {
             port: self.id,
             queue,
+            gate,
             _not_sync: std::marker::PhantomData,
         })
+    }
+}
+
+/// A slot of the region gate for `port`'s `queue`, or -1 (with a log line why).
+fn claim_region_gate(port: u16, queue: u16) -> i32 {
+    static NOT_IN_EFFECT: std::sync::Once = std::sync::Once::new();
+    if !region_gate_in_effect() {
+        NOT_IN_EFFECT.call_once(|| {
+            log::warn!(
+                "dpdk: mmap/munmap do not bind to dpwarp's region gate (link the executable \
+                 with -Wl,--export-dynamic-symbol=munmap,--export-dynamic-symbol=mmap64 as \
+                 build.rs does for dpwarp's own): a net_memif peer that disconnects during a \
+                 burst can crash this process"
+            )
+        });
+    }
+    // SAFETY: plain C call; the slot is released by the Queue's Drop.
+    let gate = unsafe { sys::dpw_gate_claim() };
+    if gate < 0 {
+        log::warn!(
+            "dpdk: port {port} queue {queue}: no region gate slot free; its bursts are not gated"
+        );
+    }
+    gate
+}
+
+/// Whether mmap, mmap64 and munmap, as the dynamic linker resolves them (and so as a dlopen'd
+/// PMD calls them), are the region gate's (csrc/shim.c): true in every executable of this
+/// package (build.rs exports them); false in one whose dynamic symbols leave them out.
+pub fn region_gate_in_effect() -> bool {
+    // SAFETY: plain C call (dlsym of a name).
+    unsafe { sys::dpw_gate_interposed() != 0 }
+}
+
+/// The region gate's counts since the process started ([`region_gate_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionGateStats {
+    /// mmap and munmap calls made while a gated queue existed.
+    pub calls: u64,
+    /// Of those, the ones that waited for a burst in progress.
+    pub waits: u64,
+    /// munmap calls net_memif itself made (its regions, on a disconnect).
+    pub memif_unmaps: u64,
+    /// mmap calls net_memif itself made (its regions, on a connect).
+    pub memif_maps: u64,
+}
+
+/// The region gate's counts since the process started.
+pub fn region_gate_stats() -> RegionGateStats {
+    let mut s = RegionGateStats::default();
+    // SAFETY: valid out pointers.
+    unsafe {
+        sys::dpw_gate_stats(
+            &mut s.calls,
+            &mut s.waits,
+            &mut s.memif_unmaps,
+            &mut s.memif_maps,
+        )
+    };
+    s
+}
+
+/// Hold the region gate as a burst does, for a test of the gate itself: mmap and munmap from
+/// any other thread wait until the returned guard is dropped. Not for data paths (a [`Queue`] of a
+/// net_memif port holds it around each of its bursts).
+#[doc(hidden)]
+pub fn hold_region_gate_for_test() -> Option<RegionGateHold> {
+    // SAFETY: plain C call; released in Drop.
+    let slot = unsafe { sys::dpw_gate_claim() };
+    if slot < 0 {
+        return None;
+    }
+    // SAFETY: a slot this guard owns; entered once, exited in Drop on this same thread (the
+    // guard is not Send).
+    unsafe { sys::dpw_gate_enter(slot) };
+    Some(RegionGateHold {
+        slot,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
+/// For a test of the gate itself: map one anonymous page through `mmap64` as the dynamic
+/// linker resolves it for a dlopen'd PMD (so through the gate); its address, or None.
+#[doc(hidden)]
+pub fn map_page_as_a_pmd_for_test() -> Option<usize> {
+    // SAFETY: plain C call; the page is the caller's to unmap.
+    let p = unsafe { sys::dpw_gate_test_map_page() };
+    (!p.is_null()).then_some(p as usize)
+}
+
+/// For a test of the gate itself: unmap a page from [`map_page_as_a_pmd_for_test`] through
+/// `munmap` as a PMD binds it; whether that succeeded.
+#[doc(hidden)]
+pub fn unmap_page_as_a_pmd_for_test(page: usize) -> bool {
+    // SAFETY: the caller passes a page mapped by map_page_as_a_pmd_for_test and not yet
+    // unmapped (at worst munmap of another mapping of this process's own pages: never one
+    // Rust code holds a reference into, as only that function's pages are passed here).
+    unsafe { sys::dpw_gate_test_unmap_page(page as *mut std::ffi::c_void) == 0 }
+}
+
+/// See [`hold_region_gate_for_test`].
+#[doc(hidden)]
+pub struct RegionGateHold {
+    slot: i32,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for RegionGateHold {
+    fn drop(&mut self) {
+        // SAFETY: the slot this guard entered, on the thread that entered it.
+        unsafe {
+            sys::dpw_gate_exit(self.slot);
+            sys::dpw_gate_release(self.slot);
+        }
     }
 }
 
@@ -919,6 +1041,8 @@ static CLAIMED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<(u16, u16)>> 
 pub struct Queue {
     port: u16,
     queue: u16,
+    /// Its slot of the region gate (net_memif ports), or -1.
+    gate: i32,
     _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
 }
 
@@ -928,6 +1052,8 @@ impl Drop for Queue {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&(self.port, self.queue));
+        // SAFETY: plain C call; -1 is ignored.
+        unsafe { sys::dpw_gate_release(self.gate) };
     }
 }
 
@@ -940,6 +1066,11 @@ impl Queue {
     /// The queue index.
     pub fn index(&self) -> u16 {
         self.queue
+    }
+
+    /// Whether its bursts hold the region gate (a net_memif port's queue with a slot).
+    pub fn gated(&self) -> bool {
+        self.gate >= 0
     }
 
     /// Receive up to `out`'s spare capacity (at most `max`, at most 512) packets into `out`.
@@ -956,7 +1087,7 @@ impl Queue {
         // handle: no other thread is in a burst call on this queue.
         unsafe {
             let dst = out.as_mut_ptr().add(len) as *mut *mut sys::rte_mbuf;
-            let got = sys::dpw_rx_burst(self.port, self.queue, dst, n);
+            let got = sys::dpw_rx_burst(self.port, self.queue, dst, n, self.gate);
             out.set_len(len + usize::from(got));
             usize::from(got)
         }
@@ -979,6 +1110,7 @@ impl Queue {
                 self.queue,
                 pkts.as_mut_ptr() as *mut *mut sys::rte_mbuf,
                 n,
+                self.gate,
             ))
         };
         for m in pkts.drain(..sent) {

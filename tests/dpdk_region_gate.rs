@@ -1,0 +1,174 @@
+//! The region gate (csrc/shim.c; docs/dataplane.md "net_memif and a peer that disconnects"):
+//! DPDK 22.11's net_memif unmaps its shared regions on the EAL interrupt thread when the peer
+//! disconnects, and maps new ones when it reconnects, while a burst on a worker thread may
+//! still be using the old ones (a segfault in librte_net_memif: an rpc-server whose client
+//! exited, in CI; this file's memif test without the mmap half of the gate). dpwarp's
+//! executables define mmap, mmap64 and munmap, export them so the dlopen'd PMD binds to them,
+//! and make them wait for any net_memif burst in progress.
+//!
+//! - `munmap_and_mmap_wait_for_a_burst_in_progress`: munmap and mmap64, called as the PMD calls
+//!   them (the dynamic symbols), do not return while another thread holds the gate as a burst
+//!   does;
+//! - `memif_queues_are_gated_and_the_pmd_maps_through_the_gate`: both ends of a memif link in
+//!   one process, the server's queue polled by a thread without pause (as a worker does) while
+//!   the client disconnects and reconnects 50 times; net_memif's own mmaps and munmaps of the
+//!   regions pass through the gate, memif queues are gated and a net_ring queue is not, and
+//!   the process survives (before the mmap half it died in about one run in five).
+//!
+//! One EAL per process: the second is the only EAL test of this binary.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use dpwarp::dpdk::{self, Eal, Mbuf, Mempool, Port, PortConf};
+
+/// Run `call` on this thread while another holds the gate for 200 ms; assert that `call`
+/// returned only after the gate was released.
+fn waits_for_the_holder(what: &str, call: impl FnOnce()) {
+    let released = AtomicBool::new(false);
+    let (held_tx, held_rx) = mpsc::channel();
+    let before = dpdk::region_gate_stats();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let hold = dpdk::hold_region_gate_for_test().expect("a gate slot");
+            held_tx.send(()).unwrap();
+            // Long enough that an ungated call on the other thread returns well before.
+            thread::sleep(Duration::from_millis(200));
+            released.store(true, Ordering::SeqCst);
+            drop(hold);
+        });
+        held_rx.recv().unwrap();
+        call();
+        assert!(
+            released.load(Ordering::SeqCst),
+            "{what} returned while a burst held the gate"
+        );
+    });
+    let after = dpdk::region_gate_stats();
+    assert!(
+        after.waits > before.waits,
+        "{what}: {before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn munmap_and_mmap_wait_for_a_burst_in_progress() {
+    assert!(
+        dpdk::region_gate_in_effect(),
+        "mmap/munmap do not resolve to the region gate in this executable"
+    );
+    let page = dpdk::map_page_as_a_pmd_for_test().expect("mmap64");
+    waits_for_the_holder("munmap", || {
+        assert!(dpdk::unmap_page_as_a_pmd_for_test(page), "munmap failed")
+    });
+    let mut page = None;
+    waits_for_the_holder("mmap64", || page = dpdk::map_page_as_a_pmd_for_test());
+    assert!(dpdk::unmap_page_as_a_pmd_for_test(page.expect("mmap64")));
+}
+
+fn wait_link(p: &Port, what: &str) {
+    let t0 = Instant::now();
+    while !p.link().expect("link").1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what}: no link after 10 s"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn memif_queues_are_gated_and_the_pmd_maps_through_the_gate() {
+    let sock = std::env::temp_dir().join(format!("dpw-unmapgate-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let s = sock.display();
+    let args = [
+        "-l".to_string(),
+        "0".into(),
+        "--no-huge".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-shconf".into(),
+        "--no-pci".into(),
+        "--log-level=*:error".into(),
+        format!("--vdev=net_memif0,role=server,id=0,socket={s},socket-abstract=no"),
+        format!("--vdev=net_memif1,role=client,id=0,socket={s},socket-abstract=no"),
+    ];
+    let eal = Eal::init(&args).expect("EAL init");
+    let pool = Mempool::create(eal, "unmapgate", 4095, 0, 2176).expect("pool");
+    let server = Port::by_name(eal, "net_memif0").expect("server port");
+    let client = Port::by_name(eal, "net_memif1").expect("client port");
+    for p in [server, client] {
+        p.configure(&PortConf::default(), pool).expect("configure");
+    }
+    let (ring_a, _ring_b) = Port::ring_pair(eal, "unmapgate", 1, 1024).expect("net_ring pair");
+    ring_a
+        .configure(&PortConf::default(), pool)
+        .expect("configure ring");
+    assert!(
+        !ring_a.claim_queue(0).expect("ring queue").gated(),
+        "a net_ring queue is gated"
+    );
+
+    let mut server_q = server.claim_queue(0).expect("server queue");
+    let client_q = client.claim_queue(0).expect("client queue");
+    assert!(
+        server_q.gated() && client_q.gated(),
+        "memif queues not gated"
+    );
+    drop(client_q);
+
+    const ROUNDS: usize = 50;
+    server.start().expect("server start");
+    let before = dpdk::region_gate_stats();
+    let stop = AtomicBool::new(false);
+    thread::scope(|sc| {
+        // The server's queue polled without pause, as a worker polls it, through every
+        // disconnect the client makes.
+        let poller = sc.spawn(|| {
+            let mut got: Vec<Mbuf> = Vec::with_capacity(32);
+            let mut bursts = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                server_q.rx_burst(&mut got, 32);
+                got.clear();
+                bursts += 1;
+            }
+            bursts
+        });
+        for round in 0..ROUNDS {
+            client.start().expect("client start");
+            wait_link(&client, &format!("round {round}: client"));
+            wait_link(&server, &format!("round {round}: server"));
+            // The client's stop sends DISCONNECT; the server's interrupt thread unmaps the
+            // regions while the poller bursts.
+            client.stop().expect("client stop");
+            let t0 = Instant::now();
+            while server.link().expect("link").1 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "round {round}: server link still up"
+                );
+                thread::sleep(Duration::from_millis(1));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(poller.join().unwrap() > 0, "the poller never burst");
+    });
+    let after = dpdk::region_gate_stats();
+    // Each connect maps a region on both ends (the client creates its own, the server maps
+    // the client's) and each disconnect unmaps them (the client's on its stop, the server's on
+    // the DISCONNECT, after its link reads down; the last round's may come after this read):
+    // net_memif's own calls, through the gate.
+    assert!(
+        after.memif_maps - before.memif_maps >= 2 * ROUNDS as u64
+            && after.memif_unmaps - before.memif_unmaps >= 2 * ROUNDS as u64 - 1,
+        "net_memif's mmaps/munmaps did not pass through the gate: {before:?} -> {after:?}"
+    );
+    drop(server_q);
+    server.stop().expect("server stop");
+    client.close().expect("client close");
+    server.close().expect("server close");
+    let _ = std::fs::remove_file(&sock);
+}
