@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -52,10 +54,11 @@ const char *dpw_strerror(int e) { return rte_strerror(e); }
  * munmap, and the executable defines them (below; build.rs exports them, so the dlopen'd PMD
  * binds to them): while any gated queue exists, each first waits until no burst on a gated
  * queue is still running. Each gated queue owns a slot whose sequence number is odd while a
- * burst runs. A burst makes it odd with a full barrier before the PMD reads anything; munmap
- * (after the PMD's store of the flag and the system calls between) reads every slot with a
- * full barrier before: either it sees the burst (and waits for that burst to end) or the burst
- * sees the cleared flag (and touches no region). A connect maps the new region (the server
+ * burst runs. A burst makes it odd before the PMD reads anything, with a full barrier between
+ * (made by the waiter's membarrier(2) where the kernel offers it, else an xchg); munmap (after
+ * the PMD's store of the flag and the system calls between) reads every slot after a full
+ * barrier: either it sees the burst (and waits for that burst to end) or the burst sees the
+ * cleared flag (and touches no region). A connect maps the new region (the server
  * maps the client's file, the client creates its own) before it sets the flag, so a burst
  * that began before a reconnect ends before the reconnect can complete: it cannot see the
  * new flag with the old ring. Bursts never map or unmap, so the wait cannot deadlock; a
@@ -73,9 +76,22 @@ static uint32_t dpw_gate_bound; /* slots ever claimed: munmap scans [0, bound) *
 static uint32_t dpw_gate_live;  /* slots claimed now: munmap is plain when 0 */
 static uint64_t dpw_gate_calls, dpw_gate_waits, dpw_gate_memif_unmaps, dpw_gate_memif_maps;
 static __thread int dpw_gate_self = -1;
+/* 1: membarrier(2)'s private expedited command is registered, and the barrier a burst needs
+ * between its slot store and the PMD's flag load is made by the waiter for it (membarrier runs
+ * a full barrier on every CPU running a thread of this process): a burst pays two plain stores.
+ * 0: not available (a kernel before 4.14, a seccomp filter): each burst's store is an xchg. */
+static int dpw_gate_asym;
+static pthread_once_t dpw_gate_once = PTHREAD_ONCE_INIT;
+
+static void dpw_gate_init(void)
+{
+	dpw_gate_asym =
+		syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
 
 int dpw_gate_claim(void)
 {
+	pthread_once(&dpw_gate_once, dpw_gate_init);
 	for (uint32_t i = 0; i < DPW_GATE_SLOTS; i++) {
 		uint32_t free_ = 0;
 		if (__atomic_compare_exchange_n(&dpw_gate[i].used, &free_, 1, 0, __ATOMIC_ACQ_REL,
@@ -103,9 +119,16 @@ void dpw_gate_release(int slot)
 void dpw_gate_enter(int slot)
 {
 	struct dpw_gate_slot *s = &dpw_gate[slot];
-	/* xchg: the store and a full barrier before the PMD reads its flag. */
-	__atomic_exchange_n(&s->seq, __atomic_load_n(&s->seq, __ATOMIC_RELAXED) + 1,
-			    __ATOMIC_SEQ_CST);
+	uint64_t odd = __atomic_load_n(&s->seq, __ATOMIC_RELAXED) + 1;
+	if (__atomic_load_n(&dpw_gate_asym, __ATOMIC_RELAXED)) {
+		/* The store, and no reordering by the compiler; the CPU's store-load barrier comes
+		 * from the waiter's membarrier. */
+		__atomic_store_n(&s->seq, odd, __ATOMIC_RELAXED);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	} else {
+		/* xchg: the store and a full barrier before the PMD reads its flag. */
+		__atomic_exchange_n(&s->seq, odd, __ATOMIC_SEQ_CST);
+	}
 	dpw_gate_self = slot;
 }
 
@@ -122,7 +145,11 @@ static void dpw_gate_wait(void)
 	uint32_t bound = __atomic_load_n(&dpw_gate_bound, __ATOMIC_ACQUIRE);
 	int waited = 0;
 
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	/* A full barrier here and, with membarrier, on every CPU running one of this process's
+	 * threads (a descheduled thread had one at its switch). */
+	if (!__atomic_load_n(&dpw_gate_asym, __ATOMIC_RELAXED) ||
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	for (uint32_t i = 0; i < bound; i++) {
 		uint64_t seq = __atomic_load_n(&dpw_gate[i].seq, __ATOMIC_ACQUIRE);
 		unsigned spins = 0;
@@ -210,6 +237,8 @@ int dpw_gate_test_unmap_page(void *page)
 	int (*unmap)(void *, size_t) = dlsym(RTLD_DEFAULT, "munmap");
 	return unmap == NULL ? -1 : unmap(page, 4096);
 }
+
+int dpw_gate_uses_membarrier(void) { return __atomic_load_n(&dpw_gate_asym, __ATOMIC_RELAXED); }
 
 void dpw_gate_stats(uint64_t *calls, uint64_t *waits, uint64_t *memif_unmaps,
 		    uint64_t *memif_maps)

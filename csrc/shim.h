@@ -40,6 +40,8 @@ void dpw_gate_release(int slot);
 void dpw_gate_enter(int slot);
 void dpw_gate_exit(int slot);
 int dpw_gate_interposed(void);
+/* 1: bursts' barrier made by the waiter's membarrier(2); 0: an xchg per burst. */
+int dpw_gate_uses_membarrier(void);
 /* For the gate's test: a page mapped / unmapped through the dynamic mmap64 / munmap. */
 void *dpw_gate_test_map_page(void);
 int dpw_gate_test_unmap_page(void *page);

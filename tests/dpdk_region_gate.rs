@@ -157,6 +157,7 @@ fn memif_queues_are_gated_and_the_pmd_maps_through_the_gate() {
         assert!(poller.join().unwrap() > 0, "the poller never burst");
     });
     let after = dpdk::region_gate_stats();
+    eprintln!("region gate: {after:?}");
     // Each connect maps a region on both ends (the client creates its own, the server maps
     // the client's) and each disconnect unmaps them (the client's on its stop, the server's on
     // the DISCONNECT, after its link reads down; the last round's may come after this read):

@@ -918,6 +918,15 @@ fn claim_region_gate(port: u16, queue: u16) -> i32 {
         log::warn!(
             "dpdk: port {port} queue {queue}: no region gate slot free; its bursts are not gated"
         );
+    } else {
+        log::debug!(
+            "dpdk: port {port} queue {queue}: bursts through the region gate (barrier: {})",
+            if region_gate_stats().membarrier {
+                "membarrier"
+            } else {
+                "xchg"
+            }
+        );
     }
     gate
 }
@@ -941,6 +950,9 @@ pub struct RegionGateStats {
     pub memif_unmaps: u64,
     /// mmap calls net_memif itself made (its regions, on a connect).
     pub memif_maps: u64,
+    /// The bursts' barrier is made by the waiter's `membarrier(2)` (false: an `xchg` in each
+    /// burst; meaningful once a gated queue exists).
+    pub membarrier: bool,
 }
 
 /// The region gate's counts since the process started.
@@ -953,8 +965,9 @@ pub fn region_gate_stats() -> RegionGateStats {
             &mut s.waits,
             &mut s.memif_unmaps,
             &mut s.memif_maps,
-        )
-    };
+        );
+        s.membarrier = sys::dpw_gate_uses_membarrier() != 0;
+    }
     s
 }
 
