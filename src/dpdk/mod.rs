@@ -931,9 +931,11 @@ fn claim_region_gate(port: u16, queue: u16) -> i32 {
     gate
 }
 
-/// Whether mmap, mmap64 and munmap, as the dynamic linker resolves them (and so as a dlopen'd
-/// PMD calls them), are the region gate's (csrc/shim.c): true in every executable of this
-/// package (build.rs exports them); false in one whose dynamic symbols leave them out.
+/// Whether mmap64 and munmap (the names net_memif imports), as the dynamic linker resolves
+/// them for a dlopen'd PMD, are the region gate's (csrc/shim.c): true in every executable of
+/// this package (build.rs exports them), and in any executable linked against the DPDK
+/// libraries (they reference both, so the linker exports the executable's definitions); false
+/// in one whose dynamic symbols leave them out.
 pub fn region_gate_in_effect() -> bool {
     // SAFETY: plain C call (dlsym of a name).
     unsafe { sys::dpw_gate_interposed() != 0 }
