@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use crate::cm::{self, CmError, ConnParam, ListenConfig};
 use crate::config::{parse_cidr, parse_mac, DataplaneConfig};
@@ -38,7 +38,7 @@ use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
 use crate::mpa::Negotiated;
 use crate::verbs::Qp;
 
-use worker::{Cmd, Incoming, Worker, WorkerParts};
+use worker::{Cmd, CmdSender, Incoming, Worker, WorkerParts};
 pub use worker::{CopyStats, WorkerStats, WARM_FOR};
 
 /// RTE_PKTMBUF_HEADROOM in the Debian DPDK 22.11 build.
@@ -82,7 +82,7 @@ pub struct Dataplane {
 
 /// One worker as the rest of the process sees it.
 struct WorkerRef {
-    cmds: Sender<Cmd>,
+    cmds: CmdSender,
     thread: Option<JoinHandle<()>>,
     /// Driven mode: the worker itself (polled by whoever holds a [`Driver`]).
     driven: Option<Arc<WorkerLock>>,
@@ -213,7 +213,7 @@ fn attach_driving_thread(cpu: Option<usize>) {
 pub struct Endpoint {
     ip: Ipv4Addr,
     mtu: usize,
-    workers: Arc<Vec<Sender<Cmd>>>,
+    workers: Arc<Vec<CmdSender>>,
     /// Driven mode: the workers to poll while a call waits.
     driven: Arc<Vec<Arc<WorkerLock>>>,
     /// The CPU of each worker (same order as `workers`).
@@ -491,7 +491,7 @@ impl Dataplane {
             let mut cpus = Vec::new();
             let base = workers.len();
             for q in 0..nq {
-                let (tx, rx) = crossbeam_channel::bounded(256);
+                let (tx, rx) = worker::command_channel(256);
                 let index = workers.len();
                 // The worker owns its queue: the handle moves into its thread.
                 let mut dev = device::DpdkDevice::new(
@@ -1052,7 +1052,7 @@ impl Drop for DpListener {
 struct DpPending {
     emss: usize,
     driven: Arc<Vec<Arc<WorkerLock>>>,
-    worker: Sender<Cmd>,
+    worker: CmdSender,
     /// The worker's index in the endpoint.
     index: usize,
     id: u64,
