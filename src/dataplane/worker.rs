@@ -101,8 +101,13 @@ pub(crate) struct Incoming {
 #[derive(Clone)]
 pub(crate) struct CmdSender {
     tx: Sender<Cmd>,
-    pending: Arc<AtomicBool>,
+    pending: Arc<PendingFlag>,
 }
+
+/// The flag of [`CmdSender`], alone on its cache line: the worker loads it on every pass, and
+/// a neighbour written by another thread would make each load a miss.
+#[repr(align(64))]
+pub(crate) struct PendingFlag(AtomicBool);
 
 impl CmdSender {
     /// Queue `cmd` (blocking while the channel is full, as `Sender::send`), then raise the
@@ -110,7 +115,7 @@ impl CmdSender {
     pub fn send(&self, cmd: Cmd) -> Result<(), crossbeam_channel::SendError<Cmd>> {
         let r = self.tx.send(cmd);
         // Release: the command is in the channel before the worker can see the flag.
-        self.pending.store(true, Ordering::Release);
+        self.pending.0.store(true, Ordering::Release);
         r
     }
 }
@@ -118,13 +123,13 @@ impl CmdSender {
 /// A worker's command channel, receiving side ([`CmdSender`]).
 pub(crate) struct CmdReceiver {
     rx: Receiver<Cmd>,
-    pending: Arc<AtomicBool>,
+    pending: Arc<PendingFlag>,
 }
 
 /// A command channel of `cap` commands.
 pub(crate) fn command_channel(cap: usize) -> (CmdSender, CmdReceiver) {
     let (tx, rx) = crossbeam_channel::bounded(cap);
-    let pending = Arc::new(AtomicBool::new(false));
+    let pending = Arc::new(PendingFlag(AtomicBool::new(false)));
     (
         CmdSender {
             tx,
@@ -1297,12 +1302,12 @@ impl Worker {
         // `is_empty` is about 33 instructions; the senders' flag is one load (`CmdSender`).
         // Every 64th pass still asks the channel, which is how a channel whose senders are
         // all gone (the endpoint dropped) is noticed.
-        if !self.stats.loops.is_multiple_of(64) && !self.cmds.pending.load(Ordering::Relaxed) {
+        if !self.stats.loops.is_multiple_of(64) && !self.cmds.pending.0.load(Ordering::Relaxed) {
             return false;
         }
         // Acquire: every command whose flag this clears is in the channel for the loop below;
         // one sent after it raises the flag again.
-        self.cmds.pending.swap(false, Ordering::Acquire);
+        self.cmds.pending.0.swap(false, Ordering::Acquire);
         let mut work = false;
         loop {
             let cmd = match self.cmds.rx.try_recv() {
