@@ -249,28 +249,30 @@ void dpw_gate_stats(uint64_t *calls, uint64_t *waits, uint64_t *memif_unmaps,
 	*memif_unmaps = __atomic_load_n(&dpw_gate_memif_unmaps, __ATOMIC_RELAXED);
 }
 
+/* `call` (a burst) with the region gate's slot `gate` held around it; plain when gate < 0. */
+#define DPW_GATED_BURST(gate, call)                                                            \
+	({                                                                                     \
+		uint16_t n_;                                                                   \
+		if ((gate) < 0) {                                                              \
+			n_ = (call);                                                           \
+		} else {                                                                       \
+			dpw_gate_enter(gate);                                                  \
+			n_ = (call);                                                           \
+			dpw_gate_exit(gate);                                                   \
+		}                                                                              \
+		n_;                                                                            \
+	})
+
 uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
 		      int gate)
 {
-	uint16_t got;
-	if (gate < 0)
-		return rte_eth_rx_burst(port, queue, pkts, n);
-	dpw_gate_enter(gate);
-	got = rte_eth_rx_burst(port, queue, pkts, n);
-	dpw_gate_exit(gate);
-	return got;
+	return DPW_GATED_BURST(gate, rte_eth_rx_burst(port, queue, pkts, n));
 }
 
 uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
 		      int gate)
 {
-	uint16_t sent;
-	if (gate < 0)
-		return rte_eth_tx_burst(port, queue, pkts, n);
-	dpw_gate_enter(gate);
-	sent = rte_eth_tx_burst(port, queue, pkts, n);
-	dpw_gate_exit(gate);
-	return sent;
+	return DPW_GATED_BURST(gate, rte_eth_tx_burst(port, queue, pkts, n));
 }
 
 struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }

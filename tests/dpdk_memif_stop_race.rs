@@ -17,20 +17,9 @@
 
 use std::sync::Barrier;
 use std::thread;
-use std::time::{Duration, Instant};
 
-use dpwarp::dpdk::{Eal, Mempool, Port, PortConf};
-
-fn wait_link(p: &Port, what: &str) {
-    let t0 = Instant::now();
-    while !p.link().expect("link").1 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{what}: no link after 10 s"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
-}
+mod memif_common;
+use memif_common::{memif_pair_in_one_process, wait_link};
 
 const TEST: &str = "memif_ports_stopped_while_the_peer_disconnects";
 const CHILD: &str = "DPW_STOPRACE_CHILD";
@@ -64,28 +53,7 @@ fn memif_ports_stopped_while_the_peer_disconnects() {
 
 /// Start both ends, wait for the link, stop both at once; `ROUNDS` times.
 fn rounds() {
-    let sock = std::env::temp_dir().join(format!("dpw-stoprace-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&sock);
-    let s = sock.display();
-    let args = [
-        "-l".to_string(),
-        "0".into(),
-        "--no-huge".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-shconf".into(),
-        "--no-pci".into(),
-        "--log-level=*:error".into(),
-        format!("--vdev=net_memif0,role=server,id=0,socket={s},socket-abstract=no"),
-        format!("--vdev=net_memif1,role=client,id=0,socket={s},socket-abstract=no"),
-    ];
-    let eal = Eal::init(&args).expect("EAL init");
-    let pool = Mempool::create(eal, "stoprace", 4095, 0, 2176).expect("pool");
-    let server = Port::by_name(eal, "net_memif0").expect("server port");
-    let client = Port::by_name(eal, "net_memif1").expect("client port");
-    for p in [server, client] {
-        p.configure(&PortConf::default(), pool).expect("configure");
-    }
+    let (_eal, _pool, server, client, sock) = memif_pair_in_one_process("stoprace");
     const ROUNDS: usize = 1000;
     let barrier = Barrier::new(2);
     for round in 0..ROUNDS {

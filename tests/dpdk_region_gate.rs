@@ -22,7 +22,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dpwarp::dpdk::{self, Eal, Mbuf, Mempool, Port, PortConf};
+use dpwarp::dpdk::{self, Mbuf, Port, PortConf};
+
+mod memif_common;
+use memif_common::{memif_pair_in_one_process, wait_link};
 
 /// Run `call` on this thread while another holds the gate for 200 ms; assert that `call`
 /// returned only after the gate was released.
@@ -68,42 +71,10 @@ fn munmap_and_mmap_wait_for_a_burst_in_progress() {
     assert!(dpdk::unmap_page_as_a_pmd_for_test(page.expect("mmap64")));
 }
 
-fn wait_link(p: &Port, what: &str) {
-    let t0 = Instant::now();
-    while !p.link().expect("link").1 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{what}: no link after 10 s"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn memif_queues_are_gated_and_the_pmd_maps_through_the_gate() {
-    let sock = std::env::temp_dir().join(format!("dpw-unmapgate-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&sock);
-    let s = sock.display();
-    let args = [
-        "-l".to_string(),
-        "0".into(),
-        "--no-huge".into(),
-        "-m".into(),
-        "256".into(),
-        "--no-shconf".into(),
-        "--no-pci".into(),
-        "--log-level=*:error".into(),
-        format!("--vdev=net_memif0,role=server,id=0,socket={s},socket-abstract=no"),
-        format!("--vdev=net_memif1,role=client,id=0,socket={s},socket-abstract=no"),
-    ];
-    let eal = Eal::init(&args).expect("EAL init");
-    let pool = Mempool::create(eal, "unmapgate", 4095, 0, 2176).expect("pool");
-    let server = Port::by_name(eal, "net_memif0").expect("server port");
-    let client = Port::by_name(eal, "net_memif1").expect("client port");
-    for p in [server, client] {
-        p.configure(&PortConf::default(), pool).expect("configure");
-    }
-    let (ring_a, _ring_b) = Port::ring_pair(eal, "unmapgate", 1, 1024).expect("net_ring pair");
+    let (eal, pool, server, client, sock) = memif_pair_in_one_process("regiongate");
+    let (ring_a, _ring_b) = Port::ring_pair(eal, "regiongate", 1, 1024).expect("net_ring pair");
     ring_a
         .configure(&PortConf::default(), pool)
         .expect("configure ring");

@@ -88,3 +88,54 @@ spin_us = 5
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// Both ends of one net_memif link in this process (one EAL per process: call once): the EAL
+/// with a server vdev `net_memif0` and a client vdev `net_memif1` on a socket unique to this
+/// process and `tag`, a pool named `tag`, both ports configured with the defaults. Returns
+/// (eal, pool, server, client, socket path; the caller removes it).
+pub fn memif_pair_in_one_process(
+    tag: &str,
+) -> (
+    &'static dpwarp::dpdk::Eal,
+    &'static dpwarp::dpdk::Mempool,
+    dpwarp::dpdk::Port,
+    dpwarp::dpdk::Port,
+    PathBuf,
+) {
+    use dpwarp::dpdk::{Eal, Mempool, Port, PortConf};
+    let sock = std::env::temp_dir().join(format!("dpw-{tag}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let s = sock.display();
+    let args = [
+        "-l".to_string(),
+        "0".into(),
+        "--no-huge".into(),
+        "-m".into(),
+        "256".into(),
+        "--no-shconf".into(),
+        "--no-pci".into(),
+        "--log-level=*:error".into(),
+        format!("--vdev=net_memif0,role=server,id=0,socket={s},socket-abstract=no"),
+        format!("--vdev=net_memif1,role=client,id=0,socket={s},socket-abstract=no"),
+    ];
+    let eal = Eal::init(&args).expect("EAL init");
+    let pool = Mempool::create(eal, tag, 4095, 0, 2176).expect("pool");
+    let server = Port::by_name(eal, "net_memif0").expect("server port");
+    let client = Port::by_name(eal, "net_memif1").expect("client port");
+    for p in [server, client] {
+        p.configure(&PortConf::default(), pool).expect("configure");
+    }
+    (eal, pool, server, client, sock)
+}
+
+/// Wait (10 s at most, else panic naming `what`) until `p`'s link is up.
+pub fn wait_link(p: &dpwarp::dpdk::Port, what: &str) {
+    let t0 = Instant::now();
+    while !p.link().expect("link").1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what}: no link after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
