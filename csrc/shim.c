@@ -178,39 +178,38 @@ static int dpw_called_from_memif(void *ret)
 	       strstr(caller.dli_fname, "librte_net_memif") != NULL;
 }
 
+/* What mmap and munmap do before their system call while a gated queue exists: wait for the
+ * bursts in progress, and count the call in `memif_count` when net_memif made it (`ret`, the
+ * caller's return address). */
+static void dpw_gate_before(void *ret, uint64_t *memif_count)
+{
+	if (__atomic_load_n(&dpw_gate_live, __ATOMIC_ACQUIRE) == 0)
+		return;
+	dpw_gate_wait();
+	if (dpw_called_from_memif(ret))
+		__atomic_add_fetch(memif_count, 1, __ATOMIC_RELAXED);
+}
+
 /* glibc's munmap and mmap are these system calls and errno; here with the gate in front.
  * Called by any code that binds them dynamically (DPDK, its PMDs, Rust's std), never by glibc
  * itself (malloc and the loader call internal aliases). */
 int munmap(void *addr, size_t len)
 {
-	if (__atomic_load_n(&dpw_gate_live, __ATOMIC_ACQUIRE) != 0) {
-		dpw_gate_wait();
-		if (dpw_called_from_memif(__builtin_return_address(0)))
-			__atomic_add_fetch(&dpw_gate_memif_unmaps, 1, __ATOMIC_RELAXED);
-	}
+	dpw_gate_before(__builtin_return_address(0), &dpw_gate_memif_unmaps);
 	return (int)syscall(SYS_munmap, addr, len);
-}
-
-static void *dpw_gated_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off,
-			    void *ret)
-{
-	if (__atomic_load_n(&dpw_gate_live, __ATOMIC_ACQUIRE) != 0) {
-		dpw_gate_wait();
-		if (dpw_called_from_memif(ret))
-			__atomic_add_fetch(&dpw_gate_memif_maps, 1, __ATOMIC_RELAXED);
-	}
-	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	return dpw_gated_mmap(addr, len, prot, flags, fd, off, __builtin_return_address(0));
+	dpw_gate_before(__builtin_return_address(0), &dpw_gate_memif_maps);
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 /* The name DPDK (built with 64-bit file offsets) binds; on x86_64 the same call. */
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	return dpw_gated_mmap(addr, len, prot, flags, fd, off, __builtin_return_address(0));
+	dpw_gate_before(__builtin_return_address(0), &dpw_gate_memif_maps);
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 /* The two net_memif binds (its dynamic imports: mmap64, munmap). */

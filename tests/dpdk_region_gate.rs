@@ -63,12 +63,10 @@ fn munmap_and_mmap_wait_for_a_burst_in_progress() {
         "mmap/munmap do not resolve to the region gate in this executable"
     );
     let page = dpdk::map_page_as_a_pmd_for_test().expect("mmap64");
-    waits_for_the_holder("munmap", || {
-        assert!(dpdk::unmap_page_as_a_pmd_for_test(page), "munmap failed")
-    });
+    waits_for_the_holder("munmap", || assert!(page.unmap(), "munmap failed"));
     let mut page = None;
     waits_for_the_holder("mmap64", || page = dpdk::map_page_as_a_pmd_for_test());
-    assert!(dpdk::unmap_page_as_a_pmd_for_test(page.expect("mmap64")));
+    assert!(page.expect("mmap64").unmap(), "munmap failed");
 }
 
 #[test]

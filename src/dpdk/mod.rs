@@ -992,23 +992,36 @@ pub fn hold_region_gate_for_test() -> Option<RegionGateHold> {
     })
 }
 
-/// For a test of the gate itself: map one anonymous page through `mmap64` as the dynamic
-/// linker resolves it for a dlopen'd PMD (so through the gate); its address, or None.
+/// For a test of the gate itself: one anonymous page mapped through `mmap64` as the dynamic
+/// linker resolves it for a dlopen'd PMD (so through the gate); None if that failed. The page
+/// is unmapped the same way by [`PmdPage::unmap`] (or, if never called, on drop).
 #[doc(hidden)]
-pub fn map_page_as_a_pmd_for_test() -> Option<usize> {
-    // SAFETY: plain C call; the page is the caller's to unmap.
+pub fn map_page_as_a_pmd_for_test() -> Option<PmdPage> {
+    // SAFETY: plain C call; the page is owned by the returned guard.
     let p = unsafe { sys::dpw_gate_test_map_page() };
-    (!p.is_null()).then_some(p as usize)
+    (!p.is_null()).then_some(PmdPage(p))
 }
 
-/// For a test of the gate itself: unmap a page from [`map_page_as_a_pmd_for_test`] through
-/// `munmap` as a PMD binds it; whether that succeeded.
+/// A page from [`map_page_as_a_pmd_for_test`], owned: only it can be unmapped through this.
 #[doc(hidden)]
-pub fn unmap_page_as_a_pmd_for_test(page: usize) -> bool {
-    // SAFETY: the caller passes a page mapped by map_page_as_a_pmd_for_test and not yet
-    // unmapped (at worst munmap of another mapping of this process's own pages: never one
-    // Rust code holds a reference into, as only that function's pages are passed here).
-    unsafe { sys::dpw_gate_test_unmap_page(page as *mut std::ffi::c_void) == 0 }
+pub struct PmdPage(*mut std::ffi::c_void);
+
+impl PmdPage {
+    /// Unmap the page through `munmap` as a PMD binds it; whether that succeeded.
+    pub fn unmap(self) -> bool {
+        let page = self.0;
+        std::mem::forget(self);
+        // SAFETY: the page this guard owned (mapped by dpw_gate_test_map_page, never handed
+        // out, unmapped only here: the guard is consumed).
+        unsafe { sys::dpw_gate_test_unmap_page(page) == 0 }
+    }
+}
+
+impl Drop for PmdPage {
+    fn drop(&mut self) {
+        // SAFETY: as in `unmap`; reached only when `unmap` was not called.
+        unsafe { sys::dpw_gate_test_unmap_page(self.0) };
+    }
 }
 
 /// See [`hold_region_gate_for_test`].
