@@ -6,7 +6,11 @@
 //! the `crc32c` crate by several times from 512 bytes up, which is where FPDUs live. What is left
 //! after its last whole block (up to 446 octets; about 290 of an FPDU at MTU 1500) crc-fast runs
 //! as one serial `crc32` chain; x86-64 builds run it as three chains instead (module `tail`),
-//! which takes an MTU 1500 FPDU's CRC from 47 to 38-42 ns on the development host.
+//! which takes an MTU 1500 FPDU's CRC from 47 to 38-42 ns on the development host. That is on
+//! CPUs with AVX-512, where crc-fast folds 512 bits at a time. On x86-64 CPUs without it,
+//! crc-fast's 128-bit folding is slower than `crc32` chains, so the whole input runs on three
+//! chains (chosen at run time: 130 -> 85 ns at 1448 octets on a Zen 3 host, docs/crc.md "A host
+//! without AVX-512").
 //!
 //! Both functions work on the *finished* CRC value (reflected, initial value and final XOR
 //! 0xFFFFFFFF, RFC 3385); MPA puts that value on the wire least-significant byte first, as the
@@ -32,15 +36,25 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     !update(!crc, data)
 }
 
-/// Which code computes the CRC in this build: [`FPDU_TAIL`] names the split one.
-pub const IMPLEMENTATION: &str = if tail::AVAILABLE {
-    FPDU_TAIL
-} else {
-    "crc-fast"
-};
+/// Which code computes the CRC in this build on this CPU: [`FPDU_TAIL`] where crc-fast folds
+/// with AVX-512, [`CHAINS`] on other x86-64 CPUs, "crc-fast" in builds without SSE4.2 and
+/// PCLMULQDQ.
+pub fn implementation() -> &'static str {
+    if !tail::AVAILABLE {
+        "crc-fast"
+    } else if tail::wide_folding() {
+        FPDU_TAIL
+    } else {
+        CHAINS
+    }
+}
 
 /// crc-fast for whole 384-octet blocks, then the remainder on three interleaved `crc32` streams.
 pub const FPDU_TAIL: &str = "crc-fast blocks + three-stream sse4.2 tail";
+
+/// Three interleaved `crc32` streams over the whole input, in pieces (x86-64 without AVX-512,
+/// where crc-fast's 128-bit folding is slower: docs/crc.md "A host without AVX-512").
+pub const CHAINS: &str = "three-stream sse4.2 (no AVX-512)";
 
 /// The CRC register (no initial or final XOR) after `data`, starting from `reg`.
 ///
@@ -54,6 +68,11 @@ pub const FPDU_TAIL: &str = "crc-fast blocks + three-stream sse4.2 tail";
 fn update(reg: u32, data: &[u8]) -> u32 {
     if !tail::AVAILABLE {
         return crc_fast_update(reg, data);
+    }
+    if !tail::wide_folding() {
+        // Without AVX-512 crc-fast folds with 128-bit PCLMULQDQ, slower here than three
+        // `crc32` chains over the whole input (docs/crc.md "A host without AVX-512").
+        return tail::update_chained(reg, data);
     }
     // crc-fast aligns to 64 octets first, then folds while 384 octets remain.
     let prefix = data.as_ptr().align_offset(64).min(data.len());
@@ -151,6 +170,32 @@ mod tail {
         reg
     }
 
+    /// Whether crc-fast folds with 512-bit VPCLMULQDQ on this CPU (its AVX-512 kernels need
+    /// AVX512F and AVX512VL, the wide one VPCLMULQDQ too); the check is std's cached one.
+    #[inline]
+    pub fn wide_folding() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+    }
+
+    /// [`update`] over inputs of any length: pieces of at most [`MAX_REMAINDER`] octets (the
+    /// longest the shift table serves), as even as whole 24-octet rows allow, so that every
+    /// piece runs on three chains.
+    pub fn update_chained(mut reg: u32, mut data: &[u8]) -> u32 {
+        if data.len() <= MAX_REMAINDER {
+            return update(reg, data);
+        }
+        let pieces = data.len().div_ceil(MAX_REMAINDER);
+        let piece = data.len() / pieces / 24 * 24;
+        while data.len() > MAX_REMAINDER {
+            let (a, rest) = data.split_at(piece);
+            reg = update(reg, a);
+            data = rest;
+        }
+        update(reg, data)
+    }
+
     /// Three chains over thirds of `data` (whole qwords each), combined with
     /// `update(r, A B C) = shift(update(r, A), |B C|) ^ shift(update(0, B), |C|) ^ update(0, C)`
     /// (the CRC register is linear in register and data), then the last few octets serially.
@@ -188,6 +233,14 @@ mod tail {
 mod tail {
     pub const AVAILABLE: bool = false;
     pub const THREE_STREAMS_FROM: usize = 0;
+
+    pub fn wide_folding() -> bool {
+        true
+    }
+
+    pub fn update_chained(reg: u32, data: &[u8]) -> u32 {
+        super::crc_fast_update(reg, data)
+    }
 
     pub fn update(reg: u32, data: &[u8]) -> u32 {
         super::crc_fast_update(reg, data)
@@ -239,8 +292,9 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn x86_64_builds_use_the_three_stream_tail() {
-        assert_eq!(
-            IMPLEMENTATION, FPDU_TAIL,
+        assert_ne!(
+            implementation(),
+            "crc-fast",
             "built without SSE4.2 and PCLMULQDQ: RUSTFLAGS replaces .cargo/config.toml's \
              target features; add `-C target-feature=+sse4.2,+pclmulqdq` to it"
         );
@@ -266,6 +320,30 @@ mod tests {
             for off in [0, 1, 13, 63] {
                 let d = &big[off..n.min(big.len() - off) + off];
                 assert_eq!(crc32c(d), crc32c::crc32c(d), "offset {off} len {}", d.len());
+            }
+        }
+    }
+
+    /// The whole-input chains that CPUs without AVX-512 run, on every CPU: every length to
+    /// past three pieces (each at most 447 octets, cut in whole 24-octet rows) and some large
+    /// ones, from a finished CRC (the register not all ones) as well as a fresh one.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_whole_input_chains_agree_with_the_crc32c_crate() {
+        let data: Vec<u8> = (0..70_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761).rotate_left(11) as u8)
+            .collect();
+        let lengths = (0..=1500).chain([1444, 1448, 4096, 8948, 9000, 65_536, 69_000]);
+        for n in lengths {
+            for off in [0, 5] {
+                let d = &data[off..off + n];
+                assert_eq!(!tail::update_chained(!0, d), crc32c::crc32c(d), "len {n}");
+                let seed = crc32c::crc32c(b"seed");
+                assert_eq!(
+                    !tail::update_chained(!seed, d),
+                    crc32c::crc32c_append(seed, d),
+                    "len {n}, appended"
+                );
             }
         }
     }

@@ -675,7 +675,7 @@ fn dpperf_no_crc_needs_both_ends() {
         if want {
             assert_eq!(
                 lines[0]["mpa_crc_impl"],
-                serde_json::Value::from(dpwarp::crc::IMPLEMENTATION)
+                serde_json::Value::from(dpwarp::crc::implementation())
             );
         } else {
             assert!(lines[0].get("mpa_crc_impl").is_none(), "{}", lines[0]);

@@ -96,7 +96,7 @@ impl PerfResult {
     /// and, on DPDK, `copies`,
     /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`, `tcp_retransmits`
     /// (`{fast, timeout, probe}`); for RDMA tests `mpa_crc`,
-    /// and with CRC on `mpa_crc_impl` (the code that computed it, `dpwarp::crc::IMPLEMENTATION`:
+    /// and with CRC on `mpa_crc_impl` (the code that computed it, `dpwarp::crc::implementation()`:
     /// a build without SSE4.2 and PCLMULQDQ, e.g. with RUSTFLAGS set, runs the slower one).
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
@@ -126,7 +126,7 @@ impl PerfResult {
             worker_busy: self.worker_busy,
             tcp_retransmits: self.tcp_retransmits.map(RetransmitsJson::from),
             mpa_crc: self.mpa_crc,
-            mpa_crc_impl: (self.mpa_crc == Some(true)).then_some(dpwarp::crc::IMPLEMENTATION),
+            mpa_crc_impl: (self.mpa_crc == Some(true)).then_some(dpwarp::crc::implementation()),
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
