@@ -292,9 +292,9 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn x86_64_builds_use_the_three_stream_tail() {
-        assert_ne!(
-            implementation(),
-            "crc-fast",
+        // Which of the two x86-64 choices runs depends on the CPU (AVX-512 or not).
+        assert!(
+            matches!(implementation(), FPDU_TAIL | CHAINS),
             "built without SSE4.2 and PCLMULQDQ: RUSTFLAGS replaces .cargo/config.toml's \
              target features; add `-C target-feature=+sse4.2,+pclmulqdq` to it"
         );

@@ -815,7 +815,6 @@ impl QpEngine {
             Some(d) => d.len() as u32,
             None => wr.sg_list.iter().map(|s| s.length).sum(),
         };
-        let sink = wr.sg_list.first().map_or((0, 0), |s| (s.lkey, s.addr));
         let mut m = TxMsg {
             seq: Some(seq),
             opcode: RdmapOpcode::Send,
@@ -859,7 +858,12 @@ impl QpEngine {
             Opcode::Read { remote_addr, rkey } => {
                 let msn = self.msn_tx[1];
                 self.msn_tx[1] = msn.wrapping_add(1);
-                let (sink_stag, sink_to) = sink;
+                // The Data Sink: the first local SGE of the WR (still at the front).
+                let (sink_stag, sink_to) = self
+                    .sq
+                    .front()
+                    .and_then(|(_, wr, _)| wr.sg_list.first())
+                    .map_or((0, 0), |s| (s.lkey, s.addr));
                 let rr = ReadRequestRepr {
                     sink_stag,
                     sink_to,
