@@ -13,7 +13,8 @@ use std::thread;
 mod common;
 
 use dpwarp::cm::Net;
-use dpwarp::nfs::export::Export;
+use dpwarp::nfs::export::{Export, HandleKey};
+use dpwarp::nfs::exports::ClientList;
 use dpwarp::nfs::mount::{self, mproc, pproc, IPPROTO_TCP};
 use dpwarp::nfs::xdr::{access, ftype, parse_post_op_attr, Fattr3, NfsTime, Sattr3, SetTime, Wcc};
 use dpwarp::nfs::{proc_, procs, Stat, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3, PMAP_PROG, PMAP_V2};
@@ -83,8 +84,16 @@ fn user_cred(uid: u32) -> Auth {
     })
 }
 
+/// An export of `dir` to the client entries `clients` (exports(5) syntax).
+fn export_to(dir: &TempDir, clients: &[&str]) -> Arc<Export> {
+    Arc::new(Export::new(&dir.0, HandleKey::random(), ClientList::parse(clients).unwrap()).unwrap())
+}
+
+/// Every client, writable, root not squashed: the tests call as root unless they say.
+const OPEN: &[&str] = &["*(rw,no_root_squash,insecure)"];
+
 fn server(dir: &TempDir) -> (RdmaServer, Arc<Export>) {
-    let e = Arc::new(Export::new(&dir.0).unwrap());
+    let e = export_to(dir, OPEN);
     let mut reg = Registry::new();
     procs::register(&mut reg, e.clone());
     (RdmaServer::new(reg, ServerConfig::default()), e)
@@ -218,6 +227,31 @@ impl Nfs {
         }
         .emit(b.xdr());
         let r = self.call(proc_::MKDIR, b);
+        Self::diropres(&r)
+    }
+
+    /// MKNOD (RFC 1813 §3.3.11) of type `ft` with `mode` and, for devices, `rdev`.
+    fn mknod(
+        &mut self,
+        dir: &[u8],
+        name: &str,
+        ft: u32,
+        mode: u32,
+        rdev: (u32, u32),
+    ) -> Result<Vec<u8>, u32> {
+        let mut b = Body::new();
+        diropargs(&mut b, dir, name);
+        b.xdr().put_u32(ft);
+        Sattr3 {
+            mode: Some(mode),
+            ..Default::default()
+        }
+        .emit(b.xdr());
+        if ft == ftype::CHR || ft == ftype::BLK {
+            b.xdr().put_u32(rdev.0);
+            b.xdr().put_u32(rdev.1);
+        }
+        let r = self.call(proc_::MKNOD, b);
         Self::diropres(&r)
     }
 
@@ -579,13 +613,9 @@ fn exercise(n: &mut Nfs, dir: &TempDir) {
     // COMMIT returns the WRITE verifier.
     let (_, _, wv) = n.write(&f, 0, b"hello", 0).unwrap();
     assert_eq!(n.commit(&f).unwrap(), wv);
-    // MKNOD is not supported.
-    let mut b = Body::new();
-    diropargs(&mut b, &root, "fifo");
-    b.xdr().put_u32(ftype::FIFO);
-    Sattr3::default().emit(b.xdr());
-    let r = n.call(proc_::MKNOD, b);
-    assert_eq!(success(&r).xdr.get_u32().unwrap(), Stat::NotSupp.code());
+    // MKNOD of a FIFO (every type: `mknod_makes_every_type`).
+    let fifo = n.mknod(&root, "fifo", ftype::FIFO, 0o640, (0, 0)).unwrap();
+    assert_eq!(n.getattr(&fifo).unwrap().ftype, ftype::FIFO);
 }
 
 #[test]
@@ -663,10 +693,15 @@ fn forged_and_stale_handles_are_refused() {
         assert_eq!(n.getattr(&f), Err(Stat::BadHandle.code()), "byte {i}");
     }
     // Wrong length, empty.
-    assert_eq!(n.getattr(&fh[..40]), Err(Stat::BadHandle.code()));
+    assert_eq!(n.getattr(&fh[..fh.len() - 1]), Err(Stat::BadHandle.code()));
     assert_eq!(n.getattr(&[]), Err(Stat::BadHandle.code()));
     // A handle of another server instance (another secret) for the same file.
-    let other = Export::new(&dir.0).unwrap();
+    let other = Export::new(
+        &dir.0,
+        HandleKey::random(),
+        ClientList::parse(OPEN).unwrap(),
+    )
+    .unwrap();
     let theirs = other.root_handle().unwrap();
     assert_eq!(n.getattr(&theirs), Err(Stat::BadHandle.code()));
     // A handle for a file replaced behind the server's back: stale.
@@ -900,7 +935,11 @@ fn reads_of_cached_bytes_are_answered_at_once() {
         assert_eq!(nowait(&n), k);
         // Removed through NFS: stale, and no descriptor left holding its blocks.
         drop(file);
-        assert_eq!(fds_on(&path), 1, "the descriptor kept for the READs");
+        assert_eq!(
+            fds_on(&path),
+            2,
+            "the descriptors kept for the calls answered at once (O_PATH, and for reading)"
+        );
         assert_eq!(n.remove(&root, "c", false), 0);
         assert_eq!(n.read(&f, 0, 10, 0), Err(Stat::Stale.code()));
         assert_eq!(fds_on(&path), 0, "the removed file's descriptor was closed");
@@ -1166,7 +1205,7 @@ fn credentials_are_checked() {
 #[test]
 fn mount_and_portmapper_over_tcp() {
     let dir = TempDir::new("mount");
-    let e = Arc::new(Export::new(&dir.0).unwrap());
+    let e = export_to(&dir, OPEN);
     let mut mreg = Registry::new();
     mount::register_mount(&mut mreg, e.clone(), "/export");
     let mh = tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), mreg).unwrap();

@@ -62,9 +62,13 @@ fn server(dir: &Path) -> (Server, u16, u16) {
         &cfg,
         format!(
             "export = \"{}\"\nname = \"/export\"\nlisten = \"127.0.0.1:{nfs}\"\n\
-             transport = \"kernel\"\n[mount]\nlisten = \"127.0.0.1:{mount}\"\n\
+             transport = \"kernel\"\n\
+             clients = [\"127.0.0.1(rw,no_root_squash,insecure)\"]\n\
+             state_file = \"{}\"\n\
+             [mount]\nlisten = \"127.0.0.1:{mount}\"\n\
              [rpcbind]\nlisten = \"127.0.0.1:{rpcbind}\"\n[rdma]\ncrc = false\n",
-            dir.join("export").display()
+            dir.join("export").display(),
+            dir.join("state").display()
         ),
     )
     .unwrap();

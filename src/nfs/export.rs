@@ -1,100 +1,184 @@
-//! The exported directory: file handles, resolution confined to the export, and the
-//! file-system operations behind the NFSv3 procedures.
+//! The exported directory: file handles, the caller's credentials, and the file-system
+//! operations behind the NFSv3 procedures.
 //!
-//! **File handles** (RFC 1813 §2.4 `nfs_fh3`, at most 64 bytes) are 44 bytes:
-//! `"DPW1" | dev u64 | ino u64 | generation u64 | MAC[16]`, where MAC is the first 16 bytes of
-//! keyed BLAKE3 over the first 28 bytes with a 32-byte secret drawn at random when the server
-//! starts. A handle with the wrong length, tag or MAC is NFS3ERR_BADHANDLE; a well-formed handle
-//! whose object is no longer where the server last saw it (removed, renamed behind the server's
-//! back, its inode reused — the generation is the inode's birth time from `statx`) is
-//! NFS3ERR_STALE. Handles do not survive a server restart (a new secret): clients see
-//! NFS3ERR_BADHANDLE and must mount again.
+//! **File handles** (RFC 1813 §2.4 `nfs_fh3`, at most 64 bytes) carry the kernel's own handle
+//! of the object (`name_to_handle_at(2)`, as knfsd and nfs-ganesha's VFS layer do):
+//! `"DPW2" | export id u32 | NFS type u8 | handle_type i32 | f_handle | MAC[16]`. The MAC is
+//! the first 16 bytes of keyed BLAKE3 over the export root's own kernel handle and everything
+//! before it, with a 32-byte key kept in the server's state file ([`HandleKey`]). A handle is
+//! opened with `open_by_handle_at(2)` on the export's mount: no path walk per call, no depth
+//! limit, and it stays valid across server restarts and renames; NFS3ERR_STALE only when the
+//! object is gone (or when it belongs to another export of this key). Wrong length, tag or
+//! MAC: NFS3ERR_BADHANDLE.
 //!
-//! **Resolution**: the server keeps, for every object a handle was given out for, its path
-//! relative to the export root, and opens it with `openat2(2)` from the root directory's fd with
-//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`: no `..`
-//! escape, no symlink followed (a symlink is only ever opened as itself, `O_PATH|O_NOFOLLOW`,
-//! for READLINK and its attributes), no crossing into another mount. Names in requests are
-//! single components: empty names, names with `/` or NUL are refused (NFS3ERR_INVAL / ACCES);
-//! `.` and `..` are answered by the server from its table (`..` of the root is the root). A small
-//! READ, GETATTR or ACCESS answered on the connection's own thread ([`Export::read_nowait`],
-//! [`Export::stat_nowait`]) goes through the descriptor a READ opened lately if there is one
-//! (it reaches the file the handle names, wherever that moved), else through the same path
-//! walk, made only if every component is in the kernel's lookup cache (`RESOLVE_CACHED`).
+//! What the key protects: `open_by_handle_at` opens any inode of the file system that a
+//! handle names, wherever it is, so a handle must be one this server gave out for an object it
+//! reached beneath the export (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV` from a directory of the export). Whoever reads the
+//! key can forge handles to every file of the exported file system. As with knfsd's
+//! `no_subtree_check`, an object a local user moves out of the export stays reachable through
+//! the handles given out for it before.
 //!
-//! **Credentials**: the server process does the I/O (normally as root); AUTH_SYS uid/gid/gids
-//! are checked against the mode bits before READ, WRITE, directory changes, READDIR and LOOKUP
-//! (the owner may always read and write its file, as knfsd allows, and uid 0 passes every check:
-//! no root squashing). New objects are given the caller's uid/gid. AUTH_NONE is uid/gid 65534.
+//! **Credentials**: each call's file-system work runs on its thread with the caller's AUTH_SYS
+//! uid, gid and groups as file-system credentials, after the export's squashing
+//! ([`super::exports`]; [`super::sys::CallerCreds`]), so the kernel applies its own rules:
+//! mode bits, ACLs, sticky directories, set-id clearing on write and chmod, who may chown,
+//! CAP_MKNOD for device nodes. As knfsd, READ and WRITE are allowed to the file's owner
+//! whatever its mode bits (a file created read-only is still written by the client that
+//! created it) and READ to whoever may execute the file.
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr};
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{
-    self as rfs, AtFlags, Mode, OFlags, ResolveFlags, StatxFlags, Timespec, Timestamps,
-};
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
+use rustix::io::Errno;
 
+use super::exports::ClientList;
+use super::sys::{self, CallerCreds, KernelHandle};
 use super::xdr::{ftype, Fattr3, NfsTime, Sattr3, SetTime, StableHow, Wcc};
 use super::Stat;
 use crate::rpc::program::BulkPool;
 use crate::wire::oncrpc::Auth;
 
-/// Encoded file-handle length.
-pub const FH_LEN: usize = 44;
-const FH_TAG: &[u8; 4] = b"DPW1";
+const FH_TAG: &[u8; 4] = b"DPW2";
+/// Tag, export id, NFS type, kernel handle type.
+const FH_HEAD: usize = 4 + 4 + 1 + 4;
+const FH_MAC: usize = 16;
+/// `NFS3_FHSIZE` (RFC 1813 §2.4).
+pub const FH_MAX: usize = 64;
+/// The longest kernel handle that fits in an NFSv3 handle with our header and MAC.
+pub const MAX_KERNEL_HANDLE: usize = FH_MAX - FH_HEAD - FH_MAC;
 /// Largest READ / WRITE count (FSINFO rtmax / wtmax): 1 MiB, one RDMA chunk.
 pub const MAX_IO: u32 = 1 << 20;
-/// Objects remembered (handles given out) at most; past it LOOKUP answers NFS3ERR_JUKEBOX.
-pub const MAX_OBJECTS: usize = 1 << 20;
 
-/// The caller, from the RPC credential (RFC 5531 App. A).
+/// The key of the handles' MAC, kept across restarts in the server's state file.
+#[derive(Clone)]
+pub struct HandleKey([u8; 32]);
+
+impl std::fmt::Debug for HandleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HandleKey(..)")
+    }
+}
+
+const STATE_HEADER: &str = "# dpwarp nfs-server state (docs/nfs.md \"File handles\"). Whoever \
+reads this key can forge NFS file handles to any file of the exported file systems: keep it \
+0600, owned by root.\n";
+
+impl HandleKey {
+    /// A fresh random key (a server whose handles need not outlive it: tests, probes).
+    pub fn random() -> HandleKey {
+        let mut k = [0u8; 32];
+        rand::fill(&mut k);
+        HandleKey(k)
+    }
+
+    /// The key in the state file `path`, made (mode 0600, its directory 0700 if missing) with
+    /// a fresh random key if the file does not exist. Refused: a file others may read or
+    /// write, or one that does not hold a key.
+    pub fn load_or_create(path: &Path) -> Result<HandleKey, String> {
+        let shown = path.display();
+        match std::fs::metadata(path) {
+            Ok(m) => {
+                if m.permissions().mode() & 0o077 != 0 {
+                    return Err(format!(
+                        "state file {shown}: mode {:o} lets others read or change the handle \
+                         key; chmod 600 it",
+                        m.permissions().mode() & 0o7777
+                    ));
+                }
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("state file {shown}: {e}"))?;
+                Self::parse(&text).ok_or_else(|| {
+                    format!("state file {shown}: no `key = \"<64 hex digits>\"` line")
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(dir)
+                        .map_err(|e| format!("state file directory {}: {e}", dir.display()))?;
+                }
+                let k = HandleKey::random();
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(|e| format!("state file {shown}: {e}"))?;
+                let hex: String = k.0.iter().map(|b| format!("{b:02x}")).collect();
+                f.write_all(format!("{STATE_HEADER}key = \"{hex}\"\n").as_bytes())
+                    .and_then(|_| f.sync_all())
+                    .map_err(|e| format!("state file {shown}: {e}"))?;
+                log::info!("nfs: new handle key in {shown}");
+                Ok(k)
+            }
+            Err(e) => Err(format!("state file {shown}: {e}")),
+        }
+    }
+
+    fn parse(text: &str) -> Option<HandleKey> {
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("key"))?;
+        let v = line.split_once('=')?.1.trim().trim_matches('"');
+        if v.len() != 64 {
+            return None;
+        }
+        let mut k = [0u8; 32];
+        for (i, b) in k.iter_mut().enumerate() {
+            *b = u8::from_str_radix(v.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(HandleKey(k))
+    }
+}
+
+/// The caller of one call, as the export lets it act (RFC 5531 App. A credential, then
+/// [`super::exports`] squashing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cred {
-    /// Effective uid.
+    /// The uid its file-system work runs as.
     pub uid: u32,
-    /// Effective gid.
+    /// The gid.
     pub gid: u32,
     /// Supplementary gids.
     pub gids: Vec<u32>,
+    /// Its client entry allows changes (`rw`).
+    pub rw: bool,
+    /// No client entry matches it: every call but NULL is NFS3ERR_ACCES.
+    pub denied: bool,
 }
 
 impl Cred {
-    /// AUTH_SYS as sent; anything else (AUTH_NONE) is nobody (65534).
-    pub fn from_auth(a: &Auth) -> Cred {
-        match a {
-            Auth::Sys(s) => Cred {
-                uid: s.uid,
-                gid: s.gid,
-                gids: s.gids.clone(),
-            },
-            _ => Cred {
-                uid: 65534,
-                gid: 65534,
-                gids: vec![],
-            },
+    /// A caller with these ids and write access (a program calling [`Export`] directly).
+    pub fn new(uid: u32, gid: u32, gids: Vec<u32>) -> Cred {
+        Cred {
+            uid,
+            gid,
+            gids,
+            rw: true,
+            denied: false,
         }
-    }
-    fn in_group(&self, g: u32) -> bool {
-        self.gid == g || self.gids.contains(&g)
     }
 }
 
-/// An object of the export, resolved and open (`O_PATH`).
+/// An object of the export, resolved and open (`O_PATH`, or for reading).
 pub struct Obj {
-    /// Path relative to the export root (empty: the root).
-    pub path: PathBuf,
-    /// An `O_PATH | O_NOFOLLOW` descriptor of it.
-    pub fd: OwnedFd,
-    /// Its attributes when opened.
+    /// A descriptor of it: `O_PATH`, or `O_RDONLY` from [`Export::resolve_for_read`].
+    pub fd: Arc<OwnedFd>,
+    /// Its attributes when resolved.
     pub st: rfs::Stat,
-    gen: u64,
-    /// `fd` is open for reading (`Export::resolve_for_read`), not `O_PATH`.
+    kh: KernelHandle,
     readable: bool,
 }
 
@@ -109,6 +193,107 @@ impl Obj {
     }
 }
 
+
+/// Objects whose handles were resolved lately, kept open: a call answered on the connection's
+/// own thread ([`Export::stat_nowait`], [`Export::read_nowait`], [`Export::lookup_nowait`])
+/// uses only these, since `open_by_handle_at` of an inode the kernel has evicted reads the
+/// disk. Oldest first in `order`.
+#[derive(Default)]
+struct OpenObjects {
+    map: HashMap<KernelHandle, Kept>,
+    order: VecDeque<KernelHandle>,
+}
+
+#[derive(Clone)]
+struct Kept {
+    path: Arc<OwnedFd>,
+    /// Open for reading (regular files a READ resolved).
+    read: Option<Arc<OwnedFd>>,
+}
+
+/// Objects [`OpenObjects`] keeps at most (each one or two descriptors): few beside the default
+/// limit of 1024 open files.
+const KEPT_OBJECTS: usize = 128;
+
+impl OpenObjects {
+    fn get(&self, kh: &KernelHandle) -> Option<Kept> {
+        self.map.get(kh).cloned()
+    }
+
+    fn put(&mut self, kh: &KernelHandle, path: Option<&Arc<OwnedFd>>, read: Option<&Arc<OwnedFd>>) {
+        if let Some(k) = self.map.get_mut(kh) {
+            if let Some(r) = read {
+                k.read = Some(r.clone());
+            }
+            return;
+        }
+        let Some(path) = path.or(read) else {
+            return;
+        };
+        self.map.insert(
+            kh.clone(),
+            Kept {
+                path: path.clone(),
+                read: read.cloned(),
+            },
+        );
+        self.order.push_back(kh.clone());
+        while self.order.len() > KEPT_OBJECTS {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+
+    fn remove(&mut self, kh: &KernelHandle) {
+        if self.map.remove(kh).is_some() {
+            self.order.retain(|k| k != kh);
+        }
+    }
+}
+
+/// An exported directory.
+pub struct Export {
+    root: Arc<OwnedFd>,
+    /// The root opened for reading: `open_by_handle_at` wants a descriptor of the mount that
+    /// is not `O_PATH`.
+    mount_fd: OwnedFd,
+    root_path: PathBuf,
+    root_st: rfs::Stat,
+    root_kh: KernelHandle,
+    id: u32,
+    key: HandleKey,
+    verf: [u8; 8],
+    clients: ClientList,
+    /// The server's own file-system ids and groups, which a thread returns to after a call.
+    server_ids: (u32, u32, Vec<u32>),
+    /// The buffers large READs are read into ([`Export::read_pool`]).
+    read_pool: BulkPool,
+    open: Mutex<OpenObjects>,
+}
+
+/// READs asking this much or more are read into a buffer of [`Export::read_pool`]; smaller
+/// ones into a `Vec` of their own (no pass worth sparing, and they mostly go inline).
+pub const POOLED_READ_MIN: u32 = 32 * 1024;
+
+/// Buffers of [`MAX_IO`] octets in the READ pool at most (this many MiB, made as needed):
+/// READs in flight at once beyond it use buffers of their own.
+const POOLED_READ_BUFFERS: usize = 64;
+
+fn resolve_flags() -> ResolveFlags {
+    ResolveFlags::BENEATH
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_MAGICLINKS
+        | ResolveFlags::NO_XDEV
+}
+
+/// `/proc/self/fd/N` of a descriptor: the way to chmod what an `O_PATH` descriptor names on
+/// kernels before `fchmodat2` (6.6), with the caller's credentials checked as for any path.
+fn proc_path(fd: &impl AsFd) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+}
+
 fn ftype_of(mode: u32) -> u32 {
     match mode & libc::S_IFMT {
         libc::S_IFREG => ftype::REG,
@@ -121,93 +306,6 @@ fn ftype_of(mode: u32) -> u32 {
     }
 }
 
-#[derive(Clone)]
-struct Entry {
-    path: PathBuf,
-    gen: u64,
-    /// A regular file when its handle was given out (the type of an inode never changes, and
-    /// `gen` tells a reused inode apart): READ may open it for reading at once.
-    regular: bool,
-}
-
-/// An exported directory.
-pub struct Export {
-    root: OwnedFd,
-    root_path: PathBuf,
-    secret: [u8; 32],
-    verf: [u8; 8],
-    table: Mutex<HashMap<(u64, u64), Entry>>,
-    /// The buffers large READs are read into ([`Export::read_pool`]).
-    read_pool: BulkPool,
-    /// Regular files a READ opened lately, kept open for READs answered at once
-    /// ([`Export::read_nowait`]).
-    read_fds: Mutex<ReadFds>,
-    /// Refuse every change with NFS3ERR_ROFS.
-    pub read_only: bool,
-}
-
-/// READs asking this much or more are read into a buffer of [`Export::read_pool`]; smaller
-/// ones into a `Vec` of their own (no pass worth sparing, and they mostly go inline).
-pub const POOLED_READ_MIN: u32 = 32 * 1024;
-
-/// Buffers of [`MAX_IO`] octets in the READ pool at most (this many MiB, made as needed):
-/// READs in flight at once beyond it use buffers of their own.
-const POOLED_READ_BUFFERS: usize = 64;
-
-/// Descriptors [`Export::read_fds`] keeps open at most (the oldest closed first): few enough
-/// beside the default limit of 1024 open files.
-const READ_FDS: usize = 256;
-
-/// Regular files opened for reading, by `(dev, ino)`, with the generation they were opened
-/// at; oldest first in `order`.
-#[derive(Default)]
-struct ReadFds {
-    fds: HashMap<(u64, u64), (u64, Arc<OwnedFd>)>,
-    order: VecDeque<(u64, u64)>,
-}
-
-impl ReadFds {
-    fn get(&self, key: (u64, u64), gen: u64) -> Option<Arc<OwnedFd>> {
-        self.fds
-            .get(&key)
-            .filter(|(g, _)| *g == gen)
-            .map(|(_, fd)| fd.clone())
-    }
-
-    fn insert(&mut self, key: (u64, u64), gen: u64, fd: Arc<OwnedFd>) {
-        if self.fds.insert(key, (gen, fd)).is_some() {
-            return;
-        }
-        self.order.push_back(key);
-        while self.order.len() > READ_FDS {
-            if let Some(k) = self.order.pop_front() {
-                self.fds.remove(&k);
-            }
-        }
-    }
-
-    fn remove(&mut self, key: (u64, u64)) {
-        if self.fds.remove(&key).is_some() {
-            self.order.retain(|k| *k != key);
-        }
-    }
-}
-
-fn resolve_flags() -> ResolveFlags {
-    ResolveFlags::BENEATH
-        | ResolveFlags::NO_SYMLINKS
-        | ResolveFlags::NO_MAGICLINKS
-        | ResolveFlags::NO_XDEV
-}
-
-fn generation(fd: &OwnedFd) -> u64 {
-    match rfs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BTIME) {
-        Ok(x) if x.stx_mask & StatxFlags::BTIME.bits() != 0 => {
-            (x.stx_btime.tv_sec as u64).wrapping_mul(1_000_000_000) ^ u64::from(x.stx_btime.tv_nsec)
-        }
-        _ => 0,
-    }
-}
 
 /// A single path component from a request (RFC 1813 §2.5 `filename3`): refused if empty,
 /// `/`-containing, NUL-containing, or longer than 255 bytes.
@@ -264,39 +362,90 @@ fn ts(t: SetTime) -> Timespec {
 /// Result of a directory-changing operation: the new object (if any) and the directory's wcc.
 pub type DirOpResult = (Option<Obj>, Wcc);
 
+/// What a READDIRPLUS entry carries besides its name: attributes and handle.
+pub type EntryPlus = (Fattr3, Vec<u8>);
+
 impl Export {
-    /// Export `dir` (must be a directory). Draws the handle secret and write verifier.
-    pub fn new(dir: &Path) -> std::io::Result<Export> {
+    /// Export `dir` (a directory; not `/`) to `clients`, its handles under `key`. Draws the
+    /// write verifier. Needs root (CAP_DAC_READ_SEARCH to open handles, CAP_SETUID and
+    /// CAP_SETGID to take on callers' credentials), and a file system whose handles fit in
+    /// NFSv3's 64 bytes.
+    pub fn new(dir: &Path, key: HandleKey, clients: ClientList) -> Result<Export, String> {
+        let shown = dir.display();
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("export {shown}: {e}"))?;
+        if meta.file_type().is_symlink() {
+            return Err(format!(
+                "export {shown} is a symlink: export the directory it names ({})",
+                std::fs::canonicalize(dir)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|e| e.to_string())
+            ));
+        }
         let root = rfs::open(
             dir,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
-        )?;
-        let mut secret = [0u8; 32];
-        rand::fill(&mut secret);
+        )
+        .map_err(|e| format!("export {shown}: {e}"))?;
+        let root_st = rfs::fstat(&root).map_err(|e| format!("export {shown}: {e}"))?;
+        let mount_fd = rfs::openat(
+            &root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("export {shown}: {e}"))?;
+        let slash = rfs::stat("/").map_err(|e| format!("/: {e}"))?;
+        if (root_st.st_dev, root_st.st_ino) == (slash.st_dev, slash.st_ino) {
+            return Err(
+                "export /: refusing to export the whole host file system; export a directory"
+                    .into(),
+            );
+        }
+        let root_kh = sys::handle_of(&root).map_err(|e| {
+            format!("export {shown}: its file system gives no file handles (name_to_handle_at: {e})")
+        })?;
+        if root_kh.bytes.len() > MAX_KERNEL_HANDLE {
+            return Err(format!(
+                "export {shown}: its file system's handles are {} bytes, more than the {} an \
+                 NFSv3 handle has room for",
+                root_kh.bytes.len(),
+                MAX_KERNEL_HANDLE
+            ));
+        }
+        sys::open_by_handle(&mount_fd, &root_kh, libc::O_PATH).map_err(|e| {
+            format!(
+                "export {shown}: open_by_handle_at: {e} (nfs-server needs root: \
+                 CAP_DAC_READ_SEARCH, CAP_SETUID, CAP_SETGID)"
+            )
+        })?;
+        let (fsuid, fsgid) = sys::current_fs_ids();
+        let groups = rustix::process::getgroups()
+            .map_err(|e| format!("getgroups: {e}"))?
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect();
         let mut verf = [0u8; 8];
         rand::fill(&mut verf);
-        let e = Export {
-            root,
+        let mut idh = blake3::Hasher::new_keyed(&key.0);
+        idh.update(b"export id");
+        idh.update(&root_kh.kind.to_be_bytes());
+        idh.update(&root_kh.bytes);
+        let id = u32::from_be_bytes(idh.finalize().as_bytes()[..4].try_into().unwrap_or([0; 4]));
+        Ok(Export {
+            root: Arc::new(root),
+            mount_fd,
             root_path: dir.to_path_buf(),
-            secret,
+            root_st,
+            root_kh,
+            id,
+            key,
             verf,
-            table: Mutex::new(HashMap::new()),
+            clients,
+            server_ids: (fsuid, fsgid, groups),
             read_pool: BulkPool::new(MAX_IO as usize, POOLED_READ_BUFFERS),
-            read_fds: Mutex::new(ReadFds::default()),
-            read_only: false,
-        };
-        let st = rfs::fstat(&e.root)?;
-        let gen = generation(&e.root);
-        e.table().insert(
-            (st.st_dev, st.st_ino),
-            Entry {
-                path: PathBuf::new(),
-                gen,
-                regular: false,
-            },
-        );
-        Ok(e)
+            open: Mutex::new(OpenObjects::default()),
+        })
     }
 
     /// The exported host directory.
@@ -304,292 +453,302 @@ impl Export {
         &self.root_path
     }
 
+    /// Who may use the export ([`super::exports`]).
+    pub fn clients(&self) -> &ClientList {
+        &self.clients
+    }
+
+    /// The caller of a call with credential `auth` from `peer`: squashed as its client entry
+    /// says, or denied when no entry matches.
+    pub fn caller(&self, auth: &Auth, peer: Option<std::net::SocketAddr>) -> Cred {
+        match self.clients.rule_for(peer) {
+            Some(r) => {
+                let id = r.options.identity(auth);
+                Cred {
+                    uid: id.uid,
+                    gid: id.gid,
+                    gids: id.gids,
+                    rw: r.options.rw,
+                    denied: false,
+                }
+            }
+            None => Cred {
+                uid: super::exports::ANON_ID,
+                gid: super::exports::ANON_ID,
+                gids: vec![],
+                rw: false,
+                denied: true,
+            },
+        }
+    }
+
     /// The write verifier (RFC 1813 §3.3.7 `writeverf3`): random per server instance, so a
-    /// client detects a restart that may have lost UNSTABLE data.
+    /// client detects a restart that may have lost UNSTABLE data and sends it again.
     pub fn write_verf(&self) -> [u8; 8] {
         self.verf
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), Entry>> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    /// Run the rest of a call on this thread as `c` (until the guard drops); nothing to do
+    /// when `c` is the server itself.
+    fn as_caller(&self, c: &Cred) -> Result<Option<CallerCreds>, Stat> {
+        let (u, g, gs) = &self.server_ids;
+        if c.uid == *u && c.gid == *g && c.gids == *gs {
+            return Ok(None);
+        }
+        CallerCreds::enter(c.uid, c.gid, &c.gids, &self.server_ids)
+            .map(Some)
+            .map_err(|e| {
+                log::error!("nfs: cannot take on uid {} gid {}: {e}", c.uid, c.gid);
+                Stat::ServerFault
+            })
     }
 
-    fn mac(&self, body: &[u8]) -> [u8; 16] {
-        let h = blake3::keyed_hash(&self.secret, body);
-        let mut m = [0u8; 16];
-        m.copy_from_slice(&h.as_bytes()[..16]);
+    fn open_objects(&self) -> std::sync::MutexGuard<'_, OpenObjects> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn mac(&self, body: &[u8]) -> [u8; FH_MAC] {
+        let mut h = blake3::Hasher::new_keyed(&self.key.0);
+        h.update(&self.root_kh.kind.to_be_bytes());
+        h.update(&(self.root_kh.bytes.len() as u32).to_be_bytes());
+        h.update(&self.root_kh.bytes);
+        h.update(body);
+        let mut m = [0u8; FH_MAC];
+        m.copy_from_slice(&h.finalize().as_bytes()[..FH_MAC]);
         m
     }
 
-    /// The file handle of `o`.
-    pub fn handle(&self, o: &Obj) -> Vec<u8> {
-        let mut v = Vec::with_capacity(FH_LEN);
+    fn handle_from(&self, ft: u32, kh: &KernelHandle) -> Vec<u8> {
+        let mut v = Vec::with_capacity(FH_HEAD + kh.bytes.len() + FH_MAC);
         v.extend_from_slice(FH_TAG);
-        v.extend_from_slice(&o.st.st_dev.to_be_bytes());
-        v.extend_from_slice(&o.st.st_ino.to_be_bytes());
-        v.extend_from_slice(&o.gen.to_be_bytes());
+        v.extend_from_slice(&self.id.to_be_bytes());
+        v.push(ft as u8);
+        v.extend_from_slice(&kh.kind.to_be_bytes());
+        v.extend_from_slice(&kh.bytes);
         let m = self.mac(&v);
         v.extend_from_slice(&m);
         v
     }
 
+    /// The file handle of `o`.
+    pub fn handle(&self, o: &Obj) -> Vec<u8> {
+        self.handle_from(o.ftype(), &o.kh)
+    }
+
     /// The root's handle (MOUNT MNT).
     pub fn root_handle(&self) -> Result<Vec<u8>, Stat> {
-        let o = self.open_obj(Path::new(""))?;
-        Ok(self.handle(&o))
+        Ok(self.handle_from(ftype::DIR, &self.root_kh))
     }
 
-    fn open_rel(&self, rel: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd, Stat> {
-        self.open_rel_with(rel, flags, mode, resolve_flags())
-    }
-
-    /// [`Export::open_rel`] with these `resolve` flags (`resolve_flags()`, and
-    /// `RESOLVE_CACHED` for an open that must not wait).
-    fn open_rel_with(
-        &self,
-        rel: &Path,
-        flags: OFlags,
-        mode: Mode,
-        resolve: ResolveFlags,
-    ) -> Result<OwnedFd, Stat> {
-        let p: &Path = if rel.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            rel
-        };
-        // openat2(2) refuses O_PATH with any flag but O_DIRECTORY/O_NOFOLLOW/O_CLOEXEC; every
-        // other open is non-blocking (a FIFO or device must never stall a handler).
-        let nb = if flags.contains(OFlags::PATH) {
-            OFlags::empty()
-        } else {
-            OFlags::NONBLOCK
-        };
-        rfs::openat2(
-            &self.root,
-            p,
-            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | nb,
-            mode,
-            resolve,
-        )
-        .map_err(Stat::from)
-    }
-
-    fn open_obj(&self, rel: &Path) -> Result<Obj, Stat> {
-        self.open_obj_as(rel, OFlags::PATH)
-    }
-
-    /// `rel` opened with `flags` (`O_PATH`, or `O_RDONLY` for a READ of a regular file).
-    fn open_obj_as(&self, rel: &Path, flags: OFlags) -> Result<Obj, Stat> {
-        self.open_obj_with(rel, flags, resolve_flags())
-    }
-
-    /// [`Export::open_obj_as`] with these `resolve` flags.
-    fn open_obj_with(&self, rel: &Path, flags: OFlags, resolve: ResolveFlags) -> Result<Obj, Stat> {
-        let fd = self.open_rel_with(rel, flags, Mode::empty(), resolve)?;
-        let st = rfs::fstat(&fd)?;
-        let gen = generation(&fd);
+    fn root_obj(&self) -> Result<Obj, Stat> {
         Ok(Obj {
-            path: rel.to_path_buf(),
-            fd,
-            st,
-            gen,
-            readable: !flags.contains(OFlags::PATH),
+            fd: self.root.clone(),
+            st: rfs::fstat(&self.root)?,
+            kh: self.root_kh.clone(),
+            readable: false,
         })
     }
 
-    fn remember(&self, o: &Obj) -> Result<(), Stat> {
-        Self::remember_in(&mut self.table(), o)
+    fn is_root(&self, st: &rfs::Stat) -> bool {
+        (st.st_dev, st.st_ino) == (self.root_st.st_dev, self.root_st.st_ino)
     }
 
-    /// [`Export::remember`] in the table `t` (this export's, locked).
-    fn remember_in(t: &mut HashMap<(u64, u64), Entry>, o: &Obj) -> Result<(), Stat> {
-        if t.len() >= MAX_OBJECTS && !t.contains_key(&o.key()) {
-            return Err(Stat::Jukebox);
-        }
-        t.insert(
-            o.key(),
-            Entry {
-                path: o.path.clone(),
-                gen: o.gen,
-                regular: o.ftype() == ftype::REG,
-            },
-        );
-        Ok(())
-    }
-
-    fn forget_path(&self, rel: &Path) {
-        self.retain_objects(&mut self.table(), |e| !e.path.starts_with(rel));
-    }
-
-    /// Keep the objects of the table `t` (this export's, locked) that `keep` says, and close
-    /// the kept READ descriptors of the others: a removed file's descriptor would keep its
-    /// blocks allocated.
-    fn retain_objects(&self, t: &mut HashMap<(u64, u64), Entry>, keep: impl Fn(&Entry) -> bool) {
-        let mut gone = Vec::new();
-        t.retain(|k, e| {
-            let kept = keep(e);
-            if !kept {
-                gone.push(*k);
-            }
-            kept
-        });
-        let mut fds = self.read_fds();
-        for k in gone {
-            fds.remove(k);
-        }
-    }
-
-    fn read_fds(&self) -> std::sync::MutexGuard<'_, ReadFds> {
-        self.read_fds.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Resolve a file handle (RFC 1813 §2.4): NFS3ERR_BADHANDLE if it is not one of ours,
-    /// NFS3ERR_STALE if its object is gone.
-    pub fn resolve(&self, fh: &[u8]) -> Result<Obj, Stat> {
-        self.resolve_as(fh, false)
-    }
-
-    /// [`Export::resolve`] for a READ: a handle given out for a regular file is opened for
-    /// reading at once (non-blocking, as every open for I/O here), so that the READ needs no
-    /// second walk of its path and no second descriptor (docs/nfs.md "Bulk data"). Whatever
-    /// the path leads to now is checked to be that same file before anything is read.
-    pub fn resolve_for_read(&self, fh: &[u8]) -> Result<Obj, Stat> {
-        self.resolve_as(fh, true)
-    }
-
-    /// `(dev, ino, generation)` of one of our handles; NFS3ERR_BADHANDLE if it is not one.
-    fn decode(&self, fh: &[u8]) -> Result<(u64, u64, u64), Stat> {
-        if fh.len() != FH_LEN || &fh[..4] != FH_TAG {
+    /// `(NFS type, kernel handle)` of one of our handles: NFS3ERR_BADHANDLE if it is not one,
+    /// NFS3ERR_STALE if it is one of another export under the same key.
+    fn decode(&self, fh: &[u8]) -> Result<(u32, KernelHandle), Stat> {
+        if fh.len() < FH_HEAD + FH_MAC || fh.len() > FH_MAX || &fh[..4] != FH_TAG {
             return Err(Stat::BadHandle);
         }
-        let m = self.mac(&fh[..28]);
+        let (body, mac) = fh.split_at(fh.len() - FH_MAC);
+        let m = self.mac(body);
         // Constant-time comparison of the MAC.
-        if m.iter().zip(&fh[28..]).fold(0u8, |a, (x, y)| a | (x ^ y)) != 0 {
+        if m.iter().zip(mac).fold(0u8, |a, (x, y)| a | (x ^ y)) != 0 {
             return Err(Stat::BadHandle);
         }
-        let u = |r: std::ops::Range<usize>| u64::from_be_bytes(fh[r].try_into().unwrap_or([0; 8]));
-        Ok((u(4..12), u(12..20), u(20..28)))
+        let be32 = |r: std::ops::Range<usize>| u32::from_be_bytes(body[r].try_into().unwrap_or([0; 4]));
+        if be32(4..8) != self.id {
+            return Err(Stat::Stale);
+        }
+        Ok((
+            u32::from(body[8]),
+            KernelHandle {
+                kind: be32(9..13) as i32,
+                bytes: body[FH_HEAD..].to_vec(),
+            },
+        ))
     }
 
-    fn resolve_as(&self, fh: &[u8], read: bool) -> Result<Obj, Stat> {
-        let (dev, ino, gen) = self.decode(fh)?;
-        let e = self.table().get(&(dev, ino)).cloned().ok_or(Stat::Stale)?;
-        if e.gen != gen {
+    /// An object opened from its kernel handle, checked to exist still (a removed object that
+    /// some descriptor keeps alive has no link left).
+    fn obj_from(&self, kh: KernelHandle, fd: Arc<OwnedFd>, readable: bool) -> Result<Obj, Stat> {
+        let st = rfs::fstat(&fd)?;
+        if st.st_nlink == 0 {
+            self.open_objects().remove(&kh);
             return Err(Stat::Stale);
         }
-        // RDONLY is the empty flag set: a READ's open is `O_RDONLY | O_NONBLOCK` (open_rel).
-        let flags = if read && e.regular {
-            OFlags::RDONLY
-        } else {
-            OFlags::PATH
-        };
-        let o = self.open_obj_as(&e.path, flags).map_err(|_| Stat::Stale)?;
-        if o.key() != (dev, ino) || o.gen != gen {
-            return Err(Stat::Stale);
+        Ok(Obj {
+            fd,
+            st,
+            kh,
+            readable,
+        })
+    }
+
+    /// Resolve a file handle (RFC 1813 §2.4) for caller `c`: NFS3ERR_ACCES for a denied
+    /// caller, NFS3ERR_BADHANDLE if it is not one of ours, NFS3ERR_STALE if its object is gone.
+    pub fn resolve(&self, c: &Cred, fh: &[u8]) -> Result<Obj, Stat> {
+        self.resolve_as(c, fh, false)
+    }
+
+    /// [`Export::resolve`] for a READ: a regular file is opened for reading at once (and kept
+    /// open for the READs after it).
+    pub fn resolve_for_read(&self, c: &Cred, fh: &[u8]) -> Result<Obj, Stat> {
+        self.resolve_as(c, fh, true)
+    }
+
+    fn resolve_as(&self, c: &Cred, fh: &[u8], read: bool) -> Result<Obj, Stat> {
+        if c.denied {
+            return Err(Stat::Acces);
         }
-        if o.readable && self.read_fds().get((dev, ino), gen).is_none() {
-            // Kept for the READs after this one (`read_nowait`); a copy of the descriptor,
-            // once per file while it stays in the cache.
-            if let Ok(fd) = o.fd.try_clone() {
-                self.read_fds().insert((dev, ino), gen, Arc::new(fd));
+        let (ft, kh) = self.decode(fh)?;
+        let read = read && ft == ftype::REG;
+        let kept = self.open_objects().get(&kh);
+        if let Some(k) = kept {
+            match (read, k.read) {
+                (false, _) => return self.obj_from(kh, k.path, false),
+                (true, Some(r)) => return self.obj_from(kh, r, true),
+                (true, None) => {}
             }
+        }
+        let flags = if read {
+            libc::O_RDONLY | libc::O_NONBLOCK
+        } else {
+            libc::O_PATH
+        };
+        let fd = match sys::open_by_handle(&self.mount_fd, &kh, flags) {
+            Ok(fd) => Arc::new(fd),
+            // The object is gone (ESTALE), or the handle names nothing of this file system.
+            Err(Errno::STALE | Errno::NOENT | Errno::INVAL | Errno::LOOP) => {
+                return Err(Stat::Stale)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let o = self.obj_from(kh, fd, read)?;
+        if o.ftype() != ft {
+            return Err(Stat::Stale);
+        }
+        let fd = Some(&o.fd);
+        if read {
+            self.open_objects().put(&o.kh, None, fd);
+        } else {
+            self.open_objects().put(&o.kh, fd, None);
         }
         Ok(o)
     }
 
-    /// `rel` opened for reading without waiting, if every component of its path is in the
-    /// kernel's lookup cache (`openat2` with `RESOLVE_CACHED`, Linux 5.12: EAGAIN rather than
-    /// a lookup that may read the disk) and it is still the object `(dev, ino)` of generation
-    /// `gen`; kept in the cache for the READs after it.
-    fn open_cached(&self, rel: &Path, key: (u64, u64), gen: u64) -> Option<Arc<OwnedFd>> {
-        let o = self.open_nowait(rel, OFlags::RDONLY, key, gen)?;
-        let fd = Arc::new(o.fd);
-        self.read_fds().insert(key, gen, fd.clone());
-        Some(fd)
+    /// The kept object a handle names, without waiting (for the connection's own thread):
+    /// `None` for a handle that is not ours or not kept open, a denied caller, or while a
+    /// handler holds the table.
+    fn kept_nowait(&self, c: &Cred, fh: &[u8]) -> Option<(KernelHandle, Kept)> {
+        if c.denied {
+            return None;
+        }
+        let (_, kh) = self.decode(fh).ok()?;
+        let k = self.open.try_lock().ok()?.get(&kh)?;
+        Some((kh, k))
     }
 
-    /// `rel` opened with `flags` ([`Export::open_obj_as`]) if that needs no lookup beyond the
-    /// kernel's cache (`RESOLVE_CACHED`) and it is the object `key` of generation `gen`.
-    fn open_nowait(&self, rel: &Path, flags: OFlags, key: (u64, u64), gen: u64) -> Option<Obj> {
-        let o = self
-            .open_obj_with(rel, flags, resolve_flags() | ResolveFlags::CACHED)
-            .ok()?;
-        (o.key() == key && o.gen == gen).then_some(o)
+    /// An object of the export from a fresh descriptor `fd` (its kernel handle taken).
+    fn obj_of_fd(&self, fd: OwnedFd) -> Result<Obj, Stat> {
+        let kh = sys::handle_of(&fd)?;
+        if kh.bytes.len() > MAX_KERNEL_HANDLE {
+            log::warn!(
+                "nfs: an object's kernel handle is {} bytes, too long for NFSv3",
+                kh.bytes.len()
+            );
+            return Err(Stat::ServerFault);
+        }
+        let st = rfs::fstat(&fd)?;
+        Ok(Obj {
+            fd: Arc::new(fd),
+            st,
+            kh,
+            readable: false,
+        })
     }
 
-    /// The object a handle names, opened `O_PATH` without waiting (`RESOLVE_CACHED`) and
-    /// checked as [`Export::resolve`] checks; `None` when that would wait or fails.
-    fn resolve_nowait(&self, fh: &[u8]) -> Option<Obj> {
-        let (key, e) = self.entry_nowait(fh)?;
-        self.open_nowait(&e.path, OFlags::PATH, key, e.gen)
+    /// `name` in `dir`, opened `O_PATH` beneath it (never following a symlink, never into
+    /// another mount), with the credentials in force; `resolve` adds flags.
+    fn open_child(&self, dir: &Obj, name: &OsStr, extra: ResolveFlags) -> Result<Obj, Stat> {
+        let fd = rfs::openat2(
+            &*dir.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve_flags() | extra,
+        )?;
+        self.obj_of_fd(fd)
     }
 
-    /// The table's entry for one of our handles, without waiting: `None` for a handle that is
-    /// not ours or no longer in the table (what `resolve` looks at first: REMOVE and RENAME
-    /// through NFS take objects out), or while a handler holds the table (REMOVE walks all of
-    /// it).
-    fn entry_nowait(&self, fh: &[u8]) -> Option<((u64, u64), Entry)> {
-        let (dev, ino, gen) = self.decode(fh).ok()?;
-        let e = self.table.try_lock().ok()?.get(&(dev, ino)).cloned()?;
-        (e.gen == gen).then_some(((dev, ino), e))
+    /// Remember `o` as lately resolved.
+    fn keep(&self, o: &Obj) {
+        self.open_objects().put(&o.kh, Some(&o.fd), None);
     }
 
     /// LOOKUP (RFC 1813 §3.3.3) without waiting, for the connection's own thread: `name` in
-    /// the directory `dir_fh` names, when the directory and the name resolve from the
-    /// kernel's lookup cache alone (`RESOLVE_CACHED`), the caller may search the directory,
-    /// and the object is remembered without waiting for the handle table; then the object
-    /// and the directory. `None` otherwise (or on any error), with nothing changed:
-    /// [`Export::lookup`] then answers on a thread that may wait.
+    /// the directory `dir_fh` names, when the directory is kept open and the name resolves
+    /// from the kernel's lookup cache alone (`RESOLVE_CACHED`, Linux 5.12) with the caller's
+    /// credentials; then the object and the directory. `None` otherwise (or on any error),
+    /// with nothing changed: [`Export::lookup`] then answers on a thread that may wait.
     pub fn lookup_nowait(&self, c: &Cred, dir_fh: &[u8], name: &[u8]) -> Option<(Obj, Obj)> {
-        let dir = self.resolve_nowait(dir_fh)?;
-        if dir.ftype() != ftype::DIR || name == b"." || name == b".." {
+        if name == b"." || name == b".." {
             return None;
         }
         let n = check_name(name).ok()?;
-        if !Self::permits(c, &dir.st, 1) {
+        let (kh, k) = self.kept_nowait(c, dir_fh)?;
+        let dir = Obj {
+            st: rfs::fstat(&k.path).ok().filter(|st| st.st_nlink > 0)?,
+            fd: k.path,
+            kh,
+            readable: false,
+        };
+        if dir.ftype() != ftype::DIR {
             return None;
         }
-        let o = self
-            .open_obj_with(
-                &dir.path.join(n),
-                OFlags::PATH,
-                resolve_flags() | ResolveFlags::CACHED,
-            )
-            .ok()?;
-        Self::remember_in(&mut *self.table.try_lock().ok()?, &o).ok()?;
+        let o = {
+            let _as = self.as_caller(c).ok()?;
+            self.open_child(&dir, n, ResolveFlags::CACHED).ok()?
+        };
+        self.open.try_lock().ok()?.put(&o.kh, Some(&o.fd), None);
         Some((o, dir))
     }
 
     /// The attributes of the object a handle names, without waiting (GETATTR, ACCESS on the
-    /// connection's own thread): through a READ's kept descriptor, or an `O_PATH` open whose
-    /// whole path is in the kernel's lookup cache, checked against the handle as
-    /// [`Export::resolve`] checks; `None` when that would wait or the handle does not resolve
-    /// so (the caller then resolves it on a thread that may wait, with the same outcome or the
-    /// error).
-    pub fn stat_nowait(&self, fh: &[u8]) -> Option<rfs::Stat> {
-        let ((dev, ino), Entry { path, gen, regular }) = self.entry_nowait(fh)?;
-        if regular {
-            if let Some(fd) = self.read_fds.try_lock().ok()?.get((dev, ino), gen) {
-                return rfs::fstat(&fd).ok().filter(|st| st.st_nlink > 0);
-            }
-        }
-        self.open_nowait(&path, OFlags::PATH, (dev, ino), gen)
-            .map(|o| o.st)
+    /// connection's own thread): only an object kept open; `None` otherwise (the call then
+    /// goes to a thread that may wait, with the same outcome or the error).
+    pub fn stat_nowait(&self, c: &Cred, fh: &[u8]) -> Option<rfs::Stat> {
+        let (_, k) = self.kept_nowait(c, fh)?;
+        rfs::fstat(&k.path).ok().filter(|st| st.st_nlink > 0)
+    }
+
+    /// ACCESS without waiting: [`Export::access`] of a kept object, and its attributes.
+    pub fn access_nowait(&self, c: &Cred, fh: &[u8], asked: u32) -> Option<(u32, rfs::Stat)> {
+        let (kh, k) = self.kept_nowait(c, fh)?;
+        let o = Obj {
+            st: rfs::fstat(&k.path).ok().filter(|st| st.st_nlink > 0)?,
+            fd: k.path,
+            kh,
+            readable: false,
+        };
+        Some((self.access(c, &o, asked).ok()?, o.st))
     }
 
     /// A READ (RFC 1813 §3.3.6) that never waits, for the thread that moves the connection's
-    /// bytes: only when the handle names a regular file that a READ opened lately (its
-    /// descriptor kept) or that opens without waiting (its whole path in the kernel's lookup
-    /// cache, [`Export::open_cached`]), the caller may read it, and every byte asked for (up to
-    /// EOF) is in the page cache (`preadv2` with `RWF_NOWAIT`, which fails rather than wait
-    /// for the disk). Then: the bytes read into the memory `buf_for` gives (as
-    /// [`Export::read_with`]), whether they reached EOF, and the file's attributes. `None`
-    /// otherwise, with nothing changed: [`Export::read_with`] then answers, on a thread that
-    /// may wait, with the same result or the error.
-    ///
-    /// The descriptor reaches the file the handle names even if it was renamed outside NFS
-    /// since (as the Linux server's handles do); a file removed (no link left) is dropped from
-    /// the cache, and its handle then resolves as any other (NFS3ERR_STALE).
+    /// bytes: only when the handle names a regular file a READ opened lately (kept open), the
+    /// caller may read it, and every byte asked for (up to EOF) is in the page cache
+    /// (`preadv2` with `RWF_NOWAIT`). Then: the bytes read into the memory `buf_for` gives,
+    /// whether they reached EOF, and the file's attributes. `None` otherwise, with nothing
+    /// changed: [`Export::read_with`] then answers on a thread that may wait.
     pub fn read_nowait<'b>(
         &self,
         c: &Cred,
@@ -598,21 +757,41 @@ impl Export {
         count: u32,
         buf_for: impl FnOnce(usize) -> &'b mut [u8],
     ) -> Option<(usize, bool, rfs::Stat)> {
-        let ((dev, ino), Entry { path, gen, regular }) = self.entry_nowait(fh)?;
-        if !regular {
-            return None;
-        }
-        let cached = self.read_fds.try_lock().ok()?.get((dev, ino), gen);
-        let fd = match cached {
+        let (kh, k) = self.kept_nowait(c, fh)?;
+        let fd = match k.read {
             Some(fd) => fd,
-            None => self.open_cached(&path, (dev, ino), gen)?,
+            None => {
+                // Kept `O_PATH` only (LOOKUP, CREATE): opened again for reading through
+                // procfs, which never waits for a disk; then kept for the READs after it.
+                if ftype_of(rfs::fstat(&k.path).ok()?.st_mode) != ftype::REG {
+                    return None;
+                }
+                let fd = Arc::new(
+                    rfs::open(
+                        proc_path(&*k.path),
+                        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .ok()?,
+                );
+                self.open.try_lock().ok()?.put(&kh, None, Some(&fd));
+                fd
+            }
         };
         let st = rfs::fstat(&fd).ok()?;
         if st.st_nlink == 0 {
-            self.read_fds().remove((dev, ino));
+            if let Ok(mut t) = self.open.try_lock() {
+                t.remove(&kh);
+            }
             return None;
         }
-        if ftype_of(st.st_mode) != ftype::REG || (c.uid != st.st_uid && !Self::permits(c, &st, 4)) {
+        let o = Obj {
+            fd,
+            st,
+            kh,
+            readable: true,
+        };
+        if ftype_of(st.st_mode) != ftype::REG || self.may_read(c, &o).is_err() {
             return None;
         }
         let size = st.st_size as u64;
@@ -621,7 +800,8 @@ impl Export {
         let want = want.min(buf.len());
         if want > 0 {
             let mut io = [std::io::IoSliceMut::new(&mut buf[..want])];
-            match rustix::io::preadv2(&fd, &mut io, offset, rustix::io::ReadWriteFlags::NOWAIT) {
+            match rustix::io::preadv2(&*o.fd, &mut io, offset, rustix::io::ReadWriteFlags::NOWAIT)
+            {
                 // All of it, or nothing: a short count (part not cached, the file shrank)
                 // goes the waiting way.
                 Ok(n) if n == want => {}
@@ -655,7 +835,7 @@ impl Export {
 
     /// Current attributes of an open object.
     pub fn attrs(&self, o: &Obj) -> Option<Fattr3> {
-        rfs::fstat(&o.fd).ok().map(|st| self.fattr(&st))
+        rfs::fstat(&*o.fd).ok().map(|st| self.fattr(&st))
     }
 
     /// wcc_data with `before` and the object's attributes now.
@@ -666,56 +846,85 @@ impl Export {
         }
     }
 
-    /// May `c` access `st` for `want` (bits 4 = r, 2 = w, 1 = x of the rwx triplet)?
-    pub fn permits(c: &Cred, st: &rfs::Stat, want: u32) -> bool {
-        if c.uid == 0 {
-            // Root passes, except execute on a file with no execute bit at all.
-            return want & 1 == 0 || ftype_of(st.st_mode) == ftype::DIR || st.st_mode & 0o111 != 0;
-        }
-        let bits = if c.uid == st.st_uid {
-            (st.st_mode >> 6) & 7
-        } else if c.in_group(st.st_gid) {
-            (st.st_mode >> 3) & 7
-        } else {
-            st.st_mode & 7
-        };
-        bits & want == want
+    fn dir_wcc(&self, dir: &Obj) -> Wcc {
+        self.wcc(&dir.st, dir)
     }
 
-    fn need(c: &Cred, st: &rfs::Stat, want: u32) -> Result<(), Stat> {
-        if Self::permits(c, st, want) {
+    /// May `c` read `o`: its owner (knfsd's owner override), or as the kernel says for `c`'s
+    /// credentials, reading or executing (knfsd lets whoever may execute a file read it).
+    fn may_read(&self, c: &Cred, o: &Obj) -> Result<(), Stat> {
+        if c.uid == o.st.st_uid {
+            return Ok(());
+        }
+        let _as = self.as_caller(c)?;
+        sys::access(&*o.fd, libc::R_OK)
+            .or_else(|_| sys::access(&*o.fd, libc::X_OK))
+            .map_err(Stat::from)
+    }
+
+    /// May `c` write `o`: its owner, or as the kernel says (with the credentials in force).
+    fn may_write(c: &Cred, o: &Obj) -> Result<(), Stat> {
+        if c.uid == o.st.st_uid {
+            return Ok(());
+        }
+        sys::access(&*o.fd, libc::W_OK).map_err(Stat::from)
+    }
+
+    fn need_rw(&self, c: &Cred) -> Result<(), Stat> {
+        if c.rw {
             Ok(())
         } else {
-            Err(Stat::Acces)
+            Err(Stat::RoFs)
         }
     }
 
-    fn need_dir_change(&self, c: &Cred, dir: &Obj) -> Result<(), Stat> {
-        if self.read_only {
-            return Err(Stat::RoFs);
-        }
+    fn need_dir(dir: &Obj) -> Result<(), Stat> {
         if dir.ftype() != ftype::DIR {
             return Err(Stat::NotDir);
         }
-        Self::need(c, &dir.st, 2 | 1)
+        Ok(())
     }
 
-    /// LOOKUP (RFC 1813 §3.3.3): `name` in directory `dir`.
+    /// `o` opened for writing (as the server: `open_by_handle_at` needs it; the caller's
+    /// permission is checked after, [`Export::may_write`]).
+    fn open_for_write(&self, o: &Obj) -> Result<File, Stat> {
+        let fd = sys::open_by_handle(&self.mount_fd, &o.kh, libc::O_WRONLY | libc::O_NONBLOCK)
+            .map_err(|e| match e {
+                Errno::STALE | Errno::NOENT => Stat::Stale,
+                e => e.into(),
+            })?;
+        Ok(File::from(fd))
+    }
+
+    /// LOOKUP (RFC 1813 §3.3.3): `name` in directory `dir`, with `c`'s credentials (the
+    /// kernel checks search permission). `..` of the export root is the root.
     pub fn lookup(&self, c: &Cred, dir: &Obj, name: &[u8]) -> Result<Obj, Stat> {
-        if dir.ftype() != ftype::DIR {
-            return Err(Stat::NotDir);
-        }
+        Self::need_dir(dir)?;
         let n = check_name(name)?;
-        Self::need(c, &dir.st, 1)?;
-        let rel = if name == b"." {
-            dir.path.clone()
-        } else if name == b".." {
-            dir.path.parent().map(Path::to_path_buf).unwrap_or_default()
-        } else {
-            dir.path.join(n)
+        let _as = self.as_caller(c)?;
+        let o = match name {
+            b"." => {
+                sys::access(&*dir.fd, libc::X_OK)?;
+                return self.obj_from(dir.kh.clone(), dir.fd.clone(), false);
+            }
+            b".." if self.is_root(&dir.st) => {
+                sys::access(&*dir.fd, libc::X_OK)?;
+                return self.root_obj();
+            }
+            b".." => {
+                // Not RESOLVE_BENEATH: `..` of a directory of the export is its parent.
+                let fd = rfs::openat2(
+                    &*dir.fd,
+                    "..",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV,
+                )?;
+                self.obj_of_fd(fd)?
+            }
+            _ => self.open_child(dir, n, ResolveFlags::empty())?,
         };
-        let o = self.open_obj(&rel)?;
-        self.remember(&o)?;
+        self.keep(&o);
         Ok(o)
     }
 
@@ -731,18 +940,12 @@ impl Export {
         if o.ftype() != ftype::LNK {
             return Err(Stat::Inval);
         }
-        let t = rfs::readlinkat(&o.fd, "", Vec::new())?;
+        let t = rfs::readlinkat(&*o.fd, "", Vec::new())?;
         Ok(t.into_bytes())
     }
 
     /// READ (RFC 1813 §3.3.6): up to `count` bytes at `offset`, and whether that reached EOF.
-    pub fn read(
-        &self,
-        c: &Cred,
-        o: &Obj,
-        offset: u64,
-        count: u32,
-    ) -> Result<(Vec<u8>, bool), Stat> {
+    pub fn read(&self, c: &Cred, o: &Obj, offset: u64, count: u32) -> Result<(Vec<u8>, bool), Stat> {
         let mut buf = Vec::new();
         let (got, eof) = self.read_with(c, o, offset, count, |want| {
             buf.resize(want, 0);
@@ -755,7 +958,7 @@ impl Export {
 
     /// READ into the memory `buf_for` gives for the number of bytes wanted (at most `count`
     /// and [`MAX_IO`]; no more than it gives are read): the bytes read (fewer at the end of the
-    /// file), and whether that reached EOF. Only the bytes read are written.
+    /// file), and whether that reached EOF. `o` comes from [`Export::resolve_for_read`].
     pub fn read_with<'b>(
         &self,
         c: &Cred,
@@ -769,27 +972,20 @@ impl Export {
             ftype::DIR => return Err(Stat::IsDir),
             _ => return Err(Stat::Inval),
         }
-        if c.uid != o.st.st_uid {
-            Self::need(c, &o.st, 4)?;
+        if !o.readable {
+            return Err(Stat::ServerFault);
         }
-        // Opened for reading by `resolve_for_read`: its size is the one fstat just gave.
-        let opened;
-        let (f, size): (&OwnedFd, u64) = if o.readable {
-            (&o.fd, o.st.st_size as u64)
-        } else {
-            opened = self.open_rel(&o.path, OFlags::RDONLY, Mode::empty())?;
-            let size = rfs::fstat(&opened)?.st_size as u64;
-            (&opened, size)
-        };
+        self.may_read(c, o)?;
+        let size = o.st.st_size as u64;
         let want = (count.min(MAX_IO) as u64).min(size.saturating_sub(offset)) as usize;
         let buf = buf_for(want);
         let want = want.min(buf.len());
         let mut got = 0;
         while got < want {
-            match rustix::io::pread(f, &mut buf[got..want], offset + got as u64) {
+            match rustix::io::pread(&*o.fd, &mut buf[got..want], offset + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
-                Err(rustix::io::Errno::INTR) => {}
+                Err(Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -798,7 +994,8 @@ impl Export {
     }
 
     /// WRITE (RFC 1813 §3.3.7): `data` at `offset`, made as stable as `stable` asks; returns
-    /// the level achieved and the file's wcc.
+    /// the level achieved and the file's wcc. Written with the caller's credentials, so the
+    /// kernel clears set-id bits as for a local write.
     pub fn write(
         &self,
         c: &Cred,
@@ -807,16 +1004,11 @@ impl Export {
         data: &[u8],
         stable: StableHow,
     ) -> Result<(StableHow, Wcc), Stat> {
-        if self.read_only {
-            return Err(Stat::RoFs);
-        }
+        self.need_rw(c)?;
         match o.ftype() {
             ftype::REG => {}
             ftype::DIR => return Err(Stat::IsDir),
             _ => return Err(Stat::Inval),
-        }
-        if c.uid != o.st.st_uid {
-            Self::need(c, &o.st, 2)?;
         }
         if offset
             .checked_add(data.len() as u64)
@@ -824,8 +1016,12 @@ impl Export {
         {
             return Err(Stat::FBig);
         }
-        let f = File::from(self.open_rel(&o.path, OFlags::WRONLY, Mode::empty())?);
-        f.write_all_at(data, offset)?;
+        let f = self.open_for_write(o)?;
+        {
+            let _as = self.as_caller(c)?;
+            Self::may_write(c, o)?;
+            f.write_all_at(data, offset)?;
+        }
         match stable {
             StableHow::Unstable => {}
             StableHow::DataSync => f.sync_data()?,
@@ -835,128 +1031,98 @@ impl Export {
     }
 
     /// COMMIT (RFC 1813 §3.3.21): flush the whole file (offset and count are advisory).
-    pub fn commit(&self, o: &Obj) -> Result<Wcc, Stat> {
+    pub fn commit(&self, c: &Cred, o: &Obj) -> Result<Wcc, Stat> {
         if o.ftype() != ftype::REG {
             return Err(Stat::Inval);
         }
-        let f = File::from(self.open_rel(&o.path, OFlags::RDONLY, Mode::empty())?);
+        self.need_rw(c)?;
+        let f = File::from(
+            sys::open_by_handle(&self.mount_fd, &o.kh, libc::O_RDONLY | libc::O_NONBLOCK)
+                .map_err(|_| Stat::Stale)?,
+        );
         f.sync_all()?;
         Ok(self.wcc(&o.st, o))
     }
 
-    /// SETATTR (RFC 1813 §3.3.2). `guard`: the ctime the client expects (else NOT_SYNC).
-    pub fn setattr(
-        &self,
-        c: &Cred,
-        o: &Obj,
-        s: &Sattr3,
-        guard: Option<NfsTime>,
-    ) -> Result<Wcc, Stat> {
-        if self.read_only {
-            return Err(Stat::RoFs);
-        }
+    /// SETATTR (RFC 1813 §3.3.2). `guard`: the ctime the client expects (else NOT_SYNC). Each
+    /// change is made with the caller's credentials: the kernel decides who may chown, chmod
+    /// (clearing set-gid for a caller outside the file's group) and set times.
+    pub fn setattr(&self, c: &Cred, o: &Obj, s: &Sattr3, guard: Option<NfsTime>) -> Result<Wcc, Stat> {
+        self.need_rw(c)?;
         if let Some(g) = guard {
             if self.fattr(&o.st).ctime != g {
                 return Err(Stat::NotSync);
             }
         }
-        let owner = c.uid == 0 || c.uid == o.st.st_uid;
-        // chmod / chown / explicit times: owner (or root) only; chgrp to a group of the owner.
-        let explicit_times =
-            matches!(s.atime, SetTime::Client(_)) || matches!(s.mtime, SetTime::Client(_));
-        if (s.mode.is_some() || explicit_times) && !owner {
-            return Err(Stat::Perm);
-        }
-        let chown = s.uid.is_some_and(|u| u != o.st.st_uid);
-        let chgrp = s
-            .gid
-            .is_some_and(|g| g != o.st.st_gid && !(owner && c.in_group(g)));
-        if c.uid != 0 && (chown || chgrp) {
-            return Err(Stat::Perm);
-        }
         let is_lnk = o.ftype() == ftype::LNK;
+        let times = s.atime != SetTime::DontChange || s.mtime != SetTime::DontChange;
+        if is_lnk && s.mode.is_some() {
+            // Linux keeps no mode for symlinks (fchmodat AT_SYMLINK_NOFOLLOW: EOPNOTSUPP).
+            return Err(Stat::NotSupp);
+        }
+        let trunc = match s.size {
+            Some(_) if o.ftype() == ftype::DIR => return Err(Stat::IsDir),
+            Some(_) if o.ftype() != ftype::REG => return Err(Stat::Inval),
+            Some(sz) => Some((self.open_for_write(o)?, sz)),
+            None => None,
+        };
+        let _as = self.as_caller(c)?;
         if s.uid.is_some() || s.gid.is_some() {
             rfs::chownat(
-                &o.fd,
+                &*o.fd,
                 "",
                 s.uid.map(rfs::Uid::from_raw),
                 s.gid.map(rfs::Gid::from_raw),
                 AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
             )?;
         }
-        let times = s.atime != SetTime::DontChange || s.mtime != SetTime::DontChange;
-        if is_lnk {
-            if s.mode.is_some() || s.size.is_some() || times {
-                return Err(Stat::NotSupp);
-            }
-            return Ok(self.wcc(&o.st, o));
+        if let Some((f, sz)) = trunc {
+            Self::may_write(c, o)?;
+            rfs::ftruncate(&f, sz)?;
         }
-        if s.mode.is_none() && s.size.is_none() && !times {
-            return Ok(self.wcc(&o.st, o));
-        }
-        if !matches!(o.ftype(), ftype::REG | ftype::DIR) {
-            // Devices, FIFOs and sockets are never opened (an open could block or act).
-            return Err(Stat::NotSupp);
-        }
-        let fd = if s.size.is_some() {
-            if o.ftype() != ftype::REG {
-                return Err(Stat::IsDir);
-            }
-            if !owner {
-                Self::need(c, &o.st, 2)?;
-            }
-            self.open_rel(&o.path, OFlags::WRONLY, Mode::empty())?
-        } else {
-            self.open_rel(&o.path, OFlags::RDONLY, Mode::empty())?
-        };
         if let Some(m) = s.mode {
-            rfs::fchmod(&fd, Mode::from_raw_mode(m & 0o7777))?;
-        }
-        if let Some(sz) = s.size {
-            rfs::ftruncate(&fd, sz)?;
+            rfs::chmod(proc_path(&*o.fd), Mode::from_raw_mode(m & 0o7777))?;
         }
         if times {
-            if !owner && (s.atime != SetTime::Server || s.mtime != SetTime::Server) {
-                return Err(Stat::Perm);
-            }
-            rfs::futimens(
-                &fd,
+            rfs::utimensat(
+                &*o.fd,
+                "",
                 &Timestamps {
                     last_access: ts(s.atime),
                     last_modification: ts(s.mtime),
                 },
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
             )?;
         }
         Ok(self.wcc(&o.st, o))
     }
 
-    fn dirfd(&self, dir: &Obj) -> Result<OwnedFd, Stat> {
-        self.open_rel(&dir.path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
-    }
-
-    fn new_child(&self, c: &Cred, dir: &Obj, name: &OsStr, is_link: bool) -> Result<Obj, Stat> {
-        let o = self.open_obj(&dir.path.join(name))?;
-        // New objects belong to the caller (the server itself usually runs as root).
-        let _ = rfs::chownat(
-            &o.fd,
-            "",
-            Some(rfs::Uid::from_raw(c.uid)),
-            Some(rfs::Gid::from_raw(c.gid)),
-            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-        );
-        let _ = is_link;
-        let o = self.open_obj(&o.path)?;
-        self.remember(&o)?;
+    /// The object just made as `name` in `dir` (with the credentials in force).
+    fn new_child(&self, dir: &Obj, name: &OsStr) -> Result<Obj, Stat> {
+        let o = self.open_child(dir, name, ResolveFlags::empty())?;
+        self.keep(&o);
         Ok(o)
     }
 
-    fn dir_wcc(&self, dir: &Obj) -> Wcc {
-        self.wcc(&dir.st, dir)
+    /// Owner and group a new object's attributes ask for (the caller's credentials decide
+    /// whether the kernel allows them).
+    fn chown_new(o: &Obj, attrs: &Sattr3) -> Result<(), Stat> {
+        if attrs.uid.is_some() || attrs.gid.is_some() {
+            rfs::chownat(
+                &*o.fd,
+                "",
+                attrs.uid.map(rfs::Uid::from_raw),
+                attrs.gid.map(rfs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        Ok(())
     }
 
     /// CREATE (RFC 1813 §3.3.8). `how`: UNCHECKED (0), GUARDED (1) with attributes, or
     /// EXCLUSIVE (2) with a verifier, stored in the new file's atime/mtime so a retransmitted
-    /// EXCLUSIVE create succeeds again.
+    /// EXCLUSIVE create succeeds again. Made with the caller's credentials: owned by the
+    /// caller, its group as the kernel gives it (the directory's when that is set-gid).
     pub fn create(
         &self,
         c: &Cred,
@@ -966,44 +1132,52 @@ impl Export {
         attrs: &Sattr3,
         verf: [u8; 8],
     ) -> Result<DirOpResult, Stat> {
-        self.need_dir_change(c, dir)?;
+        self.need_rw(c)?;
+        Self::need_dir(dir)?;
         let n = check_new_name(name)?;
-        let rel = dir.path.join(n);
         let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
-        let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::EXCL;
-        let fd = match self.open_rel(&rel, flags, mode) {
+        let _as = self.as_caller(c)?;
+        let flags = OFlags::CREATE
+            | OFlags::WRONLY
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NONBLOCK;
+        let fd = match rfs::openat(&*dir.fd, n, flags, mode) {
             Ok(fd) => fd,
-            Err(Stat::Exist) if how == 0 => {
+            Err(Errno::EXIST) if how == 0 => {
                 // UNCHECKED on an existing file (§3.3.8): no new file, so no new owner or mode;
-                // only a size in the attributes applies, with the caller's write permission.
-                let o = self.open_obj(&rel)?;
+                // only a size in the attributes applies, as a SETATTR would.
+                let o = self.open_child(dir, n, ResolveFlags::empty())?;
                 if o.ftype() != ftype::REG {
                     return Err(Stat::Exist);
                 }
                 if let Some(sz) = attrs.size {
-                    if c.uid != o.st.st_uid {
-                        Self::need(c, &o.st, 2)?;
-                    }
-                    let f = self.open_rel(&rel, OFlags::WRONLY, Mode::empty())?;
+                    let f = rfs::openat2(
+                        &*dir.fd,
+                        n,
+                        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                        Mode::empty(),
+                        resolve_flags(),
+                    )?;
                     rfs::ftruncate(&f, sz)?;
                 }
-                let o = self.open_obj(&rel)?;
-                self.remember(&o)?;
+                let o = self.new_child(dir, n)?;
                 return Ok((Some(o), self.dir_wcc(dir)));
             }
-            Err(Stat::Exist) if how == 2 => {
+            Err(Errno::EXIST) if how == 2 => {
                 // Retransmission of an EXCLUSIVE create: same verifier in the times.
-                let o = self.open_obj(&rel)?;
+                let o = self.open_child(dir, n, ResolveFlags::empty())?;
                 let v = self.fattr(&o.st);
                 let stored =
                     [v.atime.seconds.to_be_bytes(), v.mtime.seconds.to_be_bytes()].concat();
                 if o.ftype() == ftype::REG && stored == verf {
-                    self.remember(&o)?;
+                    self.keep(&o);
                     return Ok((Some(o), self.dir_wcc(dir)));
                 }
                 return Err(Stat::Exist);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         // The mode asked for, not narrowed by the server's umask (the client applied its own).
         if attrs.mode.is_some() {
@@ -1025,28 +1199,27 @@ impl Export {
             rfs::ftruncate(&fd, sz)?;
         }
         drop(fd);
-        let o = self.new_child(c, dir, n, false)?;
+        let o = self.new_child(dir, n)?;
+        if how != 2 {
+            Self::chown_new(&o, attrs)?;
+        }
         Ok((Some(o), self.dir_wcc(dir)))
     }
 
-    /// MKDIR (RFC 1813 §3.3.9).
-    pub fn mkdir(
-        &self,
-        c: &Cred,
-        dir: &Obj,
-        name: &[u8],
-        attrs: &Sattr3,
-    ) -> Result<DirOpResult, Stat> {
-        self.need_dir_change(c, dir)?;
+    /// MKDIR (RFC 1813 §3.3.9), with the caller's credentials.
+    pub fn mkdir(&self, c: &Cred, dir: &Obj, name: &[u8], attrs: &Sattr3) -> Result<DirOpResult, Stat> {
+        self.need_rw(c)?;
+        Self::need_dir(dir)?;
         let n = check_new_name(name)?;
-        let d = self.dirfd(dir)?;
         let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o755) & 0o7777);
-        rfs::mkdirat(&d, n, mode)?;
+        let _as = self.as_caller(c)?;
+        rfs::mkdirat(&*dir.fd, n, mode)?;
+        let o = self.new_child(dir, n)?;
         if attrs.mode.is_some() {
             // Not narrowed by the server's umask.
-            rfs::chmodat(&d, n, mode, AtFlags::empty())?;
+            rfs::chmod(proc_path(&*o.fd), mode)?;
         }
-        let o = self.new_child(c, dir, n, false)?;
+        Self::chown_new(&o, attrs)?;
         Ok((Some(o), self.dir_wcc(dir)))
     }
 
@@ -1057,21 +1230,59 @@ impl Export {
         dir: &Obj,
         name: &[u8],
         target: &[u8],
+        attrs: &Sattr3,
     ) -> Result<DirOpResult, Stat> {
-        self.need_dir_change(c, dir)?;
+        self.need_rw(c)?;
+        Self::need_dir(dir)?;
         let n = check_new_name(name)?;
         if target.is_empty() || target.contains(&0) {
             return Err(Stat::Inval);
         }
-        let d = self.dirfd(dir)?;
-        rfs::symlinkat(OsStr::from_bytes(target), &d, n)?;
-        let o = self.new_child(c, dir, n, true)?;
+        let _as = self.as_caller(c)?;
+        rfs::symlinkat(OsStr::from_bytes(target), &*dir.fd, n)?;
+        let o = self.new_child(dir, n)?;
+        Self::chown_new(&o, attrs)?;
         Ok((Some(o), self.dir_wcc(dir)))
     }
 
-    /// REMOVE (RFC 1813 §3.3.12) or RMDIR (§3.3.13).
+    /// MKNOD (RFC 1813 §3.3.11): a FIFO, socket, or character or block device (`rdev`:
+    /// major, minor), with the caller's credentials (so devices only for an unsquashed root:
+    /// the kernel asks for CAP_MKNOD). Other types: NFS3ERR_BADTYPE.
+    pub fn mknod(
+        &self,
+        c: &Cred,
+        dir: &Obj,
+        name: &[u8],
+        ft: u32,
+        attrs: &Sattr3,
+        rdev: (u32, u32),
+    ) -> Result<DirOpResult, Stat> {
+        self.need_rw(c)?;
+        Self::need_dir(dir)?;
+        let n = check_new_name(name)?;
+        let (kind, dev) = match ft {
+            ftype::CHR => (rfs::FileType::CharacterDevice, rfs::makedev(rdev.0, rdev.1)),
+            ftype::BLK => (rfs::FileType::BlockDevice, rfs::makedev(rdev.0, rdev.1)),
+            ftype::SOCK => (rfs::FileType::Socket, 0),
+            ftype::FIFO => (rfs::FileType::Fifo, 0),
+            _ => return Err(Stat::BadType),
+        };
+        let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
+        let _as = self.as_caller(c)?;
+        rfs::mknodat(&*dir.fd, n, kind, mode, dev)?;
+        let o = self.new_child(dir, n)?;
+        if attrs.mode.is_some() {
+            rfs::chmod(proc_path(&*o.fd), mode)?;
+        }
+        Self::chown_new(&o, attrs)?;
+        Ok((Some(o), self.dir_wcc(dir)))
+    }
+
+    /// REMOVE (RFC 1813 §3.3.12) or RMDIR (§3.3.13), with the caller's credentials (the
+    /// kernel checks the directory's permission and its sticky bit).
     pub fn remove(&self, c: &Cred, dir: &Obj, name: &[u8], rmdir: bool) -> Result<Wcc, Stat> {
-        self.need_dir_change(c, dir)?;
+        self.need_rw(c)?;
+        Self::need_dir(dir)?;
         if name == b"." {
             return Err(Stat::Inval);
         }
@@ -1079,36 +1290,23 @@ impl Export {
             return Err(Stat::NotEmpty);
         }
         let n = check_name(name)?;
-        let d = self.dirfd(dir)?;
-        let st = rfs::statat(&d, n, AtFlags::SYMLINK_NOFOLLOW)?;
-        if !rmdir && ftype_of(st.st_mode) == ftype::DIR {
-            return Err(Stat::IsDir);
+        let _as = self.as_caller(c)?;
+        let gone = CString::new(name).ok().and_then(|cn| sys::handle_of_entry(&*dir.fd, &cn).ok());
+        let flags = if rmdir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        rfs::unlinkat(&*dir.fd, n, flags)?;
+        if let Some(kh) = gone {
+            // A kept descriptor would keep a removed file's blocks allocated.
+            self.open_objects().remove(&kh);
         }
-        if rmdir && ftype_of(st.st_mode) != ftype::DIR {
-            return Err(Stat::NotDir);
-        }
-        // Sticky directory: only the owner of the entry or of the directory may remove it.
-        if dir.st.st_mode & 0o1000 != 0
-            && c.uid != 0
-            && c.uid != st.st_uid
-            && c.uid != dir.st.st_uid
-        {
-            return Err(Stat::Acces);
-        }
-        rfs::unlinkat(
-            &d,
-            n,
-            if rmdir {
-                AtFlags::REMOVEDIR
-            } else {
-                AtFlags::empty()
-            },
-        )?;
-        self.forget_path(&dir.path.join(n));
         Ok(self.dir_wcc(dir))
     }
 
-    /// RENAME (RFC 1813 §3.3.14): `from` in `fdir` to `to` in `tdir`.
+    /// RENAME (RFC 1813 §3.3.14): `from` in `fdir` to `to` in `tdir`, with the caller's
+    /// credentials. Handles follow the object (they name the inode, not the path).
     pub fn rename(
         &self,
         c: &Cred,
@@ -1117,79 +1315,77 @@ impl Export {
         tdir: &Obj,
         to: &[u8],
     ) -> Result<(Wcc, Wcc), Stat> {
-        self.need_dir_change(c, fdir)?;
-        self.need_dir_change(c, tdir)?;
+        self.need_rw(c)?;
+        Self::need_dir(fdir)?;
+        Self::need_dir(tdir)?;
         let f = check_new_name(from).map_err(|_| Stat::Inval)?;
         let t = check_new_name(to).map_err(|_| Stat::Inval)?;
-        let fd = self.dirfd(fdir)?;
-        let td = self.dirfd(tdir)?;
-        let old = fdir.path.join(f);
-        let new = tdir.path.join(t);
-        if new.starts_with(&old) && new != old {
-            return Err(Stat::Inval);
+        let _as = self.as_caller(c)?;
+        let replaced = CString::new(to).ok().and_then(|cn| sys::handle_of_entry(&*tdir.fd, &cn).ok());
+        rfs::renameat(&*fdir.fd, f, &*tdir.fd, t)?;
+        if let Some(kh) = replaced {
+            self.open_objects().remove(&kh);
         }
-        rfs::renameat(&fd, f, &td, t)?;
-        let mut tab = self.table();
-        self.retain_objects(&mut tab, |e| {
-            !e.path.starts_with(&new) || e.path.starts_with(&old)
-        });
-        for e in tab.values_mut() {
-            if let Ok(rest) = e.path.strip_prefix(&old) {
-                e.path = if rest.as_os_str().is_empty() {
-                    new.clone()
-                } else {
-                    new.join(rest)
-                };
-            }
-        }
-        drop(tab);
         Ok((self.dir_wcc(fdir), self.dir_wcc(tdir)))
     }
 
-    /// LINK (RFC 1813 §3.3.15): a hard link to `file` as `name` in `dir`. Linked through the
-    /// file's own descriptor (`AT_EMPTY_PATH`, which needs CAP_DAC_READ_SEARCH), never by path.
+    /// LINK (RFC 1813 §3.3.15): a hard link to `file` as `name` in `dir`. The caller must be
+    /// allowed to add entries to `dir` (checked with its credentials); the link itself is made
+    /// through the file's own descriptor (`AT_EMPTY_PATH`, which needs CAP_DAC_READ_SEARCH),
+    /// as knfsd links without the local `protected_hardlinks` rule.
     pub fn link(&self, c: &Cred, file: &Obj, dir: &Obj, name: &[u8]) -> Result<Wcc, Stat> {
-        self.need_dir_change(c, dir)?;
+        self.need_rw(c)?;
+        Self::need_dir(dir)?;
         if file.ftype() == ftype::DIR {
             return Err(Stat::IsDir);
         }
         let n = check_new_name(name)?;
-        let d = self.dirfd(dir)?;
-        rfs::linkat(&file.fd, "", &d, n, AtFlags::EMPTY_PATH)?;
+        {
+            let _as = self.as_caller(c)?;
+            sys::access(&*dir.fd, libc::W_OK | libc::X_OK)?;
+        }
+        rfs::linkat(&*file.fd, "", &*dir.fd, n, AtFlags::EMPTY_PATH)?;
         Ok(self.dir_wcc(dir))
     }
 
     /// Directory entries from `cookie` on (READDIR §3.3.16, READDIRPLUS §3.3.17): calls `f`
-    /// with (fileid, name, next cookie) until it returns false; returns whether the end was
-    /// reached. Cookies are the directory stream offsets (`d_off`); `.` and `..` are included.
+    /// with (fileid, name, next cookie, the entry's attributes and handle if `plus`) until it
+    /// returns false; returns whether the end was reached. Cookies are the directory stream
+    /// offsets (`d_off`); `.` and `..` are included. Read with the caller's credentials.
     pub fn readdir(
         &self,
         c: &Cred,
         dir: &Obj,
         cookie: u64,
-        mut f: impl FnMut(u64, &[u8], u64) -> bool,
+        plus: bool,
+        mut f: impl FnMut(u64, &[u8], u64, Option<EntryPlus>) -> bool,
     ) -> Result<bool, Stat> {
-        if dir.ftype() != ftype::DIR {
-            return Err(Stat::NotDir);
-        }
-        Self::need(c, &dir.st, 4)?;
-        let fd = self.open_rel(&dir.path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
+        Self::need_dir(dir)?;
+        let _as = self.as_caller(c)?;
+        let fd = rfs::openat(
+            &*dir.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         let mut d = rfs::Dir::new(fd)?;
         if cookie != 0 {
             d.seek(cookie as i64).map_err(|_| Stat::BadCookie)?;
         }
+        let root = self.is_root(&dir.st);
         loop {
             match d.read() {
                 None => return Ok(true),
                 Some(Err(e)) => return Err(e.into()),
                 Some(Ok(ent)) => {
                     let name = ent.file_name().to_bytes();
-                    let ino = if name == b".." && dir.path.as_os_str().is_empty() {
+                    let ino = if name == b".." && root {
                         dir.st.st_ino
                     } else {
                         ent.ino()
                     };
-                    if !f(ino, name, ent.offset() as u64) {
+                    let extra = if plus { self.entry(dir, ent.file_name()) } else { None };
+                    if !f(ino, name, ent.offset() as u64, extra) {
                         return Ok(false);
                     }
                 }
@@ -1197,34 +1393,56 @@ impl Export {
         }
     }
 
-    /// ACCESS (RFC 1813 §3.3.4): which of the asked bits `c` has on `o`.
-    pub fn access(&self, c: &Cred, o: &Obj, asked: u32) -> u32 {
-        self.access_st(c, &o.st, asked)
+    /// A READDIRPLUS entry's attributes and handle, without opening it: `statx` and
+    /// `name_to_handle_at` of the name (`..` of the root is the root; a mount point below the
+    /// export, or anything else that fails, gets none).
+    fn entry(&self, dir: &Obj, name: &std::ffi::CStr) -> Option<EntryPlus> {
+        let bytes = name.to_bytes();
+        if bytes == b"." || (bytes == b".." && self.is_root(&dir.st)) {
+            let (st, kh) = if bytes == b"." {
+                (rfs::fstat(&*dir.fd).ok()?, dir.kh.clone())
+            } else {
+                (rfs::fstat(&*self.root).ok()?, self.root_kh.clone())
+            };
+            return Some((self.fattr(&st), self.handle_from(ftype::DIR, &kh)));
+        }
+        let st = rfs::statat(&*dir.fd, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        if st.st_dev != self.root_st.st_dev {
+            return None;
+        }
+        let kh = sys::handle_of_entry(&*dir.fd, name).ok()?;
+        if kh.bytes.len() > MAX_KERNEL_HANDLE {
+            return None;
+        }
+        Some((self.fattr(&st), self.handle_from(ftype_of(st.st_mode), &kh)))
     }
 
-    /// [`Export::access`] of an object with attributes `st`.
-    pub fn access_st(&self, c: &Cred, st: &rfs::Stat, asked: u32) -> u32 {
+    /// ACCESS (RFC 1813 §3.3.4): which of the asked bits `c` has on `o`, as the kernel says
+    /// for `c`'s credentials (mode bits, ACLs); changes only where `c`'s entry is `rw`.
+    pub fn access(&self, c: &Cred, o: &Obj, asked: u32) -> Result<u32, Stat> {
         use super::xdr::access as a;
-        let is_dir = ftype_of(st.st_mode) == ftype::DIR;
+        let is_dir = o.ftype() == ftype::DIR;
+        let _as = self.as_caller(c)?;
+        let may = |m| sys::access(&*o.fd, m).is_ok();
         let mut ok = 0;
-        if Self::permits(c, st, 4) {
+        if asked & a::READ != 0 && may(libc::R_OK) {
             ok |= a::READ;
         }
-        if Self::permits(c, st, 2) && !self.read_only {
+        if asked & (a::MODIFY | a::EXTEND | a::DELETE) != 0 && c.rw && may(libc::W_OK) {
             ok |= a::MODIFY | a::EXTEND;
             if is_dir {
                 ok |= a::DELETE;
             }
         }
-        if Self::permits(c, st, 1) {
+        if asked & (a::LOOKUP | a::EXECUTE) != 0 && may(libc::X_OK) {
             ok |= if is_dir { a::LOOKUP } else { a::EXECUTE };
         }
-        ok & asked
+        Ok(ok & asked)
     }
 
     /// FSSTAT (RFC 1813 §3.3.18): `(tbytes, fbytes, abytes, tfiles, ffiles, afiles)`.
     pub fn fsstat(&self) -> Result<[u64; 6], Stat> {
-        let v = rfs::fstatvfs(&self.root)?;
+        let v = rfs::fstatvfs(&*self.root)?;
         let fr = v.f_frsize.max(1);
         Ok([
             v.f_blocks.saturating_mul(fr),
@@ -1234,22 +1452,6 @@ impl Export {
             v.f_ffree,
             v.f_favail,
         ])
-    }
-
-    /// The handle of `o` is also what READDIRPLUS needs: look up a directory entry by name
-    /// without the permission check already done for the directory listing.
-    pub fn entry(&self, dir: &Obj, name: &[u8]) -> Option<Obj> {
-        let rel = match name {
-            b"." => dir.path.clone(),
-            b".." => dir.path.parent().map(Path::to_path_buf).unwrap_or_default(),
-            n => {
-                let n = check_name(n).ok()?;
-                dir.path.join(n)
-            }
-        };
-        let o = self.open_obj(&rel).ok()?;
-        self.remember(&o).ok()?;
-        Some(o)
     }
 
     /// The current time as the server sets it (for tests).

@@ -18,8 +18,10 @@
 //! RFC 1813 is not among the project's spec copies; section numbers below are RFC 1813's.
 
 pub mod export;
+pub mod exports;
 pub mod mount;
 pub mod procs;
+pub mod sys;
 pub mod xdr;
 
 /// NFS program number (RFC 1813 §3: 100003).

@@ -2,8 +2,9 @@
 //! served over record-marked ONC RPC on kernel TCP ([`crate::rpc::tcp::serve`]).
 //!
 //! MOUNT answers MNT for the export's name with the root file handle and the flavors AUTH_SYS
-//! and AUTH_NONE; DUMP is an empty list (no mount list is kept), UMNT/UMNTALL do nothing, EXPORT
-//! lists the one export open to every host. The port mapper answers GETPORT from a fixed table
+//! and AUTH_NONE, to the clients the export's client list allows (MNT3ERR_ACCES otherwise,
+//! [`super::exports`]); DUMP is an empty list (no mount list is kept), UMNT/UMNTALL do nothing,
+//! EXPORT lists the one export with its client entries as groups. The port mapper answers GETPORT from a fixed table
 //! (MOUNT v3 over TCP at the mount port); SET/UNSET are refused (false), DUMP lists the table.
 //! Programs neither registry serves (NFSACL 100227, NLM 100021, ...) are PROG_UNAVAIL by the
 //! RPC dispatcher.
@@ -30,6 +31,8 @@ pub mod mproc {
 pub const MNT3_OK: u32 = 0;
 /// `mountstat3` MNT3ERR_NOENT: no such export.
 pub const MNT3ERR_NOENT: u32 = 2;
+/// `mountstat3` MNT3ERR_ACCES: the client may not mount the export.
+pub const MNT3ERR_ACCES: u32 = 13;
 /// `mountstat3` MNT3ERR_SERVERFAULT.
 pub const MNT3ERR_SERVERFAULT: u32 = 10006;
 /// `MNTPATHLEN` (RFC 1813 App. I §5.1.1).
@@ -81,12 +84,28 @@ pub fn register_mount(reg: &mut Registry, export: Arc<Export>, name: &str) {
     reg.register(MOUNT_PROG, MOUNT_V3, mproc::MNT, move |_, a| {
         let path = a.xdr.get_string(MNTPATHLEN).map_err(garbage)?;
         let mut b = Body::new();
+        let shown = String::from_utf8_lossy(path);
+        let who = a
+            .peer
+            .map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
         if norm(path) != n.as_slice() {
-            log::info!(
-                "mountd: MNT {:?}: not exported",
-                String::from_utf8_lossy(path)
-            );
+            log::info!("mountd: MNT {shown:?} from {who}: not exported");
             b.xdr().put_u32(MNT3ERR_NOENT);
+            return Ok(b);
+        }
+        // The export's client list (exports(5)): a client it does not name, or one whose
+        // entry is `secure` calling from a port of 1024 or above, may not mount.
+        let refused = match e.clients().rule_for(a.peer) {
+            None => Some("not among the export's clients".to_string()),
+            Some(r) if r.options.secure && a.peer.is_some_and(|p| p.port() >= 1024) => Some(
+                format!("port {} is not reserved (its entry {:?} is `secure`; `insecure` allows it)",
+                    a.peer.map_or(0, |p| p.port()), r.text),
+            ),
+            Some(_) => None,
+        };
+        if let Some(why) = refused {
+            log::warn!("mountd: MNT {shown:?} from {who} refused: {why}");
+            b.xdr().put_u32(MNT3ERR_ACCES);
             return Ok(b);
         }
         match e.root_handle() {
@@ -112,11 +131,22 @@ pub fn register_mount(reg: &mut Registry, export: Arc<Export>, name: &str) {
     });
     reg.register(MOUNT_PROG, MOUNT_V3, mproc::UMNTALL, |_, _| Ok(Body::new()));
     let n = name;
+    let groups: Vec<String> = export
+        .clients()
+        .rules()
+        .iter()
+        .map(|r| r.text.split('(').next().unwrap_or("").trim().to_string())
+        .collect();
     reg.register(MOUNT_PROG, MOUNT_V3, mproc::EXPORT, move |_, _| {
+        // exportnode (RFC 1813 App. I §5.2.5): the export and its client entries as groups.
         let mut b = Body::new();
         b.xdr().put_bool(true);
         b.xdr().put_opaque(&n);
-        b.xdr().put_bool(false); // no groups: every host
+        for g in &groups {
+            b.xdr().put_bool(true);
+            b.xdr().put_opaque(g.as_bytes());
+        }
+        b.xdr().put_bool(false);
         b.xdr().put_bool(false);
         Ok(b)
     });

@@ -31,8 +31,14 @@ fn status(b: &mut Body, s: Stat) {
     b.xdr().put_u32(s.code());
 }
 
-fn resolve_or(e: &Export, fh: &[u8], b: &mut Body, fail: impl FnOnce(&mut Body)) -> Option<Obj> {
-    match e.resolve(fh) {
+fn resolve_or(
+    e: &Export,
+    c: &Cred,
+    fh: &[u8],
+    b: &mut Body,
+    fail: impl FnOnce(&mut Body),
+) -> Option<Obj> {
+    match e.resolve(c, fh) {
         Ok(o) => Some(o),
         Err(s) => {
             status(b, s);
@@ -72,8 +78,12 @@ pub fn register(reg: &mut Registry, export: Arc<Export>) {
         let e = export.clone();
         // Every procedure touches the file system: none runs on a dataplane worker's thread,
         // but a READ of cached bytes of a file already open is answered there at once.
-        let run =
-            move |call: &CallRepr, a: &mut ArgReader<'_>| h(&e, &Cred::from_auth(&call.cred), a);
+        // The caller as the export's client entry for the connection's peer makes it
+        // (squashed, or denied: NFS3ERR_ACCES from `resolve`).
+        let run = move |call: &CallRepr, a: &mut ArgReader<'_>| {
+            let c = e.caller(&call.cred, a.peer);
+            h(&e, &c, a)
+        };
         let nowait: Option<Nowait> = match p {
             proc_::READ => Some(read_nowait),
             proc_::GETATTR => Some(getattr_nowait),
@@ -85,7 +95,8 @@ pub fn register(reg: &mut Registry, export: Arc<Export>) {
             Some(n) => {
                 let e = export.clone();
                 reg.register_blocking_with_nowait(NFS_PROG, NFS_V3, p, run, move |call, a| {
-                    n(&e, &Cred::from_auth(&call.cred), a)
+                    let c = e.caller(&call.cred, a.peer);
+                    n(&e, &c, a)
                 });
             }
             None => reg.register_blocking(NFS_PROG, NFS_V3, p, run),
@@ -93,10 +104,10 @@ pub fn register(reg: &mut Registry, export: Arc<Export>) {
     }
 }
 
-fn getattr(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
+fn getattr(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    if let Some(o) = resolve_or(e, fh, &mut b, |_| {}) {
+    if let Some(o) = resolve_or(e, c, fh, &mut b, |_| {}) {
         status(&mut b, Stat::Ok);
         e.fattr(&o.st).emit(b.xdr());
     }
@@ -105,9 +116,9 @@ fn getattr(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
 
 /// GETATTR without waiting ([`Export::stat_nowait`]): the same reply as [`getattr`] when the
 /// object's attributes come without a lookup that may wait, else `None`.
-fn getattr_nowait(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
+fn getattr_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     let fh = parse_fh(&mut a.xdr).ok()?;
-    let st = e.stat_nowait(fh)?;
+    let st = e.stat_nowait(c, fh)?;
     let mut b = Body::new();
     status(&mut b, Stat::Ok);
     e.fattr(&st).emit(b.xdr());
@@ -131,11 +142,11 @@ fn lookup_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
 fn access_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     let fh = parse_fh(&mut a.xdr).ok()?;
     let asked = a.xdr.get_u32().ok()?;
-    let st = e.stat_nowait(fh)?;
+    let (bits, st) = e.access_nowait(c, fh, asked)?;
     let mut b = Body::new();
     status(&mut b, Stat::Ok);
     emit_post_op_attr(b.xdr(), Some(&e.fattr(&st)));
-    b.xdr().put_u32(e.access_st(c, &st, asked));
+    b.xdr().put_u32(bits);
     Some(Ok(b))
 }
 
@@ -148,7 +159,7 @@ fn setattr(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
         None
     };
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
     match e.setattr(c, &o, &s, guard) {
@@ -167,7 +178,7 @@ fn setattr(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
 fn lookup(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let (fh, name) = parse_diropargs(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
     match e.lookup(c, &dir, name) {
@@ -189,18 +200,26 @@ fn access(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let asked = a.xdr.get_u32().map_err(garbage)?;
     let mut b = Body::new();
-    if let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) {
-        status(&mut b, Stat::Ok);
-        emit_post_op_attr(b.xdr(), Some(&e.fattr(&o.st)));
-        b.xdr().put_u32(e.access(c, &o, asked));
+    if let Some(o) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) {
+        match e.access(c, &o, asked) {
+            Ok(bits) => {
+                status(&mut b, Stat::Ok);
+                emit_post_op_attr(b.xdr(), Some(&e.fattr(&o.st)));
+                b.xdr().put_u32(bits);
+            }
+            Err(s) => {
+                status(&mut b, s);
+                emit_post_op_attr(b.xdr(), Some(&e.fattr(&o.st)));
+            }
+        }
     }
     Ok(b)
 }
 
-fn readlink(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
+fn readlink(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
     match e.readlink(&o) {
@@ -222,7 +241,7 @@ fn read(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let offset = a.xdr.get_u64().map_err(garbage)?;
     let count = a.xdr.get_u32().map_err(garbage)?;
     let mut b = Body::new();
-    let o = match e.resolve_for_read(fh) {
+    let o = match e.resolve_for_read(c, fh) {
         Ok(o) => o,
         Err(s) => {
             status(&mut b, s);
@@ -311,7 +330,7 @@ fn write(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let stable = StableHow::parse(&mut a.xdr).map_err(garbage)?;
     let data = a.get_bulk(MAX_IO as usize).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
     // RFC 1813 §3.3.7: `count` is the number of bytes of data; more data than count is written
@@ -367,7 +386,7 @@ fn create(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
         _ => return Err(AcceptStat::GarbageArgs),
     };
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
     let r = e.create(c, &dir, name, how, &attrs, verf);
@@ -379,7 +398,7 @@ fn mkdir(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let (fh, name) = parse_diropargs(&mut a.xdr).map_err(garbage)?;
     let attrs = Sattr3::parse(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
     let r = e.mkdir(c, &dir, name, &attrs);
@@ -389,34 +408,47 @@ fn mkdir(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
 
 fn symlink(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let (fh, name) = parse_diropargs(&mut a.xdr).map_err(garbage)?;
-    let _attrs = Sattr3::parse(&mut a.xdr).map_err(garbage)?;
+    let attrs = Sattr3::parse(&mut a.xdr).map_err(garbage)?;
     let target = a.xdr.get_string(MAX_PATH).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
-    let r = e.symlink(c, &dir, name, target);
+    let r = e.symlink(c, &dir, name, target, &attrs);
     diropres(e, &mut b, r, &dir);
     Ok(b)
 }
 
-/// MKNOD (RFC 1813 §3.3.11): not supported (devices, FIFOs and sockets are not created).
-fn mknod(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
-    let (fh, _name) = parse_diropargs(&mut a.xdr).map_err(garbage)?;
+/// MKNOD (RFC 1813 §3.3.11): `mknoddata3` is the type, then for NF3CHR / NF3BLK a
+/// `devicedata3` (attributes and `specdata3` major, minor), for NF3SOCK / NF3FIFO attributes,
+/// for any other type nothing (answered NFS3ERR_BADTYPE).
+fn mknod(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
+    use super::xdr::ftype;
+    let (fh, name) = parse_diropargs(&mut a.xdr).map_err(garbage)?;
+    let ft = a.xdr.get_u32().map_err(garbage)?;
+    let (attrs, rdev) = match ft {
+        ftype::CHR | ftype::BLK => {
+            let s = Sattr3::parse(&mut a.xdr).map_err(garbage)?;
+            let major = a.xdr.get_u32().map_err(garbage)?;
+            let minor = a.xdr.get_u32().map_err(garbage)?;
+            (s, (major, minor))
+        }
+        ftype::SOCK | ftype::FIFO => (Sattr3::parse(&mut a.xdr).map_err(garbage)?, (0, 0)),
+        _ => (Sattr3::default(), (0, 0)),
+    };
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
-    diropres(e, &mut b, Err(Stat::NotSupp), &dir);
-    // The rest of mknoddata3 is not decoded: the answer does not depend on it.
-    let _ = a.xdr.rest();
+    let r = e.mknod(c, &dir, name, ft, &attrs, rdev);
+    diropres(e, &mut b, r, &dir);
     Ok(b)
 }
 
 fn remove(e: &Export, c: &Cred, a: &mut ArgReader<'_>, rmdir: bool) -> Res {
     let (fh, name) = parse_diropargs(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
     match e.remove(c, &dir, name, rmdir) {
@@ -440,10 +472,10 @@ fn rename(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
         Wcc::default().emit(b.xdr());
         Wcc::default().emit(b.xdr());
     };
-    let Some(fdir) = resolve_or(e, ffh, &mut b, two) else {
+    let Some(fdir) = resolve_or(e, c, ffh, &mut b, two) else {
         return Ok(b);
     };
-    let Some(tdir) = resolve_or(e, tfh, &mut b, two) else {
+    let Some(tdir) = resolve_or(e, c, tfh, &mut b, two) else {
         return Ok(b);
     };
     match e.rename(c, &fdir, from, &tdir, to) {
@@ -469,10 +501,10 @@ fn link(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
         emit_post_op_attr(b.xdr(), None);
         Wcc::default().emit(b.xdr());
     };
-    let Some(file) = resolve_or(e, fh, &mut b, fail) else {
+    let Some(file) = resolve_or(e, c, fh, &mut b, fail) else {
         return Ok(b);
     };
-    let Some(dir) = resolve_or(e, dfh, &mut b, fail) else {
+    let Some(dir) = resolve_or(e, c, dfh, &mut b, fail) else {
         return Ok(b);
     };
     let r = e.link(c, &file, &dir, name);
@@ -495,7 +527,7 @@ fn readdir(e: &Export, c: &Cred, a: &mut ArgReader<'_>, plus: bool) -> Res {
         dircount
     };
     let mut b = Body::new();
-    let Some(dir) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
+    let Some(dir) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
     // Reply size so far: status, post_op_attr, cookieverf, list end, eof.
@@ -505,13 +537,12 @@ fn readdir(e: &Export, c: &Cred, a: &mut ArgReader<'_>, plus: bool) -> Res {
     let mut dsize = 0usize;
     let mut entries = crate::wire::xdr::XdrWriter::new();
     let mut n = 0usize;
-    let r = e.readdir(c, &dir, cookie, |ino, name, next| {
+    let r = e.readdir(c, &dir, cookie, plus, |ino, name, next, plusdata| {
         let base = 4 + 8 + 4 + crate::wire::xdr::padded(name.len()) + 8;
         let mut extra = crate::wire::xdr::XdrWriter::new();
         if plus {
-            let o = e.entry(&dir, name);
-            emit_post_op_attr(&mut extra, o.as_ref().map(|o| e.fattr(&o.st)).as_ref());
-            emit_post_op_fh(&mut extra, o.as_ref().map(|o| e.handle(o)).as_deref());
+            emit_post_op_attr(&mut extra, plusdata.as_ref().map(|p| &p.0));
+            emit_post_op_fh(&mut extra, plusdata.as_ref().map(|p| &p.1[..]));
         }
         if size + base + extra.len() > maxcount || (plus && dsize + base > dircount) {
             return false;
@@ -547,10 +578,10 @@ fn readdir(e: &Export, c: &Cred, a: &mut ArgReader<'_>, plus: bool) -> Res {
     Ok(b)
 }
 
-fn fsstat(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
+fn fsstat(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
     match e.fsstat() {
@@ -572,10 +603,10 @@ fn fsstat(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
 
 /// FSINFO (§3.3.19): rtmax = wtmax = 1 MiB (one RDMA chunk), FSF3_LINK | FSF3_SYMLINK |
 /// FSF3_HOMOGENEOUS | FSF3_CANSETTIME.
-fn fsinfo(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
+fn fsinfo(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
     status(&mut b, Stat::Ok);
@@ -598,10 +629,10 @@ fn fsinfo(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
     Ok(b)
 }
 
-fn pathconf(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
+fn pathconf(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| emit_post_op_attr(b.xdr(), None)) else {
         return Ok(b);
     };
     status(&mut b, Stat::Ok);
@@ -616,15 +647,15 @@ fn pathconf(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
     Ok(b)
 }
 
-fn commit(e: &Export, _: &Cred, a: &mut ArgReader<'_>) -> Res {
+fn commit(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
     let fh = parse_fh(&mut a.xdr).map_err(garbage)?;
     let _offset = a.xdr.get_u64().map_err(garbage)?;
     let _count = a.xdr.get_u32().map_err(garbage)?;
     let mut b = Body::new();
-    let Some(o) = resolve_or(e, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
+    let Some(o) = resolve_or(e, c, fh, &mut b, |b| Wcc::default().emit(b.xdr())) else {
         return Ok(b);
     };
-    match e.commit(&o) {
+    match e.commit(c, &o) {
         Ok(w) => {
             status(&mut b, Stat::Ok);
             w.emit(b.xdr());

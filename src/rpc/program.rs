@@ -183,6 +183,9 @@ pub struct Placement {
 pub struct ArgReader<'a> {
     /// The inline XDR (positioned after the call header).
     pub xdr: XdrReader<'a>,
+    /// The address the call's connection came from, when the transport knows it (an
+    /// export's client rules, [`crate::nfs::exports`], match on it).
+    pub peer: Option<std::net::SocketAddr>,
     chunks: &'a [PulledChunk],
     next: usize,
 }
@@ -209,9 +212,16 @@ impl<'a> ArgReader<'a> {
     pub fn new(xdr: XdrReader<'a>, chunks: &'a [PulledChunk]) -> Self {
         ArgReader {
             xdr,
+            peer: None,
             chunks,
             next: 0,
         }
+    }
+
+    /// The same, for a call that arrived on a connection from `peer`.
+    pub fn with_peer(mut self, peer: Option<std::net::SocketAddr>) -> Self {
+        self.peer = peer;
+        self
     }
 
     /// Variable-length opaque data of at most `max` bytes that may have been moved in a read

@@ -92,7 +92,25 @@ pub struct ServerConfig {
     /// default): the transport's own, [`ListenConfig::default`] on kernel TCP and the dataplane
     /// config's `[tcp]` keys on DPDK. When set, its `nodelay` is `conn.nodelay`.
     pub listen: Option<ListenConfig>,
+    /// Which peers may connect ([`Admit`]); `None`: every peer. A refused peer's MPA Request
+    /// is answered with an MPA Reject (RFC 5044 §7.1.4) and a log line.
+    pub admit: Option<Admit>,
 }
+
+/// A connection admission policy: given the initiator's address (`None` when the transport
+/// does not know it), whether to accept its connection. An NFS export's client list is one
+/// ([`crate::nfs::exports`]).
+#[derive(Clone)]
+pub struct Admit(pub Arc<dyn Fn(Option<SocketAddr>) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Admit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Admit(..)")
+    }
+}
+
+/// The private data of the MPA Reject sent to a peer an [`Admit`] policy refuses.
+const NOT_ADMITTED: &[u8] = b"rpcrdma: client not allowed";
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -110,6 +128,7 @@ impl Default for ServerConfig {
             handler_threads: 2,
             handler_cpus: None,
             listen: None,
+            admit: None,
         }
     }
 }
@@ -455,6 +474,17 @@ impl RdmaServer {
     /// NFS/RDMA client does) is an RFC 8166 requester and gets ours in the MPA Reply; its
     /// receive size is the inline reply limit from the start (RFC 8797 §4.2).
     fn accept_with(&self, pool: &CreditPool, req: ConnRequest) -> Result<ConnServer, RpcError> {
+        let peer = req.remote_addr();
+        if let Some(admit) = &self.cfg.admit {
+            if !(admit.0)(peer) {
+                log::warn!(
+                    "rpc-server: connection from {} refused: not among the allowed clients",
+                    peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string())
+                );
+                let _ = req.reject(NOT_ADMITTED);
+                return Err(RpcError::Usage("peer not admitted"));
+            }
+        }
         let Some(credits) = pool.join_within(ADMIT_WAIT) else {
             log::warn!(
                 "rpc-server: credit pool exhausted ({} of {} buffers held) for {ADMIT_WAIT:?}, rejecting a connection",
@@ -490,7 +520,7 @@ impl RdmaServer {
         let n = req.accept(&qp, &param)?;
         let peer_ird = u32::from(n.peer_ird.unwrap_or(1));
         bump(&self.stats.connections, 1);
-        Ok(ConnServer::new(
+        let mut conn = ConnServer::new(
             self.stats.clone(),
             self.pull_pool.clone(),
             ep,
@@ -503,7 +533,9 @@ impl RdmaServer {
             // 0 when the client gave us no RDMA Read credit (its IRD 0, RFC 6581 §9.1): calls
             // with read chunks are then answered ERR_CHUNK (`call`).
             u32::from(n.ord),
-        ))
+        );
+        conn.peer = peer;
+        Ok(conn)
     }
 }
 
@@ -523,6 +555,8 @@ const HANDLER_QUEUE: usize = 256;
 /// run it, and where the results go.
 struct PoolJob {
     seq: u64,
+    /// The connection's peer ([`ArgReader::peer`]).
+    peer: Option<SocketAddr>,
     xid: u32,
     chunks: Chunks,
     msg: Vec<u8>,
@@ -578,7 +612,7 @@ fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
         let Ok(call) = CallRepr::parse(&mut r) else {
             continue;
         };
-        let mut args = ArgReader::new(r, &j.pulled);
+        let mut args = ArgReader::new(r, &j.pulled).with_peer(j.peer);
         let (rep, body) = j.reg.dispatch(&call, &mut args);
         let _ = j.reply_to.send(PoolDone {
             seq: j.seq,
@@ -705,6 +739,8 @@ impl Reactor {
 /// QP's kernel-transport driver thread (as a [`DriverHook`]), by a [`Reactor`] on a driven
 /// dataplane worker's thread, or by its own thread elsewhere.
 struct ConnServer {
+    /// Where the connection came from, when the transport knows it.
+    peer: Option<SocketAddr>,
     stats: Arc<ServerStats>,
     pull_pool: Arc<VecPool>,
     ep: Endpoint,
@@ -895,6 +931,7 @@ impl ConnServer {
         ord: u32,
     ) -> Self {
         ConnServer {
+            peer: None,
             stats,
             pull_pool,
             ep,
@@ -1475,7 +1512,7 @@ impl ConnServer {
             self.offload.is_some() && call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call);
         if to_pool {
             // First without blocking, here (a READ of cached bytes): no hand-off to the pool.
-            let mut args = ArgReader::new(r.clone(), &pulled);
+            let mut args = ArgReader::new(r.clone(), &pulled).with_peer(self.peer);
             if let Some((rep, body)) = self.reg.dispatch_nowait(&call, &mut args) {
                 bump(&self.stats.calls_nowait, 1);
                 let rep = ReplyRepr { xid, ..rep };
@@ -1486,6 +1523,7 @@ impl ConnServer {
             if to_pool {
                 off.waiting.push_back(PoolJob {
                     seq: self.answering,
+                    peer: self.peer,
                     xid,
                     chunks: chunks.clone(),
                     msg: msg.to_vec(),
@@ -1503,7 +1541,7 @@ impl ConnServer {
         let (rep, body) = if call.prog == CONFIG_RDMA_PROG {
             self.config_rdma(&call, &mut r)
         } else {
-            let mut args = ArgReader::new(r, &pulled);
+            let mut args = ArgReader::new(r, &pulled).with_peer(self.peer);
             self.reg.dispatch(&call, &mut args)
         };
         let rep = ReplyRepr { xid, ..rep };

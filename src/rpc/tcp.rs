@@ -148,6 +148,7 @@ pub fn serve_with(
 fn serve_conn(s: TcpStream, reg: &Registry, poll: TcpPoll) -> std::io::Result<()> {
     s.set_nonblocking(poll == TcpPoll::Busy)?;
     s.set_nodelay(true)?;
+    let peer = s.peer_addr().ok();
     let mut rd = RecordReader::new(MAX_RECORD);
     // Replies to every call one read brought, written together.
     let mut out: Vec<WireMsg<'static>> = Vec::new();
@@ -157,7 +158,7 @@ fn serve_conn(s: TcpStream, reg: &Registry, poll: TcpPoll) -> std::io::Result<()
         }
         loop {
             match rd.next_buffered() {
-                Ok(Some(rec)) => out.extend(reply(reg, &rec)),
+                Ok(Some(rec)) => out.extend(reply(reg, &rec, peer)),
                 Ok(None) => break,
                 Err(e) => {
                     log::warn!("rpc-tcp: {e}; closing");
@@ -173,11 +174,11 @@ fn serve_conn(s: TcpStream, reg: &Registry, poll: TcpPoll) -> std::io::Result<()
 }
 
 /// The reply to one record, or None when it is not a call at all.
-fn reply(reg: &Registry, rec: &[u8]) -> Option<WireMsg<'static>> {
+fn reply(reg: &Registry, rec: &[u8], peer: Option<SocketAddr>) -> Option<WireMsg<'static>> {
     let mut r = XdrReader::new(rec);
     let (rep, body) = match CallRepr::parse(&mut r) {
         Ok(call) => {
-            let mut a = ArgReader::new(r, &[]);
+            let mut a = ArgReader::new(r, &[]).with_peer(peer);
             reg.dispatch(&call, &mut a)
         }
         Err(CallError::RpcMismatch { xid }) => (

@@ -11,10 +11,11 @@ use serde::Deserialize;
 
 use crate::rpc_server::{check_transport, dataplane_path, listen_rdma, RdmaConfig};
 use dpwarp::config::DataplaneConfig;
-use dpwarp::nfs::export::Export;
+use dpwarp::nfs::export::{Export, HandleKey};
+use dpwarp::nfs::exports::ClientList;
 use dpwarp::nfs::{mount, procs};
 use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::RdmaServer;
+use dpwarp::rpc::server::{Admit, RdmaServer};
 use dpwarp::rpc::tcp;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -55,9 +56,16 @@ pub struct FileConfig {
     /// The path clients mount (`server:NAME`); default: the export's own path.
     #[serde(default)]
     pub name: Option<String>,
-    /// Refuse every change (NFS3ERR_ROFS).
+    /// Refuse every change (NFS3ERR_ROFS) whatever the client entries say.
     #[serde(default)]
     pub read_only: bool,
+    /// Who may mount and use the export, as exports(5) writes it:
+    /// `["192.0.2.0/24(rw,no_root_squash)", "*(ro)"]` (dpwarp::nfs::exports). Required.
+    #[serde(default)]
+    pub clients: Option<Vec<String>>,
+    /// The state file holding the handle key (made 0600 on first start; docs/nfs.md).
+    #[serde(default = "default_state_file")]
+    pub state_file: PathBuf,
     /// RPC-over-RDMA listen address (NFS; RFC 8267 §6.3: port 20049).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
@@ -83,6 +91,10 @@ pub struct FileConfig {
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], dpwarp::nfs::NFS_RDMA_PORT))
+}
+
+fn default_state_file() -> PathBuf {
+    PathBuf::from("/var/lib/dpwarp/nfs-server.state")
 }
 
 fn default_transport() -> String {
@@ -152,10 +164,30 @@ pub fn run(a: Args) -> Result<(), String> {
     } else {
         None
     };
-    let mut export =
-        Export::new(&cfg.export).map_err(|e| format!("export {}: {e}", cfg.export.display()))?;
-    export.read_only = cfg.read_only;
-    let export = Arc::new(export);
+    let Some(entries) = &cfg.clients else {
+        return Err(format!(
+            "{}: no `clients`: say which hosts may use the export, as in exports(5), e.g. \
+             clients = [\"192.0.2.0/24(rw)\"] (docs/nfs.md \"Exports\")",
+            a.config.display()
+        ));
+    };
+    let mut clients = ClientList::parse(entries).map_err(|e| format!("{}: {e}", a.config.display()))?;
+    if clients.is_empty() {
+        return Err(format!("{}: `clients` is empty: nobody could use the export", a.config.display()));
+    }
+    if cfg.read_only {
+        clients.set_read_only();
+    }
+    let state = if cfg.state_file.is_relative() {
+        a.config.parent().unwrap_or(std::path::Path::new(".")).join(&cfg.state_file)
+    } else {
+        cfg.state_file.clone()
+    };
+    let key = HandleKey::load_or_create(&state)?;
+    let export = Arc::new(Export::new(&cfg.export, key, clients)?);
+    for r in export.clients().rules() {
+        log::info!("nfs-server: client entry {}", r.text);
+    }
     let name = cfg
         .name
         .clone()
@@ -163,7 +195,11 @@ pub fn run(a: Args) -> Result<(), String> {
 
     let mut reg = Registry::new();
     procs::register(&mut reg, export.clone());
-    let server = RdmaServer::new(reg, cfg.rdma.server_config());
+    let mut scfg = cfg.rdma.server_config();
+    // An RDMA connection from a host the client list does not name is rejected in MPA.
+    let ex = export.clone();
+    scfg.admit = Some(Admit(Arc::new(move |peer| ex.clients().rule_for(peer).is_some())));
+    let server = RdmaServer::new(reg, scfg);
     let mut mreg = Registry::new();
     mount::register_mount(&mut mreg, export.clone(), &name);
     let mh = tcp::serve(cfg.mount.listen, mreg)

@@ -192,6 +192,7 @@ impl RdmaConfig {
                 mpa_rev0_permissive: self.mpa_rev0 == "permissive",
                 ..ListenConfig::default()
             }),
+            admit: None,
         }
     }
 }
