@@ -86,7 +86,14 @@ fn user_cred(uid: u32) -> Auth {
 
 /// An export of `dir` to the client entries `clients` (exports(5) syntax).
 fn export_to(dir: &TempDir, clients: &[&str]) -> Arc<Export> {
-    Arc::new(Export::new(&dir.0, HandleKey::random(), ClientList::parse(clients).unwrap()).unwrap())
+    Arc::new(
+        Export::new(
+            &dir.0,
+            HandleKey::random(),
+            ClientList::parse(clients).unwrap(),
+        )
+        .unwrap(),
+    )
 }
 
 /// Every client, writable, root not squashed: the tests call as root unless they say.
@@ -1312,4 +1319,397 @@ fn mount_and_portmapper_over_tcp() {
     drop((pc, mc));
     mh.stop();
     ph.stop();
+}
+
+/// [`over_memlink`] for an export made by the test (its client list, its key).
+fn memlink_to(e: Arc<Export>) -> Nfs {
+    let mut reg = Registry::new();
+    procs::register(&mut reg, e.clone());
+    let s = RdmaServer::new(reg, ServerConfig::default());
+    let (ce, se) = memlink::pair(FaultConfig::default());
+    let srv = s.clone();
+    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
+    let mut c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();
+    h.join().unwrap().unwrap();
+    c.cred = root_cred();
+    let root = e.root_handle().unwrap();
+    Nfs {
+        c,
+        e,
+        root,
+        _srv: s,
+    }
+}
+
+impl Nfs {
+    /// SETATTR of the mode alone.
+    fn chmod(&mut self, fh: &[u8], mode: u32) -> u32 {
+        let mut b = fh_body(fh);
+        Sattr3 {
+            mode: Some(mode),
+            ..Default::default()
+        }
+        .emit(b.xdr());
+        b.xdr().put_bool(false);
+        let r = self.call(proc_::SETATTR, b);
+        success(&r).xdr.get_u32().unwrap()
+    }
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+/// The kernel's own rules apply, because each call runs with the caller's credentials: a
+/// WRITE by someone other than the owner clears the set-uid and set-gid bits (pjdfstest
+/// chmod/12.t), a chmod by an owner outside the file's group drops set-gid (chmod/00.t), a
+/// non-owner's chmod is refused, new objects take the group of a set-gid directory.
+#[test]
+fn the_kernel_applies_its_rules_to_the_callers_credentials() {
+    let dir = TempDir::new("setid");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // uid 1000 makes a file and sets it 06777.
+    n.c.cred = user_cred(1000);
+    let f = n.create(&root, "setid", 0).unwrap();
+    let path = dir.0.join("setid");
+    assert_eq!(n.chmod(&f, 0o6777), 0);
+    assert_eq!(
+        mode_of(&path),
+        0o6777,
+        "the owner (in the file's group) keeps set-gid"
+    );
+    // uid 2000 writes it (it is world-writable): both bits go, as for a local write.
+    n.c.cred = user_cred(2000);
+    n.write(&f, 0, b"x", 2).unwrap();
+    assert_eq!(
+        mode_of(&path),
+        0o777,
+        "a non-owner's WRITE cleared set-uid and set-gid"
+    );
+    // ... and may not chmod it.
+    assert_eq!(n.chmod(&f, 0o4777), Stat::Perm.code());
+    assert_eq!(mode_of(&path), 0o777);
+    // The owner moves it to a group it is not in (as root), then sets set-gid: dropped.
+    std::os::unix::fs::chown(&path, None, Some(3000)).unwrap();
+    n.c.cred = user_cred(1000);
+    assert_eq!(n.chmod(&f, 0o2755), 0);
+    assert_eq!(
+        mode_of(&path),
+        0o755,
+        "set-gid of a group the owner is not in is dropped"
+    );
+    // A set-gid directory: new objects take its group.
+    std::fs::create_dir(dir.0.join("sg")).unwrap();
+    std::os::unix::fs::chown(dir.0.join("sg"), None, Some(3000)).unwrap();
+    std::fs::set_permissions(
+        dir.0.join("sg"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o2777),
+    )
+    .unwrap();
+    let (sg, _) = n.lookup(&root, "sg").unwrap();
+    n.create(&sg, "child", 0).unwrap();
+    let m = std::fs::metadata(dir.0.join("sg/child")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1000, 3000));
+    // A sticky directory: uid 2000 may not remove uid 1000's file in it.
+    std::fs::set_permissions(
+        dir.0.join("sg"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    n.c.cred = user_cred(2000);
+    assert_eq!(n.remove(&sg, "child", false), Stat::Perm.code());
+    assert!(dir.0.join("sg/child").exists());
+}
+
+/// knfsd's default: root is squashed to 65534 unless the client entry says
+/// `no_root_squash`; `all_squash` maps everyone.
+#[test]
+fn root_is_squashed_by_default() {
+    let dir = TempDir::new("squash");
+    std::fs::write(dir.0.join("private"), b"root only").unwrap();
+    std::fs::set_permissions(
+        dir.0.join("private"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.0.join("pub")).unwrap();
+    std::fs::set_permissions(
+        dir.0.join("pub"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut n = memlink_to(export_to(&dir, &["*(rw)"]));
+    let root = n.root.clone();
+    let (p, _) = n.lookup(&root, "private").unwrap();
+    assert_eq!(
+        n.read(&p, 0, 10, 0),
+        Err(Stat::Acces.code()),
+        "squashed root reads nothing of root's"
+    );
+    assert_eq!(n.write(&p, 0, b"x", 2), Err(Stat::Acces.code()));
+    assert_eq!(
+        n.create(&root, "x", 0),
+        Err(Stat::Acces.code()),
+        "nor creates in root's 0755"
+    );
+    let (pubd, _) = n.lookup(&root, "pub").unwrap();
+    n.create(&pubd, "mine", 0).unwrap();
+    let m = std::fs::metadata(dir.0.join("pub/mine")).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (65534, 65534),
+        "root's file belongs to nobody"
+    );
+    assert_eq!(std::fs::read(dir.0.join("private")).unwrap(), b"root only");
+    // all_squash with anonuid/anongid: a user becomes them too.
+    let mut n = memlink_to(export_to(
+        &dir,
+        &["*(rw,all_squash,anonuid=4321,anongid=4322)"],
+    ));
+    n.c.cred = user_cred(1000);
+    let root = n.root.clone();
+    let (pubd, _) = n.lookup(&root, "pub").unwrap();
+    n.create(&pubd, "anon", 0).unwrap();
+    let m = std::fs::metadata(dir.0.join("pub/anon")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (4321, 4322));
+    // A read-only entry: changes are NFS3ERR_ROFS.
+    let mut n = memlink_to(export_to(&dir, &["*(ro,no_root_squash)"]));
+    let root = n.root.clone();
+    assert_eq!(n.create(&root, "ro", 0), Err(Stat::RoFs.code()));
+    let (p, _) = n.lookup(&root, "private").unwrap();
+    assert_eq!(n.write(&p, 0, b"x", 2), Err(Stat::RoFs.code()));
+    assert_eq!(n.read(&p, 0, 9, 0).unwrap().0, b"root only");
+}
+
+/// A client the export's list does not name is refused at MOUNT (MNT3ERR_ACCES) and at the
+/// RDMA connection (an MPA Reject); a `secure` entry refuses MOUNT from an unreserved port.
+#[test]
+fn clients_outside_the_export_are_refused() {
+    let dir = TempDir::new("refuse");
+    let mnt = |e: Arc<Export>| {
+        let mut mreg = Registry::new();
+        mount::register_mount(&mut mreg, e, "/export");
+        let mh = tcp::serve(SocketAddr::from(([127, 0, 0, 1], 0)), mreg).unwrap();
+        let mut mc = TcpClient::connect(mh.addr, 1).unwrap();
+        let mut b = Body::new();
+        b.xdr().put_opaque(b"/export");
+        let r = mc.call(MOUNT_PROG, MOUNT_V3, mproc::MNT, &b).unwrap();
+        let st = r.results().unwrap().xdr.get_u32().unwrap();
+        drop(mc);
+        mh.stop();
+        st
+    };
+    // 127.0.0.1 is not in 192.0.2.0/24.
+    let other = export_to(&dir, &["192.0.2.0/24(rw,insecure)"]);
+    assert_eq!(mnt(other.clone()), mount::MNT3ERR_ACCES);
+    // `secure` (the default): this test's port is not reserved.
+    assert_eq!(
+        mnt(export_to(&dir, &["127.0.0.1(rw)"])),
+        mount::MNT3ERR_ACCES
+    );
+    assert_eq!(
+        mnt(export_to(&dir, &["127.0.0.0/8(rw,insecure)"])),
+        mount::MNT3_OK
+    );
+    // The RDMA connection: refused before any call.
+    let mut reg = Registry::new();
+    procs::register(&mut reg, other.clone());
+    let e = other.clone();
+    let cfg = ServerConfig {
+        admit: Some(dpwarp::rpc::server::Admit(Arc::new(move |peer| {
+            e.clients().rule_for(peer).is_some()
+        }))),
+        ..ServerConfig::default()
+    };
+    let s = RdmaServer::new(reg, cfg);
+    let h = s
+        .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .unwrap();
+    let refused = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default());
+    assert!(
+        refused.is_err(),
+        "a connection from outside the export's networks was accepted"
+    );
+    assert_eq!(ServerStats::get(&s.stats().connections), 0);
+    h.stop();
+    // An admitted client whose calls nonetheless match no entry (a server without the
+    // connection check): every call but NULL is NFS3ERR_ACCES.
+    let mut n = memlink_to(other);
+    let root = n.root.clone();
+    assert_eq!(n.getattr(&root), Err(Stat::Acces.code()));
+    assert!(n.call(proc_::NULL, Body::new()).results().is_ok());
+}
+
+/// MKNOD (RFC 1813 §3.3.11) makes FIFOs, sockets and devices; devices only for an unsquashed
+/// root (the kernel wants CAP_MKNOD), and regular files or directories are NFS3ERR_BADTYPE.
+#[test]
+fn mknod_makes_every_type() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = TempDir::new("mknod");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let fifo = n.mknod(&root, "fifo", ftype::FIFO, 0o640, (0, 0)).unwrap();
+    let sock = n.mknod(&root, "sock", ftype::SOCK, 0o600, (0, 0)).unwrap();
+    let chr = n.mknod(&root, "null", ftype::CHR, 0o666, (1, 3)).unwrap();
+    let blk = n.mknod(&root, "loop", ftype::BLK, 0o660, (7, 200)).unwrap();
+    let t = |name: &str| std::fs::symlink_metadata(dir.0.join(name)).unwrap();
+    assert!(t("fifo").file_type().is_fifo() && mode_of(&dir.0.join("fifo")) == 0o640);
+    assert!(t("sock").file_type().is_socket());
+    assert!(t("null").file_type().is_char_device());
+    assert_eq!(t("null").rdev(), rustix::fs::makedev(1, 3));
+    assert!(t("loop").file_type().is_block_device());
+    assert_eq!(t("loop").rdev(), rustix::fs::makedev(7, 200));
+    for (fh, ty) in [
+        (&fifo, ftype::FIFO),
+        (&sock, ftype::SOCK),
+        (&chr, ftype::CHR),
+        (&blk, ftype::BLK),
+    ] {
+        assert_eq!(n.getattr(fh).unwrap().ftype, ty);
+    }
+    assert_eq!(n.getattr(&chr).unwrap().rdev, (1, 3));
+    // Never opened for I/O: READ and WRITE of a device are NFS3ERR_INVAL.
+    assert_eq!(n.read(&chr, 0, 10, 0), Err(Stat::Inval.code()));
+    assert_eq!(n.write(&chr, 0, b"x", 2), Err(Stat::Inval.code()));
+    // chmod of a FIFO works (no open).
+    assert_eq!(n.chmod(&fifo, 0o600), 0);
+    assert_eq!(mode_of(&dir.0.join("fifo")), 0o600);
+    assert_eq!(
+        n.mknod(&root, "reg", ftype::REG, 0o644, (0, 0)),
+        Err(Stat::BadType.code())
+    );
+    assert_eq!(
+        n.mknod(&root, "fifo", ftype::FIFO, 0o644, (0, 0)),
+        Err(Stat::Exist.code())
+    );
+    // A user: FIFOs yes, devices no.
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    n.c.cred = user_cred(1000);
+    n.mknod(&root, "ufifo", ftype::FIFO, 0o644, (0, 0)).unwrap();
+    assert_eq!(t("ufifo").uid(), 1000);
+    assert_eq!(
+        n.mknod(&root, "unull", ftype::CHR, 0o666, (1, 3)),
+        Err(Stat::Perm.code())
+    );
+    // A squashed root: no devices either.
+    let mut n = memlink_to(export_to(&dir, &["*(rw)"]));
+    let root = n.root.clone();
+    assert_eq!(
+        n.mknod(&root, "snull", ftype::CHR, 0o666, (1, 3)),
+        Err(Stat::Perm.code())
+    );
+    assert!(!dir.0.join("snull").exists() && !dir.0.join("unull").exists());
+}
+
+/// Objects are reached by handle, not by path from the export root: a tree deeper than
+/// PATH_MAX is served; handles survive renames and a new server instance with the same key
+/// (what a restart with the same state file is), and only a removed object is stale.
+#[test]
+fn handles_need_no_path_and_survive_renames_and_restarts() {
+    let dir = TempDir::new("deep");
+    let key = HandleKey::random();
+    let export =
+        || Arc::new(Export::new(&dir.0, key.clone(), ClientList::parse(OPEN).unwrap()).unwrap());
+    let mut n = memlink_to(export());
+    let root = n.root.clone();
+    let name = "d".repeat(200);
+    let mut fh = root.clone();
+    let levels = 25; // 25 * 201 > 4096 (PATH_MAX)
+    for _ in 0..levels {
+        fh = n.mkdir(&fh, &name).unwrap();
+    }
+    let deep_dir = fh.clone();
+    let f = n.create(&deep_dir, "bottom", 0).unwrap();
+    let data = pattern(3, 100_000);
+    n.write(&f, 0, &data, 2).unwrap();
+    assert_eq!(n.read(&f, 0, 200_000, 0).unwrap().0, data);
+    // The host sees it at a path longer than PATH_MAX (walked one component at a time).
+    let mut d = rustix::fs::open(
+        &dir.0,
+        rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..levels {
+        d = rustix::fs::openat(
+            &d,
+            name.as_str(),
+            rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+    }
+    let host = rustix::fs::openat(
+        &d,
+        "bottom",
+        rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    assert_eq!(rustix::fs::fstat(&host).unwrap().st_size, 100_000);
+    // Renamed behind the server's back: the handles still name it.
+    std::fs::rename(dir.0.join(&name), dir.0.join("moved")).unwrap();
+    assert_eq!(n.read(&f, 0, 10, 0).unwrap().0, data[..10]);
+    assert!(n.lookup(&deep_dir, "bottom").is_ok());
+    // A new server instance with the same key (a restart): every handle still works.
+    drop(n);
+    let mut n = memlink_to(export());
+    assert_eq!(n.root, root, "the root handle is the same");
+    assert_eq!(n.read(&f, 0, 200_000, 0).unwrap().0, data);
+    assert_eq!(n.getattr(&deep_dir).unwrap().ftype, ftype::DIR);
+    n.create(&deep_dir, "after", 0).unwrap();
+    // Removed: stale.
+    assert_eq!(n.remove(&deep_dir, "bottom", false), 0);
+    assert_eq!(n.getattr(&f), Err(Stat::Stale.code()));
+    // Another key: the old handles are not ours.
+    let mut n = memlink_to(export_to(&dir, OPEN));
+    assert_eq!(n.getattr(&deep_dir), Err(Stat::BadHandle.code()));
+}
+
+/// The state file: made 0600 with a key on first start, the same key read back after; one
+/// that others may read is refused.
+#[test]
+fn the_state_file_keeps_the_key() {
+    let dir = TempDir::new("state");
+    let path = dir.0.join("sub/state");
+    let k1 = HandleKey::load_or_create(&path).unwrap();
+    assert_eq!(mode_of(&path), 0o600);
+    assert_eq!(mode_of(&dir.0.join("sub")), 0o700);
+    let k2 = HandleKey::load_or_create(&path).unwrap();
+    let ex = std::fs::create_dir_all(dir.0.join("x")).map(|_| dir.0.join("x"));
+    let fh = |k: HandleKey| {
+        Export::new(ex.as_ref().unwrap(), k, ClientList::parse(OPEN).unwrap())
+            .unwrap()
+            .root_handle()
+            .unwrap()
+    };
+    assert_eq!(fh(k1), fh(k2), "the key read back is the key made");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let e = HandleKey::load_or_create(&path).unwrap_err();
+    assert!(e.contains("chmod 600"), "{e}");
+    std::fs::write(dir.0.join("bad"), "key = \"zz\"\n").unwrap();
+    std::fs::set_permissions(
+        dir.0.join("bad"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    assert!(HandleKey::load_or_create(&dir.0.join("bad")).is_err());
+    // Exporting `/` or a symlink is refused.
+    assert!(Export::new(
+        std::path::Path::new("/"),
+        HandleKey::random(),
+        ClientList::parse(OPEN).unwrap()
+    )
+    .is_err());
+    std::os::unix::fs::symlink(dir.0.join("x"), dir.0.join("link")).unwrap();
+    let e = Export::new(
+        &dir.0.join("link"),
+        HandleKey::random(),
+        ClientList::parse(OPEN).unwrap(),
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("symlink"), "{e}");
 }

@@ -56,7 +56,13 @@ impl Drop for Server {
 /// `nfs-server` over kernel TCP exporting `dir/export` as `/export`; returns it and its NFS and
 /// rpcbind ports once rpcbind answers.
 fn server(dir: &Path) -> (Server, u16, u16) {
-    let (nfs, mount, rpcbind) = (free_port(), free_port(), free_port());
+    let ports = (free_port(), free_port(), free_port());
+    (start(dir, ports), ports.0, ports.2)
+}
+
+/// `nfs-server` on these (NFS, MOUNT, rpcbind) ports, once rpcbind answers; its state file
+/// (the handle key) is `dir/state`.
+fn start(dir: &Path, (nfs, mount, rpcbind): (u16, u16, u16)) -> Server {
     let cfg = dir.join("nfs.toml");
     std::fs::write(
         &cfg,
@@ -72,7 +78,7 @@ fn server(dir: &Path) -> (Server, u16, u16) {
         ),
     )
     .unwrap();
-    let log = dir.join("server.log");
+    let log = dir.join(format!("server-{}.log", free_port()));
     let child = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
         .args(["nfs-server", "--config"])
         .arg(&cfg)
@@ -91,7 +97,7 @@ fn server(dir: &Path) -> (Server, u16, u16) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    (s, nfs, rpcbind)
+    s
 }
 
 fn probe(nfs: u16, rpcbind: u16, extra: &[&str]) -> Output {
@@ -224,4 +230,178 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
     assert!(count_after("from pool buffers ", ')') >= 262_144, "{line}");
     // The 4 KiB READs and the GETATTRs were answered on the connection's thread.
     assert!(count_after(" calls (", ' ') > 0, "{line}");
+}
+
+mod restart {
+    //! `kill -9` of `nfs-server` while a client holds handles and has UNSTABLE data written,
+    //! then a restart on the same config and state file: RFC 1813 §3.3.7's recovery.
+    use super::*;
+    use dpwarp::cm::Net;
+    use dpwarp::nfs::mount::mproc;
+    use dpwarp::nfs::xdr::{parse_post_op_attr, Sattr3, Wcc};
+    use dpwarp::nfs::{proc_, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3};
+    use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
+    use dpwarp::rpc::program::Body;
+    use dpwarp::rpc::tcp::TcpClient;
+    use dpwarp::wire::oncrpc::{Auth, AuthSys};
+    use std::net::SocketAddr;
+
+    fn call(c: &mut RdmaClient, p: u32, b: Body) -> Vec<u8> {
+        let r = c
+            .call(NFS_PROG, NFS_V3, p, b, &CallOpts::default())
+            .expect("call completes");
+        let rr = r.results().expect("SUCCESS");
+        rr.xdr.rest().to_vec()
+    }
+
+    fn connect(nfs: u16) -> RdmaClient {
+        let mut c = RdmaClient::connect(
+            &Net::kernel(),
+            SocketAddr::from(([127, 0, 0, 1], nfs)),
+            ClientConfig::default(),
+        )
+        .expect("connects");
+        c.cred = Auth::Sys(AuthSys {
+            stamp: 1,
+            machinename: b"test".to_vec(),
+            uid: 0,
+            gid: 0,
+            gids: vec![],
+        });
+        c
+    }
+
+    fn be32(b: &[u8]) -> u32 {
+        u32::from_be_bytes(b[..4].try_into().unwrap())
+    }
+
+    /// GETATTR's status.
+    fn getattr(c: &mut RdmaClient, fh: &[u8]) -> u32 {
+        let mut b = Body::new();
+        b.xdr().put_opaque(fh);
+        be32(&call(c, proc_::GETATTR, b))
+    }
+
+    /// WRITE: (status, verifier).
+    fn write(c: &mut RdmaClient, fh: &[u8], off: u64, data: &[u8], stable: u32) -> (u32, [u8; 8]) {
+        let mut b = Body::new();
+        b.xdr().put_opaque(fh);
+        b.xdr().put_u64(off);
+        b.xdr().put_u32(data.len() as u32);
+        b.xdr().put_u32(stable);
+        b.xdr().put_opaque(data);
+        let r = call(c, proc_::WRITE, b);
+        let mut x = dpwarp::wire::xdr::XdrReader::new(&r);
+        let st = x.get_u32().unwrap();
+        Wcc::parse(&mut x).unwrap();
+        if st != 0 {
+            return (st, [0; 8]);
+        }
+        x.get_u32().unwrap();
+        x.get_u32().unwrap();
+        (st, x.get_fixed(8).unwrap().try_into().unwrap())
+    }
+
+    /// COMMIT's verifier.
+    fn commit(c: &mut RdmaClient, fh: &[u8]) -> [u8; 8] {
+        let mut b = Body::new();
+        b.xdr().put_opaque(fh);
+        b.xdr().put_u64(0);
+        b.xdr().put_u32(0);
+        let r = call(c, proc_::COMMIT, b);
+        let mut x = dpwarp::wire::xdr::XdrReader::new(&r);
+        assert_eq!(x.get_u32().unwrap(), 0);
+        Wcc::parse(&mut x).unwrap();
+        x.get_fixed(8).unwrap().try_into().unwrap()
+    }
+
+    /// CREATE or MKDIR of `name` in `dir`: the new handle.
+    fn make(c: &mut RdmaClient, dir: &[u8], name: &str, mkdir: bool) -> Vec<u8> {
+        let mut b = Body::new();
+        b.xdr().put_opaque(dir);
+        b.xdr().put_opaque(name.as_bytes());
+        if !mkdir {
+            b.xdr().put_u32(0);
+        }
+        Sattr3 {
+            mode: Some(0o644),
+            ..Default::default()
+        }
+        .emit(b.xdr());
+        let r = call(c, if mkdir { proc_::MKDIR } else { proc_::CREATE }, b);
+        let mut x = dpwarp::wire::xdr::XdrReader::new(&r);
+        assert_eq!(x.get_u32().unwrap(), 0, "{name}");
+        assert!(x.get_bool().unwrap());
+        let fh = x.get_opaque(64).unwrap().to_vec();
+        parse_post_op_attr(&mut x).unwrap();
+        fh
+    }
+
+    fn mnt(mount: u16) -> Vec<u8> {
+        let mut mc = TcpClient::connect(SocketAddr::from(([127, 0, 0, 1], mount)), 1).unwrap();
+        let mut b = Body::new();
+        b.xdr().put_opaque(b"/export");
+        let r = mc.call(MOUNT_PROG, MOUNT_V3, mproc::MNT, &b).unwrap();
+        let mut rr = r.results().unwrap();
+        assert_eq!(rr.xdr.get_u32().unwrap(), 0);
+        rr.xdr.get_opaque(64).unwrap().to_vec()
+    }
+
+    #[test]
+    fn kill_9_and_restart_keeps_every_handle_and_the_resent_unstable_data() {
+        let dir = Dir::new("restart");
+        let ports = (free_port(), free_port(), free_port());
+        let mut srv = start(&dir.0, ports);
+        let root = mnt(ports.1);
+        let mut c = connect(ports.0);
+        let sub = make(&mut c, &root, "sub", true);
+        let f = make(&mut c, &sub, "data", false);
+        // UNSTABLE writes: the client keeps the data until a COMMIT answers with the same
+        // verifier as the WRITEs (RFC 1813 §3.3.7).
+        let chunks: Vec<Vec<u8>> = (0..4u8)
+            .map(|i| (0..65536).map(|j| (j as u8) ^ i.wrapping_mul(37)).collect())
+            .collect();
+        let mut verf = None;
+        for (i, d) in chunks.iter().enumerate() {
+            let (st, v) = write(&mut c, &f, (i * 65536) as u64, d, 0);
+            assert_eq!(st, 0);
+            assert!(
+                verf.is_none_or(|w| w == v),
+                "one verifier per server instance"
+            );
+            verf = Some(v);
+        }
+        let verf = verf.unwrap();
+        // kill -9, while the client holds its handles, and a restart on the same state file.
+        srv.child.kill().unwrap();
+        srv.child.wait().unwrap();
+        drop(c);
+        let _srv2 = start(&dir.0, ports);
+        let mut c = connect(ports.0);
+        // Every old handle still works.
+        for fh in [&root, &sub, &f] {
+            assert_eq!(getattr(&mut c, fh), 0, "an old handle after the restart");
+        }
+        assert_eq!(mnt(ports.1), root, "MNT gives the same root handle");
+        // COMMIT answers with a new verifier: the client sends its UNSTABLE data again, then
+        // commits again, with the handle it already had.
+        let v2 = commit(&mut c, &f);
+        assert_ne!(v2, verf, "a restart changes the write verifier");
+        for (i, d) in chunks.iter().enumerate() {
+            let (st, v) = write(&mut c, &f, (i * 65536) as u64, d, 0);
+            assert_eq!((st, v), (0, v2));
+        }
+        assert_eq!(commit(&mut c, &f), v2);
+        let on_disk = std::fs::read(dir.0.join("export/sub/data")).unwrap();
+        assert_eq!(on_disk, chunks.concat(), "nothing lost");
+        // And the old directory handle takes new entries.
+        make(&mut c, &sub, "after", false);
+        assert!(dir.0.join("export/sub/after").exists());
+        // The state file is the server's, 0600.
+        let m = std::fs::metadata(dir.0.join("state")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777,
+            0o600
+        );
+    }
 }

@@ -127,10 +127,7 @@ impl HandleKey {
     }
 
     fn parse(text: &str) -> Option<HandleKey> {
-        let line = text
-            .lines()
-            .map(str::trim)
-            .find(|l| l.starts_with("key"))?;
+        let line = text.lines().map(str::trim).find(|l| l.starts_with("key"))?;
         let v = line.split_once('=')?.1.trim().trim_matches('"');
         if v.len() != 64 {
             return None;
@@ -192,7 +189,6 @@ impl Obj {
         (self.st.st_dev, self.st.st_ino)
     }
 }
-
 
 /// Objects whose handles were resolved lately, kept open: a call answered on the connection's
 /// own thread ([`Export::stat_nowait`], [`Export::read_nowait`], [`Export::lookup_nowait`])
@@ -306,7 +302,6 @@ fn ftype_of(mode: u32) -> u32 {
     }
 }
 
-
 /// A single path component from a request (RFC 1813 §2.5 `filename3`): refused if empty,
 /// `/`-containing, NUL-containing, or longer than 255 bytes.
 fn check_name(name: &[u8]) -> Result<&OsStr, Stat> {
@@ -403,7 +398,9 @@ impl Export {
             );
         }
         let root_kh = sys::handle_of(&root).map_err(|e| {
-            format!("export {shown}: its file system gives no file handles (name_to_handle_at: {e})")
+            format!(
+                "export {shown}: its file system gives no file handles (name_to_handle_at: {e})"
+            )
         })?;
         if root_kh.bytes.len() > MAX_KERNEL_HANDLE {
             return Err(format!(
@@ -565,7 +562,8 @@ impl Export {
         if m.iter().zip(mac).fold(0u8, |a, (x, y)| a | (x ^ y)) != 0 {
             return Err(Stat::BadHandle);
         }
-        let be32 = |r: std::ops::Range<usize>| u32::from_be_bytes(body[r].try_into().unwrap_or([0; 4]));
+        let be32 =
+            |r: std::ops::Range<usize>| u32::from_be_bytes(body[r].try_into().unwrap_or([0; 4]));
         if be32(4..8) != self.id {
             return Err(Stat::Stale);
         }
@@ -800,8 +798,7 @@ impl Export {
         let want = want.min(buf.len());
         if want > 0 {
             let mut io = [std::io::IoSliceMut::new(&mut buf[..want])];
-            match rustix::io::preadv2(&*o.fd, &mut io, offset, rustix::io::ReadWriteFlags::NOWAIT)
-            {
+            match rustix::io::preadv2(&*o.fd, &mut io, offset, rustix::io::ReadWriteFlags::NOWAIT) {
                 // All of it, or nothing: a short count (part not cached, the file shrank)
                 // goes the waiting way.
                 Ok(n) if n == want => {}
@@ -945,7 +942,13 @@ impl Export {
     }
 
     /// READ (RFC 1813 §3.3.6): up to `count` bytes at `offset`, and whether that reached EOF.
-    pub fn read(&self, c: &Cred, o: &Obj, offset: u64, count: u32) -> Result<(Vec<u8>, bool), Stat> {
+    pub fn read(
+        &self,
+        c: &Cred,
+        o: &Obj,
+        offset: u64,
+        count: u32,
+    ) -> Result<(Vec<u8>, bool), Stat> {
         let mut buf = Vec::new();
         let (got, eof) = self.read_with(c, o, offset, count, |want| {
             buf.resize(want, 0);
@@ -1047,7 +1050,13 @@ impl Export {
     /// SETATTR (RFC 1813 §3.3.2). `guard`: the ctime the client expects (else NOT_SYNC). Each
     /// change is made with the caller's credentials: the kernel decides who may chown, chmod
     /// (clearing set-gid for a caller outside the file's group) and set times.
-    pub fn setattr(&self, c: &Cred, o: &Obj, s: &Sattr3, guard: Option<NfsTime>) -> Result<Wcc, Stat> {
+    pub fn setattr(
+        &self,
+        c: &Cred,
+        o: &Obj,
+        s: &Sattr3,
+        guard: Option<NfsTime>,
+    ) -> Result<Wcc, Stat> {
         self.need_rw(c)?;
         if let Some(g) = guard {
             if self.fattr(&o.st).ctime != g {
@@ -1207,7 +1216,13 @@ impl Export {
     }
 
     /// MKDIR (RFC 1813 §3.3.9), with the caller's credentials.
-    pub fn mkdir(&self, c: &Cred, dir: &Obj, name: &[u8], attrs: &Sattr3) -> Result<DirOpResult, Stat> {
+    pub fn mkdir(
+        &self,
+        c: &Cred,
+        dir: &Obj,
+        name: &[u8],
+        attrs: &Sattr3,
+    ) -> Result<DirOpResult, Stat> {
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         let n = check_new_name(name)?;
@@ -1291,7 +1306,9 @@ impl Export {
         }
         let n = check_name(name)?;
         let _as = self.as_caller(c)?;
-        let gone = CString::new(name).ok().and_then(|cn| sys::handle_of_entry(&*dir.fd, &cn).ok());
+        let gone = CString::new(name)
+            .ok()
+            .and_then(|cn| sys::handle_of_entry(&*dir.fd, &cn).ok());
         let flags = if rmdir {
             AtFlags::REMOVEDIR
         } else {
@@ -1321,7 +1338,9 @@ impl Export {
         let f = check_new_name(from).map_err(|_| Stat::Inval)?;
         let t = check_new_name(to).map_err(|_| Stat::Inval)?;
         let _as = self.as_caller(c)?;
-        let replaced = CString::new(to).ok().and_then(|cn| sys::handle_of_entry(&*tdir.fd, &cn).ok());
+        let replaced = CString::new(to)
+            .ok()
+            .and_then(|cn| sys::handle_of_entry(&*tdir.fd, &cn).ok());
         rfs::renameat(&*fdir.fd, f, &*tdir.fd, t)?;
         if let Some(kh) = replaced {
             self.open_objects().remove(&kh);
@@ -1384,7 +1403,11 @@ impl Export {
                     } else {
                         ent.ino()
                     };
-                    let extra = if plus { self.entry(dir, ent.file_name()) } else { None };
+                    let extra = if plus {
+                        self.entry(dir, ent.file_name())
+                    } else {
+                        None
+                    };
                     if !f(ino, name, ent.offset() as u64, extra) {
                         return Ok(false);
                     }

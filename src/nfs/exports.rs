@@ -109,14 +109,18 @@ impl ExportOptions {
                 "insecure" => self.secure = false,
                 "sync" | "wdelay" | "no_wdelay" | "no_subtree_check" => {}
                 "async" => {
-                    return Err("option \"async\" is not offered: WRITE FILE_SYNC and COMMIT \
+                    return Err(
+                        "option \"async\" is not offered: WRITE FILE_SYNC and COMMIT \
                                 always reach stable storage (RFC 1813 §3.3.7)"
-                        .into())
+                            .into(),
+                    )
                 }
                 "subtree_check" => {
-                    return Err("option \"subtree_check\" is not offered (handles are checked \
+                    return Err(
+                        "option \"subtree_check\" is not offered (handles are checked \
                                 as with no_subtree_check; docs/nfs.md)"
-                        .into())
+                            .into(),
+                    )
                 }
                 _ => return Err(format!("unknown option {opt:?}")),
             },
@@ -332,7 +336,10 @@ mod tests {
         assert_eq!(o("10.1.2.3"), ExportOptions::default());
         assert!(o("2001:db8::1").rw);
         assert!(!o("203.0.113.1").rw);
-        assert!(o("::ffff:192.0.2.9").rw, "IPv4-mapped addresses match IPv4 rules");
+        assert!(
+            o("::ffff:192.0.2.9").rw,
+            "IPv4-mapped addresses match IPv4 rules"
+        );
         assert_eq!(l.rule_for(None).unwrap().text, "*(ro)");
         let only = ClientList::parse(&["192.0.2.0/24"]).unwrap();
         assert!(only.rule_for(at("198.51.100.1")).is_none());

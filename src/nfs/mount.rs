@@ -97,10 +97,13 @@ pub fn register_mount(reg: &mut Registry, export: Arc<Export>, name: &str) {
         // entry is `secure` calling from a port of 1024 or above, may not mount.
         let refused = match e.clients().rule_for(a.peer) {
             None => Some("not among the export's clients".to_string()),
-            Some(r) if r.options.secure && a.peer.is_some_and(|p| p.port() >= 1024) => Some(
-                format!("port {} is not reserved (its entry {:?} is `secure`; `insecure` allows it)",
-                    a.peer.map_or(0, |p| p.port()), r.text),
-            ),
+            Some(r) if r.options.secure && a.peer.is_some_and(|p| p.port() >= 1024) => {
+                Some(format!(
+                    "port {} is not reserved (its entry {:?} is `secure`; `insecure` allows it)",
+                    a.peer.map_or(0, |p| p.port()),
+                    r.text
+                ))
+            }
             Some(_) => None,
         };
         if let Some(why) = refused {

@@ -153,7 +153,11 @@ impl CallerCreds {
         let saved = CallerCreds {
             uid: server.0,
             gid: server.1,
-            groups: server.2.iter().map(|g| rustix::process::Gid::from_raw(*g)).collect(),
+            groups: server
+                .2
+                .iter()
+                .map(|g| rustix::process::Gid::from_raw(*g))
+                .collect(),
         };
         let gs: Vec<_> = groups
             .iter()

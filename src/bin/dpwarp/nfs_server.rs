@@ -171,15 +171,22 @@ pub fn run(a: Args) -> Result<(), String> {
             a.config.display()
         ));
     };
-    let mut clients = ClientList::parse(entries).map_err(|e| format!("{}: {e}", a.config.display()))?;
+    let mut clients =
+        ClientList::parse(entries).map_err(|e| format!("{}: {e}", a.config.display()))?;
     if clients.is_empty() {
-        return Err(format!("{}: `clients` is empty: nobody could use the export", a.config.display()));
+        return Err(format!(
+            "{}: `clients` is empty: nobody could use the export",
+            a.config.display()
+        ));
     }
     if cfg.read_only {
         clients.set_read_only();
     }
     let state = if cfg.state_file.is_relative() {
-        a.config.parent().unwrap_or(std::path::Path::new(".")).join(&cfg.state_file)
+        a.config
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join(&cfg.state_file)
     } else {
         cfg.state_file.clone()
     };
@@ -198,7 +205,9 @@ pub fn run(a: Args) -> Result<(), String> {
     let mut scfg = cfg.rdma.server_config();
     // An RDMA connection from a host the client list does not name is rejected in MPA.
     let ex = export.clone();
-    scfg.admit = Some(Admit(Arc::new(move |peer| ex.clients().rule_for(peer).is_some())));
+    scfg.admit = Some(Admit(Arc::new(move |peer| {
+        ex.clients().rule_for(peer).is_some()
+    })));
     let server = RdmaServer::new(reg, scfg);
     let mut mreg = Registry::new();
     mount::register_mount(&mut mreg, export.clone(), &name);
