@@ -20,8 +20,9 @@
 //! - [`latency`]: the latency summary (one percentile definition) of every tool.
 //! - [`wake`]: the eventfd with which the verbs layer wakes a connection driver.
 //!
-//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence) and two prefetch
-//! hints in the memory-region code (`rdma::memory`: lines about to be placed into and about to
+//! `unsafe` is denied everywhere except the `dpdk` module (the FFI fence), `nfs::sys` (the
+//! kernel's file-handle and file-system-credential calls, which `rustix` does not wrap) and two
+//! prefetch hints in the memory-region code (`rdma::memory`: lines about to be placed into and about to
 //! be gathered from): the protocol core, memory regions and transports are otherwise safe
 //! Rust.
 #![deny(unsafe_code)]
