@@ -1713,3 +1713,49 @@ fn the_state_file_keeps_the_key() {
     .unwrap();
     assert!(e.contains("symlink"), "{e}");
 }
+
+/// The attributes in a MKDIR / MKNOD / CREATE reply are those after the mode and owner were
+/// set (pjdfstest's rename::preserve_metadata and unchanged_ctime_failed found replies made
+/// before the chmod: the client cached a stale mode and saw the ctime move later).
+#[test]
+fn replies_carry_the_attributes_after_the_mode_was_set() {
+    let dir = TempDir::new("postop");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    for (p, name) in [
+        (proc_::MKDIR, "d"),
+        (proc_::MKNOD, "s"),
+        (proc_::CREATE, "f"),
+    ] {
+        let mut b = Body::new();
+        diropargs(&mut b, &root, name);
+        if p == proc_::MKNOD {
+            b.xdr().put_u32(ftype::SOCK);
+        }
+        if p == proc_::CREATE {
+            b.xdr().put_u32(0);
+        }
+        Sattr3 {
+            mode: Some(0o777),
+            ..Default::default()
+        }
+        .emit(b.xdr());
+        let r = n.call(p, b);
+        let mut rr = success(&r);
+        assert_eq!(rr.xdr.get_u32().unwrap(), 0, "{name}");
+        assert!(rr.xdr.get_bool().unwrap());
+        rr.xdr.get_opaque(64).unwrap();
+        let a = parse_post_op_attr(&mut rr.xdr).unwrap().unwrap();
+        assert_eq!(
+            a.mode, 0o777,
+            "{name}: the reply's mode is the one set, not umask-narrowed"
+        );
+        assert_eq!(mode_of(&dir.0.join(name)), 0o777);
+        let now = std::fs::symlink_metadata(dir.0.join(name)).unwrap();
+        assert_eq!(
+            (a.ctime.seconds, a.ctime.nseconds),
+            (now.ctime() as u32, now.ctime_nsec() as u32),
+            "{name}: the reply's ctime is the current one"
+        );
+    }
+}

@@ -1113,6 +1113,14 @@ impl Export {
         Ok(o)
     }
 
+    /// `o` with its attributes as they are now: a reply's post-op attributes must show the
+    /// mode and owner set after the object was made, or the client caches stale ones (and
+    /// sees its ctime move later).
+    fn refreshed(mut o: Obj) -> Result<Obj, Stat> {
+        o.st = rfs::fstat(&*o.fd)?;
+        Ok(o)
+    }
+
     /// Owner and group a new object's attributes ask for (the caller's credentials decide
     /// whether the kernel allows them).
     fn chown_new(o: &Obj, attrs: &Sattr3) -> Result<(), Stat> {
@@ -1212,7 +1220,7 @@ impl Export {
         if how != 2 {
             Self::chown_new(&o, attrs)?;
         }
-        Ok((Some(o), self.dir_wcc(dir)))
+        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
     }
 
     /// MKDIR (RFC 1813 §3.3.9), with the caller's credentials.
@@ -1235,7 +1243,7 @@ impl Export {
             rfs::chmod(proc_path(&*o.fd), mode)?;
         }
         Self::chown_new(&o, attrs)?;
-        Ok((Some(o), self.dir_wcc(dir)))
+        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
     }
 
     /// SYMLINK (RFC 1813 §3.3.10): the target is stored verbatim and never resolved here.
@@ -1257,7 +1265,7 @@ impl Export {
         rfs::symlinkat(OsStr::from_bytes(target), &*dir.fd, n)?;
         let o = self.new_child(dir, n)?;
         Self::chown_new(&o, attrs)?;
-        Ok((Some(o), self.dir_wcc(dir)))
+        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
     }
 
     /// MKNOD (RFC 1813 §3.3.11): a FIFO, socket, or character or block device (`rdev`:
@@ -1290,7 +1298,7 @@ impl Export {
             rfs::chmod(proc_path(&*o.fd), mode)?;
         }
         Self::chown_new(&o, attrs)?;
-        Ok((Some(o), self.dir_wcc(dir)))
+        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
     }
 
     /// REMOVE (RFC 1813 §3.3.12) or RMDIR (§3.3.13), with the caller's credentials (the
