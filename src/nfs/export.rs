@@ -8,8 +8,8 @@
 //! before it, with a 32-byte key kept in the server's state file ([`HandleKey`]). A handle is
 //! opened with `open_by_handle_at(2)` on the export's mount: no path walk per call, no depth
 //! limit, and it stays valid across server restarts and renames; NFS3ERR_STALE only when the
-//! object is gone (or when it belongs to another export of this key). Wrong length, tag or
-//! MAC: NFS3ERR_BADHANDLE.
+//! object is gone. Wrong length, tag or MAC (and so a handle of another export directory, whose
+//! root handle the MAC covers): NFS3ERR_BADHANDLE.
 //!
 //! What the key protects: `open_by_handle_at` opens any inode of the file system that a
 //! handle names, wherever it is, so a handle must be one this server gave out for an object it
@@ -551,7 +551,8 @@ impl Export {
     }
 
     /// `(NFS type, kernel handle)` of one of our handles: NFS3ERR_BADHANDLE if it is not one,
-    /// NFS3ERR_STALE if it is one of another export under the same key.
+    /// NFS3ERR_STALE if its export id is not this export's (behind a valid MAC, which covers the
+    /// root's handle, only a server with several exports could give such a handle out).
     fn decode(&self, fh: &[u8]) -> Result<(u32, KernelHandle), Stat> {
         if fh.len() < FH_HEAD + FH_MAC || fh.len() > FH_MAX || &fh[..4] != FH_TAG {
             return Err(Stat::BadHandle);
