@@ -228,7 +228,7 @@ pub struct WorkerConfig {
     /// of quiet connections; a post that raced with its QP's adoption). Other passes cost what
     /// the busy connections need (docs/dataplane.md "Workers"). Default 1000; larger values
     /// make timers of quiet connections late by up to that much, and cost many quiet
-    /// connections less (docs/dataplane.md "What the sweep costs with quiet connections").
+    /// connections less (docs/dataplane.md "A pass costs what the busy connections need").
     #[serde(default = "d_sweep")]
     pub sweep_us: u64,
     /// Driven mode (no worker thread; the application's thread runs the passes): microseconds

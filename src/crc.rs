@@ -6,11 +6,10 @@
 //! the `crc32c` crate by several times from 512 bytes up, which is where FPDUs live. What is left
 //! after its last whole block (up to 446 octets; about 290 of an FPDU at MTU 1500) crc-fast runs
 //! as one serial `crc32` chain; x86-64 builds run it as three chains instead (module `tail`),
-//! which takes an MTU 1500 FPDU's CRC from 47 to 38-42 ns on the development host. That is on
-//! CPUs with AVX-512, where crc-fast folds 512 bits at a time. On x86-64 CPUs without it,
-//! crc-fast's 128-bit folding is slower than `crc32` chains, so the whole input runs on three
-//! chains (chosen at run time: 130 -> 85 ns at 1448 octets on a Zen 3 host, docs/crc.md "A host
-//! without AVX-512").
+//! which do not wait for each other. That is on CPUs with AVX-512, where crc-fast folds 512
+//! bits at a time. On x86-64 CPUs without it, crc-fast's 128-bit folding is slower than
+//! `crc32` chains, so the whole input runs on three chains (chosen at run time; docs/crc.md "A
+//! host without AVX-512").
 //!
 //! Both functions work on the *finished* CRC value (reflected, initial value and final XOR
 //! 0xFFFFFFFF, RFC 3385); MPA puts that value on the wire least-significant byte first, as the
@@ -86,7 +85,7 @@ fn update(reg: u32, data: &[u8]) -> u32 {
         return crc_fast_update(reg, data);
     }
     // Starting the remainder's chains from zero, before the blocks, and shifting the blocks'
-    // register past them afterwards measured no faster (39-40 ns at 1448 octets either way).
+    // register past them afterwards is no faster (`cargo bench --bench crc`).
     tail::update(crc_fast_update(reg, head), rest)
 }
 

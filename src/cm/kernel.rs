@@ -507,15 +507,10 @@ const SPIN_WINDOW: Duration = Duration::from_micros(50);
 /// How long of [`SPIN_WINDOW`] a driver spins without yielding the CPU: the gaps of a stream
 /// between two reads; after that it yields on every idle pass. Driver threads are not pinned
 /// (one per QP, on a machine the transport shares), and the kernel often places the two
-/// drivers of a loopback connection on one CPU (seen in `/proc/PID/task/*/stat`). A
-/// driver that spun without yielding then kept its peer's driver off that CPU for its whole
-/// window, so a ping-pong fell into 50 us turns: `dpwarp perf send_lat` over kernel TCP with
-/// both ends on one CPU (`taskset -c 0`) p50 54 us one way, `read_lat` 108 us, and on two CPUs
-/// in about one short run of three (until the kernel spread the threads). Yielding after
-/// 2 us: 5.0 and 9.6 us on one CPU; on two, 3.5-5.5 and 6.3-10 us in every run (the higher
-/// figures where the drivers share a CPU). 64 KiB `write_bw` on one CPU 27-39 Gbit/s against
-/// 18-25; on two within the runs' spread. Yielding from the first idle pass was faster on
-/// one CPU (3.1 / 5.7 us) but cost 64 KiB `write_bw` on two 8-16 % (medians of three batches).
+/// drivers of a loopback connection on one CPU, where a driver that never yielded would keep
+/// its peer's driver off it for its whole window and turn a ping-pong into 50 us turns.
+/// Yielding from the first idle pass would cost a stream on two CPUs its batching, so a
+/// short stretch is spun first (docs/rpc.md "Over kernel TCP: spins that yield").
 const SPIN_ALONE: Duration = Duration::from_micros(2);
 
 /// How long a closing driver keeps sending what its connection still queues (see `drive`).

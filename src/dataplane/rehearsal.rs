@@ -5,9 +5,10 @@
 //! §5, RFC 5044 §4) is still in this core's caches when the next request comes.
 //!
 //! The keep-alives of `Worker::warm` run smoltcp and the PMD on both ends, but no FPDU: the
-//! engine sees nothing of them. On the hosts measured a core loses what it has not touched
-//! for 20-50 us (docs/dataplane.md "Keeping the path warm", `benches/idle_state`), and
-//! after 100 us the framing of a 64 B Send took four times as long as back to back. The pair
+//! engine sees nothing of them. A core that shares its caches with work we do not see loses
+//! what it has not touched for some tens of microseconds (docs/dataplane.md "Paced pings",
+//! `benches/idle_state`), and the framing of a Send after such a gap takes several times as
+//! long as back to back. The pair
 //! here is two [`Qp`]s of the application's kind (with a doorbell, so that posts go straight
 //! into their connections, as a driven application's do), whose [`Connection`]s are wired
 //! back to back through a buffer: a Send goes from one to the other by the calls the

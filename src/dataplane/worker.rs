@@ -923,8 +923,7 @@ impl Worker {
         // phase, and the pass ends there. What the transmit phase had for those segments (an
         // ACK, a window update, an engine's reply) goes out with the application's answer, in
         // the transmit phase its doorbell (`poll_transmit`) or its next pass runs: one egress
-        // instead of two, and its completion one egress earlier (a 64 B Send ping-pong over
-        // memif: 0.05 us of 1.24 each way). Never twice in a row, so a stream of
+        // instead of two, and its completion one egress earlier. Never twice in a row, so a stream of
         // completions still gets a transmit phase every other pass; never on a sweep or on a
         // pass whose egress visits every socket (commands, MPA startups); never in the
         // background mode, which has nobody to hand over to.

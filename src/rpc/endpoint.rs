@@ -138,10 +138,8 @@ impl Endpoint {
     ///
     /// Where the CQ is filled by another thread (a kernel-TCP QP's driver, not pinned), the
     /// busy-poll yields the CPU between polls: that driver may be waiting for this very CPU,
-    /// and a spin that kept it off stretched each call to the spin's length (`rpc-bench
-    /// --transport kernel --poll-spin-us 50`, one credit: p50 86-97 us in three runs of six,
-    /// 11-17 us in the others; yielding, 10.9-11.1 us in each: docs/rpc.md). A driven CQ's
-    /// poll is the worker's pass.
+    /// and a spin that kept it off would stretch each call to the spin's length (docs/rpc.md
+    /// "Over kernel TCP: spins that yield"). A driven CQ's poll is the worker's pass.
     pub fn wait_recv(&self, timeout: Duration) -> Option<WorkCompletion> {
         if !self.spin.is_zero() {
             let driven = self.rcq.is_driven();

@@ -145,7 +145,8 @@ const NO_CREDITS: &[u8] = b"rpcrdma: no credits";
 /// refused. Well inside an MPA peer's wait for the reply (siw waits 20 s).
 const ADMIT_WAIT: Duration = Duration::from_secs(2);
 
-/// Default busy-poll before sleeping on a CQ (see docs/rpc.md, measured).
+/// Default busy-poll before sleeping on a CQ: none (docs/rpc.md "Over kernel TCP: spins that
+/// yield").
 pub const POLL_SPIN_US: u64 = 0;
 
 /// Counters over all connections (what a test or an operator can check).

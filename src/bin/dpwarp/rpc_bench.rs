@@ -431,10 +431,10 @@ const TWO_PERIODS: [u8; 502] = {
 /// The default spreads the calls as they are spread in flight: each call in flight has its own
 /// store range on the server and its own buffer on the client (its window, or for a READ the
 /// write chunk the client lends), so the READs' and the WRITEs' octets come from and go to
-/// the same amount of memory on both sides. Until 2026-11-30 every call went to the store's
-/// first `size` octets: a READ's source and a WRITE's destination stayed in the server's
-/// caches while the WRITEs' client windows did not, which made WRITE look slower than READ
-/// by the sender's cache misses alone (docs/rpc.md "READ and WRITE over the same memory").
+/// the same amount of memory on both sides. With every call on the store's first `size`
+/// octets, a READ's source and a WRITE's destination would stay in the server's caches while
+/// the WRITEs' client windows did not, and WRITE would look slower than READ by the sender's
+/// cache misses alone (docs/rpc.md "READ and WRITE over the same memory").
 /// A storage client writes from memory it already holds (its page cache, its buffers), so the
 /// windows are registered memory ([`dpwarp::rpc::program::Body::put_bulk_region`]): over
 /// RPC-over-RDMA the server RDMA-Reads each window in place; over TCP it is copied into the
