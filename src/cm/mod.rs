@@ -205,7 +205,8 @@ impl Net {
         Net(b)
     }
 
-    /// Listen on `addr` (`rdma_listen`; port 0 picks a free port) with the transport's MPA
+    /// Listen on `addr` (`rdma_listen`; on kernel TCP port 0 picks a free port, on DPDK name
+    /// the port) with the transport's MPA
     /// startup settings: [`ListenConfig::default`] on kernel TCP, the dataplane config's
     /// `[tcp]` `mpa_timeout_ms` / `max_startups` on DPDK. On DPDK the listener takes the port
     /// on every worker of the endpoint; the address's IP is the endpoint's own.
