@@ -21,7 +21,9 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Weak};
+
+use parking_lot::RwLock;
 
 use rand::Rng;
 
@@ -184,12 +186,11 @@ pub(crate) fn prefetch_line_for_write(p: *const u8) {
 }
 
 impl Region {
-    fn bytes(&self) -> std::sync::RwLockReadGuard<'_, Box<[u8]>> {
-        // A poisoned lock only means a panic elsewhere while holding it; bytes are plain data.
-        self.data.read().unwrap_or_else(|p| p.into_inner())
+    fn bytes(&self) -> parking_lot::RwLockReadGuard<'_, Box<[u8]>> {
+        self.data.read()
     }
-    fn bytes_mut(&self) -> std::sync::RwLockWriteGuard<'_, Box<[u8]>> {
-        self.data.write().unwrap_or_else(|p| p.into_inner())
+    fn bytes_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Box<[u8]>> {
+        self.data.write()
     }
     /// Copy `data` to offset `off` (checked: [`Checks::check`]).
     fn place(&self, off: usize, data: &[u8]) {
@@ -314,7 +315,7 @@ struct Inner {
     /// Tells this table's entries in a thread's [`Recent`] from another table's.
     id: u64,
     next_pd: AtomicU32,
-    table: RwLock<Table>,
+    table: std::sync::RwLock<Table>,
 }
 
 /// Source of [`Inner::id`].
@@ -409,7 +410,7 @@ impl MemoryTable {
             inner: Arc::new(Inner {
                 id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
                 next_pd: AtomicU32::new(1),
-                table: RwLock::new(Table {
+                table: std::sync::RwLock::new(Table {
                     regions: IndexMap::default(),
                     quarantine: VecDeque::new(),
                     quarantined: IndexSet::default(),
@@ -507,7 +508,7 @@ impl MemoryTable {
         access: Access,
     ) -> Mr {
         let (base, start, len) = {
-            let d = data.read().unwrap_or_else(|p| p.into_inner());
+            let d = data.read();
             let (start, len) = window.unwrap_or((0, d.len()));
             (d.as_ptr() as usize as u64 + start as u64, start, len)
         };
@@ -744,14 +745,11 @@ pub struct GatherCache {
     held: Option<Held>,
 }
 
-/// A region with a read lock on its bytes, taken in [`Held::new`] and released on drop. The
-/// guard borrows from the region's lock, which `region` keeps alive and in place (it sits in
-/// the `Arc`'s allocation): the guard's lifetime is widened to `'static` and it is declared,
-/// so dropped, before `region`. No second reference count is bumped for an owned guard: a run
-/// of one ULPDU (a small Send) costs the same atomics as a lone [`MemoryTable::read_append`].
+/// A region with a read lock on its bytes, taken in [`Held::new`] and released on drop: an
+/// owned guard (`parking_lot`'s `read_arc`), which keeps the bytes' allocation alive by a
+/// reference of its own, so nothing borrows from `region`.
 struct Held {
-    /// Dropped first (fields drop in declaration order): it borrows from `region`.
-    guard: std::sync::RwLockReadGuard<'static, Box<[u8]>>,
+    guard: parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, Box<[u8]>>,
     region: Arc<Region>,
     /// The table the region was found in (`MemoryTable`'s id).
     table: u64,
@@ -759,20 +757,8 @@ struct Held {
 
 impl Held {
     fn new(table: u64, region: Arc<Region>) -> Held {
-        let guard = region.bytes();
-        // SAFETY: the guard borrows `region.data`'s lock, which lives in an `Arc` allocation
-        // that `region` (moved into the same `Held`, and never handed out) keeps alive and
-        // unmoved for as long as the `Held`; the guard is dropped before `region` (field
-        // order), and `bytes` lends the data only for a borrow of the `Held`.
-        #[allow(unsafe_code)]
-        let guard = unsafe {
-            std::mem::transmute::<
-                std::sync::RwLockReadGuard<'_, Box<[u8]>>,
-                std::sync::RwLockReadGuard<'static, Box<[u8]>>,
-            >(guard)
-        };
         Held {
-            guard,
+            guard: region.data.read_arc(),
             region,
             table,
         }
@@ -805,10 +791,7 @@ impl Mr {
         }
         match Arc::try_unwrap(self.region) {
             Ok(r) => match Arc::try_unwrap(r.data) {
-                Ok(lock) => Ok(lock
-                    .into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .into_vec()),
+                Ok(lock) => Ok(lock.into_inner().into_vec()),
                 Err(data) => Err(Mr {
                     region: Arc::new(Region { data, ..r }),
                 }),
@@ -895,13 +878,10 @@ impl Mr {
     /// or gathering from it in a transmit pass, a reader), else None at once: for a thread
     /// that also drives the engines and must not wait on itself.
     pub fn try_bytes_mut(&self) -> Option<MrBytesMut<'_>> {
-        match self.region.data.try_write() {
-            Ok(g) => Some(MrBytesMut(g, self.window())),
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                Some(MrBytesMut(p.into_inner(), self.window()))
-            }
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        self.region
+            .data
+            .try_write()
+            .map(|g| MrBytesMut(g, self.window()))
     }
     /// The region's bytes in place, read-only (e.g. to check or parse what a peer placed
     /// without copying it out); placement waits while the guard is held.
@@ -971,13 +951,13 @@ impl SharedMem {
     }
     /// The bytes in place, read-only; placement into a region over them waits meanwhile.
     pub fn bytes(&self) -> MrBytes<'_> {
-        let g = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let g = self.data.read();
         let all = 0..g.len();
         MrBytes(g, all)
     }
     /// The bytes in place; placement into a region over them waits meanwhile.
     pub fn bytes_mut(&self) -> MrBytesMut<'_> {
-        let g = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let g = self.data.write();
         let all = 0..g.len();
         MrBytesMut(g, all)
     }
@@ -1004,7 +984,7 @@ impl Eq for SharedMem {}
 /// In-place write access to a region's bytes ([`Mr::bytes_mut`]).
 /// Holds the memory's lock and the range of its bytes that is the region's.
 pub struct MrBytesMut<'a>(
-    std::sync::RwLockWriteGuard<'a, Box<[u8]>>,
+    parking_lot::RwLockWriteGuard<'a, Box<[u8]>>,
     core::ops::Range<usize>,
 );
 
@@ -1025,7 +1005,7 @@ impl core::ops::DerefMut for MrBytesMut<'_> {
 /// In-place read access to a region's bytes ([`Mr::bytes`]).
 /// Holds the memory's lock and the range of its bytes that is the region's.
 pub struct MrBytes<'a>(
-    std::sync::RwLockReadGuard<'a, Box<[u8]>>,
+    parking_lot::RwLockReadGuard<'a, Box<[u8]>>,
     core::ops::Range<usize>,
 );
 
