@@ -1759,3 +1759,51 @@ fn replies_carry_the_attributes_after_the_mode_was_set() {
         );
     }
 }
+
+/// The target as a library type (`dpwarp::nfs::target`): what `nfs-server` runs, embedded in a
+/// program: MOUNT through rpcbind's answer, then NFS over RPC-over-RDMA on kernel TCP.
+#[test]
+fn an_embedded_target_serves_mount_and_nfs() {
+    use dpwarp::nfs::target::{NfsTarget, TargetConfig};
+    let dir = TempDir::new("target");
+    std::fs::write(dir.0.join("hello"), b"hello").unwrap();
+    let lo = SocketAddr::from(([127, 0, 0, 1], 0));
+    let target = NfsTarget::start(TargetConfig {
+        name: "/export".into(),
+        clients: ClientList::parse(&["127.0.0.1(rw,no_root_squash,insecure)"]).unwrap(),
+        mount_listen: lo,
+        rpcbind_listen: Some(lo),
+        ..TargetConfig::new(&dir.0)
+    })
+    .unwrap();
+    // rpcbind names the MOUNT port.
+    let mut pc = TcpClient::connect(target.rpcbind.as_ref().unwrap().addr, 1).unwrap();
+    let mut b = Body::new();
+    for v in [MOUNT_PROG, MOUNT_V3, IPPROTO_TCP, 0] {
+        b.xdr().put_u32(v);
+    }
+    let r = pc.call(PMAP_PROG, PMAP_V2, pproc::GETPORT, &b).unwrap();
+    let port = r.results().unwrap().xdr.get_u32().unwrap() as u16;
+    assert_eq!(port, target.mount.addr.port());
+    let mut mc = TcpClient::connect(SocketAddr::from(([127, 0, 0, 1], port)), 1).unwrap();
+    let mut b = Body::new();
+    b.xdr().put_opaque(b"/export");
+    let r = mc.call(MOUNT_PROG, MOUNT_V3, mproc::MNT, &b).unwrap();
+    let mut rr = r.results().unwrap();
+    assert_eq!(rr.xdr.get_u32().unwrap(), mount::MNT3_OK);
+    let root = rr.xdr.get_opaque(64).unwrap().to_vec();
+    let h = target.listen(&Net::kernel(), lo).unwrap();
+    let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
+    c.cred = root_cred();
+    let mut n = Nfs {
+        c,
+        e: target.export.clone(),
+        root: root.clone(),
+        _srv: target.server.clone(),
+    };
+    let (f, _) = n.lookup(&root, "hello").unwrap();
+    assert_eq!(n.read(&f, 0, 100, 0).unwrap().0, b"hello");
+    drop((n, pc, mc));
+    h.stop();
+    target.stop();
+}

@@ -22,6 +22,7 @@ pub mod exports;
 pub mod mount;
 pub mod procs;
 pub mod sys;
+pub mod target;
 pub mod xdr;
 
 /// NFS program number (RFC 1813 §3: 100003).

@@ -5,18 +5,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::rpc_server::{check_transport, dataplane_path, listen_rdma, RdmaConfig};
 use dpwarp::config::DataplaneConfig;
-use dpwarp::nfs::export::{Export, HandleKey};
+use dpwarp::nfs::export::HandleKey;
 use dpwarp::nfs::exports::ClientList;
-use dpwarp::nfs::{mount, procs};
-use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::{Admit, RdmaServer};
-use dpwarp::rpc::tcp;
+use dpwarp::nfs::target::{NfsTarget, TargetConfig};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -173,12 +169,6 @@ pub fn run(a: Args) -> Result<(), String> {
     };
     let mut clients =
         ClientList::parse(entries).map_err(|e| format!("{}: {e}", a.config.display()))?;
-    if clients.is_empty() {
-        return Err(format!(
-            "{}: `clients` is empty: nobody could use the export",
-            a.config.display()
-        ));
-    }
     if cfg.read_only {
         clients.set_read_only();
     }
@@ -190,43 +180,25 @@ pub fn run(a: Args) -> Result<(), String> {
     } else {
         cfg.state_file.clone()
     };
-    let key = HandleKey::load_or_create(&state)?;
-    let export = Arc::new(Export::new(&cfg.export, key, clients)?);
-    for r in export.clients().rules() {
-        log::info!("nfs-server: client entry {}", r.text);
-    }
     let name = cfg
         .name
         .clone()
         .unwrap_or_else(|| cfg.export.to_string_lossy().into_owned());
-
-    let mut reg = Registry::new();
-    procs::register(&mut reg, export.clone());
-    let mut scfg = cfg.rdma.server_config();
-    // An RDMA connection from a host the client list does not name is rejected in MPA.
-    let ex = export.clone();
-    scfg.admit = Some(Admit(Arc::new(move |peer| {
-        ex.clients().rule_for(peer).is_some()
-    })));
-    let server = RdmaServer::new(reg, scfg);
-    let mut mreg = Registry::new();
-    mount::register_mount(&mut mreg, export.clone(), &name);
-    let mh = tcp::serve(cfg.mount.listen, mreg)
-        .map_err(|e| format!("mount listen {}: {e}", cfg.mount.listen))?;
-    let ph = if cfg.rpcbind.enabled {
-        let mut preg = Registry::new();
-        mount::register_pmap(
-            &mut preg,
-            mount::pmap_table(mh.addr.port(), cfg.rpcbind.listen.port()),
-        );
-        Some(
-            tcp::serve(cfg.rpcbind.listen, preg)
-                .map_err(|e| format!("rpcbind listen {}: {e}", cfg.rpcbind.listen))?,
-        )
-    } else {
-        None
-    };
-    let l = listen_rdma(&server, cfg.listen, dpcfg, cfg.dataplane_port)?;
+    let target = NfsTarget::start(TargetConfig {
+        export: cfg.export.clone(),
+        name: name.clone(),
+        clients,
+        key: HandleKey::load_or_create(&state)?,
+        mount_listen: cfg.mount.listen,
+        rpcbind_listen: cfg.rpcbind.enabled.then_some(cfg.rpcbind.listen),
+        server: cfg.rdma.server_config(),
+    })
+    .map_err(|e| format!("{}: {e}", a.config.display()))?;
+    for r in target.export.clients().rules() {
+        log::info!("nfs-server: client entry {}", r.text);
+    }
+    let server = &target.server;
+    let l = listen_rdma(server, cfg.listen, dpcfg, cfg.dataplane_port)?;
     println!(
         "nfs-server: NFSv3 over RPC-over-RDMA ({}) on {}, export {} as {:?}{}",
         l.how,
@@ -235,20 +207,18 @@ pub fn run(a: Args) -> Result<(), String> {
         name,
         if cfg.read_only { " (read-only)" } else { "" }
     );
-    println!("nfs-server: MOUNT v3 over TCP on {}", mh.addr);
-    if let Some(p) = &ph {
+    println!("nfs-server: MOUNT v3 over TCP on {}", target.mount.addr);
+    if let Some(p) = &target.rpcbind {
         println!("nfs-server: rpcbind v2 over TCP on {}", p.addr);
     }
     if let Some(sig) = crate::rpc_server::serve_until(a.duration)? {
         println!("nfs-server: {sig}: stopping");
     }
     l.handle.stop();
-    mh.stop();
-    if let Some(p) = ph {
-        p.stop();
-    }
-    crate::rpc_server::log_server_stats("nfs-server", &server);
-    if let Some(dp) = &l._dp {
+    crate::rpc_server::log_server_stats("nfs-server", server);
+    let dp = l._dp;
+    target.stop();
+    if let Some(dp) = &dp {
         crate::net::log_device_stats(dp);
     }
     Ok(())
