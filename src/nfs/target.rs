@@ -56,7 +56,8 @@ pub struct TargetConfig {
     /// rpcbind v2 over TCP (`None`: not served, e.g. next to a system rpcbind).
     pub rpcbind_listen: Option<SocketAddr>,
     /// The RPC-over-RDMA server's settings (credits, inline sizes, IRD/ORD, CRC, handler
-    /// threads); its `admit` is set to the client list.
+    /// threads; from a configuration's `[rdma]`: [`crate::rpc::config::RdmaSection`]); its
+    /// `admit` is set to the client list.
     pub server: ServerConfig,
 }
 

@@ -13,6 +13,7 @@
 
 pub mod block;
 pub mod client;
+pub mod config;
 pub mod credits;
 mod endpoint;
 pub mod program;

@@ -14,15 +14,16 @@ use serde::Deserialize;
 
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{Dataplane, WorkerMode};
-use dpwarp::cm::{ConnParam, ListenConfig, Net};
+use dpwarp::cm::Net;
 use dpwarp::config::{parse_cidr, DataplaneConfig};
 #[cfg(feature = "dpdk")]
 use dpwarp::dataplane::{Dataplane, WorkerMode};
 use dpwarp::rpc::block::{self, BlockStore};
+/// The `[rdma]` section both servers' configurations share (`dpwarp::rpc::config`).
+pub use dpwarp::rpc::config::RdmaSection as RdmaConfig;
 use dpwarp::rpc::program::Registry;
-use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle, ServerStats};
+use dpwarp::rpc::server::{RdmaServer, ServerHandle, ServerStats};
 use dpwarp::rpc::tcp;
-use dpwarp::wire::xdr::Padding;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -83,73 +84,6 @@ pub struct StoreConfig {
 }
 
 #[derive(Deserialize, Debug, Clone)]
-#[serde(deny_unknown_fields, default)]
-pub struct RdmaConfig {
-    pub inline_recv: u32,
-    pub inline_send: u32,
-    pub align: u32,
-    pub reply_padding_thresh: Option<u32>,
-    pub credit_pool: u32,
-    pub max_credits: u32,
-    pub done_timeout_ms: u64,
-    pub max_chunk: usize,
-    pub ird: u16,
-    pub ord: u16,
-    pub crc: bool,
-    pub poll_spin_us: u64,
-    /// Kernel TCP: an incoming connection's whole MPA Request within this many ms, else it is
-    /// closed (RFC 5044 §7.1.2 item 10; default 5000).
-    pub mpa_timeout_ms: u64,
-    /// Kernel TCP: MPA startups in progress at most (default 256).
-    pub max_startups: usize,
-    /// Kernel TCP: keep-alives on accepted connections after this many ms idle, and between
-    /// them; the connection is reset after `keepalive_probes` unanswered (a client that
-    /// vanished while idle). 0 (default): off. Over DPDK: the dataplane config's `[tcp]
-    /// keepalive_ms`.
-    pub keepalive_ms: u64,
-    /// Kernel TCP: unanswered keep-alives before giving up (default 3).
-    pub keepalive_probes: u32,
-    /// RFC 5044 App. C: "refuse" (default: an MPA Rev 0 Request is closed without a reply,
-    /// RFC 5044 §7.1.1) or "permissive" (RDMA Consortium peers get a Rev 0 Reply and DDP/RDMAP
-    /// version 0 with markers and CRC both ways).
-    pub mpa_rev0: String,
-    /// Threads running blocking procedures (the file store's READ/WRITE, NFS) for connections
-    /// served to completion on a driven dataplane worker or a kernel-TCP QP's driver thread
-    /// (default 2), shared by all connections.
-    pub handler_threads: usize,
-    /// CPUs of those threads (default: the process's; on a server whose clients are
-    /// elsewhere, CPUs no dataplane worker is pinned to; docs/rpc.md "How a call is served").
-    pub handler_cpus: Option<Vec<usize>>,
-}
-
-impl Default for RdmaConfig {
-    fn default() -> Self {
-        let s = ServerConfig::default();
-        RdmaConfig {
-            inline_recv: s.inline_recv,
-            inline_send: s.inline_send,
-            align: 0,
-            reply_padding_thresh: None,
-            credit_pool: s.credit_pool,
-            max_credits: s.max_credits,
-            done_timeout_ms: s.done_timeout.as_millis() as u64,
-            max_chunk: s.max_chunk,
-            ird: 16,
-            ord: 16,
-            crc: true,
-            poll_spin_us: s.poll_spin.as_micros() as u64,
-            mpa_timeout_ms: ListenConfig::default().mpa_timeout.as_millis() as u64,
-            max_startups: ListenConfig::default().max_startups,
-            keepalive_ms: 0,
-            keepalive_probes: ListenConfig::default().keepalive_probes,
-            mpa_rev0: "refuse".into(),
-            handler_threads: s.handler_threads,
-            handler_cpus: None,
-        }
-    }
-}
-
-#[derive(Deserialize, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct TcpConfig {
     pub listen: SocketAddr,
@@ -158,43 +92,6 @@ pub struct TcpConfig {
     /// for `rpc-bench --tcp-server ... --tcp-poll busy`).
     #[serde(default)]
     pub poll: tcp::TcpPoll,
-}
-
-impl RdmaConfig {
-    pub fn server_config(&self) -> ServerConfig {
-        ServerConfig {
-            inline_recv: self.inline_recv.max(1024),
-            inline_send: self.inline_send.max(1024),
-            align: self.align,
-            reply_padding: match (self.reply_padding_thresh, self.align) {
-                (Some(thresh), align) if align >= 4 => Some(Padding { align, thresh }),
-                _ => None,
-            },
-            max_chunk: self.max_chunk,
-            done_timeout: Duration::from_millis(self.done_timeout_ms),
-            credit_pool: self.credit_pool,
-            max_credits: self.max_credits,
-            conn: ConnParam {
-                responder_resources: self.ird,
-                initiator_depth: self.ord,
-                crc: self.crc,
-                ..ConnParam::default()
-            },
-            poll_spin: Duration::from_micros(self.poll_spin_us),
-            handler_threads: self.handler_threads.max(1),
-            handler_cpus: self.handler_cpus.clone(),
-            // Kernel TCP's; the DPDK dataplane's come from its config's `[tcp]` (see `run`).
-            listen: Some(ListenConfig {
-                mpa_timeout: Duration::from_millis(self.mpa_timeout_ms),
-                max_startups: self.max_startups,
-                keepalive_ms: self.keepalive_ms,
-                keepalive_probes: self.keepalive_probes.max(1),
-                mpa_rev0_permissive: self.mpa_rev0 == "permissive",
-                ..ListenConfig::default()
-            }),
-            admit: None,
-        }
-    }
 }
 
 pub fn load(path: &PathBuf) -> Result<FileConfig, String> {
