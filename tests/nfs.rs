@@ -107,20 +107,7 @@ fn server(dir: &TempDir) -> (RdmaServer, Arc<Export>) {
 }
 
 fn over_memlink(dir: &TempDir) -> Nfs {
-    let (s, e) = server(dir);
-    let (ce, se) = memlink::pair(FaultConfig::default());
-    let srv = s.clone();
-    let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
-    let mut c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();
-    h.join().unwrap().unwrap();
-    c.cred = root_cred();
-    let root = e.root_handle().unwrap();
-    Nfs {
-        c,
-        e,
-        root,
-        _srv: s,
-    }
+    memlink_to(export_to(dir, OPEN))
 }
 
 /// The same over kernel TCP loopback; the listener is stopped by the caller.

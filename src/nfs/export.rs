@@ -1114,6 +1114,25 @@ impl Export {
         Ok(o)
     }
 
+    /// The reply of an operation that just made `name` in `dir` (with the caller's
+    /// credentials in force): the object opened and kept, `mode` set when the client gave one
+    /// (not narrowed by the server's umask), the owner and group `attrs` ask for, and the
+    /// attributes as they are after all that.
+    fn made(
+        &self,
+        dir: &Obj,
+        name: &OsStr,
+        attrs: &Sattr3,
+        mode: Option<Mode>,
+    ) -> Result<DirOpResult, Stat> {
+        let o = self.new_child(dir, name)?;
+        if let Some(m) = mode {
+            rfs::chmod(proc_path(&*o.fd), m)?;
+        }
+        Self::chown_new(&o, attrs)?;
+        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
+    }
+
     /// `o` with its attributes as they are now: a reply's post-op attributes must show the
     /// mode and owner set after the object was made, or the client caches stale ones (and
     /// sees its ctime move later).
@@ -1180,8 +1199,8 @@ impl Export {
                     )?;
                     rfs::ftruncate(&f, sz)?;
                 }
-                let o = self.new_child(dir, n)?;
-                return Ok((Some(o), self.dir_wcc(dir)));
+                self.keep(&o);
+                return Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)));
             }
             Err(Errno::EXIST) if how == 2 => {
                 // Retransmission of an EXCLUSIVE create: same verifier in the times.
@@ -1217,11 +1236,9 @@ impl Export {
             rfs::ftruncate(&fd, sz)?;
         }
         drop(fd);
-        let o = self.new_child(dir, n)?;
-        if how != 2 {
-            Self::chown_new(&o, attrs)?;
-        }
-        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
+        // EXCLUSIVE carries a verifier, no attributes (§3.3.8).
+        let owner = if how == 2 { &Sattr3::default() } else { attrs };
+        self.made(dir, n, owner, None)
     }
 
     /// MKDIR (RFC 1813 §3.3.9), with the caller's credentials.
@@ -1238,13 +1255,7 @@ impl Export {
         let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o755) & 0o7777);
         let _as = self.as_caller(c)?;
         rfs::mkdirat(&*dir.fd, n, mode)?;
-        let o = self.new_child(dir, n)?;
-        if attrs.mode.is_some() {
-            // Not narrowed by the server's umask.
-            rfs::chmod(proc_path(&*o.fd), mode)?;
-        }
-        Self::chown_new(&o, attrs)?;
-        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
+        self.made(dir, n, attrs, attrs.mode.map(|_| mode))
     }
 
     /// SYMLINK (RFC 1813 §3.3.10): the target is stored verbatim and never resolved here.
@@ -1264,9 +1275,7 @@ impl Export {
         }
         let _as = self.as_caller(c)?;
         rfs::symlinkat(OsStr::from_bytes(target), &*dir.fd, n)?;
-        let o = self.new_child(dir, n)?;
-        Self::chown_new(&o, attrs)?;
-        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
+        self.made(dir, n, attrs, None)
     }
 
     /// MKNOD (RFC 1813 §3.3.11): a FIFO, socket, or character or block device (`rdev`:
@@ -1294,12 +1303,7 @@ impl Export {
         let mode = Mode::from_raw_mode(attrs.mode.unwrap_or(0o644) & 0o7777);
         let _as = self.as_caller(c)?;
         rfs::mknodat(&*dir.fd, n, kind, mode, dev)?;
-        let o = self.new_child(dir, n)?;
-        if attrs.mode.is_some() {
-            rfs::chmod(proc_path(&*o.fd), mode)?;
-        }
-        Self::chown_new(&o, attrs)?;
-        Ok((Some(Self::refreshed(o)?), self.dir_wcc(dir)))
+        self.made(dir, n, attrs, attrs.mode.map(|_| mode))
     }
 
     /// REMOVE (RFC 1813 §3.3.12) or RMDIR (§3.3.13), with the caller's credentials (the
