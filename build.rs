@@ -92,13 +92,6 @@ mod dpdk {
                 println!("cargo:rustc-link-search=native={p}");
             }
         }
-        // The shim's mmap, mmap64 and munmap (the region gate, csrc/shim.c) must be the ones the
-        // dlopen'd PMDs bind to, so they must be in the executable's dynamic symbol table. The
-        // linker puts those the DPDK libraries on the link line reference there anyway; this
-        // says so for all three. `dpdk::region_gate_in_effect` tells at run time.
-        for sym in ["munmap", "mmap", "mmap64"] {
-            println!("cargo:rustc-link-arg=-Wl,--export-dynamic-symbol={sym}");
-        }
         // --no-as-needed: the PMD libraries register their drivers from constructors; keep them.
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
         for l in LIBS {

@@ -3,6 +3,10 @@
  * structs (kept in C so the Rust bindings stay small and opaque). Built by build.rs. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <link.h>
+#include <stdint.h>
 #include <sched.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -50,19 +54,20 @@ const char *dpw_strerror(int e) { return rte_strerror(e); }
  * unmapped, a new one mapped, the flag set again) reads the old, unmapped ring (seen in a
  * test that polls through 50 reconnects: a segfault reading the ring's flags).
  *
- * The PMD offers no hook, but it maps and unmaps through the dynamic symbols mmap64 and
- * munmap, and the executable defines them (below; build.rs exports them, so the dlopen'd PMD
- * binds to them): while any gated queue exists, each first waits until no burst on a gated
- * queue is still running. Each gated queue owns a slot whose sequence number is odd while a
- * burst runs. A burst makes it odd before the PMD reads anything, with a full barrier between
- * (made by the waiter's membarrier(2) where the kernel offers it, else an xchg); munmap (after
- * the PMD's store of the flag and the system calls between) reads every slot after a full
- * barrier: either it sees the burst (and waits for that burst to end) or the burst sees the
- * cleared flag (and touches no region). A connect maps the new region (the server
- * maps the client's file, the client creates its own) before it sets the flag, so a burst
- * that began before a reconnect ends before the reconnect can complete: it cannot see the
- * new flag with the old ring. Bursts never map or unmap, so the wait cannot deadlock; a
- * thread's own burst (a signal handler's call) is skipped.
+ * The PMD raises no event before it unmaps (no LSC callback in memif_disconnect), but it maps
+ * and unmaps through its own imports of mmap64 and munmap. dpw_gate_hook_memif() points those
+ * two entries of net_memif's GOT (and only net_memif's: the host program's mmap and munmap,
+ * and every other library's, stay glibc's) at dpw_gate_mmap64/dpw_gate_munmap, which first wait
+ * until no burst on a gated queue is still running. Each gated queue owns a slot whose
+ * sequence number is odd while a burst runs. A burst makes it odd before the PMD reads
+ * anything, with a full barrier between (made by the waiter's membarrier(2) where the kernel
+ * offers it, else an xchg); munmap (after the PMD's store of the flag and the system calls
+ * between) reads every slot after a full barrier: either it sees the burst (and waits for that
+ * burst to end) or the burst sees the cleared flag (and touches no region). A connect maps the
+ * new region (the server maps the client's file, the client creates its own) before it sets
+ * the flag, so a burst that began before a reconnect ends before the reconnect can complete:
+ * it cannot see the new flag with the old ring. Bursts never map or unmap, so the wait cannot
+ * deadlock; a thread's own burst (a signal handler's call) is skipped.
  */
 #define DPW_GATE_SLOTS 256
 
@@ -169,73 +174,176 @@ static void dpw_gate_wait(void)
 		__atomic_add_fetch(&dpw_gate_waits, 1, __ATOMIC_RELAXED);
 }
 
-/* Whether `ret` (a return address) lies in net_memif: its own calls, the ones the gate is for,
- * are counted apart. */
-static int dpw_called_from_memif(void *ret)
+/* What net_memif's mmap64 and munmap are once dpw_gate_hook_memif() has run: the PMD's own
+ * calls (its regions, on a connect and a disconnect), each after the bursts in progress. */
+static int dpw_gate_munmap(void *addr, size_t len)
 {
-	Dl_info caller;
-	return dladdr(ret, &caller) != 0 && caller.dli_fname != NULL &&
-	       strstr(caller.dli_fname, "librte_net_memif") != NULL;
-}
-
-/* What mmap and munmap do before their system call while a gated queue exists: wait for the
- * bursts in progress, and count the call in `memif_count` when net_memif made it (`ret`, the
- * caller's return address). */
-static void dpw_gate_before(void *ret, uint64_t *memif_count)
-{
-	if (__atomic_load_n(&dpw_gate_live, __ATOMIC_ACQUIRE) == 0)
-		return;
 	dpw_gate_wait();
-	if (dpw_called_from_memif(ret))
-		__atomic_add_fetch(memif_count, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&dpw_gate_memif_unmaps, 1, __ATOMIC_RELAXED);
+	return munmap(addr, len);
 }
 
-/* glibc's munmap and mmap are these system calls and errno; here with the gate in front.
- * Called by any code that binds them dynamically (DPDK, its PMDs, Rust's std), never by glibc
- * itself (malloc and the loader call internal aliases). */
-int munmap(void *addr, size_t len)
+static void *dpw_gate_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	dpw_gate_before(__builtin_return_address(0), &dpw_gate_memif_unmaps);
-	return (int)syscall(SYS_munmap, addr, len);
+	dpw_gate_wait();
+	__atomic_add_fetch(&dpw_gate_memif_maps, 1, __ATOMIC_RELAXED);
+	return mmap(addr, len, prot, flags, fd, off);
 }
 
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+#if defined(__x86_64__)
+#define DPW_R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define DPW_R_GLOB_DAT R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define DPW_R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define DPW_R_GLOB_DAT R_AARCH64_GLOB_DAT
+#endif
+
+/* What dpw_gate_hook_memif() found and did. */
+struct dpw_memif_got {
+	int found;       /* net_memif is loaded as a shared object */
+	int hooked;      /* GOT entries now pointing at the gate */
+	int error;       /* errno of a failed mprotect, or ENOSYS (an architecture without the table) */
+	void **slots[8]; /* the entries, for dpw_gate_memif_hooked() */
+};
+
+static struct dpw_memif_got dpw_memif_got;
+static pthread_mutex_t dpw_memif_got_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A dynamic-section address: glibc relocates most d_ptr values in place, some ports do not. */
+static uintptr_t dpw_dyn_ptr(uintptr_t base, uintptr_t p) { return p < base ? base + p : p; }
+
+/* Point one GOT entry at `to`. A full-RELRO object's GOT is read-only after relocation: made
+ * writable for the store, read-only again after. */
+static int dpw_got_store(struct dl_phdr_info *info, void **slot, void *to)
 {
-	dpw_gate_before(__builtin_return_address(0), &dpw_gate_memif_maps);
-	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+	uintptr_t a = (uintptr_t)slot;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	int relro = 0;
+
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+		if (ph->p_type == PT_GNU_RELRO && a >= lo && a < lo + ph->p_memsz)
+			relro = 1;
+	}
+	if (relro && mprotect((void *)(a & ~(page - 1)), page, PROT_READ | PROT_WRITE) != 0)
+		return errno;
+	__atomic_store_n(slot, to, __ATOMIC_SEQ_CST);
+	if (relro)
+		mprotect((void *)(a & ~(page - 1)), page, PROT_READ);
+	return 0;
 }
 
-/* The name DPDK (built with 64-bit file offsets) binds; on x86_64 the same call. */
-void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+static int dpw_memif_got_visit(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	dpw_gate_before(__builtin_return_address(0), &dpw_gate_memif_maps);
-	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+	struct dpw_memif_got *got = arg;
+	const ElfW(Dyn) *dyn = NULL;
+	const ElfW(Sym) *symtab = NULL;
+	const char *strtab = NULL;
+	const ElfW(Rela) *rela[2] = {NULL, NULL};
+	size_t relasz[2] = {0, 0};
+
+	(void)size;
+	if (info->dlpi_name == NULL || strstr(info->dlpi_name, "librte_net_memif") == NULL)
+		return 0;
+	got->found = 1;
+#ifndef DPW_R_JUMP_SLOT
+	got->error = ENOSYS;
+	return 1;
+#else
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (dyn == NULL)
+		return 1;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		uintptr_t p = dpw_dyn_ptr(info->dlpi_addr, dyn->d_un.d_ptr);
+		switch (dyn->d_tag) {
+		case DT_SYMTAB: symtab = (const ElfW(Sym) *)p; break;
+		case DT_STRTAB: strtab = (const char *)p; break;
+		case DT_JMPREL: rela[0] = (const ElfW(Rela) *)p; break;
+		case DT_PLTRELSZ: relasz[0] = dyn->d_un.d_val; break;
+		case DT_RELA: rela[1] = (const ElfW(Rela) *)p; break;
+		case DT_RELASZ: relasz[1] = dyn->d_un.d_val; break;
+		}
+	}
+	if (symtab == NULL || strtab == NULL)
+		return 1;
+	for (int t = 0; t < 2; t++) {
+		for (size_t k = 0; rela[t] != NULL && k < relasz[t] / sizeof(ElfW(Rela)); k++) {
+			const ElfW(Rela) *r = &rela[t][k];
+			unsigned type = ELF64_R_TYPE(r->r_info);
+			const char *name;
+			void *to;
+			void **slot;
+			int e;
+			if (type != DPW_R_JUMP_SLOT && type != DPW_R_GLOB_DAT)
+				continue;
+			name = strtab + symtab[ELF64_R_SYM(r->r_info)].st_name;
+			if (strcmp(name, "munmap") == 0)
+				to = (void *)dpw_gate_munmap;
+			else if (strcmp(name, "mmap64") == 0 || strcmp(name, "mmap") == 0)
+				to = (void *)dpw_gate_mmap64;
+			else
+				continue;
+			slot = (void **)(info->dlpi_addr + r->r_offset);
+			if (*slot == to)
+				continue;
+			e = dpw_got_store(info, slot, to);
+			if (e != 0) {
+				got->error = e;
+				continue;
+			}
+			if (got->hooked < (int)(sizeof(got->slots) / sizeof(got->slots[0])))
+				got->slots[got->hooked] = slot;
+			got->hooked++;
+		}
+	}
+	return 1;
+#endif
 }
 
-/* The two net_memif binds (its dynamic imports: mmap64, munmap). */
-int dpw_gate_interposed(void)
+/* Point net_memif's own mmap/mmap64/munmap imports at the gate: the number of entries that
+ * point there now (0 with *error 0: net_memif is not a loaded shared object, e.g. a static
+ * DPDK), or -1 with *error set. Idempotent; safe from any thread. */
+int dpw_gate_hook_memif(int *error)
 {
-	return dlsym(RTLD_DEFAULT, "munmap") == (void *)munmap &&
-	       dlsym(RTLD_DEFAULT, "mmap64") == (void *)mmap64;
+	int n;
+	pthread_mutex_lock(&dpw_memif_got_lock);
+	if (dpw_memif_got.hooked == 0) {
+		dpw_memif_got.found = 0;
+		dpw_memif_got.error = 0;
+		dl_iterate_phdr(dpw_memif_got_visit, &dpw_memif_got);
+	}
+	n = dpw_memif_got.hooked;
+	*error = dpw_memif_got.error;
+	pthread_mutex_unlock(&dpw_memif_got_lock);
+	return *error != 0 && n == 0 ? -1 : n;
 }
 
-/* For the gate's own test: one anonymous page mapped and unmapped through the symbols as
- * RTLD_DEFAULT resolves them, the way the dlopen'd PMD binds them. */
+/* How many of net_memif's GOT entries point at the gate now (read from the table itself). */
+int dpw_gate_memif_hooked(void)
+{
+	int n = 0;
+	pthread_mutex_lock(&dpw_memif_got_lock);
+	for (int i = 0; i < dpw_memif_got.hooked && i < 8; i++) {
+		void *v = __atomic_load_n(dpw_memif_got.slots[i], __ATOMIC_RELAXED);
+		n += v == (void *)dpw_gate_munmap || v == (void *)dpw_gate_mmap64;
+	}
+	pthread_mutex_unlock(&dpw_memif_got_lock);
+	return n;
+}
+
+/* For the gate's own test: one anonymous page mapped and unmapped through the gate's entries,
+ * as net_memif now calls them. */
 void *dpw_gate_test_map_page(void)
 {
-	void *(*map)(void *, size_t, int, int, int, off_t) = dlsym(RTLD_DEFAULT, "mmap64");
-	void *p;
-	if (map == NULL)
-		return NULL;
-	p = map(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = dpw_gate_mmap64(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int dpw_gate_test_unmap_page(void *page)
-{
-	int (*unmap)(void *, size_t) = dlsym(RTLD_DEFAULT, "munmap");
-	return unmap == NULL ? -1 : unmap(page, 4096);
-}
+int dpw_gate_test_unmap_page(void *page) { return dpw_gate_munmap(page, 4096); }
 
 int dpw_gate_uses_membarrier(void) { return __atomic_load_n(&dpw_gate_asym, __ATOMIC_RELAXED); }
 

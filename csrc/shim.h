@@ -33,16 +33,18 @@ uint16_t dpw_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uin
 uint16_t dpw_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n,
 		      int gate);
 /* The region gate (shim.c): a slot for a queue (-1: none free), its release, a burst's hold of
- * it, whether mmap/mmap64/munmap bind to the gate's, and while armed: munmaps and mmaps seen,
- * made to wait, munmaps and mmaps called by net_memif. */
+ * it; net_memif's mmap64/munmap imports pointed at the gate (entries hooked, or -1 and error)
+ * and how many point there now; the counts: gate waits, of those made to wait, munmaps and
+ * mmaps net_memif made. */
 int dpw_gate_claim(void);
 void dpw_gate_release(int slot);
 void dpw_gate_enter(int slot);
 void dpw_gate_exit(int slot);
-int dpw_gate_interposed(void);
+int dpw_gate_hook_memif(int *error);
+int dpw_gate_memif_hooked(void);
 /* 1: bursts' barrier made by the waiter's membarrier(2); 0: an xchg per burst. */
 int dpw_gate_uses_membarrier(void);
-/* For the gate's test: a page mapped / unmapped through the dynamic mmap64 / munmap. */
+/* For the gate's test: a page mapped / unmapped through the gate's mmap64 / munmap. */
 void *dpw_gate_test_map_page(void);
 int dpw_gate_test_unmap_page(void *page);
 void dpw_gate_stats(uint64_t *calls, uint64_t *waits, uint64_t *memif_unmaps,

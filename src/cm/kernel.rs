@@ -97,9 +97,27 @@ impl TcpListener {
         });
         let (tx, rx) = crossbeam_channel::bounded(cfg.max_startups.max(1));
         let sh = shared.clone();
+        let (nodelay, keepalive) = (cfg.nodelay, cfg.keepalive_ms);
+        let probes = cfg.keepalive_probes;
+        // A completed Request's stream becomes this listener's kind of pending connection.
+        let make: listen::MakeRequest = Box::new(move |stream, peer, raw, remote| {
+            let t = KernelTcp::from_stream(stream, nodelay).map_err(|e| e.to_string())?;
+            if keepalive > 0 {
+                t.set_keepalive(Duration::from_millis(keepalive), probes)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(ConnRequest::new(
+                peer,
+                raw,
+                Some(remote),
+                Box::new(KernelPending {
+                    transport: Box::new(t),
+                }),
+            ))
+        });
         let thread = thread::Builder::new()
             .name("dpwarp-listen".into())
-            .spawn(move || listen::run(listener, cfg, sh, tx))?;
+            .spawn(move || listen::run(listener, cfg, sh, tx, make))?;
         Ok(TcpListener {
             addr,
             shared,
@@ -158,8 +176,8 @@ impl super::NetBackend for KernelNet {
 }
 
 /// A kernel-TCP connection request's stream, waiting for accept or reject.
-pub(super) struct KernelPending {
-    pub(super) transport: Box<dyn Transport>,
+struct KernelPending {
+    transport: Box<dyn Transport>,
 }
 
 impl Pending for KernelPending {

@@ -3,24 +3,14 @@
 //! sends nothing, part of its Request, or its Request one byte at a time never holds up anyone
 //! else's connection setup.
 //!
-//! Every accepted socket is non-blocking and gets its own probe (the sans-IO responder of
-//! [`crate::mpa::Startup`], whose timer is the startup deadline) and its own buffer, bounded
-//! by the largest MPA Request (20 + 512 octets, RFC 5044 §7.1) plus one read. One poll(2) over
-//! the listening socket, every probe's socket and a stop eventfd wakes the thread; it sleeps no
+//! Every accepted socket is non-blocking and gets its own [`MpaProbe`] (`cm::acceptor`: the
+//! deadline, cap, bound, Rev 0 policy and log lines both listeners share). One poll(2) over the
+//! listening socket, every probe's socket and a stop eventfd wakes the thread; it sleeps no
 //! longer than the earliest deadline.
 //!
-//! - **Deadline** ([`ListenConfig::mpa_timeout`], default 5 s as Linux siw): a connection whose
-//!   whole MPA Request has not arrived by then is closed. RFC 5044 §7.1.2 item 10: "MPA
-//!   implementations SHOULD implement a reasonable timeout while waiting for the entire set of
-//!   startup frames; this prevents certain denial-of-service attacks."
-//! - **Cap** ([`ListenConfig::max_startups`], default 256): with that many startups in progress
-//!   a new connection is closed at once; so are requests beyond [`ListenConfig::max_startups`]
-//!   waiting for `get_request`.
-//! - Every connection dropped for one of these reasons, or for a malformed Request, gets one
-//!   `warn` log line naming the peer and why.
-//!
-//! A completed Request goes to a bounded channel that [`super::Listener::get_request`] reads:
-//! it returns the next completed request and never waits on a peer that is not ready.
+//! A completed Request goes, as a [`ConnRequest`] the listener's `make` builds from the stream,
+//! to a bounded channel that [`super::Listener::get_request`] reads: it returns the next
+//! completed request and never waits on a peer that is not ready.
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -31,10 +21,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Sender, TrySendError};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
-use super::kernel::KernelPending;
+use super::acceptor::{self, MpaProbe, ProbeOutcome, READ_SLACK};
 use super::ConnRequest;
-use crate::mpa::{MpaConfig, Startup, StartupEvent};
-use crate::transport::kernel::KernelTcp;
+use crate::mpa::PeerRequest;
 use crate::wake::Wakeup;
 
 /// Settings of a listener's MPA startups ([`super::Net::listen_with`], [`super::Listener::bind_with`]).
@@ -79,8 +68,11 @@ impl Default for ListenConfig {
     }
 }
 
-/// The largest MPA Request frame: 20 octets of header and 512 of private data (RFC 5044 §7.1).
-const MAX_REQUEST: usize = 20 + 512;
+/// How the acceptor's owner turns a stream whose MPA Request is complete into a request for
+/// the application (the stream, the Request, every octet received, the peer's address).
+pub(super) type MakeRequest =
+    Box<dyn Fn(TcpStream, PeerRequest, Vec<u8>, SocketAddr) -> Result<ConnRequest, String> + Send>;
+
 /// How long the acceptor backs off after `accept` failed for want of resources (EMFILE ...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -88,15 +80,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 struct Probe {
     stream: TcpStream,
     peer: SocketAddr,
-    startup: Startup,
-    raw: Vec<u8>,
-}
-
-/// What became of a probe after its socket was read.
-enum Outcome {
-    Pending,
-    Request(ConnRequest),
-    Drop(String),
+    probe: MpaProbe,
 }
 
 /// State shared by the listener handle and its acceptor thread.
@@ -112,13 +96,11 @@ pub(super) fn run(
     cfg: ListenConfig,
     shared: Arc<Shared>,
     ready: Sender<ConnRequest>,
+    make: MakeRequest,
 ) {
-    let local = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let name = acceptor::listener_name("cm: listener", listener.local_addr().ok());
     let mut probes: Vec<Probe> = Vec::new();
-    let mut buf = vec![0u8; MAX_REQUEST + 1024];
+    let mut buf = vec![0u8; READ_SLACK];
     let mut backoff_until: Option<Instant> = None;
     let mut last_accept_error: Option<Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
@@ -129,29 +111,20 @@ pub(super) fn run(
             loop {
                 match listener.accept() {
                     Ok((stream, peer)) => {
-                        if probes.len() >= cfg.max_startups {
-                            log::warn!(
-                                "cm: listener {local}: closing {peer}: {} MPA startups in progress (max_startups)",
-                                probes.len()
-                            );
+                        if let Err(why) = acceptor::admit(probes.len(), &cfg) {
+                            acceptor::log_refusal(&name, peer, &why);
                             drop(stream);
                             continue;
                         }
                         if let Err(e) = stream.set_nonblocking(true) {
-                            log::warn!("cm: listener {local}: {peer}: {e}; closing");
+                            acceptor::log_refusal(&name, peer, &e.to_string());
                             continue;
                         }
-                        log::debug!("cm: listener {local}: accepted {peer}");
-                        let mpa = MpaConfig {
-                            timeout: cfg.mpa_timeout,
-                            rev0_permissive: cfg.mpa_rev0_permissive,
-                            ..MpaConfig::default()
-                        };
+                        log::debug!("{name}: accepted {peer}");
                         probes.push(Probe {
                             stream,
                             peer,
-                            startup: Startup::responder(mpa, now),
-                            raw: Vec::new(),
+                            probe: MpaProbe::new(&cfg, now),
                         });
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -165,7 +138,7 @@ pub(super) fn run(
                         if last_accept_error
                             .is_none_or(|t| now.duration_since(t) > Duration::from_secs(1))
                         {
-                            log::warn!("cm: listener {local}: accept: {e}");
+                            log::warn!("{name}: accept: {e}");
                             last_accept_error = Some(now);
                         }
                         backoff_until = Some(now + ACCEPT_BACKOFF);
@@ -178,24 +151,30 @@ pub(super) fn run(
         let now = Instant::now();
         let mut i = 0;
         while i < probes.len() {
-            let outcome = advance(&mut probes[i], &mut buf, now, &cfg);
-            match outcome {
-                Outcome::Pending => i += 1,
-                Outcome::Drop(why) => {
+            match advance(&mut probes[i], &mut buf, now) {
+                ProbeOutcome::Pending => i += 1,
+                ProbeOutcome::Drop(why) => {
                     let p = probes.swap_remove(i);
-                    log::warn!(
-                        "cm: listener {local}: closing {} during MPA startup: {why}",
-                        p.peer
-                    );
+                    acceptor::log_refusal(&name, p.peer, &why);
                 }
-                Outcome::Request(req) => {
+                ProbeOutcome::Request { peer, raw } => {
                     let p = probes.swap_remove(i);
+                    let req = match make(p.stream, peer, raw, p.peer) {
+                        Ok(r) => r,
+                        Err(why) => {
+                            acceptor::log_refusal(&name, p.peer, &why);
+                            continue;
+                        }
+                    };
                     match ready.try_send(req) {
                         Ok(()) => {}
-                        Err(TrySendError::Full(_)) => log::warn!(
-                            "cm: listener {local}: closing {}: {} requests wait for get_request (max_startups)",
+                        Err(TrySendError::Full(_)) => acceptor::log_refusal(
+                            &name,
                             p.peer,
-                            ready.len()
+                            &format!(
+                                "{} requests wait for get_request (max_startups)",
+                                ready.len()
+                            ),
                         ),
                         // The listener is gone.
                         Err(TrySendError::Disconnected(_)) => return,
@@ -207,9 +186,7 @@ pub(super) fn run(
         let now = Instant::now();
         let mut nap = Duration::from_secs(1);
         for p in &probes {
-            if let Some(t) = p.startup.poll_timeout() {
-                nap = nap.min(t.saturating_duration_since(now));
-            }
+            nap = nap.min(p.probe.deadline().saturating_duration_since(now));
         }
         if let Some(t) = backoff_until {
             nap = nap.min(t.saturating_duration_since(now));
@@ -231,7 +208,7 @@ pub(super) fn run(
         match poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => {
-                log::warn!("cm: listener {local}: poll: {e}");
+                log::warn!("{name}: poll: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -240,77 +217,20 @@ pub(super) fn run(
     }
 }
 
-/// Read what `p`'s socket has into its startup engine (never more than one Request's worth
-/// buffered) and check its deadline.
-fn advance(p: &mut Probe, buf: &mut [u8], now: Instant, cfg: &ListenConfig) -> Outcome {
+/// Read what `p`'s socket has into its probe (never more than the probe takes) and check its
+/// deadline.
+fn advance(p: &mut Probe, buf: &mut [u8], now: Instant) -> ProbeOutcome {
     loop {
-        if let Some(ev) = p.startup.poll_event() {
-            return match ev {
-                StartupEvent::Request(peer) => {
-                    let stream = match p.stream.try_clone() {
-                        Ok(s) => s,
-                        Err(e) => return Outcome::Drop(e.to_string()),
-                    };
-                    let t = KernelTcp::from_stream(stream, cfg.nodelay).and_then(|t| {
-                        if cfg.keepalive_ms > 0 {
-                            t.set_keepalive(
-                                Duration::from_millis(cfg.keepalive_ms),
-                                cfg.keepalive_probes,
-                            )?;
-                        }
-                        Ok(t)
-                    });
-                    match t {
-                        Ok(t) => Outcome::Request(ConnRequest::new(
-                            peer,
-                            std::mem::take(&mut p.raw),
-                            Some(p.peer),
-                            Box::new(KernelPending {
-                                transport: Box::new(t),
-                            }),
-                        )),
-                        Err(e) => Outcome::Drop(e.to_string()),
-                    }
-                }
-                StartupEvent::Failed(e) => Outcome::Drop(format!("malformed MPA Request: {e}")),
-                _ => Outcome::Drop("unexpected startup event".into()),
-            };
-        }
-        if p.startup.poll_timeout().is_some_and(|t| t <= now) {
-            return Outcome::Drop(format!(
-                "no complete MPA Request within the deadline ({} octets received)",
-                p.raw.len()
-            ));
-        }
-        // Never more than a Request and one read buffer: a peer cannot make us hold more.
-        let room = (MAX_REQUEST + buf.len())
-            .saturating_sub(p.raw.len())
-            .min(buf.len());
-        if room == 0 {
-            return Outcome::Drop("more octets than an MPA Request".into());
-        }
+        let room = p.probe.room().min(buf.len()).max(1);
         match p.stream.read(&mut buf[..room]) {
-            Ok(0) => {
-                return Outcome::Drop(format!(
-                    "peer closed before its MPA Request was complete ({} octets received)",
-                    p.raw.len()
-                ))
-            }
-            Ok(n) => {
-                // Bytes after the Request (forbidden before the Reply, RFC 5044 §7.1.2) are
-                // kept: the real responder sees them at accept time and fails the startup.
-                let _ = p.startup.on_bytes(&buf[..n], now);
-                p.raw.extend_from_slice(&buf[..n]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // Nothing more now; the deadline is checked again on the next pass.
-                if p.startup.poll_timeout().is_some_and(|t| t <= now) {
-                    continue;
-                }
-                return Outcome::Pending;
-            }
+            Ok(0) => return p.probe.on_closed(),
+            Ok(n) => match p.probe.on_bytes(&buf[..n], now) {
+                ProbeOutcome::Pending => {}
+                done => return done,
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return p.probe.on_time(now),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Outcome::Drop(e.to_string()),
+            Err(e) => return ProbeOutcome::Drop(e.to_string()),
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::conn::{ConnConfig, ConnEvent, Connection};
 use crate::mpa::{MpaConfig, Negotiated, PeerRequest, RtrSet, StartupError};
 use crate::verbs::{Qp, QpSlot};
 
+pub(crate) mod acceptor;
 pub mod kernel;
 mod listen;
 pub(crate) mod pump;

@@ -38,10 +38,11 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 use super::contention::{Contention, RunDelay};
 use super::device::{DeviceStats, DpdkDevice};
 use super::rehearsal::Rehearsal;
-use crate::cm::pump;
+use crate::cm::acceptor::{self, MpaProbe, ProbeOutcome};
+use crate::cm::{pump, ListenConfig};
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
-use crate::mpa::{MpaConfig, PeerRequest, Startup, StartupEvent};
+use crate::mpa::PeerRequest;
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::verbs::{PostFlag, PostFlags, QpShared, QpSlot};
 use crate::wire::terminate::TermCause;
@@ -80,8 +81,6 @@ pub const DRIVEN_SPIN_SHARED_US: u64 = 2;
 /// How long after its connection last sent data a worker with `worker.warm_us` keeps the
 /// path warm (`Worker::warm`): a request a second after the last one finds it cold again.
 pub const WARM_FOR: Duration = Duration::from_secs(1);
-/// Bytes an incoming connection may send before its MPA Request must have been recognised.
-const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// Egress passes per loop (each sends at most one segment per socket).
 const EGRESS_PASSES: usize = 256;
 
@@ -512,13 +511,10 @@ impl Conn {
     }
 }
 
-/// An incoming connection in its MPA startup (reading its Request).
+/// An incoming connection in its MPA startup (reading its Request; `cm::acceptor`).
 struct Probe {
     h: SocketHandle,
-    startup: Startup,
-    raw: Vec<u8>,
-    /// Closed (RST) if its whole Request has not arrived by then (RFC 5044 §7.1.2 item 10).
-    deadline: Instant,
+    probe: MpaProbe,
     port: u16,
     remote: SocketAddr,
     requests: Sender<Incoming>,
@@ -527,12 +523,8 @@ struct Probe {
 struct Listening {
     requests: Sender<Incoming>,
     handles: Vec<SocketHandle>,
-    /// The probes take MPA Rev 0 (RDMAC) Requests too (RFC 5044 App. C).
-    rev0_permissive: bool,
-    /// How long an incoming connection may take to deliver its MPA Request.
-    mpa_timeout: Duration,
-    /// Probes of this listener at most; connections beyond are refused with a RST.
-    max_startups: usize,
+    /// Its MPA startups' deadline, cap and Rev 0 policy (RFC 5044 §7.1.2, App. C).
+    policy: ListenConfig,
 }
 
 /// The peer of a socket, for log lines.
@@ -1498,9 +1490,12 @@ impl Worker {
             Listening {
                 requests,
                 handles,
-                mpa_timeout,
-                max_startups,
-                rev0_permissive,
+                policy: ListenConfig {
+                    mpa_timeout,
+                    max_startups,
+                    mpa_rev0_permissive: rev0_permissive,
+                    ..ListenConfig::default()
+                },
             },
         );
         Ok(())
@@ -1645,10 +1640,11 @@ impl Worker {
                 if st != tcp::State::Listen {
                     let remote = remote_of(s);
                     let starting = self.probes.iter().filter(|p| p.port == *port).count();
-                    if starting >= l.max_startups {
-                        log::warn!(
-                            "dataplane: worker {}: refusing {remote} on port {port} (RST): {starting} MPA startups in progress (max_startups)",
-                            self.index
+                    if let Err(why) = acceptor::admit(starting, &l.policy) {
+                        acceptor::log_refusal(
+                            &format!("dataplane: worker {}", self.index),
+                            remote,
+                            &format!("{why} (RST)"),
                         );
                         self.stats.refused += 1;
                         s.abort();
@@ -1663,15 +1659,7 @@ impl Worker {
                         let old = std::mem::replace(h, self.sockets.add(s));
                         self.probes.push(Probe {
                             h: old,
-                            startup: Startup::responder(
-                                MpaConfig {
-                                    rev0_permissive: l.rev0_permissive,
-                                    ..MpaConfig::default()
-                                },
-                                now,
-                            ),
-                            raw: Vec::new(),
-                            deadline: now + l.mpa_timeout,
+                            probe: MpaProbe::new(&l.policy, now),
                             port: *port,
                             remote,
                             requests: l.requests.clone(),
@@ -1687,86 +1675,59 @@ impl Worker {
         while i < self.probes.len() {
             let p = &mut self.probes[i];
             let s = self.sockets.get_mut::<tcp::Socket>(p.h);
-            let mut done: Option<bool> = None; // Some(true) reported, Some(false) drop
-            while s.can_recv() && done.is_none() {
-                let n = s.recv_slice(&mut self.rbuf).unwrap_or(0);
+            let mut outcome = ProbeOutcome::Pending;
+            while matches!(outcome, ProbeOutcome::Pending) && s.can_recv() {
+                let room = p.probe.room().clamp(1, self.rbuf.len());
+                let n = s.recv_slice(&mut self.rbuf[..room]).unwrap_or(0);
                 if n == 0 {
                     break;
                 }
                 work = true;
-                // Bytes after the Request (forbidden before the Reply, RFC 5044 §7.1.2) are
-                // kept too: the real responder sees them and fails the startup.
-                let _ = p.startup.on_bytes(&self.rbuf[..n], now);
-                p.raw.extend_from_slice(&self.rbuf[..n]);
-                if p.raw.len() > MAX_PROBE_BYTES {
-                    // An MPA Request is at most 20 + 512 bytes (RFC 5044 §7.1): this peer
-                    // is not speaking MPA; never buffer without bound.
-                    log::warn!(
-                        "dataplane: closing {} during MPA startup: {} bytes and no MPA Request",
-                        p.remote,
-                        p.raw.len()
-                    );
-                    done = Some(false);
-                    break;
+                outcome = p.probe.on_bytes(&self.rbuf[..n], now);
+            }
+            if matches!(outcome, ProbeOutcome::Pending) {
+                // Gone, or closed its direction without a (complete) MPA Request: it never
+                // will send one (RFC 5044 §7.1.2), so do not keep its buffers to the deadline.
+                let gone = (!s.is_active() && s.state() != tcp::State::SynReceived)
+                    || (matches!(
+                        s.state(),
+                        tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
+                    ) && !s.can_recv());
+                outcome = if gone {
+                    p.probe.on_closed()
+                } else {
+                    p.probe.on_time(now)
+                };
+            }
+            let refused = match outcome {
+                ProbeOutcome::Pending => {
+                    i += 1;
+                    continue;
                 }
-                if let Some(ev) = p.startup.poll_event() {
-                    done = Some(matches!(ev, StartupEvent::Request(_)));
-                    if let StartupEvent::Request(peer) = ev {
-                        let remote = p.remote;
-                        self.next_id += 1;
-                        let inc = Incoming {
-                            id: self.next_id,
-                            peer,
-                            raw: std::mem::take(&mut p.raw),
-                            remote,
-                            worker: self.index,
-                        };
-                        if p.requests.try_send(inc).is_ok() {
-                            self.awaiting.insert(self.next_id, (p.h, now));
-                        } else {
-                            log::warn!("dataplane: listener backlog full; closing {remote}");
-                            done = Some(false);
-                        }
-                    } else if let StartupEvent::Failed(e) = ev {
-                        log::warn!(
-                            "dataplane: closing {} during MPA startup: malformed MPA Request: {e}",
-                            p.remote
-                        );
+                ProbeOutcome::Request { peer, raw } => {
+                    self.next_id += 1;
+                    let inc = Incoming {
+                        id: self.next_id,
+                        peer,
+                        raw,
+                        remote: p.remote,
+                        worker: self.index,
+                    };
+                    if p.requests.try_send(inc).is_ok() {
+                        self.awaiting.insert(self.next_id, (p.h, now));
+                        None
+                    } else {
+                        Some("the listener's backlog is full".to_string())
                     }
                 }
-            }
-            // Gone, or closed its direction without a (complete) MPA Request: it never
-            // will send one (RFC 5044 §7.1.2), so do not keep its buffers for PROBE_TIMEOUT.
-            let gone = (!s.is_active() && s.state() != tcp::State::SynReceived)
-                || (matches!(
-                    s.state(),
-                    tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
-                ) && !s.can_recv());
-            if done.is_none() && gone {
-                log::warn!(
-                    "dataplane: closing {} during MPA startup: peer closed before its MPA Request was complete ({} octets received)",
-                    p.remote,
-                    p.raw.len()
-                );
-                done = Some(false);
-            } else if done.is_none() && now >= p.deadline {
-                log::warn!(
-                    "dataplane: closing {} during MPA startup: no complete MPA Request within the deadline ({} octets received)",
-                    p.remote,
-                    p.raw.len()
-                );
-                done = Some(false);
-            }
-            match done {
-                None => i += 1,
-                Some(reported) => {
-                    let p = self.probes.swap_remove(i);
-                    if !reported {
-                        self.sockets.get_mut::<tcp::Socket>(p.h).abort();
-                        self.egress_all = true;
-                        self.add_conn(Conn::closing(p.h, now));
-                    }
-                }
+                ProbeOutcome::Drop(why) => Some(why),
+            };
+            let p = self.probes.swap_remove(i);
+            if let Some(why) = refused {
+                acceptor::log_refusal(&format!("dataplane: worker {}", self.index), p.remote, &why);
+                self.sockets.get_mut::<tcp::Socket>(p.h).abort();
+                self.egress_all = true;
+                self.add_conn(Conn::closing(p.h, now));
             }
         }
         // Requests nobody accepted or rejected in time: abort and free their sockets.

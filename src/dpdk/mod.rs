@@ -902,13 +902,11 @@ impl Port {
 /// A slot of the region gate for `port`'s `queue`, or -1 (with a log line why).
 fn claim_region_gate(port: u16, queue: u16) -> i32 {
     static NOT_IN_EFFECT: std::sync::Once = std::sync::Once::new();
-    if !region_gate_in_effect() {
+    if let Err(why) = hook_memif_region_gate() {
         NOT_IN_EFFECT.call_once(|| {
             log::warn!(
-                "dpdk: mmap/munmap do not bind to dpwarp's region gate (link the executable \
-                 with -Wl,--export-dynamic-symbol=munmap,--export-dynamic-symbol=mmap64 as \
-                 build.rs does for dpwarp's own): a net_memif peer that disconnects during a \
-                 burst can crash this process"
+                "dpdk: net_memif's mmap64/munmap cannot be pointed at dpwarp's region gate \
+                 ({why}): a net_memif peer that disconnects during a burst can crash this process"
             )
         });
     }
@@ -931,20 +929,39 @@ fn claim_region_gate(port: u16, queue: u16) -> i32 {
     gate
 }
 
-/// Whether mmap64 and munmap (the names net_memif imports), as the dynamic linker resolves
-/// them for a dlopen'd PMD, are the region gate's (csrc/shim.c): true in every executable of
-/// this package (build.rs exports them), and in any executable linked against the DPDK
-/// libraries (they reference both, so the linker exports the executable's definitions); false
-/// in one whose dynamic symbols leave them out.
+/// Point net_memif's own imports of `mmap64` and `munmap` (its GOT entries, nothing else in
+/// the process) at the region gate: the number of entries that point there. Done by the first
+/// claim of a net_memif queue; idempotent. An error when net_memif is not a loaded shared
+/// object (a static DPDK build) or its table cannot be written.
+pub fn hook_memif_region_gate() -> Result<u32, String> {
+    let mut error = 0i32;
+    // SAFETY: plain C call with a valid out pointer; it writes only net_memif's GOT entries
+    // for mmap/mmap64/munmap, each an aligned pointer store of a function with the same
+    // signature (csrc/shim.c).
+    let n = unsafe { sys::dpw_gate_hook_memif(&mut error) };
+    match n {
+        n if n > 0 => Ok(n as u32),
+        0 => Err("librte_net_memif is not a loaded shared object".into()),
+        _ => Err(format!(
+            "its import table: {}",
+            std::io::Error::from_raw_os_error(error)
+        )),
+    }
+}
+
+/// Whether net_memif's imports of `mmap64` and `munmap` point at the region gate now (read
+/// from its GOT): after the first net_memif queue is claimed, in any program that links
+/// dpwarp with DPDK's shared PMDs. The host program's own `mmap` and `munmap` are never
+/// touched.
 pub fn region_gate_in_effect() -> bool {
-    // SAFETY: plain C call (dlsym of a name).
-    unsafe { sys::dpw_gate_interposed() != 0 }
+    // SAFETY: plain C call (reads the GOT entries it wrote, under its lock).
+    unsafe { sys::dpw_gate_memif_hooked() >= 2 }
 }
 
 /// The region gate's counts since the process started ([`region_gate_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RegionGateStats {
-    /// mmap and munmap calls made while a gated queue existed.
+    /// net_memif's mmap and munmap calls (each waits for the bursts in progress).
     pub calls: u64,
     /// Of those, the ones that waited for a burst in progress.
     pub waits: u64,
@@ -973,8 +990,8 @@ pub fn region_gate_stats() -> RegionGateStats {
     s
 }
 
-/// Hold the region gate as a burst does, for a test of the gate itself: mmap and munmap from
-/// any other thread wait until the returned guard is dropped. Not for data paths (a [`Queue`] of a
+/// Hold the region gate as a burst does, for a test of the gate itself: the gate's mmap and
+/// munmap (net_memif's) on any other thread wait until the returned guard is dropped. Not for data paths (a [`Queue`] of a
 /// net_memif port holds it around each of its bursts).
 #[doc(hidden)]
 pub fn hold_region_gate_for_test() -> Option<RegionGateHold> {
@@ -992,8 +1009,8 @@ pub fn hold_region_gate_for_test() -> Option<RegionGateHold> {
     })
 }
 
-/// For a test of the gate itself: one anonymous page mapped through `mmap64` as the dynamic
-/// linker resolves it for a dlopen'd PMD (so through the gate); None if that failed. The page
+/// For a test of the gate itself: one anonymous page mapped through the gate's `mmap64`, the
+/// one net_memif's import points at; None if that failed. The page
 /// is unmapped the same way by [`PmdPage::unmap`] (or, if never called, on drop).
 #[doc(hidden)]
 pub fn map_page_as_a_pmd_for_test() -> Option<PmdPage> {
@@ -1007,7 +1024,7 @@ pub fn map_page_as_a_pmd_for_test() -> Option<PmdPage> {
 pub struct PmdPage(*mut std::ffi::c_void);
 
 impl PmdPage {
-    /// Unmap the page through `munmap` as a PMD binds it; whether that succeeded.
+    /// Unmap the page through the gate's `munmap`; whether that succeeded.
     pub fn unmap(self) -> bool {
         let page = self.0;
         std::mem::forget(self);
