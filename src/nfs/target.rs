@@ -1,7 +1,7 @@
 //! The NFS storage target as a library type: an export with its client list and handle key,
 //! the NFSv3 program on an RPC-over-RDMA server that admits only the export's clients, and
-//! MOUNT v3 and rpcbind v2 on kernel TCP. `dpwarp nfs-server` is this plus a configuration file;
-//! a program of its own embeds it the same way:
+//! MOUNT v3 and rpcbind v2 on kernel TCP. `dpwarp nfs-server` is [`NfsServerConfig::load`],
+//! [`NfsTarget::start`] and [`NfsTarget::serve`]; a program of its own embeds it the same way:
 //!
 //! ```no_run
 //! use dpwarp::cm::Net;
@@ -27,13 +27,17 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use serde::Deserialize;
 
 use super::export::{Export, HandleKey};
 use super::exports::ClientList;
 use super::{mount, procs};
 use crate::cm::Net;
+use crate::rpc::config::RdmaSection;
+use crate::rpc::listener::{RdmaListener, Transport};
 use crate::rpc::program::Registry;
 use crate::rpc::server::{Admit, RdmaServer, ServerConfig, ServerHandle};
 use crate::rpc::tcp::{self, TcpServerHandle};
@@ -135,11 +139,173 @@ impl NfsTarget {
         self.server.listen(net, addr)
     }
 
+    /// Serve NFS over RPC-over-RDMA at `addr` over `transport` (a DPDK dataplane is started
+    /// and owned by the returned listener); build the target's `server` settings with
+    /// [`Transport::server_config`] for the same transport.
+    pub fn serve(&self, addr: SocketAddr, transport: Transport) -> Result<RdmaListener, String> {
+        RdmaListener::start(&self.server, addr, transport)
+    }
+
     /// Stop MOUNT and rpcbind (stop the handles [`NfsTarget::listen`] gave first).
     pub fn stop(self) {
         self.mount.stop();
         if let Some(p) = self.rpcbind {
             p.stop();
         }
+    }
+}
+
+/// An `nfs-server` configuration file (configs/nfs-server.toml; docs/nfs.md lists the keys).
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct NfsServerConfig {
+    /// The host directory to export.
+    pub export: PathBuf,
+    /// The path clients mount (`server:NAME`); default: the export's own path.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Refuse every change (NFS3ERR_ROFS) whatever the client entries say.
+    #[serde(default)]
+    pub read_only: bool,
+    /// Who may mount and use the export, as exports(5) writes it:
+    /// `["192.0.2.0/24(rw,no_root_squash)", "*(ro)"]` ([`super::exports`]). Required.
+    #[serde(default)]
+    pub clients: Option<Vec<String>>,
+    /// The state file holding the handle key (made 0600 on first start; docs/nfs.md).
+    #[serde(default = "default_state_file")]
+    pub state_file: PathBuf,
+    /// RPC-over-RDMA listen address (NFS; RFC 8267 §6.3: port 20049).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// "kernel" (default) or "dpdk" ([`Transport::from_config`]).
+    #[serde(default = "default_transport")]
+    pub transport: String,
+    /// Dataplane config for transport "dpdk" (relative paths: from this file's directory).
+    #[serde(default)]
+    pub dataplane: Option<PathBuf>,
+    /// Which port of the dataplane config serves NFS.
+    #[serde(default)]
+    pub dataplane_port: usize,
+    /// MOUNT v3 over TCP.
+    #[serde(default)]
+    pub mount: MountSection,
+    /// rpcbind v2 over TCP (`enabled = false` to run without it, e.g. next to a system rpcbind).
+    #[serde(default)]
+    pub rpcbind: RpcbindSection,
+    /// RPC-over-RDMA settings (the keys of rpc-server's `[rdma]`: credits, inline sizes, ...).
+    #[serde(default)]
+    pub rdma: RdmaSection,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], super::NFS_RDMA_PORT))
+}
+
+fn default_state_file() -> PathBuf {
+    PathBuf::from("/var/lib/dpwarp/nfs-server.state")
+}
+
+fn default_transport() -> String {
+    "kernel".into()
+}
+
+/// `[mount]`.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct MountSection {
+    /// MOUNT v3's TCP listen address (default port 20048).
+    pub listen: SocketAddr,
+}
+
+impl Default for MountSection {
+    fn default() -> Self {
+        MountSection {
+            listen: SocketAddr::from(([0, 0, 0, 0], 20048)),
+        }
+    }
+}
+
+/// `[rpcbind]`.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct RpcbindSection {
+    /// Serve rpcbind v2 (default true).
+    pub enabled: bool,
+    /// Its TCP listen address (default port 111).
+    pub listen: SocketAddr,
+}
+
+impl Default for RpcbindSection {
+    fn default() -> Self {
+        RpcbindSection {
+            enabled: true,
+            listen: SocketAddr::from(([0, 0, 0, 0], 111)),
+        }
+    }
+}
+
+impl NfsServerConfig {
+    /// Read and check a configuration file.
+    pub fn load(path: &Path) -> Result<NfsServerConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let c: NfsServerConfig =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        c.rdma
+            .check()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(c)
+    }
+
+    /// The transport this file names, its `dataplane` resolved against `path` (the file's
+    /// own path) unless `over` (a command line's) is given.
+    pub fn transport(&self, path: &Path, over: Option<&Path>) -> Result<Transport, String> {
+        Transport::from_config(
+            &self.transport,
+            path,
+            over,
+            self.dataplane.as_deref(),
+            self.dataplane_port,
+        )
+    }
+
+    /// The target this file describes for `transport` (`path`: the file's own path, against
+    /// which a relative `state_file` is resolved): the client list parsed, the handle key
+    /// loaded from the state file or created in it.
+    pub fn target_config(
+        &self,
+        path: &Path,
+        transport: &Transport,
+    ) -> Result<TargetConfig, String> {
+        let Some(entries) = &self.clients else {
+            return Err(format!(
+                "{}: no `clients`: say which hosts may use the export, as in exports(5), e.g. \
+                 clients = [\"192.0.2.0/24(rw)\"] (docs/nfs.md \"Exports\")",
+                path.display()
+            ));
+        };
+        let mut clients =
+            ClientList::parse(entries).map_err(|e| format!("{}: {e}", path.display()))?;
+        if self.read_only {
+            clients.set_read_only();
+        }
+        let state = if self.state_file.is_relative() {
+            path.parent()
+                .unwrap_or(Path::new("."))
+                .join(&self.state_file)
+        } else {
+            self.state_file.clone()
+        };
+        Ok(TargetConfig {
+            export: self.export.clone(),
+            name: self
+                .name
+                .clone()
+                .unwrap_or_else(|| self.export.to_string_lossy().into_owned()),
+            clients,
+            key: HandleKey::load_or_create(&state)?,
+            mount_listen: self.mount.listen,
+            rpcbind_listen: self.rpcbind.enabled.then_some(self.rpcbind.listen),
+            server: transport.server_config(self.rdma.server_config()),
+        })
     }
 }

@@ -91,6 +91,18 @@ impl Default for RdmaSection {
 }
 
 impl RdmaSection {
+    /// Values serde cannot check: `mpa_rev0` is "refuse" or "permissive".
+    pub fn check(&self) -> Result<(), String> {
+        if matches!(self.mpa_rev0.as_str(), "refuse" | "permissive") {
+            Ok(())
+        } else {
+            Err(format!(
+                "[rdma] mpa_rev0 = {:?}: \"refuse\" or \"permissive\"",
+                self.mpa_rev0
+            ))
+        }
+    }
+
     /// The server settings this section describes (kernel TCP's listener settings included;
     /// on DPDK the dataplane config's `[tcp]` ones apply instead).
     pub fn server_config(&self) -> ServerConfig {

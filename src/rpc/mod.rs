@@ -16,8 +16,10 @@ pub mod client;
 pub mod config;
 pub mod credits;
 mod endpoint;
+pub mod listener;
 pub mod program;
 pub mod server;
+pub mod target;
 pub mod tcp;
 
 use crate::wire::xdr::{XdrReader, XdrWriter};
