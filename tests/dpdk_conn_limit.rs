@@ -1,6 +1,7 @@
 //! Hostile peers that only open TCP connections: a worker holds at most `tcp.max_connections`
-//! (each costs a socket's buffers) and refuses the rest with a RST, and takes new ones again
-//! once old ones are gone. DPDK net_tap inside a network namespace this test makes (and
+//! (each costs a socket's buffers) and does not take the rest (their SYNs go unanswered and are
+//! counted; a client retransmits, as to a kernel listener whose backlog is full), and takes new
+//! ones again once old ones are gone. DPDK net_tap inside a network namespace this test makes (and
 //! deletes); the test thread enters the namespace and connects with kernel TCP sockets that
 //! never send an MPA Request. Needs root (netns, tap). One EAL per process.
 
@@ -40,16 +41,15 @@ fn stays_open(s: &mut TcpStream, wait: Duration) -> bool {
     }
 }
 
-/// Connect; a refused connection may also fail in connect() itself (RST before the handshake
-/// completed on our side), which counts as refused.
-fn open(addr: SocketAddr) -> Option<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+/// Connect within `timeout`; a connection not taken fails here (its SYNs unanswered).
+fn open(addr: SocketAddr, timeout: Duration) -> Option<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, timeout).ok()?;
     s.set_nodelay(true).unwrap();
     Some(s)
 }
 
 #[test]
-fn connections_beyond_max_connections_are_refused_with_rst() {
+fn connections_beyond_max_connections_are_not_taken() {
     let pid = std::process::id();
     let ns = Netns::new("dpwlim");
     ns.enter();
@@ -71,6 +71,8 @@ rx_buffer = 65536
 tx_buffer = 65536
 backlog = 2
 max_connections = {LIMIT}
+# The held connections send no MPA Request: keep them for the whole test.
+mpa_timeout_ms = 60000
 "#
     ))
     .unwrap();
@@ -87,7 +89,7 @@ max_connections = {LIMIT}
     let t0 = Instant::now();
     while held.len() < LIMIT {
         assert!(t0.elapsed() < Duration::from_secs(20), "could not connect");
-        if let Some(mut s) = open(addr) {
+        if let Some(mut s) = open(addr, Duration::from_secs(5)) {
             if stays_open(&mut s, Duration::from_millis(300)) {
                 held.push(s);
             }
@@ -95,9 +97,9 @@ max_connections = {LIMIT}
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    // Every further one is refused while they are.
+    // No further one is taken while they are (1.5 s: a SYN and its retransmission).
     for i in 0..4 {
-        if let Some(mut s) = open(addr) {
+        if let Some(mut s) = open(addr, Duration::from_millis(1500)) {
             assert!(
                 !stays_open(&mut s, Duration::from_secs(3)),
                 "connection {} beyond the limit was kept",
@@ -121,7 +123,7 @@ max_connections = {LIMIT}
             t0.elapsed() < Duration::from_secs(20),
             "no connection accepted after the held ones were gone"
         );
-        if let Some(mut s) = open(addr) {
+        if let Some(mut s) = open(addr, Duration::from_secs(5)) {
             if stays_open(&mut s, Duration::from_millis(500)) {
                 break;
             }

@@ -358,12 +358,24 @@ pub struct DpdkDevice {
     zc: Option<ZeroCopy>,
     /// An ARP frame was handed to smoltcp since [`DpdkDevice::take_arp_seen`] last looked.
     arp_seen: bool,
+    /// A TCP SYN (without ACK) was handed to smoltcp since [`DpdkDevice::take_syn_seen`].
+    syn_seen: bool,
     /// Flow steering between the port's workers (ports of more than one queue).
     steering: Option<Steering>,
     /// Frames of a burst kept for this worker while the others are handed over.
     rx_kept: Vec<Mbuf>,
     /// This device's counters.
     pub stats: DeviceStats,
+}
+
+/// Whether `frame` is an IPv4 TCP segment with SYN set and ACK clear (RFC 9293 3.1 flags,
+/// RFC 791 IHL).
+fn is_connection_request(frame: &[u8]) -> bool {
+    if frame.get(12..14) != Some(&[0x08, 0x00][..]) || frame.get(23) != Some(&6) {
+        return false;
+    }
+    let ihl = usize::from(frame[14] & 0x0f) * 4;
+    frame.get(14 + ihl + 13).is_some_and(|f| f & 0x12 == 0x02)
 }
 
 impl Drop for DpdkDevice {
@@ -475,6 +487,7 @@ impl DpdkDevice {
             rx_faulted: Vec::new(),
             zc: None,
             arp_seen: false,
+            syn_seen: false,
             steering: None,
             rx_kept: Vec::with_capacity(batch),
             stats: DeviceStats::default(),
@@ -487,6 +500,14 @@ impl DpdkDevice {
     /// that socket sends it: the worker then visits them all.
     pub fn take_arp_seen(&mut self) -> bool {
         std::mem::take(&mut self.arp_seen)
+    }
+
+    /// Whether a connection request (a TCP SYN without ACK, RFC 9293 3.5) was handed to
+    /// smoltcp since the last call: a listening socket may have left LISTEN, and smoltcp
+    /// answers a SYN no socket listens for with a RST, so the worker puts a fresh listening
+    /// socket in its place before the next frame.
+    pub fn take_syn_seen(&mut self) -> bool {
+        std::mem::take(&mut self.syn_seen)
     }
 
     /// Send TCP payload by reference (external mbufs over the sockets' transmit rings,
@@ -902,8 +923,11 @@ impl Device for DpdkDevice {
             } else {
                 tcp_payload_len(m.data()) as u64
             };
-            if m.data().get(12..14) == Some(&[0x08, 0x06][..]) {
+            let d = m.data();
+            if d.get(12..14) == Some(&[0x08, 0x06][..]) {
                 self.arp_seen = true;
+            } else if is_connection_request(d) {
+                self.syn_seen = true;
             }
             // Most received frames need no answer of their own (ACKs ride on data segments
             // or go out in the egress pass): the mbuf is taken only if smoltcp answers.

@@ -221,6 +221,8 @@ pub struct Endpoint {
     /// The dataplane-wide index of the first worker (a port's workers are consecutive).
     base: usize,
     next: Arc<AtomicUsize>,
+    /// `[tcp] max_startups`: a listener's MPA startups in progress per worker by default.
+    max_startups: usize,
 }
 
 /// The CPU of the `k`-th worker: its port's `cores` entry, else the process's CPUs (as they
@@ -578,6 +580,7 @@ impl Dataplane {
                 cpus: Arc::new(cpus),
                 base,
                 next: Arc::new(AtomicUsize::new(0)),
+                max_startups: cfg.tcp.max_startups,
             });
         }
         // Driven workers that share a CPU with another worker of this process (more workers
@@ -901,7 +904,11 @@ impl Endpoint {
         startup: Option<(Duration, usize)>,
         mpa_rev0_permissive: bool,
     ) -> Result<cm::Listener, CmError> {
-        let (rtx, rrx) = crossbeam_channel::bounded(64);
+        // Completed MPA Requests wait here for `get_request`: as many as the workers may
+        // have startups in progress, as the kernel-TCP listener sizes its own (cm::listen).
+        let per_worker = startup.map_or(self.max_startups, |(_, m)| m);
+        let (rtx, rrx) =
+            crossbeam_channel::bounded(per_worker.max(1).saturating_mul(self.workers.len()));
         for w in self.workers.iter() {
             let (ok_tx, ok_rx) = crossbeam_channel::bounded(1);
             w.send(Cmd::Listen {

@@ -197,7 +197,9 @@ pub struct WorkerStats {
     pub idle_ns: u64,
     /// Connections the worker holds (connecting, established or closing) when asked.
     pub connections: usize,
-    /// Incoming connections refused with a RST because the worker held `tcp.max_connections`.
+    /// Connection requests (SYNs) dropped for capacity: the worker held `tcp.max_connections`,
+    /// or the listener had `max_startups` MPA startups in progress (the client retransmits
+    /// its SYN; `Worker::relisten`).
     pub refused: u64,
     /// The CPU the worker is placed on (its `cores` entry, or one of the process's CPUs).
     pub cpu: Option<usize>,
@@ -1514,7 +1516,11 @@ impl Worker {
             .iface
             .poll_ingress_single(ts, &mut self.dev, &mut self.sockets)
             != PollIngressSingleResult::None
-        {}
+        {
+            if self.dev.take_syn_seen() && !self.listening.is_empty() {
+                self.relisten(now);
+            }
+        }
         if self.dev.take_arp_seen() {
             // A neighbour filled may release a socket smoltcp held back for it (a first SYN):
             // no segment of that socket marks it for the egress.
@@ -1603,71 +1609,81 @@ impl Worker {
     }
 
     // --- phase 3: listeners and MPA Requests -----------------------------------------------------
-    fn accept(&mut self, now: Instant) -> bool {
+    /// Every listening socket that left LISTEN (a SYN took it, RFC 9293 3.5) becomes a probe,
+    /// with a fresh listening socket in its place, so the next SYN finds one: smoltcp has no
+    /// accept queue and answers a SYN nobody listens for with a RST. Called after each frame
+    /// that carried a SYN ([`DpdkDevice::take_syn_seen`]) and on every pass.
+    ///
+    /// Past a capacity (`tcp.max_connections` held, or `max_startups` MPA startups of the
+    /// listener) the SYN is forgotten, not answered: the socket listens again before its
+    /// SYN-ACK is sent, and the client retransmits its SYN (RFC 9293 3.8.1) until there is
+    /// room, as with a kernel listener whose backlog is full. Each one is counted
+    /// (`WorkerStats::refused`) and logged (at most once a second).
+    fn relisten(&mut self, now: Instant) -> bool {
         let mut work = false;
-        // A listening socket that left LISTEN becomes a probe.
         let mut held = self.held();
         for (port, l) in self.listening.iter_mut() {
             for h in l.handles.iter_mut() {
                 let s = self.sockets.get_mut::<tcp::Socket>(*h);
                 let st = s.state();
+                if st == tcp::State::Listen {
+                    continue;
+                }
                 if st == tcp::State::Closed {
-                    // Refused below in an earlier loop: its RST has gone out; listen again
-                    // with the same socket (no new buffers).
                     let _ = s.listen(*port);
                     continue;
                 }
-                if st != tcp::State::Listen && held >= self.tcp.max_connections {
-                    // Every connection costs a socket's buffers: past the limit a peer
-                    // cannot make this worker allocate more; the RST tells it at once.
+                let remote = remote_of(s);
+                let starting = self.probes.iter().filter(|p| p.port == *port).count();
+                let full = if held >= self.tcp.max_connections {
+                    Some(format!(
+                        "the worker holds tcp.max_connections = {}",
+                        self.tcp.max_connections
+                    ))
+                } else {
+                    acceptor::admit(starting, &l.policy).err()
+                };
+                if let Some(why) = full {
+                    // Forget the SYN: abort and listen again in the same pass, before any
+                    // egress could send the SYN-ACK or a RST.
+                    s.abort();
+                    let _ = s.listen(*port);
+                    self.stats.refused += 1;
                     if self
                         .last_refusal
                         .is_none_or(|t| now.duration_since(t) > Duration::from_secs(1))
                     {
                         log::warn!(
-                            "dataplane: worker {} holds tcp.max_connections = {}; refusing connections to port {port} (RST)",
+                            "dataplane: worker {}: dropping the SYN of {remote} to port {port}: \
+                             {why} (it will retransmit; {} dropped so far)",
                             self.index,
-                            self.tcp.max_connections
+                            self.stats.refused
                         );
                         self.last_refusal = Some(now);
                     }
-                    self.stats.refused += 1;
-                    s.abort();
-                    // Its RST goes out in this pass's egress, which must visit it.
-                    self.egress_all = true;
                     continue;
                 }
-                if st != tcp::State::Listen {
-                    let remote = remote_of(s);
-                    let starting = self.probes.iter().filter(|p| p.port == *port).count();
-                    if let Err(why) = acceptor::admit(starting, &l.policy) {
-                        acceptor::log_refusal(
-                            &format!("dataplane: worker {}", self.index),
-                            remote,
-                            &format!("{why} (RST)"),
-                        );
-                        self.stats.refused += 1;
-                        s.abort();
-                        self.egress_all = true;
-                        continue;
-                    }
-                    held += 1;
-                    work = true;
-                    let mut s = new_socket(&self.tcp);
-                    if s.listen(*port).is_ok() {
-                        self.dev.zc_register(&s);
-                        let old = std::mem::replace(h, self.sockets.add(s));
-                        self.probes.push(Probe {
-                            h: old,
-                            probe: MpaProbe::new(&l.policy, now),
-                            port: *port,
-                            remote,
-                            requests: l.requests.clone(),
-                        });
-                    }
+                held += 1;
+                work = true;
+                let mut s = new_socket(&self.tcp);
+                if s.listen(*port).is_ok() {
+                    self.dev.zc_register(&s);
+                    let old = std::mem::replace(h, self.sockets.add(s));
+                    self.probes.push(Probe {
+                        h: old,
+                        probe: MpaProbe::new(&l.policy, now),
+                        port: *port,
+                        remote,
+                        requests: l.requests.clone(),
+                    });
                 }
             }
         }
+        work
+    }
+
+    fn accept(&mut self, now: Instant) -> bool {
+        let mut work = self.relisten(now);
 
         // Probes: read the MPA Request. Each progresses on its own: a stalled or slow peer
         // holds up nobody else, and is closed at its deadline.
