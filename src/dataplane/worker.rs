@@ -4,7 +4,8 @@
 //! [`Worker::poll_once`] is one run-to-completion pass made of named phases:
 //! 1. `commands`: connect/listen/accept/reject requests from applications;
 //! 2. `rx`: one rx burst, then smoltcp ingress (every received frame into its socket);
-//! 3. `accept`: listening sockets that left LISTEN become probes reading their MPA Request;
+//! 3. `accept`: the listeners (`worker/listen.rs`): listening sockets that left LISTEN become
+//!    probes reading their MPA Request (`cm::acceptor`), complete ones go to the application;
 //! 4. `post`: work requests from the QPs' post rings into their engines;
 //! 5. `deliver`: received stream bytes into the sans-IO [`crate::conn::Connection`]s
 //!    (MPA deframing, CRC check, DDP placement, RDMAP);
@@ -22,7 +23,6 @@
 //! (connect/listen/accept/reject); posting work and reaping completions go through the QP's
 //! bounded lock-free post rings and the CQs' bounded queues, as with the kernel-TCP driver.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,7 +38,9 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 use super::contention::{Contention, RunDelay};
 use super::device::{DeviceStats, DpdkDevice};
 use super::rehearsal::Rehearsal;
-use crate::cm::acceptor::{self, MpaProbe, ProbeOutcome};
+use listen::Listeners;
+
+mod listen;
 use crate::cm::{pump, ListenConfig};
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
@@ -513,22 +515,6 @@ impl Conn {
     }
 }
 
-/// An incoming connection in its MPA startup (reading its Request; `cm::acceptor`).
-struct Probe {
-    h: SocketHandle,
-    probe: MpaProbe,
-    port: u16,
-    remote: SocketAddr,
-    requests: Sender<Incoming>,
-}
-
-struct Listening {
-    requests: Sender<Incoming>,
-    handles: Vec<SocketHandle>,
-    /// Its MPA startups' deadline, cap and Rev 0 policy (RFC 5044 §7.1.2, App. C).
-    policy: ListenConfig,
-}
-
 /// The peer of a socket, for log lines.
 fn remote_of(s: &tcp::Socket<'static>) -> SocketAddr {
     s.remote_endpoint()
@@ -562,10 +548,8 @@ pub(crate) struct Worker {
     iface: Interface,
     sockets: SocketSet<'static>,
     conns: Vec<Conn>,
-    probes: Vec<Probe>,
-    awaiting: HashMap<u64, (SocketHandle, Instant)>,
-    listening: HashMap<u16, Listening>,
-    next_id: u64,
+    listeners: Listeners,
+    closing_startups: Vec<SocketHandle>,
     next_port: u16,
     stats: WorkerStats,
     last_work: Instant,
@@ -578,7 +562,6 @@ pub(crate) struct Worker {
     /// Left to its default (`wcfg.driven_spin_us` unset), the spin follows how the driving
     /// thread shares its CPU: windows of its run delay and its yields (`dataplane::contention`).
     contention: Option<(Contention, RunDelay)>,
-    last_refusal: Option<Instant>,
     emss: usize,
     rbuf: Vec<u8>,
     /// Set once stopped: [`Cmd::Stop`] or every command sender gone, and then no closing
@@ -783,17 +766,14 @@ impl Worker {
             iface,
             sockets: SocketSet::new(Vec::new()),
             conns: Vec::new(),
-            probes: Vec::new(),
-            awaiting: HashMap::new(),
-            listening: HashMap::new(),
-            next_id: (index as u64) << 48,
+            listeners: Listeners::new(index),
+            closing_startups: Vec::new(),
             next_port: 49152 + (rand::random::<u16>() % 8192),
             stats: WorkerStats::default(),
             last_work: Instant::now(),
             driven_spin,
             spin_base: driven_spin,
             contention: adaptive.then(|| (Contention::new(t0), RunDelay::default())),
-            last_refusal: None,
             emss,
             rbuf: vec![0u8; 64 * 1024],
             stopped: false,
@@ -902,7 +882,7 @@ impl Worker {
         // An MPA startup in progress (or its end: a RST, a Reply) is sent by an egress that
         // visits every socket; startups are short and few.
         let accepted = self.accept(now);
-        if accepted || !self.probes.is_empty() || !self.awaiting.is_empty() {
+        if accepted || self.listeners.in_startup() {
             self.egress_all = true;
         }
         work |= accepted;
@@ -1336,21 +1316,33 @@ impl Worker {
                         Duration::from_millis(self.tcp.mpa_timeout_ms),
                         self.tcp.max_startups,
                     ));
-                    let _ = reply.try_send(self.listen(port, requests, startup, rev0_permissive));
+                    let policy = ListenConfig {
+                        mpa_timeout: startup.0,
+                        max_startups: startup.1,
+                        mpa_rev0_permissive: rev0_permissive,
+                        ..ListenConfig::default()
+                    };
+                    let r = self.listeners.listen(
+                        port,
+                        requests,
+                        policy,
+                        &mut self.sockets,
+                        &mut self.dev,
+                        &self.tcp,
+                    );
+                    let _ = reply.try_send(r);
                 }
                 Cmd::Unlisten { port } => {
-                    if let Some(l) = self.listening.remove(&port) {
-                        for h in l.handles {
-                            retire_socket(
-                                &mut self.dev,
-                                &mut self.retransmits_done,
-                                self.sockets.remove(h),
-                            );
-                        }
+                    for h in self.listeners.unlisten(port) {
+                        retire_socket(
+                            &mut self.dev,
+                            &mut self.retransmits_done,
+                            self.sockets.remove(h),
+                        );
                     }
                 }
-                Cmd::Accept { id, sh, events } => match self.awaiting.remove(&id) {
-                    Some((h, _)) => {
+                Cmd::Accept { id, sh, events } => match self.listeners.take_request(id) {
+                    Some(h) => {
                         self.set_rx_sink(h, &sh);
                         self.add_conn(Conn::new(h, Some(sh), Some(events)));
                     }
@@ -1360,7 +1352,7 @@ impl Worker {
                     }
                 },
                 Cmd::Reject { id, bytes } => {
-                    if let Some((h, _)) = self.awaiting.remove(&id) {
+                    if let Some(h) = self.listeners.take_request(id) {
                         let mut c = Conn::new(h, None, None);
                         c.out = bytes;
                         self.add_conn(c);
@@ -1409,7 +1401,7 @@ impl Worker {
     }
 
     fn held(&self) -> usize {
-        self.conns.len() + self.probes.len() + self.awaiting.len()
+        self.conns.len() + self.listeners.held()
     }
 
     fn connect(&mut self, remote: SocketAddrV4, sh: Arc<QpShared>, events: Sender<ConnEvent>) {
@@ -1461,48 +1453,6 @@ impl Worker {
         }
     }
 
-    fn listen(
-        &mut self,
-        port: u16,
-        requests: Sender<Incoming>,
-        (mpa_timeout, max_startups): (Duration, usize),
-        rev0_permissive: bool,
-    ) -> Result<(), String> {
-        if self.listening.contains_key(&port) {
-            return Err(format!("port {port} already listening"));
-        }
-        let mut handles = Vec::new();
-        for _ in 0..self.tcp.backlog.max(1) {
-            let mut s = new_socket(&self.tcp);
-            if let Err(e) = s.listen(port) {
-                for h in handles {
-                    retire_socket(
-                        &mut self.dev,
-                        &mut self.retransmits_done,
-                        self.sockets.remove(h),
-                    );
-                }
-                return Err(e.to_string());
-            }
-            self.dev.zc_register(&s);
-            handles.push(self.sockets.add(s));
-        }
-        self.listening.insert(
-            port,
-            Listening {
-                requests,
-                handles,
-                policy: ListenConfig {
-                    mpa_timeout,
-                    max_startups,
-                    mpa_rev0_permissive: rev0_permissive,
-                    ..ListenConfig::default()
-                },
-            },
-        );
-        Ok(())
-    }
-
     // --- phase 2: rx burst + smoltcp ingress -----------------------------------------------------
     fn rx(&mut self, now: Instant) -> bool {
         // Frames left from the last burst (smoltcp stopped taking them while the tx queue was
@@ -1517,7 +1467,7 @@ impl Worker {
             .poll_ingress_single(ts, &mut self.dev, &mut self.sockets)
             != PollIngressSingleResult::None
         {
-            if self.dev.take_syn_seen() && !self.listening.is_empty() {
+            if self.dev.take_syn_seen() && self.listeners.is_listening() {
                 self.relisten(now);
             }
         }
@@ -1609,160 +1559,33 @@ impl Worker {
     }
 
     // --- phase 3: listeners and MPA Requests -----------------------------------------------------
-    /// Every listening socket that left LISTEN (a SYN took it, RFC 9293 3.5) becomes a probe,
-    /// with a fresh listening socket in its place, so the next SYN finds one: smoltcp has no
-    /// accept queue and answers a SYN nobody listens for with a RST. Called after each frame
-    /// that carried a SYN ([`DpdkDevice::take_syn_seen`]) and on every pass.
-    ///
-    /// Past a capacity (`tcp.max_connections` held, or `max_startups` MPA startups of the
-    /// listener) the SYN is forgotten, not answered: the socket listens again before its
-    /// SYN-ACK is sent, and the client retransmits its SYN (RFC 9293 3.8.1) until there is
-    /// room, as with a kernel listener whose backlog is full. Each one is counted
-    /// (`WorkerStats::refused`) and logged (at most once a second).
+    /// [`Listeners::relisten`] (after a frame that carried a SYN, and on every pass).
     fn relisten(&mut self, now: Instant) -> bool {
-        let mut work = false;
-        let mut held = self.held();
-        for (port, l) in self.listening.iter_mut() {
-            for h in l.handles.iter_mut() {
-                let s = self.sockets.get_mut::<tcp::Socket>(*h);
-                let st = s.state();
-                if st == tcp::State::Listen {
-                    continue;
-                }
-                if st == tcp::State::Closed {
-                    let _ = s.listen(*port);
-                    continue;
-                }
-                let remote = remote_of(s);
-                let starting = self.probes.iter().filter(|p| p.port == *port).count();
-                let full = if held >= self.tcp.max_connections {
-                    Some(format!(
-                        "the worker holds tcp.max_connections = {}",
-                        self.tcp.max_connections
-                    ))
-                } else {
-                    acceptor::admit(starting, &l.policy).err()
-                };
-                if let Some(why) = full {
-                    // Forget the SYN: abort and listen again in the same pass, before any
-                    // egress could send the SYN-ACK or a RST.
-                    s.abort();
-                    let _ = s.listen(*port);
-                    self.stats.refused += 1;
-                    if self
-                        .last_refusal
-                        .is_none_or(|t| now.duration_since(t) > Duration::from_secs(1))
-                    {
-                        log::warn!(
-                            "dataplane: worker {}: dropping the SYN of {remote} to port {port}: \
-                             {why} (it will retransmit; {} dropped so far)",
-                            self.index,
-                            self.stats.refused
-                        );
-                        self.last_refusal = Some(now);
-                    }
-                    continue;
-                }
-                held += 1;
-                work = true;
-                let mut s = new_socket(&self.tcp);
-                if s.listen(*port).is_ok() {
-                    self.dev.zc_register(&s);
-                    let old = std::mem::replace(h, self.sockets.add(s));
-                    self.probes.push(Probe {
-                        h: old,
-                        probe: MpaProbe::new(&l.policy, now),
-                        port: *port,
-                        remote,
-                        requests: l.requests.clone(),
-                    });
-                }
-            }
-        }
-        work
+        let held = self.conns.len();
+        self.listeners.relisten(
+            &mut self.sockets,
+            &mut self.dev,
+            &self.tcp,
+            held,
+            &mut self.stats.refused,
+            now,
+        )
     }
 
+    /// Phase 3: new connections into MPA startup, startups read, requests handed out; the
+    /// connections the listeners gave up on close here.
     fn accept(&mut self, now: Instant) -> bool {
         let mut work = self.relisten(now);
-
-        // Probes: read the MPA Request. Each progresses on its own: a stalled or slow peer
-        // holds up nobody else, and is closed at its deadline.
-        let mut i = 0;
-        while i < self.probes.len() {
-            let p = &mut self.probes[i];
-            let s = self.sockets.get_mut::<tcp::Socket>(p.h);
-            let mut outcome = ProbeOutcome::Pending;
-            while matches!(outcome, ProbeOutcome::Pending) && s.can_recv() {
-                let room = p.probe.room().clamp(1, self.rbuf.len());
-                let n = s.recv_slice(&mut self.rbuf[..room]).unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                work = true;
-                outcome = p.probe.on_bytes(&self.rbuf[..n], now);
-            }
-            if matches!(outcome, ProbeOutcome::Pending) {
-                // Gone, or closed its direction without a (complete) MPA Request: it never
-                // will send one (RFC 5044 §7.1.2), so do not keep its buffers to the deadline.
-                let gone = (!s.is_active() && s.state() != tcp::State::SynReceived)
-                    || (matches!(
-                        s.state(),
-                        tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing
-                    ) && !s.can_recv());
-                outcome = if gone {
-                    p.probe.on_closed()
-                } else {
-                    p.probe.on_time(now)
-                };
-            }
-            let refused = match outcome {
-                ProbeOutcome::Pending => {
-                    i += 1;
-                    continue;
-                }
-                ProbeOutcome::Request { peer, raw } => {
-                    self.next_id += 1;
-                    let inc = Incoming {
-                        id: self.next_id,
-                        peer,
-                        raw,
-                        remote: p.remote,
-                        worker: self.index,
-                    };
-                    if p.requests.try_send(inc).is_ok() {
-                        self.awaiting.insert(self.next_id, (p.h, now));
-                        None
-                    } else {
-                        Some("the listener's backlog is full".to_string())
-                    }
-                }
-                ProbeOutcome::Drop(why) => Some(why),
-            };
-            let p = self.probes.swap_remove(i);
-            if let Some(why) = refused {
-                acceptor::log_refusal(&format!("dataplane: worker {}", self.index), p.remote, &why);
-                self.sockets.get_mut::<tcp::Socket>(p.h).abort();
-                self.egress_all = true;
-                self.add_conn(Conn::closing(p.h, now));
-            }
+        self.closing_startups.clear();
+        let mut closing = std::mem::take(&mut self.closing_startups);
+        work |= self
+            .listeners
+            .advance(&mut self.sockets, &mut self.rbuf, now, &mut closing);
+        for &h in &closing {
+            self.egress_all = true;
+            self.add_conn(Conn::closing(h, now));
         }
-        // Requests nobody accepted or rejected in time: abort and free their sockets.
-        if !self.awaiting.is_empty() {
-            let expired: Vec<u64> = self
-                .awaiting
-                .iter()
-                .filter(|(_, (_, since))| now.duration_since(*since) > AWAIT_TIMEOUT)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in expired {
-                if let Some((h, _)) = self.awaiting.remove(&id) {
-                    log::warn!("dataplane: connection request {id} neither accepted nor rejected");
-                    self.sockets.get_mut::<tcp::Socket>(h).abort();
-                    self.egress_all = true;
-                    self.add_conn(Conn::closing(h, now));
-                }
-            }
-        }
+        self.closing_startups = closing;
         work
     }
 
