@@ -82,6 +82,19 @@ impl Recorder {
         self.sum_sq += v * v;
     }
 
+    /// Add `other`'s samples (e.g. each thread's recorder into one summary).
+    pub fn merge(&mut self, other: &Recorder) {
+        if other.is_empty() {
+            return;
+        }
+        // Both auto-resize; `add` fails only for a histogram that cannot grow.
+        let _ = self.hist.add(&other.hist);
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
+    }
+
     /// Samples recorded.
     pub fn len(&self) -> u64 {
         self.hist.len()

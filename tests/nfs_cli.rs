@@ -2,7 +2,8 @@
 //! ports, an export of its own), and `dpwarp nfs-probe --read`, the READ load, against it:
 //! rpcbind and MOUNT found, the file READ for a while with every reply checked, the JSON's
 //! figures; refusals (a missing file, a file smaller than one READ); and the server's counters
-//! at SIGTERM, which show the READs went from its pool's buffers.
+//! at SIGTERM, which show the READs went from its pool's buffers. `dpwarp nfs-bench` against
+//! it with 16 connections and a mix of READ, WRITE, GETATTR and LOOKUP, every reply checked.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -230,6 +231,77 @@ fn nfs_probe_read_loads_nfs_server_from_its_pool() {
     assert!(count_after("from pool buffers ", ')') >= 262_144, "{line}");
     // The 4 KiB READs and the GETATTRs were answered on the connection's thread.
     assert!(count_after(" calls (", ' ') > 0, "{line}");
+}
+
+/// `nfs-bench --connections 16` against `nfs-server`: every connection made calls, every
+/// kind in the mix ran, and every reply was checked (READ data against the pattern the bench
+/// wrote, WRITE counts, GETATTR's file id, LOOKUP's handle); the file on the server holds the
+/// pattern the bench reads.
+#[test]
+fn nfs_bench_sixteen_connections_with_a_mix_verifies_every_reply() {
+    let dir = Dir::new("bench");
+    let (_srv, nfs, rpcbind) = server(&dir.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+        .args([
+            "nfs-bench",
+            "--server",
+            "127.0.0.1",
+            "--transport",
+            "kernel",
+        ])
+        .args([
+            "--port",
+            &nfs.to_string(),
+            "--rpcbind-port",
+            &rpcbind.to_string(),
+        ])
+        .args(["--connections", "16", "--credits", "4", "--seconds", "1.5"])
+        .args([
+            "--mix",
+            "read=4,write=2,getattr=1,lookup=1",
+            "--file-size",
+            "1048576",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nfs-bench: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(j["connections"], 16);
+    assert_eq!(j["verified"], true, "{j}");
+    assert!(j["errors"].as_array().unwrap().is_empty(), "{j}");
+    let per = j["per_connection_ops"].as_array().unwrap();
+    assert_eq!(per.len(), 16);
+    assert!(per.iter().all(|n| n.as_u64().unwrap() > 0), "{j}");
+    for op in ["read", "write", "getattr", "lookup"] {
+        assert!(j["by_op"][op].as_u64().unwrap() > 0, "no {op}: {j}");
+    }
+    for k in [
+        "ops_per_s",
+        "gbps",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "min_share",
+    ] {
+        assert!(j[k].as_f64().unwrap() > 0.0, "{k}: {j}");
+    }
+    assert!(!j["threads"].as_array().unwrap().is_empty());
+    // What the bench wrote is on the server's disk: its pattern, octet for octet (the same
+    // function as the bench's).
+    let data = std::fs::read(dir.0.join("export/nfs-bench.dat")).unwrap();
+    assert_eq!(data.len(), 1 << 20);
+    let pattern = |off: u64| (off.wrapping_mul(2_654_435_761) >> 13) as u8 ^ (off as u8);
+    assert!(
+        data.iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(i as u64)),
+        "the file does not hold the bench's pattern"
+    );
 }
 
 mod restart {

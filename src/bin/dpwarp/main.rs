@@ -10,6 +10,7 @@ mod demo;
 mod dpperf;
 mod load;
 mod net;
+mod nfs_bench;
 mod nfs_probe;
 mod nfs_server;
 #[cfg(not(feature = "dpdk"))]
@@ -60,6 +61,9 @@ enum Cmd {
     /// dpwarp's RPC-over-RDMA client against an NFSv3/RDMA server (e.g. Linux knfsd): rpcbind,
     /// MOUNT over TCP, then NFS NULL, FSINFO and GETATTR on the export's root over RDMA.
     NfsProbe(nfs_probe::Args),
+    /// NFSv3/RDMA storage load: N connections (like nconnect) x credits, an operation mix on a
+    /// file it writes first, every reply checked; one JSON object (docs/nfs.md "nfs-bench").
+    NfsBench(nfs_bench::Args),
     /// Benchmark NULL/READ/WRITE over RPC-over-RDMA and ONC RPC/TCP (--compare --json).
     RpcBench(rpc_bench::Args),
     /// rdma-core's rping over dpwarp: wire- and behaviour-compatible ping-pong of Send, RDMA Read
@@ -107,6 +111,10 @@ fn main() {
             a.net.config_from_env = config_from_env;
             a.verbosity.verbose
         }
+        Cmd::NfsBench(a) => {
+            a.net.config_from_env = config_from_env;
+            a.verbosity.verbose
+        }
         Cmd::RpcBench(a) => a.verbosity.verbose,
         Cmd::FpduAlign { .. } => 0,
     };
@@ -131,6 +139,7 @@ fn main() {
         Cmd::RpcServer(a) => rpc_server::run(a),
         Cmd::NfsServer(a) => nfs_server::run(a),
         Cmd::NfsProbe(a) => nfs_probe::run(a),
+        Cmd::NfsBench(a) => nfs_bench::run(a),
         Cmd::RpcBench(a) => rpc_bench::run(a),
         Cmd::Rping(a) => rping::run(a),
         Cmd::Perf(a) => perf::run(a),

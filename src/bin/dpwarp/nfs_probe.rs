@@ -85,7 +85,7 @@ pub struct Args {
     pub verbosity: Verbosity,
 }
 
-fn tcp_call(
+pub(crate) fn tcp_call(
     addr: SocketAddr,
     prog: u32,
     vers: u32,
