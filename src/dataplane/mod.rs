@@ -232,6 +232,186 @@ fn worker_cpu(configured: Option<usize>, k: usize, cpus: &[usize]) -> Option<usi
     configured.or_else(|| (!cpus.is_empty()).then(|| cpus[k % cpus.len()]))
 }
 
+/// What [`plan_port`] decided for a port.
+struct PortPlan {
+    /// The link MTU dpwarp uses.
+    mtu: u16,
+    /// The MTU given to the PMD (0: its default).
+    pmd_mtu: u16,
+    ck_mode: device::ChecksumMode,
+    ck_off: device::CksumOffload,
+    /// TCP payload sent by reference (external mbufs).
+    zero_copy: bool,
+    /// A net_memif client in memif's zero-copy mode.
+    memif_zc: bool,
+}
+
+/// The port `device` names: one side of a `ring:NAME:a|b` pair (made on first use, `nq`
+/// queues), or a vdev or PCI device by name.
+fn open_port(
+    eal: &Eal,
+    device: &str,
+    nq: u16,
+    rings: &mut HashMap<String, (Port, Port)>,
+) -> Result<Port, DataplaneError> {
+    let Some(rest) = device.strip_prefix("ring:") else {
+        return Ok(Port::by_name(eal, device)?);
+    };
+    let (name, side) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| DataplaneError::Config(format!("{device}: expected ring:NAME:a|b")))?;
+    let pair = match rings.get(name) {
+        Some(p) => *p,
+        None => {
+            let p = Port::ring_pair(eal, name, nq, 4096)?;
+            rings.insert(name.to_string(), p);
+            p
+        }
+    };
+    match side {
+        "a" => Ok(pair.0),
+        "b" => Ok(pair.1),
+        _ => Err(DataplaneError::Config(format!(
+            "{device}: side must be a or b"
+        ))),
+    }
+}
+
+/// MTU, checksum offload, transmit by reference for port `pc` (`port_id`) of a PMD that
+/// reports `info`: what the config asks, checked against what the PMD offers.
+fn plan_port(
+    cfg: &DataplaneConfig,
+    pc: &crate::config::PortConfig,
+    port_id: u16,
+    info: &crate::dpdk::PortInfo,
+) -> Result<PortPlan, DataplaneError> {
+    let mtu = if pc.mtu == 0 { 1500 } else { pc.mtu };
+    if pc.mtu != 0 && info.max_mtu != 0 && pc.mtu > info.max_mtu {
+        return Err(DataplaneError::Config(format!(
+            "{}: mtu {} above the {} maximum {}",
+            pc.device, pc.mtu, info.driver, info.max_mtu
+        )));
+    }
+    // Checksum offload where the PMD offers it (config `checksum`, device::plan); not
+    // with a capture port, whose copies must carry the final checksums.
+    let (ck_mode, ck_off) = if pc.capture.is_some() {
+        let driver = format!("{} with a capture port", info.driver);
+        device::plan(&pc.checksum, &driver, 0, 0)
+    } else {
+        device::plan(
+            &pc.checksum,
+            &info.driver,
+            info.tx_offload_capa,
+            info.rx_offload_capa,
+        )
+    }
+    .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
+    // Faults: checksums computed and verified in software whatever `checksum` says
+    // (a corrupted frame must be refused, and an offloading PMD would checksum a frame
+    // corrupted on tx as if it were right).
+    let (ck_mode, ck_off) = match &pc.faults {
+        Some(f) => {
+            log::warn!(
+                "dataplane: port {} ({}): FAULT INJECTION on: {f:?}; IPv4/TCP checksums \
+         computed and verified in software",
+                port_id,
+                pc.device
+            );
+            (
+                device::ChecksumMode::Software,
+                device::CksumOffload::default(),
+            )
+        }
+        None => (ck_mode, ck_off),
+    };
+    // Transmit by reference (config `tx_zero_copy`): PMDs that take chained mbufs
+    // and read them in software (no IOVA is set on the external buffers), and no
+    // transmit checksum offload (not tried over chains).
+    // Not on memif's zero-copy client: its descriptors describe frames by offset into
+    // this process's EAL memory, which a TCP transmit ring is not in (`DataplaneConfig::
+    // memif_zero_copy_client`); payloads are copied into pool mbufs there instead, and
+    // memif copies nothing on this side.
+    let memif_zc = info.driver == "net_memif" && cfg.memif_zero_copy_client(&pc.device);
+    let zc_able = ["net_ring", "net_memif", "net_af_packet"].contains(&info.driver.as_str())
+        && info.tx_offload_capa & crate::dpdk::offload::TX_MULTI_SEGS != 0
+        && ck_off.tx_bits() == 0
+        && !memif_zc;
+    let zero_copy = match pc.tx_zero_copy.as_str() {
+        "off" => false,
+        "on" if !zc_able => {
+            return Err(DataplaneError::Config(format!(
+                "{}: tx_zero_copy = \"on\": {} (tx offloads {}) cannot send chained \
+         external mbufs here; use \"auto\" or \"off\"",
+                pc.device,
+                info.driver,
+                ck_off.describe()
+            )))
+        }
+        _ => zc_able,
+    };
+    // net_memif reports a 1518-octet maximum frame (DPDK 22.11 `memif_dev_info`), so
+    // `rte_eth_dev_configure` refuses a larger MTU; its data path has no such limit: a
+    // frame longer than a descriptor's buffer goes as a chain of descriptors
+    // (MEMIF_DESC_FLAG_NEXT) and is copied into the receiving mbuf as one frame. The
+    // link MTU of two dpwarp processes over memif is then what both configure; the PMD
+    // keeps its default.
+    let pmd_mtu = if info.driver == "net_memif" && pc.mtu > 1500 {
+        log::info!(
+            "dataplane: {}: mtu {} used by dpwarp on the link; the PMD keeps its default \
+             (it reports a 1518-octet maximum frame but carries longer ones in chained \
+             descriptors)",
+            pc.device,
+            pc.mtu
+        );
+        0
+    } else {
+        pc.mtu
+    };
+    Ok(PortPlan {
+        mtu,
+        pmd_mtu,
+        ck_mode,
+        ck_off,
+        zero_copy,
+        memif_zc,
+    })
+}
+
+/// A started worker: its thread (background mode) or its handle (driven mode).
+type StartedWorker = (Option<std::thread::JoinHandle<()>>, Option<Arc<WorkerLock>>);
+
+/// Start a worker from `parts` on `cpu`: its own pinned thread (background), or a handle for
+/// the application's threads to drive.
+fn start_worker(
+    parts: WorkerParts,
+    cpu: Option<usize>,
+    mode: WorkerMode,
+) -> Result<StartedWorker, DataplaneError> {
+    let index = parts.index;
+    log::info!("dataplane: worker {index} ({mode:?}) on CPU {cpu:?}");
+    Ok(match mode {
+        WorkerMode::Background => {
+            let j = std::thread::Builder::new()
+                .name(format!("dpwarp-w{index}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
+                            log::warn!("dataplane: could not pin worker to CPU {c}: {e}");
+                        }
+                    }
+                    crate::dpdk::register_thread();
+                    Worker::new(parts, cpu).run()
+                })
+                .map_err(|e| DataplaneError::Config(format!("spawn worker: {e}")))?;
+            (Some(j), None)
+        }
+        WorkerMode::Driven => (
+            None,
+            Some(Arc::new(WorkerLock::new(Worker::new(parts, cpu)))),
+        ),
+    })
+}
+
 impl Dataplane {
     /// Initialise the EAL (once per process), set up the ports and start one pinned worker
     /// thread per queue ([`WorkerMode::Background`]).
@@ -261,31 +441,7 @@ impl Dataplane {
         let mut ports = Vec::new();
         for (pi, pc) in cfg.ports.iter().enumerate() {
             let nq = pc.cores.len().max(1) as u16;
-            let port = if let Some(rest) = pc.device.strip_prefix("ring:") {
-                let (name, side) = rest.rsplit_once(':').ok_or_else(|| {
-                    DataplaneError::Config(format!("{}: expected ring:NAME:a|b", pc.device))
-                })?;
-                let pair = match rings.get(name) {
-                    Some(p) => *p,
-                    None => {
-                        let p = Port::ring_pair(eal, name, nq, 4096)?;
-                        rings.insert(name.to_string(), p);
-                        p
-                    }
-                };
-                match side {
-                    "a" => pair.0,
-                    "b" => pair.1,
-                    _ => {
-                        return Err(DataplaneError::Config(format!(
-                            "{}: side must be a or b",
-                            pc.device
-                        )))
-                    }
-                }
-            } else {
-                Port::by_name(eal, &pc.device)?
-            };
+            let port = open_port(eal, &pc.device, nq, &mut rings)?;
             let info = port.info()?;
             if nq > info.max_rx_queues.min(info.max_tx_queues) {
                 return Err(DataplaneError::Config(format!(
@@ -297,89 +453,14 @@ impl Dataplane {
                     info.max_rx_queues.min(info.max_tx_queues)
                 )));
             }
-            let mtu = if pc.mtu == 0 { 1500 } else { pc.mtu };
-            if pc.mtu != 0 && info.max_mtu != 0 && pc.mtu > info.max_mtu {
-                return Err(DataplaneError::Config(format!(
-                    "{}: mtu {} above the {} maximum {}",
-                    pc.device, pc.mtu, info.driver, info.max_mtu
-                )));
-            }
-            // Checksum offload where the PMD offers it (config `checksum`, device::plan); not
-            // with a capture port, whose copies must carry the final checksums.
-            let (ck_mode, ck_off) = if pc.capture.is_some() {
-                let driver = format!("{} with a capture port", info.driver);
-                device::plan(&pc.checksum, &driver, 0, 0)
-            } else {
-                device::plan(
-                    &pc.checksum,
-                    &info.driver,
-                    info.tx_offload_capa,
-                    info.rx_offload_capa,
-                )
-            }
-            .map_err(|e| DataplaneError::Config(format!("{}: {e}", pc.device)))?;
-            // Faults: checksums computed and verified in software whatever `checksum` says
-            // (a corrupted frame must be refused, and an offloading PMD would checksum a frame
-            // corrupted on tx as if it were right).
-            let (ck_mode, ck_off) = match &pc.faults {
-                Some(f) => {
-                    log::warn!(
-                        "dataplane: port {} ({}): FAULT INJECTION on: {f:?}; IPv4/TCP checksums \
-                         computed and verified in software",
-                        port.id(),
-                        pc.device
-                    );
-                    (
-                        device::ChecksumMode::Software,
-                        device::CksumOffload::default(),
-                    )
-                }
-                None => (ck_mode, ck_off),
-            };
-            // Transmit by reference (config `tx_zero_copy`): PMDs that take chained mbufs
-            // and read them in software (no IOVA is set on the external buffers), and no
-            // transmit checksum offload (not tried over chains).
-            // Not on memif's zero-copy client: its descriptors describe frames by offset into
-            // this process's EAL memory, which a TCP transmit ring is not in (`DataplaneConfig::
-            // memif_zero_copy_client`); payloads are copied into pool mbufs there instead, and
-            // memif copies nothing on this side.
-            let memif_zc = info.driver == "net_memif" && cfg.memif_zero_copy_client(&pc.device);
-            let zc_able = ["net_ring", "net_memif", "net_af_packet"]
-                .contains(&info.driver.as_str())
-                && info.tx_offload_capa & crate::dpdk::offload::TX_MULTI_SEGS != 0
-                && ck_off.tx_bits() == 0
-                && !memif_zc;
-            let zero_copy = match pc.tx_zero_copy.as_str() {
-                "off" => false,
-                "on" if !zc_able => {
-                    return Err(DataplaneError::Config(format!(
-                        "{}: tx_zero_copy = \"on\": {} (tx offloads {}) cannot send chained \
-                         external mbufs here; use \"auto\" or \"off\"",
-                        pc.device,
-                        info.driver,
-                        ck_off.describe()
-                    )))
-                }
-                _ => zc_able,
-            };
-            // net_memif reports a 1518-octet maximum frame (DPDK 22.11 `memif_dev_info`), so
-            // `rte_eth_dev_configure` refuses a larger MTU; its data path has no such limit: a
-            // frame longer than a descriptor's buffer goes as a chain of descriptors
-            // (MEMIF_DESC_FLAG_NEXT) and is copied into the receiving mbuf as one frame. The
-            // link MTU of two dpwarp processes over memif is then what both configure; the PMD
-            // keeps its default.
-            let pmd_mtu = if info.driver == "net_memif" && pc.mtu > 1500 {
-                log::info!(
-                    "dataplane: {}: mtu {} used by dpwarp on the link; the PMD keeps its default \
-                     (it reports a 1518-octet maximum frame but carries longer ones in chained \
-                     descriptors)",
-                    pc.device,
-                    pc.mtu
-                );
-                0
-            } else {
-                pc.mtu
-            };
+            let PortPlan {
+                mtu,
+                pmd_mtu,
+                ck_mode,
+                ck_off,
+                zero_copy,
+                memif_zc,
+            } = plan_port(cfg, pc, port.id(), &info)?;
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
             let pool = Mempool::create(eal, &format!("{pools}pool{pi}"), pc.mbufs, 256, room)?;
             port.configure(
@@ -538,31 +619,10 @@ impl Dataplane {
                         );
                     }
                 }
-                log::info!("dataplane: worker {index} ({mode:?}) on CPU {cpu:?}");
-                let (thread, core) = match mode {
-                    WorkerMode::Background => {
-                        let j = std::thread::Builder::new()
-                            .name(format!("dpwarp-w{index}"))
-                            .spawn(move || {
-                                if let Some(c) = cpu {
-                                    if let Err(e) = crate::dpdk::set_thread_cpus(&[c]) {
-                                        log::warn!(
-                                            "dataplane: could not pin worker to CPU {c}: {e}"
-                                        );
-                                    }
-                                }
-                                crate::dpdk::register_thread();
-                                Worker::new(parts, cpu).run()
-                            })
-                            .map_err(|e| DataplaneError::Config(format!("spawn worker: {e}")))?;
-                        (Some(j), None)
-                    }
-                    WorkerMode::Driven => {
-                        let w = Arc::new(WorkerLock::new(Worker::new(parts, cpu)));
-                        driven.push(w.clone());
-                        (None, Some(w))
-                    }
-                };
+                let (thread, core) = start_worker(parts, cpu, mode)?;
+                if let Some(w) = &core {
+                    driven.push(w.clone());
+                }
                 senders.push(tx.clone());
                 cpus.push(cpu);
                 workers.push(WorkerRef {
