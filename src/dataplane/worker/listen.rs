@@ -219,7 +219,6 @@ impl Listeners {
         closing: &mut Vec<SocketHandle>,
     ) -> bool {
         let mut work = false;
-        let name = self.name();
         let mut i = 0;
         while i < self.probes.len() {
             let p = &mut self.probes[i];
@@ -273,7 +272,7 @@ impl Listeners {
             };
             let p = self.probes.swap_remove(i);
             if let Some(why) = refused {
-                acceptor::log_refusal(&name, p.remote, &why);
+                acceptor::log_refusal(&self.name(), p.remote, &why);
                 sockets.get_mut::<tcp::Socket>(p.h).abort();
                 closing.push(p.h);
             }
@@ -288,7 +287,10 @@ impl Listeners {
                 .collect();
             for id in expired {
                 if let Some((h, _)) = self.awaiting.remove(&id) {
-                    log::warn!("{name}: connection request {id} neither accepted nor rejected");
+                    log::warn!(
+                        "{}: connection request {id} neither accepted nor rejected",
+                        self.name()
+                    );
                     sockets.get_mut::<tcp::Socket>(h).abort();
                     closing.push(h);
                 }
