@@ -360,6 +360,8 @@ pub struct DpdkDevice {
     arp_seen: bool,
     /// A TCP SYN (without ACK) was handed to smoltcp since [`DpdkDevice::take_syn_seen`].
     syn_seen: bool,
+    /// Look for SYNs at all (the worker listens on some port).
+    watch_syn: bool,
     /// Flow steering between the port's workers (ports of more than one queue).
     steering: Option<Steering>,
     /// Frames of a burst kept for this worker while the others are handed over.
@@ -488,6 +490,7 @@ impl DpdkDevice {
             zc: None,
             arp_seen: false,
             syn_seen: false,
+            watch_syn: false,
             steering: None,
             rx_kept: Vec::with_capacity(batch),
             stats: DeviceStats::default(),
@@ -508,6 +511,13 @@ impl DpdkDevice {
     /// socket in its place before the next frame.
     pub fn take_syn_seen(&mut self) -> bool {
         std::mem::take(&mut self.syn_seen)
+    }
+
+    /// Whether to look for SYNs ([`DpdkDevice::take_syn_seen`]): only while the worker
+    /// listens, so a worker that only connects pays nothing per frame.
+    pub fn watch_syn(&mut self, on: bool) {
+        self.watch_syn = on;
+        self.syn_seen = false;
     }
 
     /// Send TCP payload by reference (external mbufs over the sockets' transmit rings,
@@ -926,7 +936,7 @@ impl Device for DpdkDevice {
             let d = m.data();
             if d.get(12..14) == Some(&[0x08, 0x06][..]) {
                 self.arp_seen = true;
-            } else if is_connection_request(d) {
+            } else if self.watch_syn && is_connection_request(d) {
                 self.syn_seen = true;
             }
             // Most received frames need no answer of their own (ACKs ride on data segments

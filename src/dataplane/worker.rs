@@ -1330,6 +1330,7 @@ impl Worker {
                         &mut self.dev,
                         &self.tcp,
                     );
+                    self.dev.watch_syn(self.listeners.is_listening());
                     let _ = reply.try_send(r);
                 }
                 Cmd::Unlisten { port } => {
@@ -1340,6 +1341,7 @@ impl Worker {
                             self.sockets.remove(h),
                         );
                     }
+                    self.dev.watch_syn(self.listeners.is_listening());
                 }
                 Cmd::Accept { id, sh, events } => match self.listeners.take_request(id) {
                     Some(h) => {
@@ -1576,6 +1578,9 @@ impl Worker {
     /// connections the listeners gave up on close here.
     fn accept(&mut self, now: Instant) -> bool {
         let mut work = self.relisten(now);
+        if !self.listeners.in_startup() {
+            return work;
+        }
         self.closing_startups.clear();
         let mut closing = std::mem::take(&mut self.closing_startups);
         work |= self

@@ -62,12 +62,14 @@ impl Listeners {
         format!("dataplane: worker {}", self.index)
     }
 
+    #[inline]
     pub(super) fn is_listening(&self) -> bool {
         !self.listening.is_empty()
     }
 
     /// Connections in startup or waiting for the application: an egress must visit every
     /// socket while there are any (their SYN-ACK, Reply or RST).
+    #[inline]
     pub(super) fn in_startup(&self) -> bool {
         !self.probes.is_empty() || !self.awaiting.is_empty()
     }
