@@ -14,7 +14,7 @@ use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, ListenConfig, Listener, 
 use dpwarp::mpa::{RtrSet, StartupError};
 use dpwarp::rdma::RtrKind;
 use dpwarp::transport::kernel::KernelTcp;
-use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::transport::memlink::LinkFaults;
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, QpInitAttr, RecvWr, SendWr};
 
 /// After connecting, prove the QP works both ways: a Send each way and an RDMA Read.
@@ -69,7 +69,7 @@ fn p2p(kind: RtrKind) {
         }),
         ..ConnParam::default()
     };
-    let (c, s) = connect_pair(Link::Mem(FaultConfig::default()), client, server).unwrap();
+    let (c, s) = connect_pair(Link::Mem(LinkFaults::default()), client, server).unwrap();
     assert_eq!(c.negotiated().rtr, Some(kind));
     assert_eq!(s.negotiated().rtr, Some(kind));
     prove_data_flows(&c, &s);
@@ -214,7 +214,7 @@ fn startup_timeout_when_responder_never_answers() {
 #[test]
 fn memlink_pair_connects_with_default_params() {
     let (c, s) = connect_pair(
-        Link::Mem(FaultConfig::default()),
+        Link::Mem(LinkFaults::default()),
         ConnParam::default(),
         ConnParam::default(),
     )

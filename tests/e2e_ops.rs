@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use dpwarp::cm::ConnParam;
-use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::transport::memlink::LinkFaults;
 use dpwarp::verbs::smallvec;
 use dpwarp::verbs::{sge, Access, Opcode, QpTerminate, RecvWr, SendWr, WcOpcode};
 use dpwarp::wire::terminate::TermCause;
@@ -166,13 +166,13 @@ fn exercise(link: Link, param: ConnParam) {
 
 #[test]
 fn mem_link_all_operations_crc_on() {
-    exercise(Link::Mem(FaultConfig::default()), ConnParam::default());
+    exercise(Link::Mem(LinkFaults::default()), ConnParam::default());
 }
 
 #[test]
 fn mem_link_all_operations_crc_off() {
     exercise(
-        Link::Mem(FaultConfig::default()),
+        Link::Mem(LinkFaults::default()),
         ConnParam {
             crc: false,
             ..ConnParam::default()
@@ -182,10 +182,10 @@ fn mem_link_all_operations_crc_off() {
 
 #[test]
 fn mem_link_resegmented_with_markers() {
-    let f = FaultConfig {
+    let f = LinkFaults {
         resegment: Some((1, 700)),
         seed: 7,
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     };
     exercise(
         Link::Mem(f),
@@ -199,7 +199,7 @@ fn mem_link_resegmented_with_markers() {
 #[test]
 fn mem_link_rev1_unenhanced() {
     exercise(
-        Link::Mem(FaultConfig::default()),
+        Link::Mem(LinkFaults::default()),
         ConnParam {
             revision: 1,
             enhanced: false,

@@ -22,7 +22,7 @@ use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, Reply, ReplyPath};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerHandle, ServerStats};
 use dpwarp::rpc::tcp::{self, TcpClient};
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 use dpwarp::wire::oncrpc::{AcceptStat, Auth, AuthSys, ReplyStat};
 
 /// A unique, empty export directory removed at drop.
@@ -1313,7 +1313,7 @@ fn memlink_to(e: Arc<Export>) -> Nfs {
     let mut reg = Registry::new();
     procs::register(&mut reg, e.clone());
     let s = RdmaServer::new(reg, ServerConfig::default());
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let mut c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();

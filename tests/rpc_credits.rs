@@ -13,7 +13,7 @@ use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyPath};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpInitAttr, QpTerminate, RecvWr, SendWr};
 use dpwarp::wire::oncrpc::{Auth, CallRepr};
 use dpwarp::wire::rpcrdma::{Body as RdmaBody, Chunks, HeaderRepr, Segment};
@@ -34,7 +34,7 @@ fn server(cfg: ServerConfig) -> (RdmaServer, Arc<BlockStore>) {
 }
 
 fn client(s: &RdmaServer, cfg: ClientConfig) -> RdmaClient {
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let c = RdmaClient::connect_transport(Box::new(ce), cfg).unwrap();
@@ -407,7 +407,7 @@ impl RawClient {
         sink_len: usize,
         before: impl FnOnce(&Qp, &dpwarp::verbs::Mr),
     ) -> RawClient {
-        let (ce, se) = memlink::pair(FaultConfig::default());
+        let (ce, se) = memlink::pair(LinkFaults::default());
         let srv = s.clone();
         let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
         let dev = Device::open();

@@ -15,7 +15,7 @@ use dpwarp::rpc::block::{self, BlockStore};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::{ArgReader, Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, Served, ServerConfig};
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 use dpwarp::wire::oncrpc::{AcceptStat, CallRepr};
 
 mod rpc_common;
@@ -148,7 +148,7 @@ fn memlink_calls_are_served_on_the_qp_driver_thread() {
         handler_threads: 1,
         ..ServerConfig::default()
     });
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let mut c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();
@@ -161,7 +161,7 @@ fn memlink_calls_are_served_on_the_qp_driver_thread() {
     });
     wait_for("no QP driver thread left", || count("dpwarp-qp") == 0);
     // The server (and so the handler pool) stays usable for the next connection.
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let mut c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();

@@ -11,7 +11,7 @@ use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyPath};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig};
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 
 mod rpc_common;
 use dpwarp::wire::xdr::Padding;
@@ -24,7 +24,7 @@ fn server(cfg: ServerConfig, size: usize) -> (RdmaServer, Arc<BlockStore>) {
     (RdmaServer::new(reg, cfg), store)
 }
 
-fn mem_client(s: &RdmaServer, faults: FaultConfig, cfg: ClientConfig) -> RdmaClient {
+fn mem_client(s: &RdmaServer, faults: LinkFaults, cfg: ClientConfig) -> RdmaClient {
     let (ce, se) = memlink::pair(faults);
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
@@ -36,7 +36,7 @@ fn mem_client(s: &RdmaServer, faults: FaultConfig, cfg: ClientConfig) -> RdmaCli
 #[test]
 fn all_paths_over_memlink() {
     let (s, store) = server(ServerConfig::default(), 1 << 20);
-    let mut c = mem_client(&s, FaultConfig::default(), ClientConfig::default());
+    let mut c = mem_client(&s, LinkFaults::default(), ClientConfig::default());
     let lim = c.server_limits();
     assert_eq!(lim.maxcall_sendsize, 4096);
     exercise(&mut c, &store);
@@ -45,10 +45,10 @@ fn all_paths_over_memlink() {
 #[test]
 fn all_paths_over_resegmented_memlink() {
     let (s, store) = server(ServerConfig::default(), 1 << 20);
-    let f = FaultConfig {
+    let f = LinkFaults {
         resegment: Some((1, 700)),
         seed: 5,
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     };
     let mut c = mem_client(&s, f, ClientConfig::default());
     exercise(&mut c, &store);
@@ -82,7 +82,7 @@ fn msgp_padding_both_directions() {
         bulk_threshold: 4096,
         ..ClientConfig::default()
     };
-    let mut c = mem_client(&s, FaultConfig::default(), ccfg);
+    let mut c = mem_client(&s, LinkFaults::default(), ccfg);
     assert_eq!(c.server_limits().align, 64);
     let data = pattern(7, 1000);
     assert_eq!(write(&mut c, 100, data.clone()), 1000);
@@ -105,7 +105,7 @@ fn config_rdma_limits_are_obeyed() {
         bulk_threshold: 1 << 20,
         ..ClientConfig::default()
     };
-    let mut c = mem_client(&s, FaultConfig::default(), ccfg);
+    let mut c = mem_client(&s, LinkFaults::default(), ccfg);
     assert_eq!(c.server_limits().maxcall_sendsize, 1024);
     let data = pattern(9, 2048);
     assert_eq!(write(&mut c, 0, data.clone()), 2048);
@@ -129,7 +129,7 @@ fn block_store_backed_by_a_file() {
     let mut reg = Registry::new();
     block::register(&mut reg, store.clone());
     let s = RdmaServer::new(reg, ServerConfig::default());
-    let mut c = mem_client(&s, FaultConfig::default(), ClientConfig::default());
+    let mut c = mem_client(&s, LinkFaults::default(), ClientConfig::default());
     let data = pattern(4, 200_000);
     assert_eq!(write(&mut c, 1000, data.clone()), 200_000);
     let opts = CallOpts {
@@ -145,7 +145,7 @@ fn block_store_backed_by_a_file() {
 #[test]
 fn multi_segment_chunks_every_path() {
     let (s, store) = server(ServerConfig::default(), 1 << 20);
-    let mut c = mem_client(&s, FaultConfig::default(), ClientConfig::default());
+    let mut c = mem_client(&s, LinkFaults::default(), ClientConfig::default());
     let big = pattern(11, 300_001);
     // WRITE through a read chunk of 4 segments.
     let rep = c
@@ -219,13 +219,13 @@ fn config_rdma_maxreply_512_is_the_inline_limit() {
         ..ClientConfig::default()
     };
     for (name, faults) in [
-        ("memlink", FaultConfig::default()),
+        ("memlink", LinkFaults::default()),
         (
             "resegmented",
-            FaultConfig {
+            LinkFaults {
                 resegment: Some((1, 700)),
                 seed: 5,
-                ..FaultConfig::default()
+                ..LinkFaults::default()
             },
         ),
     ] {
@@ -290,7 +290,7 @@ fn rfc8797_connection_private_data_sets_the_inline_threshold() {
         },
         ..ClientConfig::default()
     };
-    let mut c = mem_client(&s, FaultConfig::default(), ccfg);
+    let mut c = mem_client(&s, LinkFaults::default(), ccfg);
     let theirs = CpdRepr::find(&c.server_private_data).expect("the server answers in kind");
     assert!(
         !theirs.remote_invalidate,

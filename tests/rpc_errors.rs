@@ -11,7 +11,7 @@ use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
 use dpwarp::rpc::RpcError;
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 use dpwarp::wire::oncrpc::{AcceptStat, Auth, AuthSys, CallRepr, ReplyStat, AUTH_BADCRED};
 use dpwarp::wire::rpcrdma::{Body as RdmaBody, Chunks, HeaderRepr, ReadSegment, Segment};
 use dpwarp::wire::xdr::XdrWriter;
@@ -23,7 +23,7 @@ fn setup(cfg: ServerConfig, ccfg: ClientConfig) -> (RdmaServer, RdmaClient) {
     let mut reg = Registry::new();
     block::register(&mut reg, store);
     let s = RdmaServer::new(reg, cfg);
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let c = RdmaClient::connect_transport(Box::new(ce), ccfg).unwrap();
@@ -486,7 +486,7 @@ fn done_frees_the_reply_chunk_at_once() {
 fn bad_stag_in_read_chunk_closes_only_that_connection() {
     let (s, mut bad) = default_setup();
     // A second, healthy connection to the same server.
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let mut good = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();

@@ -16,7 +16,7 @@ use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{BulkView, CallOpts, ClientConfig, RdmaClient};
 use dpwarp::rpc::program::{Body, Registry};
 use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats};
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 use dpwarp::verbs::SharedMem;
 
 mod common;
@@ -33,7 +33,7 @@ fn server(store: BlockStore) -> (RdmaServer, Arc<BlockStore>) {
 }
 
 fn mem_client(s: &RdmaServer) -> RdmaClient {
-    let (ce, se) = memlink::pair(FaultConfig::default());
+    let (ce, se) = memlink::pair(LinkFaults::default());
     let srv = s.clone();
     let h = thread::spawn(move || srv.serve_transport(Box::new(se)));
     let c = RdmaClient::connect_transport(Box::new(ce), ClientConfig::default()).unwrap();

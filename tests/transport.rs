@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use dpwarp::transport::kernel::{KernelListener, KernelTcp};
-use dpwarp::transport::memlink::{self, FaultConfig, MemEnd, CAPACITY};
+use dpwarp::transport::memlink::{self, LinkFaults, MemEnd, CAPACITY};
 use dpwarp::transport::Transport;
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -186,7 +186,7 @@ fn memlink_ends_are_send() {
 
 #[test]
 fn memlink_bytes_arrive_intact_and_in_order_then_eof() {
-    let (a, mut b) = memlink::pair(FaultConfig::default());
+    let (a, mut b) = memlink::pair(LinkFaults::default());
     let data = pattern(9 * 1024 * 1024 + 5); // more than the buffer: exercises back-pressure
     let got = transfer(a, &mut b, data.clone());
     assert!(got == data, "payload differs");
@@ -194,7 +194,7 @@ fn memlink_bytes_arrive_intact_and_in_order_then_eof() {
 
 #[test]
 fn memlink_b_to_a_direction() {
-    let (mut a, b) = memlink::pair(FaultConfig::default());
+    let (mut a, b) = memlink::pair(LinkFaults::default());
     let data = pattern(100_000);
     let got = transfer(b, &mut a, data.clone());
     assert_eq!(got, data);
@@ -202,7 +202,7 @@ fn memlink_b_to_a_direction() {
 
 #[test]
 fn memlink_eof_after_buffered_bytes() {
-    let (mut a, mut b) = memlink::pair(FaultConfig::default());
+    let (mut a, mut b) = memlink::pair(LinkFaults::default());
     assert_eq!(a.send(b"hello").unwrap(), 5);
     a.shutdown().unwrap();
     let mut buf = [0u8; 3];
@@ -221,7 +221,7 @@ fn memlink_eof_after_buffered_bytes() {
 
 #[test]
 fn memlink_drop_gives_eof_and_broken_pipe() {
-    let (mut a, b) = memlink::pair(FaultConfig::default());
+    let (mut a, b) = memlink::pair(LinkFaults::default());
     drop(b);
     let mut buf = [0u8; 8];
     assert_eq!(a.recv(&mut buf).unwrap(), 0);
@@ -230,7 +230,7 @@ fn memlink_drop_gives_eof_and_broken_pipe() {
 
 #[test]
 fn memlink_would_block_both_ways() {
-    let (mut a, mut b) = memlink::pair(FaultConfig::default());
+    let (mut a, mut b) = memlink::pair(LinkFaults::default());
     let mut buf = [0u8; 8];
     assert_eq!(b.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
     let big = vec![1u8; CAPACITY + 1000];
@@ -244,10 +244,10 @@ fn memlink_would_block_both_ways() {
 #[test]
 fn memlink_resegments_within_bounds_and_is_seeded() {
     let run = |seed| {
-        let f = FaultConfig {
+        let f = LinkFaults {
             resegment: Some((1, 700)),
             seed,
-            ..FaultConfig::default()
+            ..LinkFaults::default()
         };
         let (a, mut b) = memlink::pair(f);
         let data = pattern(200_000);
@@ -268,15 +268,15 @@ fn memlink_resegments_within_bounds_and_is_seeded() {
     assert!(s7.iter().any(|&n| n < 100) && s7.iter().any(|&n| n > 600));
     // Fully buffered reads give the same sizes for the same seed (some reads are cut short when
     // they catch up with the writer, so compare only a prefix written before reading).
-    let (mut a, mut b) = memlink::pair(FaultConfig {
+    let (mut a, mut b) = memlink::pair(LinkFaults {
         resegment: Some((1, 700)),
         seed: 7,
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     });
-    let (mut a2, mut b2) = memlink::pair(FaultConfig {
+    let (mut a2, mut b2) = memlink::pair(LinkFaults {
         resegment: Some((1, 700)),
         seed: 7,
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     });
     send_all(&mut a, &pattern(50_000));
     send_all(&mut a2, &pattern(50_000));
@@ -288,9 +288,9 @@ fn memlink_resegments_within_bounds_and_is_seeded() {
 
 #[test]
 fn memlink_resegment_min_max_equal() {
-    let (mut a, mut b) = memlink::pair(FaultConfig {
+    let (mut a, mut b) = memlink::pair(LinkFaults {
         resegment: Some((3, 3)),
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     });
     send_all(&mut a, &pattern(10));
     a.shutdown().unwrap();
@@ -303,9 +303,9 @@ fn memlink_resegment_min_max_equal() {
 fn memlink_flips_land_exactly_where_configured() {
     // Byte 0 bit 0 (MSB), byte 1 bit 7 (LSB), byte 1000 bit 3, byte 5000 bit 5 (in a later send).
     let bits = vec![0u64, 15, 8003, 40_005];
-    let (mut a, mut b) = memlink::pair(FaultConfig {
+    let (mut a, mut b) = memlink::pair(LinkFaults {
         flip_bits: bits.clone(),
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     });
     let data = pattern(6000);
     send_all(&mut a, &data[..4999]);
@@ -325,10 +325,10 @@ fn memlink_flips_land_exactly_where_configured() {
 
 #[test]
 fn memlink_flips_only_a_to_b() {
-    let (mut a, mut b) = memlink::pair(FaultConfig {
+    let (mut a, mut b) = memlink::pair(LinkFaults {
         flip_bits: vec![0, 1, 2],
         flip_probability: 1.0,
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     });
     send_all(&mut b, &pattern(1000));
     b.shutdown().unwrap();
@@ -339,10 +339,10 @@ fn memlink_flips_only_a_to_b() {
 #[test]
 fn memlink_flip_probability_is_roughly_honoured_and_seeded() {
     let run = |seed| {
-        let (mut a, mut b) = memlink::pair(FaultConfig {
+        let (mut a, mut b) = memlink::pair(LinkFaults {
             flip_probability: 0.01,
             seed,
-            ..FaultConfig::default()
+            ..LinkFaults::default()
         });
         let data = vec![0u8; 100_000];
         send_all(&mut a, &data);
@@ -365,9 +365,9 @@ fn memlink_flip_probability_is_roughly_honoured_and_seeded() {
 #[test]
 fn memlink_delay_is_respected() {
     let delay = Duration::from_millis(150);
-    let (mut a, mut b) = memlink::pair(FaultConfig {
+    let (mut a, mut b) = memlink::pair(LinkFaults {
         delay,
-        ..FaultConfig::default()
+        ..LinkFaults::default()
     });
     let t0 = Instant::now();
     send_all(&mut a, b"late");
@@ -386,7 +386,7 @@ fn memlink_delay_is_respected() {
 
 #[test]
 fn memlink_wait_readable_wakes_on_data_and_times_out() {
-    let (mut a, mut b) = memlink::pair(FaultConfig::default());
+    let (mut a, mut b) = memlink::pair(LinkFaults::default());
     let t0 = Instant::now();
     b.wait_readable(Duration::from_millis(60)).unwrap();
     assert!(t0.elapsed() >= Duration::from_millis(55));
@@ -405,7 +405,7 @@ fn memlink_wait_readable_wakes_on_data_and_times_out() {
 
 #[test]
 fn memlink_emss_default() {
-    let (a, _b) = memlink::pair(FaultConfig::default());
+    let (a, _b) = memlink::pair(LinkFaults::default());
     assert_eq!(a.emss(), 1448);
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use dpwarp::cm::ConnParam;
-use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::transport::memlink::LinkFaults;
 use dpwarp::verbs::{
     sge, smallvec, Access, Cq, DriverHook, HookPoll, Mr, Opcode, Qp, RecvWr, SendWr, WcOpcode,
     WcStatus,
@@ -182,7 +182,7 @@ fn hook_runs_on_the_driver(link: Link) {
 
 #[test]
 fn hook_runs_on_the_memlink_driver() {
-    hook_runs_on_the_driver(Link::Mem(FaultConfig::default()));
+    hook_runs_on_the_driver(Link::Mem(LinkFaults::default()));
 }
 
 #[test]
@@ -194,7 +194,7 @@ fn hook_runs_on_the_kernel_tcp_driver() {
 #[test]
 fn unfinished_hook_is_closed_when_the_peer_goes() {
     let (c, s) = connect_pair(
-        Link::Mem(FaultConfig::default()),
+        Link::Mem(LinkFaults::default()),
         ConnParam::default(),
         ConnParam::default(),
     )
@@ -388,7 +388,7 @@ fn hooks_run_in_turn(link: Link) {
 
 #[test]
 fn hooks_run_in_turn_on_the_memlink_driver() {
-    hooks_run_in_turn(Link::Mem(FaultConfig::default()));
+    hooks_run_in_turn(Link::Mem(LinkFaults::default()));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use dpwarp::cm::ConnParam;
-use dpwarp::transport::memlink::FaultConfig;
+use dpwarp::transport::memlink::LinkFaults;
 use dpwarp::verbs::{
     sge, Access, Cq, Opcode, PostError, Qp, QpCap, QpInitAttr, RecvWr, SendWr, Sge, WcOpcode,
 };
@@ -27,7 +27,7 @@ fn small_qp(side: &mut Side, send: usize, recv: usize) {
 /// Connect `c` to `s` over the in-memory link, default parameters.
 fn connect_mem(c: &mut Side, s: &mut Side) {
     connect_sides(
-        Link::Mem(FaultConfig::default()),
+        Link::Mem(LinkFaults::default()),
         c,
         s,
         ConnParam::default(),

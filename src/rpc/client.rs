@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::endpoint::Endpoint;
+use super::endpoint::RpcQp;
 use super::program::{Body, Piece};
 use super::{ConfigReply, ConfigReq, RpcError, CONFIG_RDMA_PROG, CONF_RDMA, DEFAULT_INLINE};
 use crate::cm::{self, CmError, ConnParam, Net};
@@ -323,7 +323,7 @@ pub struct ClientStats {
 
 /// An RPC-over-RDMA client connection.
 pub struct RdmaClient {
-    ep: Endpoint,
+    ep: RpcQp,
     cfg: ClientConfig,
     grant: u32,
     /// Keyed by XIDs this client chose (FxHash: a server cannot add keys).
@@ -375,7 +375,7 @@ impl RdmaClient {
     ) -> Result<Self, RpcError> {
         let dev = Device::open();
         let pd = dev.alloc_pd();
-        let mut ep = Endpoint::create(
+        let mut ep = RpcQp::create(
             pd,
             cfg.inline_recv as usize,
             cfg.inline_send as usize,

@@ -34,7 +34,7 @@ pub(crate) enum Res {
     Stage(Mr),
     /// A region made of a handler's result bytes (RDMA Write source), deregistered.
     Adopted(Mr),
-    /// A registration of shared memory kept for the connection ([`Endpoint::shared`]): only
+    /// A registration of shared memory kept for the connection ([`RpcQp::shared`]): only
     /// the handle is dropped.
     Kept(Mr),
 }
@@ -48,7 +48,9 @@ const MAX_STAGE_CACHE: usize = 16;
 /// Registrations of shared memory (a block store) kept per connection.
 const MAX_SHARED: usize = 8;
 
-pub(crate) struct Endpoint {
+/// One side of an RPC-over-RDMA connection: its QP, CQs and registered buffers (named apart
+/// from `dataplane::Endpoint`, a DPDK port's address).
+pub(crate) struct RpcQp {
     pub qp: Qp,
     pub pd: Pd,
     pub scq: Cq,
@@ -59,7 +61,7 @@ pub(crate) struct Endpoint {
     send_free: Vec<Mr>,
     send_count: usize,
     stage_free: Vec<Mr>,
-    /// Shared memory registered in this PD ([`Endpoint::shared`]), deregistered on drop.
+    /// Shared memory registered in this PD ([`RpcQp::shared`]), deregistered on drop.
     shared: Vec<(SharedMem, Mr)>,
     next_wr: u64,
     /// Per Send not known complete, in posting order: its `wr_id`, its send buffer and the
@@ -71,11 +73,11 @@ pub(crate) struct Endpoint {
     /// Busy-poll the receive CQ this long before sleeping on it.
     pub spin: Duration,
     /// One CQ for both queues (`scq` and `rcq` are the same queue): the owner polls it and
-    /// dispatches by opcode, so nothing here may wait on it (see [`Endpoint::create_shared`]).
+    /// dispatches by opcode, so nothing here may wait on it (see [`RpcQp::create_shared`]).
     one_cq: bool,
 }
 
-impl Endpoint {
+impl RpcQp {
     /// A QP in `pd` with its own send and receive CQs (4096 deep, 1024 WRs each way), wrapped.
     /// With `driver`, both CQs run it when polled empty (a driven dataplane worker).
     pub fn create(pd: Pd, recv_size: usize, send_size: usize, driver: Option<CqDriver>) -> Self {
@@ -112,7 +114,7 @@ impl Endpoint {
     }
 
     pub fn new(qp: Qp, pd: Pd, scq: Cq, rcq: Cq, recv_size: usize, send_size: usize) -> Self {
-        Endpoint {
+        RpcQp {
             qp,
             pd,
             scq,
@@ -201,7 +203,7 @@ impl Endpoint {
     }
 
     /// A staging region of at least `len` bytes (reused when one is free). Local access only:
-    /// regions the peer may read are registered apart (see [`Endpoint::expose`]).
+    /// regions the peer may read are registered apart (see [`RpcQp::expose`]).
     pub fn stage(&mut self, len: usize) -> Mr {
         if let Some(i) = self.stage_free.iter().position(|m| m.len() >= len) {
             return self.stage_free.swap_remove(i);
@@ -486,7 +488,7 @@ impl Endpoint {
     }
 }
 
-impl Drop for Endpoint {
+impl Drop for RpcQp {
     /// The shared-memory registrations end with the connection (the memory itself lives on).
     fn drop(&mut self) {
         for (_, mr) in self.shared.drain(..) {

@@ -341,7 +341,7 @@ impl Piece {
 /// Against a fresh `Vec` per call, the bytes land in memory that was written before: no
 /// zeroing pass over it, no fresh pages to fault in, no allocation of a megabyte (issue 10's
 /// "count passes over payload bytes"). The server registers a lent buffer for the one reply
-/// and deregisters it when the reply's Send completes (`Endpoint::shared`); the buffer is free
+/// and deregisters it when the reply's Send completes (`RpcQp::shared`); the buffer is free
 /// again once nothing holds it ([`SharedMem::is_unique`]), which needs no hand-back and so
 /// survives a connection that dies with the reply in flight.
 ///

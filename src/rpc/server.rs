@@ -31,7 +31,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::credits::{ConnCredits, CreditPool};
-use super::endpoint::{Endpoint, Res};
+use super::endpoint::{Res, RpcQp};
 use super::program::{
     ArgReader, Body, ChunkData, Piece, Placement, PooledBuf, PulledChunk, Registry, VecPool,
 };
@@ -508,7 +508,7 @@ impl RdmaServer {
             .to_vec();
         }
         let pd = self.dev.alloc_pd();
-        let mut ep = Endpoint::create_shared(
+        let mut ep = RpcQp::create_shared(
             pd,
             self.cfg.inline_recv as usize,
             self.cfg.inline_send as usize,
@@ -744,7 +744,7 @@ struct ConnServer {
     peer: Option<SocketAddr>,
     stats: Arc<ServerStats>,
     pull_pool: Arc<VecPool>,
-    ep: Endpoint,
+    ep: RpcQp,
     reg: Arc<Registry>,
     cfg: Arc<ServerConfig>,
     credits: ConnCredits,
@@ -865,7 +865,7 @@ impl Pulling {
     /// (a chunk of [`PULL_POOL_MIN`] to [`PULL_POOL_BUF`] octets that is a bulk argument, when
     /// `poolable`), or a fresh region.
     fn start(
-        ep: &mut Endpoint,
+        ep: &mut RpcQp,
         chunk: &ReadChunk,
         place: Option<&Placement>,
         pool: &VecPool,
@@ -893,7 +893,7 @@ impl Pulling {
     }
 
     /// Give the chunk's region back (the connection ended or the chunk is in).
-    fn free(self, ep: &mut Endpoint) {
+    fn free(self, ep: &mut RpcQp) {
         match self.held {
             Some(h) => ep.release(h),
             None => {
@@ -922,7 +922,7 @@ impl ConnServer {
     fn new(
         stats: Arc<ServerStats>,
         pull_pool: Arc<VecPool>,
-        ep: Endpoint,
+        ep: RpcQp,
         reg: Arc<Registry>,
         cfg: Arc<ServerConfig>,
         credits: ConnCredits,

@@ -6,7 +6,7 @@
 //! after [`Transport::shutdown`] (or dropping an end) the peer reads the buffered bytes, then EOF.
 //! A send to an end that was dropped fails with `BrokenPipe`.
 //!
-//! Faults ([`FaultConfig`]) model what a real byte stream does to MPA: TCP may deliver any
+//! Faults ([`LinkFaults`]) model what a real byte stream does to MPA: TCP may deliver any
 //! segmentation (RFC 5044 §4 and App. A: FPDUs are not guaranteed to arrive segment-aligned, so
 //! the deframer must reassemble), take time, and — past TCP's own checksum, which is what MPA's
 //! CRC32c is for (RFC 5044 §4.4) — corrupt bits. Byte loss, reordering and duplication are not
@@ -30,9 +30,9 @@ pub const CAPACITY: usize = 4 * 1024 * 1024;
 /// (only ever delaying bytes further), so many tiny sends cannot grow memory without bound.
 const MAX_STAMPS: usize = 65_536;
 
-/// Faults injected by a [`pair`]. `FaultConfig::default()` is a perfect link.
+/// Faults injected by a [`pair`]. `LinkFaults::default()` is a perfect link.
 #[derive(Debug, Clone, Default)]
-pub struct FaultConfig {
+pub struct LinkFaults {
     /// `Some((min, max))`: every `recv` (both directions) returns at most a random number of
     /// bytes in `[min, max]` (a `min` of 0 counts as 1), as if TCP had segmented the stream so.
     pub resegment: Option<(usize, usize)>,
@@ -125,7 +125,7 @@ struct TxFaults {
 }
 
 impl TxFaults {
-    fn new(cfg: &FaultConfig, flips: bool, seed: u64) -> TxFaults {
+    fn new(cfg: &LinkFaults, flips: bool, seed: u64) -> TxFaults {
         let mut bits: Vec<u64> = if flips {
             cfg.flip_bits.clone()
         } else {
@@ -185,7 +185,7 @@ pub struct MemEnd {
 }
 
 /// A connected pair of ends `(a, b)` with `faults` applied; bit flips apply to bytes `a` sends.
-pub fn pair(faults: FaultConfig) -> (MemEnd, MemEnd) {
+pub fn pair(faults: LinkFaults) -> (MemEnd, MemEnd) {
     let ab = Pipe::new();
     let ba = Pipe::new();
     // Distinct streams per use so, e.g., resegmenting a->b does not mirror b->a.

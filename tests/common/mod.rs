@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use dpwarp::cm::{self, CmError, ConnParam, ConnRequest, Listener};
 use dpwarp::mpa::Negotiated;
-use dpwarp::transport::memlink::{self, FaultConfig};
+use dpwarp::transport::memlink::{self, LinkFaults};
 use dpwarp::verbs::{Cq, Device, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
 
 /// Which byte stream joins the two endpoints.
 #[derive(Debug, Clone)]
 pub enum Link {
     Kernel,
-    Mem(FaultConfig),
+    Mem(LinkFaults),
 }
 
 /// One endpoint: a PD, a CQ and a QP (not yet connected: post receives, then `connect_pair`).

@@ -144,7 +144,7 @@ pub fn run(a: Args) -> Result<(), String> {
             )
         }
         DemoTransport::Mem => {
-            let (c, s) = memlink::pair(memlink::FaultConfig::default());
+            let (c, s) = memlink::pair(memlink::LinkFaults::default());
             println!("in-memory link");
             (
                 Box::new(move || {
