@@ -281,5 +281,39 @@ mpa_timeout_ms = 300
         refused > refused_before,
         "the SYN beyond max_startups was not counted"
     );
+    drop(held);
+
+    // 4. The hand-off: a listener whose application takes no request holds max_startups (2)
+    //    complete Requests for it; the next ones are closed, counted and logged.
+    let _l = ep
+        .listen_with(
+            7203,
+            &ListenConfig {
+                mpa_timeout: Duration::from_secs(5),
+                max_startups: 2,
+                ..ListenConfig::default()
+            },
+        )
+        .unwrap();
+    let addr: SocketAddr = "10.98.0.2:7203".parse().unwrap();
+    let req = request_bytes(0);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+        s.write_all(&req).unwrap();
+        clients.push(s);
+        // One at a time: each Request completes before the next connection's SYN.
+        thread::sleep(Duration::from_millis(100));
+    }
+    let mut closed = 0;
+    for s in clients.iter_mut() {
+        closed += usize::from(closed_within(s, Duration::from_millis(500)));
+    }
+    let requests_refused: u64 = dp.stats().iter().map(|s| s.requests_refused).sum();
+    assert_eq!(
+        (closed, requests_refused),
+        (2, 2),
+        "complete Requests beyond the hand-off's room"
+    );
     drop(dp);
 }

@@ -203,6 +203,9 @@ pub struct WorkerStats {
     /// or the listener had `max_startups` MPA startups in progress (the client retransmits
     /// its SYN; `Worker::relisten`).
     pub refused: u64,
+    /// Complete MPA Requests closed because the listener's hand-off to the application was
+    /// full (`max_startups` per worker waiting for `get_request`; each logged).
+    pub requests_refused: u64,
     /// The CPU the worker is placed on (its `cores` entry, or one of the process's CPUs).
     pub cpu: Option<usize>,
     /// The CPU the thread polling the worker ran on when the counters were taken.
@@ -1583,9 +1586,13 @@ impl Worker {
         }
         self.closing_startups.clear();
         let mut closing = std::mem::take(&mut self.closing_startups);
-        work |= self
-            .listeners
-            .advance(&mut self.sockets, &mut self.rbuf, now, &mut closing);
+        work |= self.listeners.advance(
+            &mut self.sockets,
+            &mut self.rbuf,
+            now,
+            &mut closing,
+            &mut self.stats.requests_refused,
+        );
         for &h in &closing {
             self.egress_all = true;
             self.add_conn(Conn::closing(h, now));

@@ -212,13 +212,15 @@ impl Listeners {
     /// Read the probes' MPA Requests and hand the complete ones out; expire requests nobody
     /// accepted or rejected. Each progresses on its own: a stalled or slow peer holds up
     /// nobody else, and is closed at its deadline. The sockets given up on are aborted (a
-    /// RST) and pushed to `closing`, for the worker to close.
+    /// RST) and pushed to `closing`, for the worker to close; a complete Request the
+    /// application's hand-off had no room for is counted in `requests_refused`.
     pub(super) fn advance(
         &mut self,
         sockets: &mut SocketSet<'static>,
         rbuf: &mut [u8],
         now: Instant,
         closing: &mut Vec<SocketHandle>,
+        requests_refused: &mut u64,
     ) -> bool {
         let mut work = false;
         let mut i = 0;
@@ -267,7 +269,11 @@ impl Listeners {
                         self.awaiting.insert(self.next_id, (p.h, now));
                         None
                     } else {
-                        Some("the listener's backlog is full".to_string())
+                        *requests_refused += 1;
+                        Some(format!(
+                            "the listener's backlog is full ({} refused so far)",
+                            *requests_refused
+                        ))
                     }
                 }
                 ProbeOutcome::Drop(why) => Some(why),
