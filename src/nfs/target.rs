@@ -247,13 +247,7 @@ impl Default for RpcbindSection {
 impl NfsServerConfig {
     /// Read and check a configuration file.
     pub fn load(path: &Path) -> Result<NfsServerConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let c: NfsServerConfig =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        c.rdma
-            .check()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(c)
+        crate::rpc::config::load_server_file(path, |c: &NfsServerConfig| &c.rdma)
     }
 
     /// The transport this file names, its `dataplane` resolved against `path` (the file's

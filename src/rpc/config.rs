@@ -90,6 +90,20 @@ impl Default for RdmaSection {
     }
 }
 
+/// Read a server's TOML configuration file of type `T` and check its `[rdma]` section
+/// (`rdma` picks it out): the one loader of `rpc-server` and `nfs-server` files.
+pub fn load_server_file<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+    rdma: impl Fn(&T) -> &RdmaSection,
+) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let c: T = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    rdma(&c)
+        .check()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(c)
+}
+
 impl RdmaSection {
     /// Values serde cannot check: `mpa_rev0` is "refuse" or "permissive".
     pub fn check(&self) -> Result<(), String> {

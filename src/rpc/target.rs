@@ -109,13 +109,7 @@ pub struct TcpSection {
 impl RpcServerConfig {
     /// Read and check a configuration file.
     pub fn load(path: &Path) -> Result<RpcServerConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let c: RpcServerConfig =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        c.rdma
-            .check()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(c)
+        crate::rpc::config::load_server_file(path, |c: &RpcServerConfig| &c.rdma)
     }
 
     /// The transport this file names, its `dataplane` resolved against `path` (the file's

@@ -19,20 +19,15 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use dpwarp::cm::Net;
 use dpwarp::latency::Recorder;
-use dpwarp::nfs::mount::{mproc, pproc};
 use dpwarp::nfs::xdr::{parse_post_op_attr, Fattr3, Sattr3, Wcc};
-use dpwarp::nfs::{proc_ as proc3, MOUNT_PROG, MOUNT_V3, NFS_PROG, NFS_V3, PMAP_PROG, PMAP_V2};
-use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyReader};
+use dpwarp::nfs::{proc_ as proc3, NFS_PROG, NFS_V3};
+use dpwarp::rpc::client::{CallOpts, RdmaClient, ReplyReader};
 use dpwarp::rpc::program::Body;
-use dpwarp::wire::oncrpc::{Auth, AuthSys};
-use dpwarp::wire::rpcrdma_cpd::CpdRepr;
 
 use crate::cli::{NetArgs, TransportArg, Verbosity};
 use crate::net::{backend, start_dpdk, Backend};
-use crate::nfs_probe::tcp_call;
+use crate::nfs_probe::{connect, mnt, mount_port};
 
-/// IPPROTO_TCP in rpcbind's `prot` field (RFC 1833 §3.1).
-const IPPROTO_TCP: u32 = 6;
 /// The file the bench works on, in the export's root.
 const FILE: &str = "nfs-bench.dat";
 
@@ -208,21 +203,7 @@ fn find_target(a: &Args) -> Result<Target, String> {
     let mountaddr = a.mountaddr.unwrap_or(server);
     let mount_port = match a.mount_port {
         Some(p) => p,
-        None => {
-            let pmap = SocketAddr::new(mountaddr, a.rpcbind_port);
-            let mut b = Body::new();
-            for v in [MOUNT_PROG, MOUNT_V3, IPPROTO_TCP, 0] {
-                b.xdr().put_u32(v);
-            }
-            let res = tcp_call(pmap, PMAP_PROG, PMAP_V2, pproc::GETPORT, &b)?;
-            let p = dpwarp::wire::xdr::XdrReader::new(&res)
-                .get_u32()
-                .map_err(|e| e.to_string())?;
-            if p == 0 || p > 65535 {
-                return Err(format!("rpcbind at {pmap}: MOUNT v3/TCP not registered"));
-            }
-            p as u16
-        }
+        None => mount_port(SocketAddr::new(mountaddr, a.rpcbind_port))?,
     };
     Ok(Target {
         nfs: SocketAddr::new(server, a.port),
@@ -230,52 +211,6 @@ fn find_target(a: &Args) -> Result<Target, String> {
         export: a.export.clone(),
         _keep: None,
     })
-}
-
-/// MNT: the export's root handle and whether it offers AUTH_SYS.
-fn mount(t: &Target) -> Result<(Vec<u8>, bool), String> {
-    let mut b = Body::new();
-    b.xdr().put_opaque(t.export.as_bytes());
-    let res = tcp_call(t.mount, MOUNT_PROG, MOUNT_V3, mproc::MNT, &b)?;
-    let mut x = dpwarp::wire::xdr::XdrReader::new(&res);
-    let st = x.get_u32().map_err(|e| e.to_string())?;
-    if st != 0 {
-        return Err(format!("MNT {}: mountstat3 {st}", t.export));
-    }
-    let fh = x.get_opaque(64).map_err(|e| e.to_string())?.to_vec();
-    let n = x.get_u32().map_err(|e| e.to_string())?.min(16);
-    let flavors: Vec<u32> = (0..n).filter_map(|_| x.get_u32().ok()).collect();
-    Ok((fh, flavors.contains(&1)))
-}
-
-/// One RPC-over-RDMA connection to the NFS server, as the Linux client makes it (RFC 8797
-/// private data, no CONFIG_RDMA; AUTH_SYS as the caller when the export offers it).
-fn connect(net: &Net, a: &Args, addr: SocketAddr, auth_sys: bool) -> Result<RdmaClient, String> {
-    let cpd = CpdRepr {
-        remote_invalidate: false,
-        send_size: 4096,
-        recv_size: 4096,
-    };
-    let cfg = ClientConfig {
-        configure: false,
-        conn: dpwarp::cm::ConnParam {
-            private_data: cpd.emit().to_vec(),
-            crc: a.crc,
-            ..Default::default()
-        },
-        ..ClientConfig::default()
-    };
-    let mut c = RdmaClient::connect(net, addr, cfg).map_err(|e| format!("connect {addr}: {e}"))?;
-    if auth_sys {
-        c.cred = Auth::Sys(AuthSys {
-            stamp: std::process::id(),
-            machinename: b"dpwarp-nfs-bench".to_vec(),
-            uid: rustix::process::geteuid().as_raw(),
-            gid: rustix::process::getegid().as_raw(),
-            gids: vec![],
-        });
-    }
-    Ok(c)
 }
 
 /// A call and its NFS status (NFS3_OK: the reader after it).
@@ -560,7 +495,9 @@ pub fn run(a: Args) -> Result<(), String> {
         return Err("--connections: at least 1".into());
     }
     let target = find_target(&a)?;
-    let (root, auth_sys) = mount(&target)?;
+    let (root, flavors) = mnt(target.mount, &target.export)?;
+    // AUTH_SYS's flavor number (RFC 5531 App. A).
+    let auth_sys = flavors.contains(&1);
     let (_dp, net) = match backend(&a.net)? {
         Backend::Dpdk(config) => {
             let (dp, ep) = start_dpdk(&config, a.net.port_index)?;
@@ -572,7 +509,7 @@ pub fn run(a: Args) -> Result<(), String> {
         Backend::Kernel => (None, Net::kernel()),
     };
     // The first connection: FSINFO for the transfer sizes, then the file.
-    let mut first = connect(&net, &a, target.nfs, auth_sys)?;
+    let mut first = connect(&net, target.nfs, a.crc, auth_sys)?;
     // A siw responder leaves an FPDU right after its MPA Reply unprocessed until more data
     // comes (docs/interop.md): the first call waits a little, as the Linux client's does.
     thread::sleep(Duration::from_millis(100));
@@ -607,7 +544,7 @@ pub fn run(a: Args) -> Result<(), String> {
     });
     let mut clients = vec![first];
     for _ in 1..a.connections {
-        clients.push(connect(&net, &a, target.nfs, auth_sys)?);
+        clients.push(connect(&net, target.nfs, a.crc, auth_sys)?);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(Barrier::new(a.connections + 1));

@@ -102,50 +102,48 @@ pub(crate) fn tcp_call(
     Ok(rr.xdr.get_fixed(rr.xdr.remaining()).unwrap_or(&[]).to_vec())
 }
 
-pub fn run(a: Args) -> Result<(), String> {
-    // rpcbind: where is MOUNT v3 over TCP?
-    let mountaddr = a.mountaddr.unwrap_or(a.server);
-    let pmap = SocketAddr::new(mountaddr, a.rpcbind_port);
+/// rpcbind GETPORT (RFC 1833 §3.1) at `pmap`: MOUNT v3's TCP port.
+pub(crate) fn mount_port(pmap: SocketAddr) -> Result<u16, String> {
     let mut b = Body::new();
     for v in [MOUNT_PROG, MOUNT_V3, IPPROTO_TCP, 0] {
         b.xdr().put_u32(v);
     }
     let res = tcp_call(pmap, PMAP_PROG, PMAP_V2, pproc::GETPORT, &b)?;
     let mut x = dpwarp::wire::xdr::XdrReader::new(&res);
-    let mount_port = x.get_u32().map_err(|e| e.to_string())?;
-    if mount_port == 0 || mount_port > 65535 {
+    let port = x.get_u32().map_err(|e| e.to_string())?;
+    if port == 0 || port > 65535 {
         return Err(format!("rpcbind at {pmap}: MOUNT v3/TCP not registered"));
     }
-    // MOUNT: MNT for the root handle.
+    Ok(port as u16)
+}
+
+/// MOUNT MNT of `export` at `mount` (RFC 1813 Appendix I): the root handle and the auth
+/// flavors the export offers.
+pub(crate) fn mnt(mount: SocketAddr, export: &str) -> Result<(Vec<u8>, Vec<u32>), String> {
     let mut b = Body::new();
-    b.xdr().put_opaque(a.export.as_bytes());
-    let res = tcp_call(
-        SocketAddr::new(mountaddr, mount_port as u16),
-        MOUNT_PROG,
-        MOUNT_V3,
-        mproc::MNT,
-        &b,
-    )?;
+    b.xdr().put_opaque(export.as_bytes());
+    let res = tcp_call(mount, MOUNT_PROG, MOUNT_V3, mproc::MNT, &b)?;
     let mut x = dpwarp::wire::xdr::XdrReader::new(&res);
     let st = x.get_u32().map_err(|e| e.to_string())?;
     if st != 0 {
-        return Err(format!("MNT {}: mountstat3 {st}", a.export));
+        return Err(format!("MNT {export}: mountstat3 {st}"));
     }
     let fh = x.get_opaque(64).map_err(|e| e.to_string())?.to_vec();
     let n = x.get_u32().map_err(|e| e.to_string())?.min(16);
     let flavors: Vec<u32> = (0..n).filter_map(|_| x.get_u32().ok()).collect();
+    Ok((fh, flavors))
+}
 
-    // RPC-over-RDMA to the NFS port.
-    let (_dp, net) = match backend(&a.net)? {
-        Backend::Dpdk(config) => {
-            let (dp, ep) = start_dpdk(&config, a.net.port_index)?;
-            if !dp.wait_link_up(Duration::from_secs(10)) {
-                return Err("DPDK port: link did not come up".into());
-            }
-            (Some(dp), Net::from(ep))
-        }
-        Backend::Kernel => (None, Net::kernel()),
-    };
+/// An RPC-over-RDMA connection to the NFS server at `addr` as the Linux client makes it: RFC
+/// 8797 private data in the MPA Request, no CONFIG_RDMA (RFC 8166 peers do not know it), and
+/// with `auth_sys` (the export offers it, RFC 1813 App. I) AUTH_SYS as the caller: knfsd
+/// answers LOOKUP and READ by AUTH_NONE with NFS3ERR_ACCES.
+pub(crate) fn connect(
+    net: &Net,
+    addr: SocketAddr,
+    crc: bool,
+    auth_sys: bool,
+) -> Result<RdmaClient, String> {
     let cpd = CpdRepr {
         remote_invalidate: false,
         send_size: 4096,
@@ -155,16 +153,13 @@ pub fn run(a: Args) -> Result<(), String> {
         configure: false,
         conn: ConnParam {
             private_data: cpd.emit().to_vec(),
-            crc: a.crc,
+            crc,
             ..ConnParam::default()
         },
         ..ClientConfig::default()
     };
-    let addr = SocketAddr::new(a.server, a.port);
-    let mut c = RdmaClient::connect(&net, addr, cfg).map_err(|e| format!("connect {addr}: {e}"))?;
-    // AUTH_SYS when the export offers it (RFC 1813 App. I: MNT's flavors), as the caller, as
-    // the Linux client does: knfsd answers LOOKUP and READ by AUTH_NONE with NFS3ERR_ACCES.
-    if flavors.contains(&AUTH_SYS) {
+    let mut c = RdmaClient::connect(net, addr, cfg).map_err(|e| format!("connect {addr}: {e}"))?;
+    if auth_sys {
         c.cred = Auth::Sys(AuthSys {
             stamp: std::process::id(),
             machinename: rustix::system::uname()
@@ -179,6 +174,28 @@ pub fn run(a: Args) -> Result<(), String> {
             gids: vec![],
         });
     }
+    Ok(c)
+}
+
+pub fn run(a: Args) -> Result<(), String> {
+    // rpcbind: where is MOUNT v3 over TCP? Then MNT for the root handle.
+    let mountaddr = a.mountaddr.unwrap_or(a.server);
+    let mount_port = mount_port(SocketAddr::new(mountaddr, a.rpcbind_port))?;
+    let (fh, flavors) = mnt(SocketAddr::new(mountaddr, mount_port), &a.export)?;
+
+    // RPC-over-RDMA to the NFS port.
+    let (_dp, net) = match backend(&a.net)? {
+        Backend::Dpdk(config) => {
+            let (dp, ep) = start_dpdk(&config, a.net.port_index)?;
+            if !dp.wait_link_up(Duration::from_secs(10)) {
+                return Err("DPDK port: link did not come up".into());
+            }
+            (Some(dp), Net::from(ep))
+        }
+        Backend::Kernel => (None, Net::kernel()),
+    };
+    let addr = SocketAddr::new(a.server, a.port);
+    let mut c = connect(&net, addr, a.crc, flavors.contains(&AUTH_SYS))?;
     let server_cpd = CpdRepr::find(&c.server_private_data);
     // A siw responder leaves an FPDU that arrives right after its MPA Reply unprocessed until
     // more data comes (docs/interop.md, siw defect 2): a NULL sent at once then goes
