@@ -40,30 +40,18 @@ use super::device::{DeviceStats, DpdkDevice};
 use super::rehearsal::Rehearsal;
 use listen::Listeners;
 
+mod conn;
 mod listen;
-use crate::cm::{pump, ListenConfig};
+use crate::cm::ListenConfig;
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::PeerRequest;
-use crate::rdma::MIN_ULPDU_ROOM;
 use crate::verbs::{PostFlag, PostFlags, QpShared, QpSlot};
-use crate::wire::terminate::TermCause;
-use crate::wire::txbuf::{SliceBuf, TxBuf};
+use conn::{close_asked, Conn, Drained, Reaped};
 
 /// How long a reported request may wait for accept/reject. (How long an incoming connection
 /// may take to deliver its MPA Request is its listener's `mpa_timeout`, `[tcp] mpa_timeout_ms`.)
 const AWAIT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a closing connection keeps sending what its engine still queues.
-const CLOSE_FLUSH: Duration = Duration::from_secs(1);
-/// How long a closing socket may linger, once everything it sent before its FIN has been
-/// acknowledged, before it is aborted (its FIN or the peer's not acknowledged: a lost FIN,
-/// a peer gone).
-const CLOSE_LINGER: Duration = Duration::from_secs(2);
-/// How long a closing socket keeps retransmitting data the peer has not acknowledged yet
-/// before it is aborted: what was accepted before the close (a final Send) is not given up
-/// after a few lost segments (smoltcp's retransmission timeout backs off to seconds), and a
-/// peer that is gone still frees the socket in the end.
-const CLOSE_DATA_LINGER: Duration = Duration::from_secs(60);
 /// How long a stopping worker (its dataplane dropped) keeps polling while a connection that
 /// its application closed is still closing: its FIN not acknowledged yet, or the peer's FIN
 /// not received (RFC 9293 section 3.6: FIN-WAIT-1, FIN-WAIT-2, CLOSING, LAST-ACK). A process
@@ -400,121 +388,6 @@ impl CopyStats {
             rx_payload: a.rx_payload + b.rx_payload,
             rx_copied: a.rx_copied + b.rx_copied,
         })
-    }
-}
-
-enum CState {
-    Connecting,
-    Live,
-    Closing(Instant),
-}
-
-struct Conn {
-    h: SocketHandle,
-    sh: Option<Arc<QpShared>>,
-    events: Option<Sender<ConnEvent>>,
-    /// Bytes from the connection not yet in the socket, `out[out_pos..]`.
-    out: Vec<u8>,
-    out_pos: usize,
-    /// Offsets in `out` just past each record (FPDU, startup frames), ascending.
-    ends: Vec<usize>,
-    state: CState,
-    /// The peer closed its direction (FIN seen and reported to the connection).
-    eof: bool,
-    /// When the connection first wanted to close with output still to stage.
-    closing_since: Option<Instant>,
-    /// When a closing socket had nothing left unacknowledged but its FIN ([`CLOSE_LINGER`]
-    /// counts from here).
-    close_drained: Option<Instant>,
-    /// What the worker knows of the engine since it last looked (locks it may skip).
-    marks: EngineMarks,
-    /// Its socket processed an incoming segment this pass (smoltcp's `take_touched`), or the
-    /// connection is new: the per-connection steps that look at the socket (deliver, the
-    /// doorbell's `stream_idle`) visit it. The others wait for a sweep (`WorkerConfig::sweep_us`), so a
-    /// pass costs the same with 1 or 200 quiet connections beside the busy one.
-    touched: bool,
-    /// Its QP raises this worker's post flag of its socket slot (`Worker::post_flags`).
-    post_flag: bool,
-    /// Listed in `Worker::active`: the transmit phase visits it on the next pass.
-    active: bool,
-}
-
-/// What a worker remembers of a connection's engine between passes, so that passes where
-/// nothing reached it skip its QP lock.
-struct EngineMarks {
-    /// The pass clock at which `transmit` last found the connection framing in place with its
-    /// timers handled: until something reaches the engine (posts, received bytes:
-    /// [`EngineMarks::look_again`]) or its timer is due (`timer_at`) there is nothing for that
-    /// check to do, and its lock is skipped.
-    tx_checked: Option<Instant>,
-    /// The engine's next timer ([`Connection::poll_timeout`]) as of that check.
-    timer_at: Option<Instant>,
-    /// At that check, or when it last framed in place, the engine had nothing to frame
-    /// ([`Connection::has_tx_work`]): the egress passes skip offering it ring room (and the QP
-    /// lock) until something that can give it work happens (posted WRs, received bytes, its
-    /// timers).
-    tx_idle: bool,
-    /// The engine was touched since its completions and events were last reaped; a clean
-    /// connection is reaped only when the application asked to close or left.
-    dirty: bool,
-}
-
-impl EngineMarks {
-    /// Something may have given the engine work, completions or events (posts drained, bytes
-    /// received or delivered, a staged frame): `transmit` checks it again under its lock, and
-    /// `completions` reaps it.
-    fn look_again(&mut self) {
-        self.tx_checked = None;
-        self.tx_idle = false;
-        self.dirty = true;
-    }
-}
-
-impl Conn {
-    /// Nothing for the transmit phase until something reaches it (a post, a segment: both
-    /// list it in `Worker::active` again) or the sweep: live, with a QP that raises a post
-    /// flag, nothing staged, its engine checked with nothing to frame and no timer, and
-    /// reaped. (The transmit phase does nothing for a connection not live.)
-    fn is_quiet(&self) -> bool {
-        !matches!(self.state, CState::Live)
-            || (self.post_flag
-                && self.out_pos >= self.out.len()
-                && self.marks.tx_checked.is_some()
-                && self.marks.timer_at.is_none()
-                && self.marks.tx_idle
-                && !self.marks.dirty
-                && !self.touched)
-    }
-
-    fn new(h: SocketHandle, sh: Option<Arc<QpShared>>, events: Option<Sender<ConnEvent>>) -> Self {
-        Conn {
-            h,
-            sh,
-            events,
-            out: Vec::new(),
-            out_pos: 0,
-            ends: Vec::new(),
-            state: CState::Live,
-            eof: false,
-            closing_since: None,
-            close_drained: None,
-            marks: EngineMarks {
-                tx_checked: None,
-                timer_at: None,
-                tx_idle: false,
-                dirty: true,
-            },
-            touched: true,
-            post_flag: false,
-            active: false,
-        }
-    }
-
-    fn closing(h: SocketHandle, now: Instant) -> Self {
-        let mut c = Conn::new(h, None, None);
-        c.state = CState::Closing(now);
-        c.eof = true;
-        c
     }
 }
 
@@ -1017,7 +890,7 @@ impl Worker {
         if !self
             .conns
             .get(i)
-            .is_some_and(|c| c.h == h && matches!(c.state, CState::Live))
+            .is_some_and(|c| c.socket() == h && c.is_live())
         {
             self.warm_conn = None;
             return;
@@ -1135,15 +1008,8 @@ impl Worker {
     fn rx_engine_copied(&self) -> u64 {
         let mut n = self.rx_copied_done;
         for c in &self.conns {
-            // A closing connection was counted into `rx_copied_done` by `finish`.
-            if matches!(c.state, CState::Closing(_)) {
-                continue;
-            }
-            if let Some(sh) = &c.sh {
-                if let QpSlot::Live(conn) = &*sh.lock() {
-                    n += conn.rx_copied();
-                }
-            }
+            // A closing connection's were counted into `rx_copied_done` as it closed.
+            n += c.rx_copied();
         }
         n
     }
@@ -1155,7 +1021,7 @@ impl Worker {
             return;
         }
         for c in &self.conns {
-            if let Some(sh) = &c.sh {
+            if let Some(sh) = c.qp() {
                 sh.set_closed();
             }
         }
@@ -1176,8 +1042,7 @@ impl Worker {
         self.conns
             .iter()
             .filter(|c| {
-                matches!(c.state, CState::Closing(_))
-                    && !close_finished(self.sockets.get::<tcp::Socket>(c.h))
+                c.is_closing() && !close_finished(self.sockets.get::<tcp::Socket>(c.socket()))
             })
             .count()
     }
@@ -1358,9 +1223,7 @@ impl Worker {
                 },
                 Cmd::Reject { id, bytes } => {
                     if let Some(h) = self.listeners.take_request(id) {
-                        let mut c = Conn::new(h, None, None);
-                        c.out = bytes;
-                        self.add_conn(c);
+                        self.add_conn(Conn::rejecting(h, bytes));
                     }
                 }
             }
@@ -1446,9 +1309,7 @@ impl Worker {
                 self.dev.zc_register(&s);
                 let h = self.sockets.add(s);
                 self.set_rx_sink(h, &sh);
-                let mut c = Conn::new(h, Some(sh), Some(events));
-                c.state = CState::Connecting;
-                self.add_conn(c);
+                self.add_conn(Conn::connecting(h, sh, events));
             }
             Err(e) => {
                 log::warn!("dataplane: connect to {remote}: {e}");
@@ -1487,8 +1348,8 @@ impl Worker {
     /// Hold `c` (`conn_index` is rebuilt before its next use). Its QP's posts raise the flag
     /// of its socket slot from now on; the flag starts raised, for WRs posted before.
     fn add_conn(&mut self, mut c: Conn) {
-        if let Some(sh) = &c.sh {
-            let slot = c.h.index();
+        if let Some(sh) = c.qp() {
+            let slot = c.socket().index();
             if let Some(f) = PostFlag::new(self.post_flags.clone(), slot) {
                 // Set once: a QP connects once.
                 let _ = sh.post_flag.set(f);
@@ -1523,7 +1384,7 @@ impl Worker {
     fn rebuild_conn_index(&mut self) {
         self.conn_index.clear();
         for (i, c) in self.conns.iter().enumerate() {
-            let slot = c.h.index();
+            let slot = c.socket().index();
             if self.conn_index.len() <= slot {
                 self.conn_index.resize(slot + 1, u32::MAX);
             }
@@ -1556,7 +1417,7 @@ impl Worker {
                     continue;
                 }
                 let c = &mut self.conns[i as usize];
-                c.marks.look_again();
+                c.look_again();
                 list_once(&mut c.active, i as usize, &mut self.active);
                 list_once(&mut c.touched, i as usize, &mut self.touched_conns);
             }
@@ -1610,11 +1471,7 @@ impl Worker {
             let slots = self.conn_index.len().min(self.post_flags.flags.len());
             self.post_flags.lower_all(slots);
             for c in self.conns.iter_mut() {
-                work |= drain_posted(
-                    c,
-                    &mut self.stats.post_ring_reads,
-                    &mut self.stats.posts_direct,
-                );
+                work |= c.drain_posted(&mut self.stats) != Drained::Nothing;
             }
             return work;
         }
@@ -1648,11 +1505,7 @@ impl Worker {
                 // nothing for a next pass: its flag is lowered now, as below, which costs
                 // one swap instead of the group's raise here and the two swaps of the next
                 // pass (scripts/instructions: atomics per 64 B Send).
-                match drain_posted_from(
-                    c,
-                    &mut self.stats.post_ring_reads,
-                    &mut self.stats.posts_direct,
-                ) {
+                match c.drain_posted(&mut self.stats) {
                     Drained::Rings => {
                         work = true;
                         keep = true;
@@ -1665,17 +1518,13 @@ impl Worker {
                 // seen now (Acquire pairs with the raise's release), one after it raises the
                 // flag (and its group) again.
                 f.swap(false, Ordering::Acquire);
-                if drain_posted(
-                    c,
-                    &mut self.stats.post_ring_reads,
-                    &mut self.stats.posts_direct,
-                ) {
+                if c.drain_posted(&mut self.stats) != Drained::Nothing {
                     work = true;
-                } else if c.sh.as_ref().is_some_and(close_asked) {
+                } else if c.qp().is_some_and(close_asked) {
                     // Raised for a disconnect (`Qp::disconnect` and dropping the last handle
                     // kick the QP after setting it; the swap above made that visible): the
                     // completions phase reaps it, though it is quiet otherwise.
-                    c.marks.dirty = true;
+                    c.mark_dirty();
                 }
             }
             if keep {
@@ -1686,11 +1535,7 @@ impl Worker {
         }
         if self.unflagged > 0 {
             for c in self.conns.iter_mut().filter(|c| !c.post_flag) {
-                work |= drain_posted(
-                    c,
-                    &mut self.stats.post_ring_reads,
-                    &mut self.stats.posts_direct,
-                );
+                work |= c.drain_posted(&mut self.stats) != Drained::Nothing;
             }
         }
         work
@@ -1718,79 +1563,8 @@ impl Worker {
             let Some(c) = self.conns.get_mut(i) else {
                 continue;
             };
-            let s = self.sockets.get_mut::<tcp::Socket>(c.h);
-            match c.state {
-                CState::Live => {}
-                CState::Connecting => {
-                    if s.state() == tcp::State::Established {
-                        c.state = CState::Live;
-                        // WRs posted while it connected: their flags were taken by passes
-                        // that skipped it.
-                        drain_posted(
-                            c,
-                            &mut self.stats.post_ring_reads,
-                            &mut self.stats.posts_direct,
-                        );
-                        work = true;
-                    } else {
-                        continue;
-                    }
-                }
-                CState::Closing(_) => continue,
-            }
-            let Some(sh) = c.sh.as_ref() else { continue };
-            if !s.can_recv() && (c.eof || s.may_recv() || s.state() == tcp::State::Established) {
-                continue;
-            }
-            // What the engine does with the bytes may queue frames for the staged path (an
-            // MPA Reply, a TERMINATE): `transmit` looks again.
-            c.marks.look_again();
-            let mut guard = sh.lock();
-            let QpSlot::Live(conn) = &mut *guard else {
-                continue;
-            };
-            // Everything smoltcp has (two pieces for a wrapped buffer).
-            while s.can_recv() {
-                let n = s
-                    .recv(|b| {
-                        conn.on_bytes(b, now);
-                        (b.len(), b.len())
-                    })
-                    .unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                work = true;
-            }
-            if !c.eof && !s.may_recv() && s.state() != tcp::State::Established {
-                c.eof = true;
-                if s.user_timeouts() > 0 {
-                    self.stats.tcp_user_timeouts += 1;
-                    log::warn!(
-                        "dataplane: worker {}: connection to {}: nothing acknowledged for \
-                         tcp.user_timeout_ms = {}: given up (RST; RFC 9293 3.8.3)",
-                        self.index,
-                        s.remote_endpoint()
-                            .map_or_else(|| "?".to_string(), |e| e.to_string()),
-                        self.tcp.user_timeout_ms
-                    );
-                }
-                if s.keep_alive_timeouts() > 0 {
-                    self.stats.tcp_keepalive_timeouts += 1;
-                    log::warn!(
-                        "dataplane: worker {}: connection to {}: {} keep-alives {} ms apart \
-                         unanswered (tcp.keepalive_probes, tcp.keepalive_ms): given up (RST; \
-                         RFC 9293 3.8.4)",
-                        self.index,
-                        s.remote_endpoint()
-                            .map_or_else(|| "?".to_string(), |e| e.to_string()),
-                        self.tcp.keepalive_probes,
-                        self.tcp.keepalive_ms
-                    );
-                }
-                conn.on_eof();
-                work = true;
-            }
+            let s = self.sockets.get_mut::<tcp::Socket>(c.socket());
+            work |= c.deliver(s, now, &mut self.stats, self.index, &self.tcp);
         }
         work
     }
@@ -1823,37 +1597,9 @@ impl Worker {
         }
         self.stats.transmit_visits += visit.len() as u64;
         for &i in visit.iter() {
-            let c = &mut self.conns[i];
-            if !matches!(c.state, CState::Live) || c.out_pos < c.out.len() {
-                continue;
-            }
-            if c.marks.tx_checked.is_some() && c.marks.timer_at.is_none_or(|t| now < t) {
-                continue;
-            }
-            let Some(sh) = c.sh.as_ref() else { continue };
-            self.stats.engine_checks += 1;
-            let mut guard = sh.lock();
-            let QpSlot::Live(conn) = &mut *guard else {
-                continue;
-            };
-            if conn.poll_timeout().is_some_and(|t| t <= now) {
-                conn.handle_timeout(now);
-                c.marks.dirty = true;
-            }
-            c.out.clear();
-            c.out_pos = 0;
-            c.ends.clear();
-            if conn.can_transmit_direct() {
-                // FPDUs are framed straight into the socket below (feed_direct).
-                c.marks.tx_checked = Some(now);
-                c.marks.timer_at = conn.poll_timeout();
-                c.marks.tx_idle = !conn.has_tx_work();
-                continue;
-            }
-            c.marks.look_again();
-            conn.poll_transmit_records(&mut c.out, &mut c.ends);
-            self.tx_staged += c.out.len() as u64;
-            work |= !c.out.is_empty();
+            let staged = self.conns[i].stage(now, &mut self.stats.engine_checks);
+            self.tx_staged += staged as u64;
+            work |= staged > 0;
         }
         // One pass frames what each window admits and smoltcp sends up to a burst of segments
         // per socket; another pass only while something is left that a pass can move now
@@ -1864,39 +1610,18 @@ impl Worker {
             let mut wrapped = false;
             for &i in visit.iter() {
                 let c = &mut self.conns[i];
-                if !matches!(c.state, CState::Live)
-                    || (c.marks.tx_idle && c.sh.is_some() && c.out_pos >= c.out.len())
-                {
+                if !c.may_feed() {
                     continue;
                 }
-                let s = self.sockets.get_mut::<tcp::Socket>(c.h);
-                let n = if c.sh.is_none() {
-                    // A rejecting responder: the Reply, then close.
-                    let room = self.dev.ring_room(s);
-                    feed_all(c, s, room)
-                } else if c.out_pos < c.out.len() {
-                    // The ring space that may be written (free, and no frame points into it).
-                    let room = self.dev.ring_room(s);
-                    if align {
-                        feed_segment(c, s, self.emss, room)
-                    } else {
-                        feed_all(c, s, room)
-                    }
-                } else if c.marks.tx_idle {
-                    0
-                } else {
-                    c.marks.dirty = true;
-                    let (direct, staged, fed) =
-                        feed_direct(c, s, self.emss, align, &mut self.dev, &mut wrapped);
-                    self.tx_staged += staged as u64;
-                    direct + fed
-                };
+                let s = self.sockets.get_mut::<tcp::Socket>(c.socket());
+                let (n, staged) = c.feed(s, &mut self.dev, self.emss, align, &mut wrapped);
+                self.tx_staged += staged as u64;
                 if n > 0 {
                     fed = true;
                     self.tx_fed += n as u64;
                     list_once(&mut c.touched, i, &mut self.touched_conns);
-                    if self.wcfg.warm_us != 0 && c.sh.is_some() {
-                        self.warm_conn = Some((i, c.h, now));
+                    if self.wcfg.warm_us != 0 && c.qp().is_some() {
+                        self.warm_conn = Some((i, c.socket(), now));
                     }
                 }
             }
@@ -1919,8 +1644,8 @@ impl Worker {
                 for &i in self.touched_conns.iter() {
                     if let Some(c) = self.conns.get(i) {
                         // Fed, and not already listed for a segment it took.
-                        if !self.touched.contains(&c.h) {
-                            self.egress_handles.push(c.h);
+                        if !self.touched.contains(&c.socket()) {
+                            self.egress_handles.push(c.socket());
                         }
                     }
                 }
@@ -1949,10 +1674,8 @@ impl Worker {
             let again = wrapped
                 || visit.iter().any(|&i| {
                     let c = &self.conns[i];
-                    matches!(c.state, CState::Live)
-                        && (c.out_pos < c.out.len()
-                            || ((c.touched || !c.marks.tx_idle || self.sweeping)
-                                && self.sockets.get::<tcp::Socket>(c.h).send_unsent() > 0))
+                    let s = self.sockets.get::<tcp::Socket>(c.socket());
+                    c.wants_another_pass(s, self.sweeping)
                 });
             if !again {
                 break;
@@ -2005,8 +1728,8 @@ impl Worker {
             if all {
                 c.touched = false;
             }
-            if let (CState::Live, Some(sh)) = (&c.state, &c.sh) {
-                let idle = self.sockets.get::<tcp::Socket>(c.h).send_queue() == 0;
+            if let (true, Some(sh)) = (c.is_live(), c.qp()) {
+                let idle = self.sockets.get::<tcp::Socket>(c.socket()).send_queue() == 0;
                 if sh.stream_idle.load(Ordering::Relaxed) != idle {
                     sh.stream_idle.store(idle, Ordering::Relaxed);
                 }
@@ -2049,109 +1772,49 @@ impl Worker {
             };
             // A live connection nothing touched since its last reap, that has not seen EOF
             // and whose application neither asked to close nor left, has nothing here: skip it
-            // without reading its socket (the Live arm below would find the same).
-            if let (CState::Live, Some(sh), false) = (&c.state, &c.sh, c.eof) {
-                if !needs_reap(c, sh) {
-                    continue;
-                }
+            // without reading its socket.
+            if c.reap_skippable() {
+                continue;
             }
-            let s = self.sockets.get_mut::<tcp::Socket>(c.h);
-            let remove = match c.state {
-                // Keep a closing socket (also in TIME-WAIT, so the peer's FIN still gets
-                // its ACK) until it is closed, or CLOSE_LINGER has passed since all its data
-                // was acknowledged (CLOSE_DATA_LINGER since the close while some is not).
-                CState::Closing(since) => {
-                    if close_finished(s) {
-                        true
-                    } else if !s.is_open() {
-                        // TIME-WAIT, the ACK of the peer's FIN still owed: it goes out in a
-                        // transmit phase still to come (this pass handed its completions
-                        // over first); removed before that, the peer would wait for it in
-                        // LAST-ACK.
-                        list_once(&mut c.active, i, &mut self.active);
-                        false
-                    } else if s.send_queue() > 0 {
-                        now.duration_since(since) > CLOSE_DATA_LINGER
-                    } else {
-                        let drained = *c.close_drained.get_or_insert(now);
-                        now.duration_since(drained) > CLOSE_LINGER
-                    }
-                }
-                CState::Connecting => {
-                    let sh = c.sh.as_ref().expect("connecting has a QP");
-                    if !s.is_open() || sh.disconnect.load(Ordering::Acquire) {
-                        log::warn!("dataplane: TCP connect failed");
-                        finish(c, &mut self.stats.mpa_crc_errors);
-                        true
-                    } else {
-                        false
-                    }
-                }
-                CState::Live => {
-                    let drained = c.out_pos == c.out.len();
-                    // The QP is taken out of the Conn for the reap and put back (no reference
-                    // count traffic on every pass): the worker still holds one reference.
-                    let close = match c.sh.take() {
-                        None => drained || !s.may_send(),
-                        Some(sh) => {
-                            // A connection nothing touched since its last reap has no new
-                            // completion or event; only the application can want it closed.
-                            let (w, close) = if needs_reap(c, &sh) {
-                                c.marks.dirty = false;
-                                reap(c, &sh, &mut self.stats.mpa_crc_errors)
-                            } else {
-                                (false, false)
-                            };
-                            work |= w;
-                            // What the engine queued while the staged bytes waited for the
-                            // socket (a TERMINATE, RFC 5040 §7.1) goes out before the FIN.
-                            let more = close && drained && !c.eof && {
-                                let n = stage_rest(c, &sh, now);
-                                self.tx_staged += n as u64;
-                                n > 0
-                            };
-                            c.sh = Some(sh);
-                            work |= more;
-                            if more {
-                                // Staged bytes for the next transmit phase to feed.
-                                list_once(&mut c.active, i, &mut self.active);
-                            }
-                            c.eof || (close && drained && !more)
-                        }
-                    };
-                    if close {
-                        s.close();
-                        self.rx_copied_done += finish_engine(c, &mut self.stats.mpa_crc_errors);
-                        // Marked closed only after the egress below: what the connection
-                        // queued last (a TERMINATE, RFC 5040 §7.1) is then on the wire
-                        // before the application can see the QP closed and exit.
-                        if let Some(sh) = &c.sh {
-                            newly_closed.push(sh.clone());
-                        }
-                        c.state = CState::Closing(now);
-                        work = true;
-                        closed = true;
-                    }
-                    false
-                }
-            };
+            let s = self.sockets.get_mut::<tcp::Socket>(c.socket());
+            let Reaped {
+                work: w,
+                remove,
+                closed: now_closed,
+                rx_copied,
+                staged,
+                visit: again,
+            } = c.reap(s, now, &mut self.stats);
+            work |= w;
+            self.tx_staged += staged as u64;
+            self.rx_copied_done += rx_copied;
+            if again {
+                // Staged bytes, or the ACK of the peer's FIN, for a transmit phase still to
+                // come (this pass handed its completions over first).
+                list_once(&mut c.active, i, &mut self.active);
+            }
+            if now_closed {
+                // Its QP is marked closed only after the egress below (conn.rs, invariant 3).
+                newly_closed.extend(c.qp().cloned());
+                closed = true;
+            }
             if remove {
                 let c = self.conns.swap_remove(i);
                 self.conn_index_stale = true;
                 self.active_stale = true;
-                if c.sh.is_some() && !c.post_flag {
+                if c.qp().is_some() && !c.post_flag {
                     self.unflagged -= 1;
                 }
-                let s = self.sockets.get_mut::<tcp::Socket>(c.h);
+                let s = self.sockets.get_mut::<tcp::Socket>(c.socket());
                 let open = s.is_open();
                 s.abort();
                 if open {
-                    lingered.push(c.h);
+                    lingered.push(c.socket());
                 } else {
                     retire_socket(
                         &mut self.dev,
                         &mut self.retransmits_done,
-                        self.sockets.remove(c.h),
+                        self.sockets.remove(c.socket()),
                     );
                 }
             }
@@ -2220,93 +1883,6 @@ impl Drop for Worker {
     }
 }
 
-/// The connection ended: final completions and events, then mark the QP closed. Returns the
-/// octets its engine copied on receive (for the worker's copy count).
-fn finish(c: &mut Conn, crc_errors: &mut u64) -> u64 {
-    let copied = finish_engine(c, crc_errors);
-    if let Some(sh) = c.sh.as_ref() {
-        sh.set_closed();
-    }
-    copied
-}
-
-/// [`finish`] without marking the QP closed (the caller does, once the FIN went out).
-fn finish_engine(c: &mut Conn, crc_errors: &mut u64) -> u64 {
-    let Some(sh) = c.sh.as_ref() else { return 0 };
-    let mut copied = 0;
-    if let QpSlot::Live(conn) = &mut *sh.lock() {
-        pump::finish(sh, conn, |ev| forward(&c.events, crc_errors, ev));
-        copied = conn.rx_copied();
-    } else if let Some(e) = &c.events {
-        let _ = e.try_send(ConnEvent::Closed);
-    }
-    copied
-}
-
-/// A closing connection's engine may still hold output (queued after the bytes staged last):
-/// stage it, unless closing began [`CLOSE_FLUSH`] ago. Returns the octets staged.
-fn stage_rest(c: &mut Conn, sh: &Arc<QpShared>, now: Instant) -> usize {
-    let since = *c.closing_since.get_or_insert(now);
-    if now.duration_since(since) > CLOSE_FLUSH {
-        return 0;
-    }
-    let QpSlot::Live(conn) = &mut *sh.lock() else {
-        return 0;
-    };
-    c.out.clear();
-    c.out_pos = 0;
-    c.ends.clear();
-    conn.poll_transmit_records(&mut c.out, &mut c.ends);
-    c.out.len()
-}
-
-/// Posted WRs of `c`'s QP into its engine, if it is live and something is posted. True if so.
-/// `reads` counts the looks at the post rings.
-fn drain_posted(c: &mut Conn, reads: &mut u64, direct: &mut u64) -> bool {
-    drain_posted_from(c, reads, direct) != Drained::Nothing
-}
-
-/// What [`drain_posted_from`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Drained {
-    Nothing,
-    /// Only a post that went straight into the connection: the rings were empty.
-    Direct,
-    /// WRs from the post rings.
-    Rings,
-}
-
-/// `drain_posted`, saying where the work came from.
-fn drain_posted_from(c: &mut Conn, reads: &mut u64, direct: &mut u64) -> Drained {
-    if !matches!(c.state, CState::Live) {
-        return Drained::Nothing;
-    }
-    let Some(sh) = c.sh.as_ref() else {
-        return Drained::Nothing;
-    };
-    *reads += 1;
-    if sh.sq_ring.is_empty() && sh.rq_ring.is_empty() {
-        // A post that went straight into the connection (driven mode: `Qp::post_send` and
-        // `post_recv` through `QpShared::direct_slot`): nothing to drain, but the engine has
-        // new work. The load first, so a QP posted to through its rings costs no
-        // read-modify-write here.
-        if sh.posted_direct.load(Ordering::Relaxed)
-            && sh.posted_direct.swap(false, Ordering::Acquire)
-        {
-            *direct += 1;
-            c.marks.look_again();
-            return Drained::Direct;
-        }
-        return Drained::Nothing;
-    }
-    if let QpSlot::Live(conn) = &mut *sh.lock() {
-        sh.drain_posts(conn);
-        c.marks.look_again();
-        return Drained::Rings;
-    }
-    Drained::Nothing
-}
-
 /// Put index `i` on `list` unless its flag says it is there already (`Conn::active` for
 /// `Worker::active`, `Conn::touched` for `Worker::touched_conns`): each list stays free of
 /// duplicates.
@@ -2314,247 +1890,5 @@ fn list_once(listed: &mut bool, i: usize, list: &mut Vec<usize>) {
     if !*listed {
         *listed = true;
         list.push(i);
-    }
-}
-
-/// Whether `completions` must reap `c` (with its QP `sh`, taken out of it or not): something
-/// touched its engine since the last reap, or its application asked to close or left.
-fn needs_reap(c: &Conn, sh: &Arc<QpShared>) -> bool {
-    c.marks.dirty || close_asked(sh)
-}
-
-/// The application asked to close `sh`'s connection, or left it (the worker holds the only
-/// reference).
-fn close_asked(sh: &Arc<QpShared>) -> bool {
-    sh.disconnect.load(Ordering::Acquire) || Arc::strong_count(sh) <= 1
-}
-
-/// Completions to the CQs and events to the connection manager. Returns (did work, the
-/// connection should close once its bytes are out).
-fn reap(c: &mut Conn, sh: &Arc<QpShared>, crc_errors: &mut u64) -> (bool, bool) {
-    let mut guard = sh.lock();
-    let QpSlot::Live(conn) = &mut *guard else {
-        return (false, true);
-    };
-    let work = pump::events(sh, conn, |ev| forward(&c.events, crc_errors, ev));
-    // One reference is the worker's (the caller took it out of the Conn).
-    (work, pump::close_wanted(sh, conn, 1))
-}
-
-/// An event to the connection manager's waiter, counting TERMINATEs for MPA CRC errors.
-fn forward(events: &Option<Sender<ConnEvent>>, crc_errors: &mut u64, ev: ConnEvent) {
-    *crc_errors += u64::from(ev == ConnEvent::TerminateSent(TermCause::MPA_CRC));
-    if let Some(e) = events {
-        let _ = e.try_send(ev);
-    }
-}
-
-/// Room for the smallest FPDU `feed_direct` frames: a [`MIN_ULPDU_ROOM`] ULPDU plus the
-/// length field, pad and CRC (RFC 5044 §4.1).
-const MIN_DIRECT_FPDU: usize = MIN_ULPDU_ROOM + 8;
-
-/// Frame the connection's next FPDUs straight into the socket's transmit ring: each ULPDU is
-/// gathered from registered memory to the place TCP sends (and retransmits) it from, the CRC
-/// computed there: one copy per payload octet before the device (docs/dataplane.md "Copies").
-///
-/// With `align` (RFC 5044 Appendix A: segments begin with an FPDU header) the socket cuts
-/// segments at the FPDU ends marked here (the vendored smoltcp's `tx_records`), and only what
-/// the peer's window admits now is framed, so no FPDU waits behind a window smaller than
-/// itself; an FPDU is cut smaller where the window or the ring's contiguous room is smaller
-/// than a full one. Where the ring wraps with less than [`MIN_DIRECT_FPDU`] contiguous, one
-/// segment's FPDUs are framed into the connection's staging buffer instead and sent from there
-/// (smoltcp gathers a segment across the wrap). Returns (octets framed into the ring, octets
-/// framed into the staging buffer, octets of those written to the ring); sets `wrapped` when
-/// framing stopped at the end of the ring's contiguous room with more room after the wrap.
-fn feed_direct(
-    c: &mut Conn,
-    s: &mut tcp::Socket<'static>,
-    emss: usize,
-    align: bool,
-    dev: &mut DpdkDevice,
-    wrapped: &mut bool,
-) -> (usize, usize, usize) {
-    let Some(sh) = c.sh.as_ref() else {
-        return (0, 0, 0);
-    };
-    if !s.may_send() {
-        return (0, 0, 0);
-    }
-    let limit = if align {
-        let unsent = s.send_unsent();
-        let room = s.send_window_left().saturating_sub(unsent);
-        if room < MIN_DIRECT_FPDU {
-            if s.send_queue() > 0 {
-                // Wait for the ACK that opens the window.
-                return (0, 0, 0);
-            }
-            // A window this small with nothing in flight does not grow by waiting: one small
-            // FPDU goes in and TCP sends what the window allows.
-            MIN_DIRECT_FPDU
-        } else {
-            room
-        }
-    } else {
-        usize::MAX
-    };
-    // Free and not referenced by a frame in flight (transmit by reference); looked at only
-    // once the window admits an FPDU (the scan is per frame in flight).
-    let free = dev.ring_room(s);
-    if free < MIN_DIRECT_FPDU {
-        return (0, 0, 0);
-    }
-    let mut guard = sh.lock();
-    let QpSlot::Live(conn) = &mut *guard else {
-        return (0, 0, 0);
-    };
-    if !conn.can_transmit_direct() {
-        return (0, 0, 0);
-    }
-    c.ends.clear();
-    let ends = &mut c.ends;
-    // Whether the engine was offered room for an FPDU in place: then it wrote all it had
-    // (it cuts a data FPDU to the room), and writing nothing means it has nothing to send.
-    let mut offered = false;
-    let direct = s
-        .send(|ring| {
-            let n = ring.len().min(limit).min(free);
-            if n < MIN_DIRECT_FPDU {
-                return (0, 0);
-            }
-            offered = true;
-            let mut out = SliceBuf::new(&mut ring[..n]);
-            let w = conn.transmit_into(&mut out, Some(&mut *ends));
-            // Stopped by the end of the ring's contiguous room, not by the window or the free
-            // room: the next call frames on after the wrap.
-            *wrapped |= w > 0 && ring.len() < limit.min(free);
-            (w, w)
-        })
-        .unwrap_or(0);
-    // Offered room, the engine framed what it had: with nothing left, the egress passes stop
-    // offering it room (and taking its lock) until something gives it work.
-    if offered {
-        c.marks.tx_idle = !conn.has_tx_work();
-    }
-    if direct == 0 && offered {
-        return (0, 0, 0);
-    }
-    if direct > 0 {
-        if align {
-            for &e in c.ends.iter() {
-                s.push_tx_record_end_before(direct - e);
-            }
-        }
-        c.ends.clear();
-        return (direct, 0, 0);
-    }
-    // The contiguous room before the ring wraps is too small for an FPDU: stage one
-    // segment's worth and let the ring take it across the wrap.
-    let n = limit
-        .min(free)
-        .min(emss.min(s.remote_mss()).max(MIN_DIRECT_FPDU));
-    c.out.clear();
-    c.out.resize(n, 0);
-    c.ends.clear();
-    let w = {
-        let mut out = SliceBuf::new(&mut c.out[..]);
-        conn.transmit_into(&mut out, Some(&mut c.ends));
-        out.len()
-    };
-    c.out.truncate(w);
-    c.out_pos = 0;
-    drop(guard);
-    if w == 0 {
-        return (0, 0, 0);
-    }
-    let fed = if align {
-        feed_segment(c, s, emss, free)
-    } else {
-        feed_all(c, s, free)
-    };
-    (0, w, fed)
-}
-
-/// Without alignment (`tcp.fpdu_alignment = false`) and for a rejecting responder's Reply:
-/// everything the socket takes. Returns the octets written.
-fn feed_all(c: &mut Conn, s: &mut tcp::Socket<'static>, room: usize) -> usize {
-    let mut fed = 0;
-    while c.out_pos < c.out.len() && s.can_send() && fed < room {
-        let end = c.out.len().min(c.out_pos + (room - fed));
-        match s.send_slice(&c.out[c.out_pos..end]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                c.out_pos += n;
-                fed += n;
-            }
-        }
-    }
-    fed
-}
-
-/// RFC 5044 Appendix A (and §4.2: an FPDU fits one segment): give smoltcp the next segment's
-/// payload as whole FPDUs, so that the segment it cuts begins with an FPDU header.
-///
-/// smoltcp starts every segment at SND.NXT and fills it with up to min(MSS, window) queued
-/// octets. So the worker writes into the socket only when nothing is unsent, and at most the
-/// whole records that fit that room (several small FPDUs may share a segment: packing is
-/// allowed). Returns the octets written.
-///
-/// Exceptions, each keeping the connection moving rather than aligned: a record larger than a
-/// segment (the peer announced an MSS below the EMSS MULPDU was derived from, or the MPA
-/// startup frames) goes in whole and TCP splits it; a window smaller than the next FPDU with
-/// nothing in flight will not grow by waiting for ACKs, so the FPDU goes in and TCP splits it.
-/// Retransmissions after a timeout are cut by smoltcp from SND.UNA and need not be aligned.
-fn feed_segment(
-    c: &mut Conn,
-    s: &mut tcp::Socket<'static>,
-    emss: usize,
-    ring_room: usize,
-) -> usize {
-    if c.out_pos >= c.out.len() || !s.may_send() || s.send_unsent() > 0 {
-        return 0;
-    }
-    let segment = emss.min(s.remote_mss()).max(1);
-    let room = segment.min(s.send_window_left());
-    // Records still to go; bytes after the last recorded end (none today) count as one more.
-    let first = c.ends.partition_point(|&e| e <= c.out_pos);
-    let ends = c.ends[first..]
-        .iter()
-        .copied()
-        .chain((c.ends.last().copied().unwrap_or(0) < c.out.len()).then_some(c.out.len()));
-    let mut end = c.out_pos;
-    let mut next = c.out.len();
-    for e in ends {
-        if e - c.out_pos <= room {
-            end = e;
-        } else {
-            next = e;
-            break;
-        }
-    }
-    if end == c.out_pos {
-        if next - c.out_pos > segment || s.send_queue() == 0 {
-            end = next;
-        } else {
-            // Wait for the ACK that opens the window.
-            return 0;
-        }
-    }
-    // `ring_room`: free and not referenced by a frame in flight (transmit by reference).
-    let free = ring_room.min(s.send_capacity() - s.send_queue());
-    if end - c.out_pos > free {
-        if free < s.send_capacity() {
-            // Wait for ACKs to free the room rather than split a record across segments.
-            return 0;
-        }
-        // A record larger than the whole transmit buffer (a small configured tcp.tx_buffer):
-        // it cannot be aligned anyway.
-        end = c.out_pos + free;
-    }
-    match s.send_slice(&c.out[c.out_pos..end]) {
-        Ok(n) => {
-            c.out_pos += n;
-            n
-        }
-        Err(_) => 0,
     }
 }
