@@ -413,6 +413,78 @@ pub(crate) struct WorkerParts {
     pub tcp: TcpConfig,
 }
 
+/// Which connections and sockets a pass visits (the worker as a scheduler: a phase visits the
+/// connections that have work, not every one, except on a sweep): lists of indices in
+/// `Worker::conns`, each kept free of duplicates by a flag on the connection
+/// ([`list_once`]).
+#[derive(Default)]
+struct Schedule {
+    /// Socket slot (`SocketHandle::index`) -> index in `conns` (`u32::MAX`: none), rebuilt
+    /// when `conns` changed (`conn_index_stale`).
+    conn_index: Vec<u32>,
+    conn_index_stale: bool,
+    /// Scratch for smoltcp's touched sockets.
+    touched: Vec<SocketHandle>,
+    /// Indices in `conns` marked `touched` this pass (their flags are cleared at its end).
+    touched_conns: Vec<usize>,
+    /// Scratch for the sockets touched by a pass while `touched` still holds those of the
+    /// pass whose transmit phase is owed.
+    touched_more: Vec<SocketHandle>,
+    /// This pass's egress visits every socket (a sweep, a command, an MPA startup step), not
+    /// only those with something new (`egress_handles`).
+    egress_all: bool,
+    /// The sockets this pass's egress visits otherwise: those that took segments and those
+    /// of the connections fed.
+    egress_handles: Vec<SocketHandle>,
+    /// Indices in `conns` the transmit phase visits on a pass that does not visit them all:
+    /// those not yet quiet after the last transmit phase (`Conn::is_quiet`), and those posted
+    /// to or touched since (`Conn::active` keeps it free of duplicates).
+    active: Vec<usize>,
+    /// Scratch for the indices a transmit phase visits.
+    visit: Vec<usize>,
+    /// Scratch for the indices a completions phase visits.
+    reap_visit: Vec<usize>,
+    /// `conns` changed since `active` was built (its indices may be wrong): the next transmit
+    /// phase visits every connection.
+    active_stale: bool,
+}
+
+/// Octets and retransmissions the phases count as they go, and those of connections and
+/// sockets gone, for [`Worker::stats`].
+#[derive(Default)]
+struct Totals {
+    /// Octets the engines wrote into the connections' staging buffers (`Conn::out`).
+    tx_staged: u64,
+    /// Octets copied from the staging buffers into the sockets' transmit rings.
+    tx_fed: u64,
+    /// Octets the engines of connections that ended copied on receive.
+    rx_copied_done: u64,
+    /// Retransmissions (fast, timeout) of the sockets removed so far.
+    retransmits_done: (u64, u64, u64, u64),
+    /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
+    /// not copy them into a receive buffer).
+    rx_direct: Arc<AtomicU64>,
+}
+
+/// `worker.warm_us` (default 0: off; docs/dataplane.md "Keeping the path warm"): what
+/// [`Worker::warm`] knows of the data path it keeps warm.
+struct WarmPath {
+    /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
+    /// socket) and when it did (`Worker::warm` keeps its path warm for `WARM_FOR` after).
+    conn: Option<(usize, SocketHandle, Instant)>,
+    /// The pass clock of the last pass that did application work: posts, payload received
+    /// or delivered, completions, data fed, commands (with `warm_us` the driven spin counts
+    /// from it, not from `last_work`, which keep-alives and their answers renew).
+    last_app_work: Instant,
+    /// When `warm` last ran the private QPs, and last sent a keep-alive.
+    last_rehearsal: Instant,
+    last_keep_alive: Instant,
+    /// The private pair of QPs `warm` runs a Send through (made with the worker when
+    /// `warm_us` is set; None without it, or after it failed to establish or to complete a
+    /// Send).
+    rehearsal: Option<Rehearsal>,
+}
+
 /// A worker: its port queue, smoltcp interface, sockets and connections.
 pub(crate) struct Worker {
     index: usize,
@@ -420,10 +492,13 @@ pub(crate) struct Worker {
     cmds: CmdReceiver,
     wcfg: WorkerConfig,
     tcp: TcpConfig,
+    totals: Totals,
+    warm: WarmPath,
     t0: Instant,
     iface: Interface,
     sockets: SocketSet<'static>,
     conns: Vec<Conn>,
+    sched: Schedule,
     listeners: Listeners,
     closing_startups: Vec<SocketHandle>,
     next_port: u16,
@@ -445,17 +520,6 @@ pub(crate) struct Worker {
     stopped: bool,
     /// Stopping since then: the closing connections may still finish their close.
     stopping_since: Option<Instant>,
-    /// Octets the engines wrote into the connections' staging buffers (`Conn::out`).
-    tx_staged: u64,
-    /// Octets copied from the staging buffers into the sockets' transmit rings.
-    tx_fed: u64,
-    /// Octets the engines of connections that ended copied on receive.
-    rx_copied_done: u64,
-    /// Retransmissions (fast, timeout) of the sockets removed so far.
-    retransmits_done: (u64, u64, u64, u64),
-    /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
-    /// not copy them into a receive buffer).
-    rx_direct: Arc<AtomicU64>,
     /// The CPU this worker's thread is pinned to, if any.
     pub(crate) cpu: Option<usize>,
     /// Passes in a row that did nothing (see `poll_once`'s clock).
@@ -472,20 +536,6 @@ pub(crate) struct Worker {
     sweep_at: Instant,
     /// This pass visits every connection.
     sweeping: bool,
-    /// Socket slot (`SocketHandle::index`) -> index in `conns` (`u32::MAX`: none), rebuilt
-    /// when `conns` changed (`conn_index_stale`).
-    conn_index: Vec<u32>,
-    conn_index_stale: bool,
-    /// Scratch for smoltcp's touched sockets.
-    touched: Vec<SocketHandle>,
-    /// Indices in `conns` marked `touched` this pass (their flags are cleared at its end).
-    touched_conns: Vec<usize>,
-    /// This pass's egress visits every socket (a sweep, a command, an MPA startup step), not
-    /// only those with something new (`egress_handles`).
-    egress_all: bool,
-    /// The sockets this pass's egress visits otherwise: those that took segments and those
-    /// of the connections fed.
-    egress_handles: Vec<SocketHandle>,
     /// One flag per socket slot (`SocketHandle::index`), raised by every post to the QP of
     /// the connection on that socket (`QpShared::post_flag`, `kick`): the post phase reads the
     /// post rings of those QPs only, not of every QP it holds; and one flag per group of
@@ -494,39 +544,11 @@ pub(crate) struct Worker {
     /// Connections whose QP has no flag here (its socket slot beyond `post_flags`, or the QP
     /// took a flag elsewhere earlier): their rings are read on every pass.
     unflagged: usize,
-    /// Indices in `conns` the transmit phase visits on a pass that does not visit them all:
-    /// those not yet quiet after the last transmit phase (`Conn::is_quiet`), and those posted
-    /// to or touched since (`Conn::active` keeps it free of duplicates).
-    active: Vec<usize>,
-    /// Scratch for the indices a transmit phase visits.
-    visit: Vec<usize>,
-    /// Scratch for the indices a completions phase visits.
-    reap_visit: Vec<usize>,
-    /// `conns` changed since `active` was built (its indices may be wrong): the next transmit
-    /// phase visits every connection.
-    active_stale: bool,
     /// The worker runs on its own thread ([`Worker::run`]), not driven by an application's.
     background: bool,
     /// The last pass handed completions to the driving application before its transmit
     /// phase ([`Worker::poll_once`]): the next pass, or the doorbell's `poll_transmit`, runs it.
     transmit_owed: bool,
-    /// Scratch for the sockets touched by a pass while `touched` still holds those of the
-    /// pass whose transmit phase is owed.
-    touched_more: Vec<SocketHandle>,
-    /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
-    /// socket) and when it did (`Worker::warm` keeps its path warm for `WARM_FOR` after).
-    warm_conn: Option<(usize, SocketHandle, Instant)>,
-    /// The pass clock of the last pass that did application work: posts, payload received
-    /// or delivered, completions, data fed, commands (with `warm_us` the driven spin counts
-    /// from it, not from `last_work`, which keep-alives and their answers renew).
-    last_app_work: Instant,
-    /// When `warm` last ran the private QPs, and last sent a keep-alive.
-    last_rehearsal: Instant,
-    last_keep_alive: Instant,
-    /// The private pair of QPs `warm` runs a Send through (made with the worker when
-    /// `warm_us` is set; None without it, or after it failed to establish or to complete a
-    /// Send).
-    rehearsal: Option<Rehearsal>,
 }
 
 /// A worker's post flags: one for every socket slot it is likely to use (its connections,
@@ -638,10 +660,24 @@ impl Worker {
             cmds,
             wcfg,
             tcp,
+            totals: Totals::default(),
+            warm: WarmPath {
+                conn: None,
+                last_app_work: t0,
+                last_rehearsal: t0,
+                last_keep_alive: t0,
+                rehearsal,
+            },
             t0,
             iface,
             sockets: SocketSet::new(Vec::new()),
             conns: Vec::new(),
+            sched: Schedule {
+                conn_index_stale: true,
+                egress_all: true,
+                active_stale: true,
+                ..Schedule::default()
+            },
             listeners: Listeners::new(index),
             closing_startups: Vec::new(),
             next_port: 49152 + (rand::random::<u16>() % 8192),
@@ -654,11 +690,6 @@ impl Worker {
             rbuf: vec![0u8; 64 * 1024],
             stopped: false,
             stopping_since: None,
-            tx_staged: 0,
-            tx_fed: 0,
-            rx_copied_done: 0,
-            retransmits_done: (0, 0, 0, 0),
-            rx_direct: Arc::new(AtomicU64::new(0)),
             cpu,
             idle_passes: 0,
             pass_clock: t0,
@@ -666,26 +697,10 @@ impl Worker {
             egress_idle_at: None,
             sweep_at: t0,
             sweeping: true,
-            conn_index: Vec::new(),
-            conn_index_stale: true,
-            touched: Vec::new(),
-            touched_conns: Vec::new(),
-            egress_all: true,
-            egress_handles: Vec::new(),
             post_flags,
             unflagged: 0,
-            active: Vec::new(),
-            visit: Vec::new(),
-            reap_visit: Vec::new(),
-            active_stale: true,
             background: false,
             transmit_owed: false,
-            touched_more: Vec::new(),
-            warm_conn: None,
-            last_app_work: t0,
-            last_rehearsal: t0,
-            last_keep_alive: t0,
-            rehearsal,
         }
     }
 
@@ -708,7 +723,10 @@ impl Worker {
         self.stats.loops += 1;
         // What the application's side of this pass moved (`last_app_work`): posts, payload
         // received or delivered, completions, commands; not frames alone (ACKs, keep-alives).
-        let (fed_before, direct_before) = (self.tx_fed, self.rx_direct.load(Ordering::Relaxed));
+        let (fed_before, direct_before) = (
+            self.totals.tx_fed,
+            self.totals.rx_direct.load(Ordering::Relaxed),
+        );
         let mut work = self.commands();
         let mut app = work;
         if self.stopped {
@@ -716,7 +734,7 @@ impl Worker {
         }
         // Commands (connect, listen, accept) and MPA startups change which sockets have
         // something to send in ways the egress below does not track: it then visits them all.
-        self.egress_all |= work;
+        self.sched.egress_all |= work;
         // The clock is read when the previous pass did work, and every 16th idle pass: an idle
         // pass costs little more than a clock read, and smoltcp's timers are millisecond ones.
         let now = if self.idle_passes.is_multiple_of(16) {
@@ -759,12 +777,13 @@ impl Worker {
         // visits every socket; startups are short and few.
         let accepted = self.accept(now);
         if accepted || self.listeners.in_startup() {
-            self.egress_all = true;
+            self.sched.egress_all = true;
         }
         work |= accepted;
         let delivered = self.deliver(now);
         work |= delivered;
-        app |= accepted || delivered || self.rx_direct.load(Ordering::Relaxed) != direct_before;
+        app |=
+            accepted || delivered || self.totals.rx_direct.load(Ordering::Relaxed) != direct_before;
         if work {
             self.egress_idle_at = None;
         }
@@ -780,8 +799,8 @@ impl Worker {
         if !self.background
             && !self.transmit_owed
             && !self.sweeping
-            && !self.egress_all
-            && !self.touched_conns.is_empty()
+            && !self.sched.egress_all
+            && !self.sched.touched_conns.is_empty()
         {
             let reaped = self.completions(now);
             if reaped {
@@ -789,7 +808,7 @@ impl Worker {
                 self.transmit_owed = true;
                 self.publish_stream_idle(false);
                 self.last_work = now;
-                self.last_app_work = now;
+                self.warm.last_app_work = now;
                 self.idle_passes = 0;
                 return true;
             }
@@ -805,8 +824,8 @@ impl Worker {
             work |= reaped;
             app |= reaped;
         }
-        if app || self.tx_fed != fed_before {
-            self.last_app_work = now;
+        if app || self.totals.tx_fed != fed_before {
+            self.warm.last_app_work = now;
         }
         if self.stopping_since.is_some() {
             self.stopped = self.drained(Instant::now());
@@ -831,7 +850,7 @@ impl Worker {
                 // worker whose CPU is shared still yields, finds that it takes turns, and stops
                 // warming (`warm`); on a CPU of its own a yield returns at once.
                 let idle_from = if self.wcfg.warm_us != 0 {
-                    self.last_app_work
+                    self.warm.last_app_work
                 } else {
                     self.last_work
                 };
@@ -867,17 +886,18 @@ impl Worker {
     /// Not while stopping, and not on a driven worker that shares its CPU (the frames would
     /// keep it from yielding to the thread it takes turns with).
     fn warm(&mut self, now: Instant) {
-        let Some((i, h, fed)) = self.warm_conn else {
+        let Some((i, h, fed)) = self.warm.conn else {
             return;
         };
         if now.saturating_duration_since(fed) >= WARM_FOR || self.stopping_since.is_some() {
-            self.warm_conn = None;
+            self.warm.conn = None;
             return;
         }
         let interval = Duration::from_micros(self.wcfg.warm_us);
-        let rehearse = now.saturating_duration_since(fed.max(self.last_rehearsal)) >= interval;
-        let keep_alive =
-            now.saturating_duration_since(self.last_work.max(self.last_keep_alive)) >= interval;
+        let rehearse = now.saturating_duration_since(fed.max(self.warm.last_rehearsal)) >= interval;
+        let keep_alive = now
+            .saturating_duration_since(self.last_work.max(self.warm.last_keep_alive))
+            >= interval;
         if !(rehearse || keep_alive)
             || (!self.background
                 && !self.wcfg.busy_poll
@@ -892,17 +912,17 @@ impl Worker {
             .get(i)
             .is_some_and(|c| c.socket() == h && c.is_live())
         {
-            self.warm_conn = None;
+            self.warm.conn = None;
             return;
         }
         if rehearse {
-            self.last_rehearsal = now;
+            self.warm.last_rehearsal = now;
             self.rehearse();
         }
         if !keep_alive {
             return;
         }
-        self.last_keep_alive = now;
+        self.warm.last_keep_alive = now;
         let s = self.sockets.get_mut::<tcp::Socket>(h);
         if s.send_queue() > 0 || !s.keep_alive_now() {
             return;
@@ -922,7 +942,7 @@ impl Worker {
 
     /// One Send through the private pair of QPs, if there is one.
     fn rehearse(&mut self) {
-        if let Some(r) = self.rehearsal.as_mut() {
+        if let Some(r) = self.warm.rehearsal.as_mut() {
             if r.run() {
                 self.stats.warm_rehearsals += 1;
             } else {
@@ -931,7 +951,7 @@ impl Worker {
                      complete; warm_us sends keep-alives only",
                     self.index
                 );
-                self.rehearsal = None;
+                self.warm.rehearsal = None;
             }
         }
     }
@@ -969,7 +989,7 @@ impl Worker {
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
         self.stats.driven_spin_us = self.driven_spin.as_micros() as u64;
-        let (mut fast, mut timeout, mut probes, mut window_probes) = self.retransmits_done;
+        let (mut fast, mut timeout, mut probes, mut window_probes) = self.totals.retransmits_done;
         for (_, sock) in self.sockets.iter() {
             let (f, t, p, w) = retransmissions(sock);
             fast += f;
@@ -990,13 +1010,13 @@ impl Worker {
         let d = self.dev.stats;
         self.stats.copies = CopyStats {
             tx_payload: d.tx_tcp_payload,
-            tx_copied: self.tx_staged
-                + self.tx_fed
+            tx_copied: self.totals.tx_staged
+                + self.totals.tx_fed
                 + d.tx_tcp_payload.saturating_sub(d.tx_zero_copy),
             rx_payload: d.rx_tcp_payload,
             rx_copied: d
                 .rx_tcp_payload
-                .saturating_sub(self.rx_direct.load(Ordering::Relaxed))
+                .saturating_sub(self.totals.rx_direct.load(Ordering::Relaxed))
                 + d.rx_linearized
                 + self.rx_engine_copied(),
         };
@@ -1006,7 +1026,7 @@ impl Worker {
     /// Octets the engines of this worker's connections copied on receive (placement and
     /// reassembly), summed over live connections and those that ended.
     fn rx_engine_copied(&self) -> u64 {
-        let mut n = self.rx_copied_done;
+        let mut n = self.totals.rx_copied_done;
         for c in &self.conns {
             // A closing connection's were counted into `rx_copied_done` as it closed.
             n += c.rx_copied();
@@ -1205,7 +1225,7 @@ impl Worker {
                     for h in self.listeners.unlisten(port) {
                         retire_socket(
                             &mut self.dev,
-                            &mut self.retransmits_done,
+                            &mut self.totals.retransmits_done,
                             self.sockets.remove(h),
                         );
                     }
@@ -1243,7 +1263,7 @@ impl Worker {
     /// Only this worker's thread runs the sink, so its count of octets is a load and a store.
     fn set_rx_sink(&mut self, h: SocketHandle, sh: &Arc<QpShared>) {
         let sh = sh.clone();
-        let direct = self.rx_direct.clone();
+        let direct = self.totals.rx_direct.clone();
         let created = Instant::now();
         let sink = move |b: &[u8]| -> usize {
             let mut guard = sh.lock();
@@ -1340,7 +1360,7 @@ impl Worker {
         if self.dev.take_arp_seen() {
             // A neighbour filled may release a socket smoltcp held back for it (a first SYN):
             // no segment of that socket marks it for the egress.
-            self.egress_all = true;
+            self.sched.egress_all = true;
         }
         true
     }
@@ -1367,30 +1387,30 @@ impl Worker {
         // New: the steps that look at the socket visit it on this pass (bytes may have come
         // with its startup), as if it had taken a segment.
         c.touched = true;
-        self.touched_conns.push(self.conns.len());
+        self.sched.touched_conns.push(self.conns.len());
         self.conns.push(c);
-        self.conn_index_stale = true;
-        self.active_stale = true;
+        self.sched.conn_index_stale = true;
+        self.sched.active_stale = true;
     }
 
     /// `conn_index` up to date.
     #[inline]
     fn index_conns(&mut self) {
-        if self.conn_index_stale {
+        if self.sched.conn_index_stale {
             self.rebuild_conn_index();
         }
     }
 
     fn rebuild_conn_index(&mut self) {
-        self.conn_index.clear();
+        self.sched.conn_index.clear();
         for (i, c) in self.conns.iter().enumerate() {
             let slot = c.socket().index();
-            if self.conn_index.len() <= slot {
-                self.conn_index.resize(slot + 1, u32::MAX);
+            if self.sched.conn_index.len() <= slot {
+                self.sched.conn_index.resize(slot + 1, u32::MAX);
             }
-            self.conn_index[slot] = i as u32;
+            self.sched.conn_index[slot] = i as u32;
         }
-        self.conn_index_stale = false;
+        self.sched.conn_index_stale = false;
     }
 
     /// The connections whose sockets took segments in the rx phase (smoltcp's
@@ -1398,28 +1418,28 @@ impl Worker {
     fn mark_touched(&mut self) {
         if self.transmit_owed {
             // The owed transmit phase's egress still needs the sockets touched before.
-            self.sockets.take_touched(&mut self.touched_more);
-            for h in self.touched_more.drain(..) {
-                if !self.touched.contains(&h) {
-                    self.touched.push(h);
+            self.sockets.take_touched(&mut self.sched.touched_more);
+            for h in self.sched.touched_more.drain(..) {
+                if !self.sched.touched.contains(&h) {
+                    self.sched.touched.push(h);
                 }
             }
         } else {
-            self.sockets.take_touched(&mut self.touched);
+            self.sockets.take_touched(&mut self.sched.touched);
         }
-        if self.touched.is_empty() {
+        if self.sched.touched.is_empty() {
             return;
         }
         self.index_conns();
-        for h in self.touched.iter() {
-            if let Some(&i) = self.conn_index.get(h.index()) {
+        for h in self.sched.touched.iter() {
+            if let Some(&i) = self.sched.conn_index.get(h.index()) {
                 if i == u32::MAX {
                     continue;
                 }
                 let c = &mut self.conns[i as usize];
                 c.look_again();
-                list_once(&mut c.active, i as usize, &mut self.active);
-                list_once(&mut c.touched, i as usize, &mut self.touched_conns);
+                list_once(&mut c.active, i as usize, &mut self.sched.active);
+                list_once(&mut c.touched, i as usize, &mut self.sched.touched_conns);
             }
         }
     }
@@ -1455,7 +1475,7 @@ impl Worker {
             &mut self.stats.requests_refused,
         );
         for &h in &closing {
-            self.egress_all = true;
+            self.sched.egress_all = true;
             self.add_conn(Conn::closing(h, now));
         }
         self.closing_startups = closing;
@@ -1468,7 +1488,7 @@ impl Worker {
         if self.sweeping {
             // Every QP's rings, as a safety net (a post that raced with the QP's adoption and
             // found no flag to raise): the flags raised meanwhile are taken with them.
-            let slots = self.conn_index.len().min(self.post_flags.flags.len());
+            let slots = self.sched.conn_index.len().min(self.post_flags.flags.len());
             self.post_flags.lower_all(slots);
             for c in self.conns.iter_mut() {
                 work |= c.drain_posted(&mut self.stats) != Drained::Nothing;
@@ -1476,7 +1496,7 @@ impl Worker {
             return work;
         }
         self.index_conns();
-        let slots = self.conn_index.len().min(self.post_flags.flags.len());
+        let slots = self.sched.conn_index.len().min(self.post_flags.flags.len());
         let flags = &self.post_flags;
         for (g, group) in flags.groups[..slots.div_ceil(PostFlags::GROUP)]
             .iter()
@@ -1492,12 +1512,15 @@ impl Worker {
             let hi = (lo + PostFlags::GROUP).min(slots);
             self.stats.post_flag_reads += (hi - lo) as u64;
             let mut keep = false;
-            for (f, &i) in flags.flags[lo..hi].iter().zip(&self.conn_index[lo..hi]) {
+            for (f, &i) in flags.flags[lo..hi]
+                .iter()
+                .zip(&self.sched.conn_index[lo..hi])
+            {
                 if i == u32::MAX || !f.load(Ordering::Relaxed) {
                     continue;
                 }
                 let c = &mut self.conns[i as usize];
-                list_once(&mut c.active, i as usize, &mut self.active);
+                list_once(&mut c.active, i as usize, &mut self.sched.active);
                 // The flag stays up while posts keep coming through the rings, so a busy
                 // QP costs no read-modify-write here; it is lowered on the first pass that
                 // finds nothing. Its group stays up with it, for the next pass. A post that
@@ -1544,7 +1567,7 @@ impl Worker {
     // --- phase 5: received bytes into the engines ------------------------------------------------
     fn deliver(&mut self, now: Instant) -> bool {
         // Outside the sweep only connections touched this pass are visited: none, nothing.
-        if !self.sweeping && self.touched_conns.is_empty() {
+        if !self.sweeping && self.sched.touched_conns.is_empty() {
             return false;
         }
         let mut work = false;
@@ -1555,11 +1578,11 @@ impl Worker {
         let n = if all {
             self.conns.len()
         } else {
-            self.touched_conns.len()
+            self.sched.touched_conns.len()
         };
         self.stats.deliver_visits += n as u64;
         for k in 0..n {
-            let i = if all { k } else { self.touched_conns[k] };
+            let i = if all { k } else { self.sched.touched_conns[k] };
             let Some(c) = self.conns.get_mut(i) else {
                 continue;
             };
@@ -1577,10 +1600,10 @@ impl Worker {
         // visits and smoltcp's egress skipped, nothing to publish); only frames queued for the
         // device by this pass's other phases may wait. About a fifth of an idle pass's
         // instructions. (Not the "quiet pass" of docs/dataplane.md, tried and not kept.)
-        if !(self.sweeping || self.egress_all || self.active_stale)
-            && self.active.is_empty()
-            && self.touched_conns.is_empty()
-            && self.touched.is_empty()
+        if !(self.sweeping || self.sched.egress_all || self.sched.active_stale)
+            && self.sched.active.is_empty()
+            && self.sched.touched_conns.is_empty()
+            && self.sched.touched.is_empty()
             && self.egress_idle_at == Some(now)
         {
             return self.dev.flush() > 0;
@@ -1588,17 +1611,17 @@ impl Worker {
         let mut work = false;
         // The connections to visit: all of them on a sweep or when the egress visits every
         // socket anyway, else those listed active (a quiet one has nothing here).
-        let mut visit = std::mem::take(&mut self.visit);
+        let mut visit = std::mem::take(&mut self.sched.visit);
         visit.clear();
-        if self.sweeping || self.egress_all || self.active_stale {
+        if self.sweeping || self.sched.egress_all || self.sched.active_stale {
             visit.extend(0..self.conns.len());
         } else {
-            visit.extend_from_slice(&self.active);
+            visit.extend_from_slice(&self.sched.active);
         }
         self.stats.transmit_visits += visit.len() as u64;
         for &i in visit.iter() {
             let staged = self.conns[i].stage(now, &mut self.stats.engine_checks);
-            self.tx_staged += staged as u64;
+            self.totals.tx_staged += staged as u64;
             work |= staged > 0;
         }
         // One pass frames what each window admits and smoltcp sends up to a burst of segments
@@ -1615,13 +1638,13 @@ impl Worker {
                 }
                 let s = self.sockets.get_mut::<tcp::Socket>(c.socket());
                 let (n, staged) = c.feed(s, &mut self.dev, self.emss, align, &mut wrapped);
-                self.tx_staged += staged as u64;
+                self.totals.tx_staged += staged as u64;
                 if n > 0 {
                     fed = true;
-                    self.tx_fed += n as u64;
-                    list_once(&mut c.touched, i, &mut self.touched_conns);
+                    self.totals.tx_fed += n as u64;
+                    list_once(&mut c.touched, i, &mut self.sched.touched_conns);
                     if self.wcfg.warm_us != 0 && c.qp().is_some() {
-                        self.warm_conn = Some((i, c.socket(), now));
+                        self.warm.conn = Some((i, c.socket(), now));
                     }
                 }
             }
@@ -1634,18 +1657,20 @@ impl Worker {
             // smoltcp's clock, only for a pass that goes on to the egress (an idle one has
             // stopped above).
             let ts = self.pass_ts(now);
-            let sent = if self.egress_all || self.sweeping {
+            let sent = if self.sched.egress_all || self.sweeping {
                 self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets)
             } else {
                 // Only the sockets with something new: those that took segments (ACKs,
                 // window updates, handshake replies) and those fed above.
-                self.egress_handles.clear();
-                self.egress_handles.extend_from_slice(&self.touched);
-                for &i in self.touched_conns.iter() {
+                self.sched.egress_handles.clear();
+                self.sched
+                    .egress_handles
+                    .extend_from_slice(&self.sched.touched);
+                for &i in self.sched.touched_conns.iter() {
                     if let Some(c) = self.conns.get(i) {
                         // Fed, and not already listed for a segment it took.
-                        if !self.touched.contains(&c.socket()) {
-                            self.egress_handles.push(c.socket());
+                        if !self.sched.touched.contains(&c.socket()) {
+                            self.sched.egress_handles.push(c.socket());
                         }
                     }
                 }
@@ -1653,7 +1678,7 @@ impl Worker {
                     ts,
                     &mut self.dev,
                     &mut self.sockets,
-                    &self.egress_handles,
+                    &self.sched.egress_handles,
                 )
             };
             if sent == PollResult::None && !fed {
@@ -1686,25 +1711,25 @@ impl Worker {
         }
         let all = self.sweeping;
         self.publish_stream_idle(all);
-        for &i in self.touched_conns.iter() {
+        for &i in self.sched.touched_conns.iter() {
             if let Some(c) = self.conns.get_mut(i) {
                 c.touched = false;
             }
         }
-        self.touched_conns.clear();
-        self.touched.clear();
-        self.egress_all = false;
+        self.sched.touched_conns.clear();
+        self.sched.touched.clear();
+        self.sched.egress_all = false;
         // The next pass visits what is not quiet yet, and what gets posts or segments.
-        self.active.clear();
+        self.sched.active.clear();
         for &i in visit.iter() {
             let c = &mut self.conns[i];
             c.active = !c.is_quiet();
             if c.active {
-                self.active.push(i);
+                self.sched.active.push(i);
             }
         }
-        self.active_stale = false;
-        self.visit = visit;
+        self.sched.active_stale = false;
+        self.sched.visit = visit;
         work
     }
 
@@ -1718,10 +1743,10 @@ impl Worker {
         let n = if all {
             self.conns.len()
         } else {
-            self.touched_conns.len()
+            self.sched.touched_conns.len()
         };
         for k in 0..n {
-            let i = if all { k } else { self.touched_conns[k] };
+            let i = if all { k } else { self.sched.touched_conns[k] };
             let Some(c) = self.conns.get_mut(i) else {
                 continue;
             };
@@ -1740,7 +1765,7 @@ impl Worker {
     // --- phase 7: completions, events, closes ----------------------------------------------------
     fn completions(&mut self, now: Instant) -> bool {
         // Nothing to visit (the visit list below would be empty): nothing to reap or close.
-        if !(self.sweeping || self.active_stale) && self.active.is_empty() {
+        if !(self.sweeping || self.sched.active_stale) && self.sched.active.is_empty() {
             return false;
         }
         let mut work = false;
@@ -1757,12 +1782,12 @@ impl Worker {
         // (all handles gone, no disconnect) is found by the sweep. Visited from the highest
         // index down, so a `swap_remove` moves into the current index a connection already
         // visited.
-        let mut visit = std::mem::take(&mut self.reap_visit);
+        let mut visit = std::mem::take(&mut self.sched.reap_visit);
         visit.clear();
-        if self.sweeping || self.active_stale {
+        if self.sweeping || self.sched.active_stale {
             visit.extend(0..self.conns.len());
         } else {
-            visit.extend_from_slice(&self.active);
+            visit.extend_from_slice(&self.sched.active);
             visit.sort_unstable();
         }
         self.stats.completion_visits += visit.len() as u64;
@@ -1786,12 +1811,12 @@ impl Worker {
                 visit: again,
             } = c.reap(s, now, &mut self.stats);
             work |= w;
-            self.tx_staged += staged as u64;
-            self.rx_copied_done += rx_copied;
+            self.totals.tx_staged += staged as u64;
+            self.totals.rx_copied_done += rx_copied;
             if again {
                 // Staged bytes, or the ACK of the peer's FIN, for a transmit phase still to
                 // come (this pass handed its completions over first).
-                list_once(&mut c.active, i, &mut self.active);
+                list_once(&mut c.active, i, &mut self.sched.active);
             }
             if now_closed {
                 // Its QP is marked closed only after the egress below (conn.rs, invariant 3).
@@ -1800,8 +1825,8 @@ impl Worker {
             }
             if remove {
                 let c = self.conns.swap_remove(i);
-                self.conn_index_stale = true;
-                self.active_stale = true;
+                self.sched.conn_index_stale = true;
+                self.sched.active_stale = true;
                 if c.qp().is_some() && !c.post_flag {
                     self.unflagged -= 1;
                 }
@@ -1813,13 +1838,13 @@ impl Worker {
                 } else {
                     retire_socket(
                         &mut self.dev,
-                        &mut self.retransmits_done,
+                        &mut self.totals.retransmits_done,
                         self.sockets.remove(c.socket()),
                     );
                 }
             }
         }
-        self.reap_visit = visit;
+        self.sched.reap_visit = visit;
         if closed || !lingered.is_empty() {
             // The FIN goes out now: the QP reads as closed from here on, and a driving
             // application may stop polling as soon as it sees that. An aborted socket sends
@@ -1833,7 +1858,7 @@ impl Worker {
         for h in lingered {
             retire_socket(
                 &mut self.dev,
-                &mut self.retransmits_done,
+                &mut self.totals.retransmits_done,
                 self.sockets.remove(h),
             );
         }
@@ -1876,7 +1901,7 @@ impl Drop for Worker {
         for h in handles {
             retire_socket(
                 &mut self.dev,
-                &mut self.retransmits_done,
+                &mut self.totals.retransmits_done,
                 self.sockets.remove(h),
             );
         }
