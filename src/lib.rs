@@ -37,8 +37,10 @@ pub mod conn;
 pub mod crc;
 #[cfg(feature = "dpdk")]
 pub mod dataplane;
-// The FFI fence: the only module that allows `unsafe` (its own `#![allow(unsafe_code)]`, every
-// block with a `// SAFETY:` comment).
+// The DPDK FFI fence: one of the three places that allow `unsafe` (its own
+// `#![allow(unsafe_code)]`), beside `nfs::sys` (the file-handle system calls) and the
+// memory-region code in `rdma::memory` (prefetches, the read lock a gather run holds); every
+// block with a `// SAFETY:` comment.
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod latency;

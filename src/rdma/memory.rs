@@ -745,11 +745,12 @@ pub struct GatherCache {
     held: Option<Held>,
 }
 
-/// A region with a read lock on its bytes, taken in [`Held::new`] and released on drop: an
-/// owned guard (`parking_lot`'s `read_arc`), which keeps the bytes' allocation alive by a
-/// reference of its own, so nothing borrows from `region`.
+/// A region with a read lock on its bytes, taken in [`Held::new`] and released on drop. The
+/// lock is held without a guard object (a guard would borrow from `region`, which `Held` owns,
+/// or with parking_lot's `read_arc` take a reference count of its own: two more atomic
+/// read-modify-writes per run of gathers); `bytes` borrows from `self`, so no slice outlives
+/// the lock.
 struct Held {
-    guard: parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, Box<[u8]>>,
     region: Arc<Region>,
     /// The table the region was found in (`MemoryTable`'s id).
     table: u64,
@@ -757,15 +758,30 @@ struct Held {
 
 impl Held {
     fn new(table: u64, region: Arc<Region>) -> Held {
-        Held {
-            guard: region.data.read_arc(),
-            region,
-            table,
-        }
+        // The read lock stays taken until `drop` releases it.
+        std::mem::forget(region.data.read());
+        Held { region, table }
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.guard
+        // SAFETY: `self` holds a read lock on `region.data` from `new` until `drop`, so no
+        // writer can reach the bytes while the returned slice (borrowed from `self`) lives,
+        // and `self.region` keeps the lock and its bytes allocated.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*self.region.data.data_ptr()
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: the read lock `new` took (its guard forgotten) is held by this `Held` alone
+        // and released exactly once, here; no slice from `bytes` outlives `self`.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.region.data.force_unlock_read();
+        }
     }
 }
 
