@@ -843,6 +843,16 @@ fn nowait(n: &Nfs) -> u64 {
     ServerStats::get(&n._srv.stats().calls_nowait)
 }
 
+/// (octets RDMA-Written from the connection's registered result buffers, from buffers made
+/// for one reply).
+fn written_from(n: &Nfs) -> (u64, u64) {
+    let st = n._srv.stats();
+    (
+        ServerStats::get(&st.bulk_result_buf_bytes),
+        ServerStats::get(&st.bulk_staged_bytes),
+    )
+}
+
 /// Descriptors of this process open on the file `path`, removed or not (the server runs in
 /// this process; the link of a removed file's descriptor reads "PATH (deleted)").
 fn fds_on(path: &std::path::Path) -> usize {
@@ -882,12 +892,16 @@ fn reads_of_cached_bytes_are_answered_at_once() {
             "the first READ opened the file at once"
         );
         assert_eq!(n.read(&f, 100, 4096, 0).unwrap().0, data[100..4196]);
+        let (from_bufs, from_own) = written_from(&n);
         let (d, eof, _) = n.read(&f, 8000, 30_000, 30_000).unwrap();
         assert_eq!(
             (&d[..], eof),
             (&data[8000..38_000], false),
             "by write chunk"
         );
+        // Read into one of the connection's registered result buffers and RDMA-Written from
+        // there: no buffer allocated and registered for the one reply.
+        assert_eq!(written_from(&n), (from_bufs + 30_000, from_own));
         let (d, eof, _) = n.read(&f, size as u64 - 5, 100, 0).unwrap();
         assert_eq!((&d[..], eof), (&data[size - 5..], true));
         let (d, eof, _) = n.read(&f, size as u64 + 7, 100, 0).unwrap();

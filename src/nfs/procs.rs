@@ -308,19 +308,39 @@ fn read_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     if count >= POOLED_READ_MIN {
         return None;
     }
-    let mut data = Vec::new();
-    let (n, eof, st) = e.read_nowait(c, fh, offset, count, |want| {
-        data.resize(want, 0);
-        &mut data[..]
-    })?;
-    data.truncate(n);
     let mut b = Body::new();
-    status(&mut b, Stat::Ok);
-    emit_post_op_attr(b.xdr(), Some(&e.fattr(&st)));
+    // Read straight into a registered buffer the connection lends for the reply (RDMA-Written
+    // from there), else into memory of its own.
+    match a.result_buffer(count as usize) {
+        Some(mem) => {
+            let (n, eof, st) = {
+                let mut g = mem.bytes_mut();
+                e.read_nowait(c, fh, offset, count, |_| &mut g[..])?
+            };
+            read_ok(e, &mut b, &st, n, eof);
+            b.put_bulk_region(&mem, 0, n);
+        }
+        None => {
+            let mut data = Vec::new();
+            let (n, eof, st) = e.read_nowait(c, fh, offset, count, |want| {
+                data.resize(want, 0);
+                &mut data[..]
+            })?;
+            data.truncate(n);
+            read_ok(e, &mut b, &st, n, eof);
+            b.put_bulk(data);
+        }
+    }
+    Some(Ok(b))
+}
+
+/// A READ reply's head (RFC 1813 §3.3.6 READ3resok): status, attributes, count, eof; the data
+/// follows as a bulk item.
+fn read_ok(e: &Export, b: &mut Body, st: &rustix::fs::Stat, n: usize, eof: bool) {
+    status(b, Stat::Ok);
+    emit_post_op_attr(b.xdr(), Some(&e.fattr(st)));
     b.xdr().put_u32(n as u32);
     b.xdr().put_bool(eof);
-    b.put_bulk(data);
-    Some(Ok(b))
 }
 
 fn write(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {

@@ -21,6 +21,7 @@ use crate::verbs::smallvec;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::program::ResultBufs;
 use super::RpcError;
 use crate::verbs::{
     sge, Access, Cq, CqDriver, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem,
@@ -37,6 +38,8 @@ pub(crate) enum Res {
     /// A registration of shared memory kept for the connection ([`RpcQp::shared`]): only
     /// the handle is dropped.
     Kept(Mr),
+    /// One of the connection's result buffers ([`ResultBufs`]), given back.
+    Lent(usize),
 }
 
 /// Send buffers kept at most.
@@ -63,6 +66,8 @@ pub(crate) struct RpcQp {
     stage_free: Vec<Mr>,
     /// Shared memory registered in this PD ([`RpcQp::shared`]), deregistered on drop.
     shared: Vec<(SharedMem, Mr)>,
+    /// Buffers lent to handlers for small bulk results, RDMA Write sources.
+    pub result_bufs: ResultBufs,
     next_wr: u64,
     /// Per Send not known complete, in posting order: its `wr_id`, its send buffer and the
     /// regions it holds (the common Send holds nothing else and allocates no vector).
@@ -115,6 +120,7 @@ impl RpcQp {
 
     pub fn new(qp: Qp, pd: Pd, scq: Cq, rcq: Cq, recv_size: usize, send_size: usize) -> Self {
         RpcQp {
+            result_bufs: ResultBufs::new(pd.clone()),
             qp,
             pd,
             scq,
@@ -257,6 +263,7 @@ impl RpcQp {
                 self.pd.dereg_mr(&m);
             }
             Res::Kept(m) => drop(m),
+            Res::Lent(slot) => self.result_bufs.give_back(slot),
         }
     }
 
@@ -494,5 +501,6 @@ impl Drop for RpcQp {
         for (_, mr) in self.shared.drain(..) {
             self.pd.dereg_mr(&mr);
         }
+        self.result_bufs.release_all();
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use crate::verbs::SharedMem;
+use crate::verbs::{Access, Mr, Pd, SharedMem};
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat, AUTH_BADCRED};
 use crate::wire::rpcrdma::ReadChunk;
 use crate::wire::xdr::{padded, Padding, XdrReader, XdrWriter};
@@ -188,6 +188,9 @@ pub struct ArgReader<'a> {
     pub peer: Option<std::net::SocketAddr>,
     chunks: &'a [PulledChunk],
     next: usize,
+    /// The connection's registered result buffers, for a handler run on the connection's own
+    /// thread ([`ArgReader::result_buffer`]).
+    bufs: Option<&'a mut ResultBufs>,
 }
 
 impl ChunkData {
@@ -215,7 +218,24 @@ impl<'a> ArgReader<'a> {
             peer: None,
             chunks,
             next: 0,
+            bufs: None,
         }
+    }
+
+    /// The same, lending handlers the connection's result buffers.
+    pub(crate) fn with_result_bufs(mut self, bufs: &'a mut ResultBufs) -> Self {
+        self.bufs = Some(bufs);
+        self
+    }
+
+    /// A registered buffer of at least `len` bytes for a bulk result (a READ's bytes), lent
+    /// by the connection for this call's reply: fill it and name it with
+    /// [`Body::put_bulk_region`]; the reply RDMA-Writes the result from it, with no
+    /// allocation and no registration per call. `None` where the connection lends none (a
+    /// handler on the pool, another transport), for a larger `len`, or while every one is in
+    /// use: then use memory of your own.
+    pub fn result_buffer(&mut self, len: usize) -> Option<SharedMem> {
+        self.bufs.as_deref_mut()?.take(len)
     }
 
     /// The same, for a call that arrived on a connection from `peer`.
@@ -386,6 +406,107 @@ impl BulkPool {
     /// Buffers made so far (at most `max`).
     pub fn buffers(&self) -> usize {
         self.bufs.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// Registered buffers one connection lends the handlers that run on its own thread for small
+/// bulk results ([`ArgReader::result_buffer`]), each registered once in the connection's PD
+/// (local access only: an RDMA Write source) and reused, so a small READ allocates and
+/// registers nothing per call. A buffer is taken by a handler, in flight from its reply's
+/// RDMA Write until that Send completes ([`ResultBufs::lend`], [`ResultBufs::give_back`]), and
+/// free again after; one taken for a reply that did not use it is free again once the call is
+/// answered ([`ResultBufs::settle`]). Made as first needed, at most [`ResultBufs::MAX`].
+pub(crate) struct ResultBufs {
+    pd: Pd,
+    bufs: Vec<ResultBuf>,
+}
+
+struct ResultBuf {
+    mem: SharedMem,
+    mr: Mr,
+    state: BufState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BufState {
+    Free,
+    Taken,
+    InFlight,
+}
+
+impl ResultBufs {
+    /// Bytes per buffer: results below this go through them (larger READs use the export's
+    /// pool, on the handler pool).
+    pub const LEN: usize = 32 * 1024;
+    /// Buffers per connection at most (as many replies with a result in flight at once).
+    pub const MAX: usize = 32;
+
+    pub fn new(pd: Pd) -> Self {
+        ResultBufs {
+            pd,
+            bufs: Vec::new(),
+        }
+    }
+
+    fn take(&mut self, len: usize) -> Option<SharedMem> {
+        if len > Self::LEN {
+            return None;
+        }
+        let i = match self.bufs.iter().position(|b| b.state == BufState::Free) {
+            Some(i) => i,
+            None if self.bufs.len() < Self::MAX => {
+                let mem = SharedMem::new(Self::LEN);
+                let mr = self.pd.reg_mr_shared(&mem, Access::LOCAL_WRITE);
+                self.bufs.push(ResultBuf {
+                    mem,
+                    mr,
+                    state: BufState::Free,
+                });
+                self.bufs.len() - 1
+            }
+            None => return None,
+        };
+        let b = &mut self.bufs[i];
+        b.state = BufState::Taken;
+        Some(b.mem.clone())
+    }
+
+    /// If `mem` is one of these buffers, taken for the reply being sent: its registration, and
+    /// the slot to [`ResultBufs::give_back`] once the reply's Send completed.
+    pub fn lend(&mut self, mem: &SharedMem) -> Option<(Mr, usize)> {
+        let i = self
+            .bufs
+            .iter()
+            .position(|b| b.state == BufState::Taken && b.mem.same(mem))?;
+        self.bufs[i].state = BufState::InFlight;
+        Some((self.bufs[i].mr.clone(), i))
+    }
+
+    /// The Send of the reply that used buffer `slot` completed (or failed): it is free.
+    pub fn give_back(&mut self, slot: usize) {
+        if let Some(b) = self.bufs.get_mut(slot) {
+            b.state = BufState::Free;
+        }
+    }
+
+    /// The call is answered: buffers taken for it and not in flight are free again.
+    pub fn settle(&mut self) {
+        for b in self.bufs.iter_mut().filter(|b| b.state == BufState::Taken) {
+            b.state = BufState::Free;
+        }
+    }
+
+    /// Buffers made so far.
+    #[cfg(test)]
+    pub fn made(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Deregister every buffer (the connection ended).
+    pub fn release_all(&mut self) {
+        for b in self.bufs.drain(..) {
+            self.pd.dereg_mr(&b.mr);
+        }
     }
 }
 
@@ -761,6 +882,42 @@ pub fn garbage(e: Error) -> AcceptStat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A result buffer is registered once and reused: taken by a handler, in flight from its
+    /// reply's RDMA Write until the Send completes, free after; one taken for a call that was
+    /// not answered with it is free once the call is settled. Never more than MAX, never for a
+    /// result larger than LEN.
+    #[test]
+    fn result_buffers_are_registered_once_and_lent_one_reply_at_a_time() {
+        let dev = crate::verbs::Device::open();
+        let mut bufs = ResultBufs::new(dev.alloc_pd());
+        assert!(bufs.take(ResultBufs::LEN + 1).is_none());
+        let a = bufs.take(4096).expect("a buffer");
+        let (mr, slot) = bufs.lend(&a).expect("taken for this reply");
+        assert!(bufs.lend(&a).is_none(), "lent once");
+        // In flight: the next call gets another buffer.
+        let b = bufs.take(4096).expect("a second buffer");
+        assert!(!b.same(&a));
+        bufs.settle();
+        assert_eq!(bufs.made(), 2);
+        // The second was not used by its reply: free again, and taken before a new one is made.
+        let b2 = bufs.take(100).expect("b again");
+        assert!(b2.same(&b));
+        bufs.settle();
+        bufs.give_back(slot);
+        let a2 = bufs.take(100).expect("a again");
+        assert!(a2.same(&a));
+        let (mr2, _) = bufs.lend(&a2).expect("lent");
+        assert_eq!(mr2.stag(), mr.stag(), "the same registration");
+        assert_eq!(bufs.made(), 2);
+        // Every one taken: none beyond MAX.
+        let held: Vec<_> = (0..ResultBufs::MAX).map_while(|_| bufs.take(1)).collect();
+        assert_eq!(bufs.made(), ResultBufs::MAX);
+        assert_eq!(held.len(), ResultBufs::MAX - 1);
+        assert!(bufs.take(1).is_none());
+        bufs.release_all();
+        assert_eq!(bufs.made(), 0);
+    }
 
     /// A pull buffer goes back to its pool when the call drops it (a clone does not), with
     /// only its first `len` octets visible; at most `max_idle` wait there.

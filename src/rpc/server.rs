@@ -186,6 +186,11 @@ pub struct ServerStats {
     /// procedure there (`program::VecPool`: WRITEs to a file store or NFS), not into a
     /// region allocated for the call.
     pub bulk_pooled_pull_bytes: AtomicU64,
+    /// Bulk result bytes RDMA Written into write chunks from one of the connection's own
+    /// registered result buffers (`program::ResultBufs`: a small READ answered on the
+    /// connection's thread), registered once and reused, neither allocated nor registered per
+    /// call.
+    pub bulk_result_buf_bytes: AtomicU64,
     /// Bulk result bytes RDMA Written into write chunks from a buffer a handler borrowed from
     /// a pool and filled ([`super::program::BulkPool`]: a file's bytes read straight into
     /// memory registered for the reply).
@@ -1513,12 +1518,19 @@ impl ConnServer {
             self.offload.is_some() && call.prog != CONFIG_RDMA_PROG && self.reg.is_blocking(&call);
         if to_pool {
             // First without blocking, here (a READ of cached bytes): no hand-off to the pool.
-            let mut args = ArgReader::new(r.clone(), &pulled).with_peer(self.peer);
-            if let Some((rep, body)) = self.reg.dispatch_nowait(&call, &mut args) {
+            let mut args = ArgReader::new(r.clone(), &pulled)
+                .with_peer(self.peer)
+                .with_result_bufs(&mut self.ep.result_bufs);
+            let answered = self.reg.dispatch_nowait(&call, &mut args);
+            if let Some((rep, body)) = answered {
                 bump(&self.stats.calls_nowait, 1);
                 let rep = ReplyRepr { xid, ..rep };
-                return self.reply(xid, rep, body, chunks);
+                let r = self.reply(xid, rep, body, chunks);
+                self.ep.result_bufs.settle();
+                return r;
             }
+            // Not answered here: a buffer the attempt took is free again.
+            self.ep.result_bufs.settle();
         }
         if let Some(off) = self.offload.as_mut() {
             if to_pool {
@@ -1620,7 +1632,15 @@ impl ConnServer {
                             if mem.is_lent() {
                                 bump(&self.stats.bulk_lent_bytes, n as u64);
                             }
-                            let (mr, held) = self.ep.shared(mem);
+                            // One of the connection's own result buffers, registered once;
+                            // else shared memory registered here (kept or for this reply).
+                            let (mr, held) = match self.ep.result_bufs.lend(mem) {
+                                Some((mr, slot)) => {
+                                    bump(&self.stats.bulk_result_buf_bytes, n as u64);
+                                    (mr, Res::Lent(slot))
+                                }
+                                None => self.ep.shared(mem),
+                            };
                             staged.push(held);
                             self.ep.rdma_write(&mr, *offset, n, wc)
                         }

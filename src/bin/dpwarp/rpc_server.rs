@@ -47,13 +47,15 @@ pub fn log_server_stats(tool: &str, s: &RdmaServer) {
     let g = |c| ServerStats::get(c);
     log::info!(
         "{tool}: {} connections, {} calls ({} answered at once without the handler pool); \
-         bulk octets RDMA-Written {} (from pool buffers {}), RDMA-Read into place {}, \
+         bulk octets RDMA-Written {} (from pool buffers {}, from the connections' result \
+         buffers {}), RDMA-Read into place {}, \
          RDMA-Read into pull buffers {}, through buffers of their own {}",
         g(&st.connections),
         g(&st.calls),
         g(&st.calls_nowait),
         g(&st.bytes_written),
         g(&st.bulk_lent_bytes),
+        g(&st.bulk_result_buf_bytes),
         g(&st.bulk_placed_bytes),
         g(&st.bulk_pooled_pull_bytes),
         g(&st.bulk_staged_bytes)
