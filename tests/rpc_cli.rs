@@ -423,6 +423,49 @@ fn rpc_bench_compare_json_over_kernel_tcp() {
     assert!(v["rdma_setup"].as_str().unwrap().contains("kernel TCP"));
 }
 
+/// `rpc-bench --connections 16` against a remote `rpc-server` (kernel TCP): sixteen connections
+/// at once, all driven by the bench's one thread, every READ checked against its range's
+/// pattern; the JSON has each connection's calls, which add up to the total, and the slowest
+/// one's share of the mean.
+#[test]
+fn rpc_bench_drives_many_connections_and_checks_every_reply() {
+    let (server, _c, port, dir) = memory_server("conns", "", Stdio::null());
+    let addr = format!("127.0.0.1:{port}");
+    let o = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+        .args(["rpc-bench", "--transport", "kernel", "--server", &addr])
+        .args(["--connections", "16", "--credits", "4", "--op", "read"])
+        .args(["--size", "4096", "--seconds", "0.3", "--json"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "rpc-bench --connections 16: {err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["connections"], 16, "{v}");
+    let per: Vec<u64> = v["per_connection_calls"]
+        .as_array()
+        .expect("per-connection calls")
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(per.len(), 16, "{v}");
+    assert!(per.iter().all(|&c| c > 0), "every connection served: {v}");
+    assert_eq!(per.iter().sum::<u64>(), v["calls"].as_u64().unwrap(), "{v}");
+    let min = v["min_share"].as_f64().unwrap();
+    assert!(min > 0.0 && min <= 1.0, "{v}");
+    assert!(v["max_share"].as_f64().unwrap() >= 1.0, "{v}");
+    // One measurement only.
+    let e = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+        .args(["rpc-bench", "--transport", "kernel", "--server", &addr])
+        .args(["--connections", "2", "--compare"])
+        .output()
+        .unwrap();
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("without --compare"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `rpc-bench` against a remote `rpc-server` (kernel TCP): READs and WRITEs go to one store
 /// range per call in flight, at most what the store holds (GETATTR), or to the `--span` given:
 /// the READ load writes each range's own pattern (every reply is checked against its range's),

@@ -702,6 +702,14 @@ impl RdmaClient {
         }
     }
 
+    /// A reply that has arrived (after [`RdmaClient::progress`]), without waiting: its XID and
+    /// result; `None` if none is there. For a caller that drives several connections from one
+    /// thread.
+    pub fn take_reply(&mut self) -> Option<(u32, Result<Reply, RpcError>)> {
+        let &x = self.done.keys().next()?;
+        self.done.remove(&x).map(|r| (x, r))
+    }
+
     /// Submit and wait.
     pub fn call(
         &mut self,

@@ -149,6 +149,11 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// RPC-over-RDMA connections at once (without --compare), each with --credits calls in
+    /// flight, all driven by this thread (as one client's worker drives its QPs); the JSON
+    /// then has each connection's calls and the slowest one's share of the mean (min_share).
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
     /// Busy-poll receive CQs this many microseconds before sleeping (client and in-process server).
     #[arg(long, default_value_t = dpwarp::rpc::server::POLL_SPIN_US)]
     poll_spin_us: u64,
@@ -716,6 +721,110 @@ fn bench_rdma(net: &Net, addr: SocketAddr, load: Load, spin_us: u64) -> Result<S
     Ok(st)
 }
 
+/// [`bench_rdma`] over `conns` connections at once, driven round-robin by this thread:
+/// each keeps `credits` calls in flight; every reply is checked. Returns the merged figures
+/// and each connection's calls.
+fn bench_rdma_many(
+    net: &Net,
+    addr: SocketAddr,
+    load: Load,
+    spin_us: u64,
+    conns: usize,
+) -> Result<(Stats, Vec<u64>), String> {
+    let Load {
+        op,
+        size,
+        credits,
+        secs,
+        ..
+    } = load;
+    let cfg = ClientConfig {
+        credits,
+        poll_spin: Duration::from_micros(spin_us),
+        ..ClientConfig::default()
+    };
+    let mut cs = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let c = net
+            .connect(addr, cfg.clone())
+            .map_err(|e| format!("connection {i}: connect {addr}: {e}"))?;
+        cs.push(c);
+    }
+    // One preparation (the store's size, a READ load's pattern) for all: every connection
+    // spreads its calls over the same ranges.
+    let mut w0 = load.workload();
+    {
+        let c = &mut cs[0];
+        w0.prepare(&mut |p, body, f| {
+            let rep = c
+                .call(BLOCK_PROG, BLOCK_VERS, p, body, &CallOpts::default())
+                .map_err(|e| e.to_string())?;
+            let mut rr = rep.results().map_err(|s| format!("failed: {s:?}"))?;
+            f(&mut rr)
+        })?;
+    }
+    let mut ws: Vec<Workload> = (0..conns)
+        .map(|k| {
+            let mut w = load.workload();
+            w.ranges = w0.ranges;
+            // Each connection starts at another range.
+            w.next = k;
+            w
+        })
+        .collect();
+    let mut st = Stats::default();
+    let mut per_conn = vec![0u64; conns];
+    let mut started: Vec<FxHashMap<u32, (Instant, usize)>> = vec![FxHashMap::default(); conns];
+    let t0 = Instant::now();
+    let dur = Duration::from_secs_f64(secs);
+    let mut running = true;
+    let mut turns = 0u32;
+    loop {
+        if turns.is_multiple_of(16) {
+            running = t0.elapsed() < dur;
+        }
+        turns = turns.wrapping_add(1);
+        let mut in_flight = 0;
+        for (k, c) in cs.iter_mut().enumerate() {
+            while running && c.in_flight() < c.grant().min(credits) {
+                let call = ws[k].next();
+                let x = c
+                    .submit(BLOCK_PROG, BLOCK_VERS, call.proc_, call.body, &call.opts)
+                    .map_err(|e| format!("connection {k}: {e}"))?;
+                started[k].insert(x, (Instant::now(), call.range));
+            }
+            c.progress(false)
+                .map_err(|e| format!("connection {k}: {e}"))?;
+            while let Some((x, r)) = c.take_reply() {
+                let rep = r.map_err(|e| format!("connection {k}: {e}"))?;
+                let mut rr = rep
+                    .results()
+                    .map_err(|s| format!("connection {k}: call failed: {s:?}"))?;
+                let (t, range) = started[k]
+                    .remove(&x)
+                    .ok_or("a reply to no call of the loop")?;
+                check_reply(op, size, range, Check::Spot, &mut rr)?;
+                st.lat.record(t.elapsed());
+                st.calls += 1;
+                per_conn[k] += 1;
+                if op != "null" {
+                    st.bytes += size as u64;
+                }
+            }
+            in_flight += c.in_flight();
+        }
+        if in_flight == 0 && !running {
+            break;
+        }
+    }
+    st.secs = t0.elapsed().as_secs_f64();
+    st.ranges = w0.ranges;
+    for c in &cs {
+        c.disconnect();
+    }
+    Ok((st, per_conn))
+}
+
 fn bench_tcp(addr: SocketAddr, poll: TcpPoll, load: Load) -> Result<Stats, String> {
     let Load {
         op,
@@ -913,6 +1022,15 @@ pub fn run(a: Args) -> Result<(), String> {
         span,
         secs: a.seconds,
     };
+    if a.connections == 0 {
+        return Err("--connections: at least 1".into());
+    }
+    if a.compare && a.connections > 1 {
+        return Err("--connections is for one measurement (without --compare)".into());
+    }
+    if a.proto == Proto::Tcp && a.connections > 1 {
+        return Err("--connections is for the RDMA side (--proto rdma)".into());
+    }
     if a.compare {
         let net = net.as_ref().expect("started for --compare");
         let s = &servers;
@@ -1051,13 +1169,28 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     let op = a.op.name();
     let l = load(op, a.size, a.credits);
+    let mut per_conn = None;
     let st = match (a.proto, net.as_ref()) {
+        (Proto::Rdma, Some(net)) if a.connections > 1 => {
+            let (st, pc) = bench_rdma_many(net, servers.rdma, l, a.poll_spin_us, a.connections)?;
+            per_conn = Some(pc);
+            st
+        }
         (Proto::Rdma, Some(net)) => bench_rdma(net, servers.rdma, l, a.poll_spin_us)?,
         _ => {
             let poll = TcpPoll::from(a.tcp_poll);
             bench_tcp(servers.tcp_for(poll), poll, l)?
         }
     };
+    // The slowest and the busiest connection's calls as a share of the mean.
+    let shares = per_conn.as_ref().map(|pc| {
+        let mean = pc.iter().sum::<u64>() as f64 / pc.len().max(1) as f64;
+        let share = |v: u64| if mean > 0.0 { v as f64 / mean } else { 0.0 };
+        (
+            share(pc.iter().copied().min().unwrap_or(0)),
+            share(pc.iter().copied().max().unwrap_or(0)),
+        )
+    });
     if let Some(d) = net.as_ref().and_then(Net::dataplane_stats) {
         log::info!("dataplane workers: {d}");
     }
@@ -1073,6 +1206,10 @@ pub fn run(a: Args) -> Result<(), String> {
             "calls": st.calls, "seconds": st.secs,
             "calls_per_s": st.rate(), "p50_us": st.pct(0.5), "p99_us": st.pct(0.99),
             "p999_us": st.pct(0.999), "gbps": st.gbps(),
+            "connections": per_conn.as_ref().map_or(1, Vec::len),
+            "per_connection_calls": per_conn,
+            "min_share": shares.map(|s| s.0),
+            "max_share": shares.map(|s| s.1),
         });
         println!("{j}");
     } else {
@@ -1091,6 +1228,12 @@ pub fn run(a: Args) -> Result<(), String> {
             }
         );
         println!("{}", st.line(&what));
+        if let (Some(pc), Some((min, max))) = (&per_conn, shares) {
+            println!(
+                "{} connections: the slowest {min:.2}, the busiest {max:.2} of the mean share",
+                pc.len()
+            );
+        }
     }
     Ok(())
 }
