@@ -742,6 +742,18 @@ impl RdmaClient {
         self.ep.send(bytes, vec![])
     }
 
+    /// Handle what has already arrived, without waiting and without running the CQ's driver
+    /// (a driven dataplane worker): for a caller that drives several connections on one
+    /// worker, which runs the worker once for all of them (e.g. through one connection's
+    /// [`RdmaClient::progress`]) rather than once per connection.
+    pub fn progress_arrived(&mut self) -> Result<(), RpcError> {
+        self.ep.reap_sends()?;
+        while let Some(wc) = self.ep.rcq.try_poll_one() {
+            self.on_recv_wc(&wc)?;
+        }
+        self.flush_dones()
+    }
+
     /// Handle what has arrived; with `block`, wait up to the timeout for something.
     pub fn progress(&mut self, block: bool) -> Result<(), RpcError> {
         self.ep.reap_sends()?;

@@ -50,6 +50,14 @@ const SIGNAL_EVERY: usize = 16;
 const MAX_STAGE_CACHE: usize = 16;
 /// Registrations of shared memory (a block store) kept per connection.
 const MAX_SHARED: usize = 8;
+/// Send and receive WRs an RPC QP's connection holds each way (`QpCap`); as many more may
+/// wait in its post rings.
+const MAX_WR: usize = 1024;
+/// The one CQ of [`RpcQp::create_shared`]: room for a completion of every WR that can be
+/// outstanding (held by the connection or waiting in a post ring, both ways), so it never
+/// overruns even when every WR completes at once (a flush). Its slots are allocated up front,
+/// so it is most of what an idle connection's QP costs in memory (32 octets a slot).
+const SHARED_CQ_DEPTH: usize = 4 * MAX_WR;
 
 /// One side of an RPC-over-RDMA connection: its QP, CQs and registered buffers (named apart
 /// from `dataplane::Endpoint`, a DPDK port's address).
@@ -95,11 +103,11 @@ impl RpcQp {
         Self::with_cqs(pd, scq, rcq, recv_size, send_size)
     }
 
-    /// A QP in `pd` whose send and receive completions share one CQ (8192 deep): for an owner
+    /// A QP in `pd` whose send and receive completions share one CQ ([`SHARED_CQ_DEPTH`]): for an owner
     /// that never blocks (the server's connection state machine), which polls that one queue
     /// and dispatches by opcode, so a Read completion is seen as soon as a Recv is.
     pub fn create_shared(pd: Pd, recv_size: usize, send_size: usize) -> Self {
-        let cq = Cq::new(8192);
+        let cq = Cq::new(SHARED_CQ_DEPTH);
         let mut ep = Self::with_cqs(pd, cq.clone(), cq, recv_size, send_size);
         ep.one_cq = true;
         ep
@@ -110,8 +118,8 @@ impl RpcQp {
             send_cq: scq.clone(),
             recv_cq: rcq.clone(),
             cap: QpCap {
-                max_send_wr: 1024,
-                max_recv_wr: 1024,
+                max_send_wr: MAX_WR,
+                max_recv_wr: MAX_WR,
             },
         };
         let qp = Qp::new(&pd, &attr);

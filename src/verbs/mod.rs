@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use crossbeam_queue::ArrayQueue;
+use crossbeam_queue::SegQueue;
 
 use crate::conn::{ConnEvent, Connection};
 use crate::rdma::qp::{inline_wr, validate_recv, validate_send, SendChecked};
@@ -223,6 +223,52 @@ impl Cq {
     }
 }
 
+/// A QP's post ring: work requests posted and not yet taken by the connection's driver, at
+/// most `cap` (then `QueueFull`). Lock-free (an application thread posts while the driver
+/// takes), and its memory follows what is queued, not the capacity: a queue of blocks made as
+/// WRs come and freed as they are taken (`crossbeam_queue::SegQueue`), so an idle QP costs a
+/// few words here, not `cap` slots (a 1024-deep send ring of fixed slots is a quarter of a
+/// megabyte per connection).
+pub(crate) struct PostRing<T> {
+    q: SegQueue<T>,
+    cap: usize,
+}
+
+impl<T> PostRing<T> {
+    fn new(cap: usize) -> Self {
+        PostRing {
+            q: SegQueue::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Queue `v`, or hand it back when `cap` are queued. (Several threads posting at once may
+    /// together pass `cap` by a few: the bound is on memory, and the queue has room.)
+    fn push(&self, v: T) -> Result<(), T> {
+        if self.q.len() >= self.cap {
+            return Err(v);
+        }
+        self.q.push(v);
+        Ok(())
+    }
+
+    pub(crate) fn pop(&self) -> Option<T> {
+        self.q.pop()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+}
+
 /// Queue-pair capacities (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy)]
 pub struct QpCap {
@@ -291,9 +337,9 @@ pub(crate) struct QpShared {
     /// for the driver's lock.
     /// Each with what `validate_send` found when it was posted (not looked up again), and its
     /// payload when posted inline.
-    pub(crate) sq_ring: ArrayQueue<(SendWr, SendChecked, Option<InlineData>)>,
+    pub(crate) sq_ring: PostRing<(SendWr, SendChecked, Option<InlineData>)>,
     /// Receive WRs likewise (capacity `cap.max_recv_wr`), each with its capacity.
-    pub(crate) rq_ring: ArrayQueue<(RecvWr, u64)>,
+    pub(crate) rq_ring: PostRing<(RecvWr, u64)>,
     pub(crate) send_cq: Cq,
     pub(crate) recv_cq: Cq,
     /// Run by `post_send` after queuing a WR ([`Qp::drive_with`]): the doorbell of a driven
@@ -770,8 +816,8 @@ impl Qp {
             pd: pd.clone(),
             cap: attr.cap,
             slot: SlotLock::new(QpSlot::Init),
-            sq_ring: ArrayQueue::new(attr.cap.max_send_wr.max(1)),
-            rq_ring: ArrayQueue::new(attr.cap.max_recv_wr.max(1)),
+            sq_ring: PostRing::new(attr.cap.max_send_wr),
+            rq_ring: PostRing::new(attr.cap.max_recv_wr),
             send_cq: attr.send_cq.clone(),
             recv_cq: attr.recv_cq.clone(),
             post_driver: std::sync::OnceLock::new(),
@@ -891,7 +937,7 @@ impl Qp {
     }
 
     /// Put a checked WR into its post ring (`QueueFull` when the ring is) and wake the driver.
-    fn push_posted<T>(&self, ring: &ArrayQueue<T>, posted: T) -> Result<(), PostError> {
+    fn push_posted<T>(&self, ring: &PostRing<T>, posted: T) -> Result<(), PostError> {
         ring.push(posted).map_err(|_| PostError::QueueFull)?;
         self.shared.kick();
         if self.is_closed() {
