@@ -1909,7 +1909,7 @@ impl Drop for Worker {
 }
 
 /// Put index `i` on `list` unless its flag says it is there already (`Conn::active` for
-/// `Worker::active`, `Conn::touched` for `Worker::touched_conns`): each list stays free of
+/// `Schedule::active`, `Conn::touched` for `Schedule::touched_conns`): each list stays free of
 /// duplicates.
 fn list_once(listed: &mut bool, i: usize, list: &mut Vec<usize>) {
     if !*listed {

@@ -94,7 +94,7 @@ pub(super) struct Conn {
     pub(super) touched: bool,
     /// Its QP raises this worker's post flag of its socket slot (`Worker::post_flags`).
     pub(super) post_flag: bool,
-    /// Listed in `Worker::active`: the transmit phase visits it on the next pass.
+    /// Listed in `Schedule::active`: the transmit phase visits it on the next pass.
     pub(super) active: bool,
 }
 
@@ -304,7 +304,7 @@ impl Conn {
     }
 
     /// Invariant 5: nothing for the transmit phase until something reaches it (a post, a
-    /// segment: both list it in `Worker::active` again) or the sweep: live, with a QP that
+    /// segment: both list it in `Schedule::active` again) or the sweep: live, with a QP that
     /// raises a post flag, nothing staged, its engine checked with nothing to frame and no
     /// timer, and reaped. (The transmit phase does nothing for a connection not live.)
     pub(super) fn is_quiet(&self) -> bool {
