@@ -71,6 +71,8 @@ pub const DRIVEN_SPIN_SHARED_US: u64 = 2;
 /// How long after its connection last sent data a worker with `worker.warm_us` keeps the
 /// path warm (`Worker::warm`): a request a second after the last one finds it cold again.
 pub const WARM_FOR: Duration = Duration::from_secs(1);
+/// A sweep is followed by at least this many times its own length without one (`poll_once`).
+const SWEEP_SHARE: u32 = 10;
 /// Egress passes per loop (each sends at most one segment per socket).
 const EGRESS_PASSES: usize = 256;
 
@@ -823,6 +825,15 @@ impl Worker {
             let reaped = self.completions(now);
             work |= reaped;
             app |= reaped;
+        }
+        if self.sweeping {
+            // A sweep walks every connection: with thousands of them it outlasts `sweep_us`,
+            // and every pass would be a sweep. The next one comes no sooner than SWEEP_SHARE
+            // times its own length after it ended, so sweeps take at most about 1/SWEEP_SHARE
+            // of the worker (a quiet connection's timers are then late by that much more).
+            let end = Instant::now();
+            let took = end.saturating_duration_since(now);
+            self.sweep_at = self.sweep_at.max(end + took * SWEEP_SHARE);
         }
         if app || self.totals.tx_fed != fed_before {
             self.warm.last_app_work = now;
