@@ -229,6 +229,8 @@ pub struct WorkerConfig {
     /// the busy connections need (docs/dataplane.md "Workers"). Default 1000; larger values
     /// make timers of quiet connections late by up to that much, and cost many quiet
     /// connections less (docs/dataplane.md "A pass costs what the busy connections need").
+    /// A sweep is also followed by at least ten times its own length without one, so that
+    /// with thousands of connections not every pass is a sweep.
     #[serde(default = "d_sweep")]
     pub sweep_us: u64,
     /// Driven mode (no worker thread; the application's thread runs the passes): microseconds
