@@ -25,8 +25,7 @@ use dpwarp::rpc::client::{CallOpts, RdmaClient, ReplyReader};
 use dpwarp::rpc::program::Body;
 
 use crate::cli::{NetArgs, TransportArg, Verbosity};
-use crate::net::{backend, start_dpdk, Backend};
-use crate::nfs_probe::{connect, mnt, mount_port};
+use crate::nfs_probe::{client_net, connect, mnt, mount_port};
 
 /// The file the bench works on, in the export's root.
 const FILE: &str = "nfs-bench.dat";
@@ -498,16 +497,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let (root, flavors) = mnt(target.mount, &target.export)?;
     // AUTH_SYS's flavor number (RFC 5531 App. A).
     let auth_sys = flavors.contains(&1);
-    let (_dp, net) = match backend(&a.net)? {
-        Backend::Dpdk(config) => {
-            let (dp, ep) = start_dpdk(&config, a.net.port_index)?;
-            if !dp.wait_link_up(Duration::from_secs(10)) {
-                return Err("DPDK port: link did not come up".into());
-            }
-            (Some(dp), Net::from(ep))
-        }
-        Backend::Kernel => (None, Net::kernel()),
-    };
+    let (_dp, net) = client_net(&a.net)?;
     // The first connection: FSINFO for the transfer sizes, then the file.
     let mut first = connect(&net, target.nfs, a.crc, auth_sys)?;
     // A siw responder leaves an FPDU right after its MPA Reply unprocessed until more data

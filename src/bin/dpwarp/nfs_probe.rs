@@ -25,6 +25,10 @@ use dpwarp::wire::rpcrdma_cpd::CpdRepr;
 
 use crate::cli::{NetArgs, Verbosity};
 use crate::net::{backend, start_dpdk, Backend};
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::Dataplane;
+#[cfg(feature = "dpdk")]
+use dpwarp::dataplane::Dataplane;
 
 /// IPPROTO_TCP in rpcbind's `prot` field (RFC 1833 §3.1).
 const IPPROTO_TCP: u32 = 6;
@@ -100,6 +104,22 @@ pub(crate) fn tcp_call(
         .results()
         .map_err(|s| format!("{addr}: program {prog} v{vers} proc {proc_}: {s:?}"))?;
     Ok(rr.xdr.get_fixed(rr.xdr.remaining()).unwrap_or(&[]).to_vec())
+}
+
+/// The client's side of RPC-over-RDMA as `--transport` says: kernel TCP, or port
+/// `--port-index` of a DPDK dataplane started here (kept running while the returned handle
+/// lives), its link up within 10 s.
+pub(crate) fn client_net(n: &NetArgs) -> Result<(Option<Dataplane>, Net), String> {
+    match backend(n)? {
+        Backend::Dpdk(config) => {
+            let (dp, ep) = start_dpdk(&config, n.port_index)?;
+            if !dp.wait_link_up(Duration::from_secs(10)) {
+                return Err("DPDK port: link did not come up".into());
+            }
+            Ok((Some(dp), Net::from(ep)))
+        }
+        Backend::Kernel => Ok((None, Net::kernel())),
+    }
 }
 
 /// rpcbind GETPORT (RFC 1833 §3.1) at `pmap`: MOUNT v3's TCP port.
@@ -184,16 +204,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let (fh, flavors) = mnt(SocketAddr::new(mountaddr, mount_port), &a.export)?;
 
     // RPC-over-RDMA to the NFS port.
-    let (_dp, net) = match backend(&a.net)? {
-        Backend::Dpdk(config) => {
-            let (dp, ep) = start_dpdk(&config, a.net.port_index)?;
-            if !dp.wait_link_up(Duration::from_secs(10)) {
-                return Err("DPDK port: link did not come up".into());
-            }
-            (Some(dp), Net::from(ep))
-        }
-        Backend::Kernel => (None, Net::kernel()),
-    };
+    let (_dp, net) = client_net(&a.net)?;
     let addr = SocketAddr::new(a.server, a.port);
     let mut c = connect(&net, addr, a.crc, flavors.contains(&AUTH_SYS))?;
     let server_cpd = CpdRepr::find(&c.server_private_data);
