@@ -1,5 +1,6 @@
 //! The vendored smoltcp's TCP receive path, set up as the DPDK dataplane runs it (Ethernet,
-//! Nagle off, segments cut at record ends, a receive sink, split frames, segmentation offload),
+//! Nagle off, segments cut at record ends, payload lent from the frame, split frames,
+//! segmentation offload),
 //! under a hostile peer: segments with any flags, sequence and acknowledgment numbers near and
 //! far from what is expected, windows, options, truncated and corrupted frames, and arbitrary
 //! octets after an Ethernet header; between them the application sends, reads, closes, aborts
@@ -15,16 +16,14 @@
 //! - every frame sent, every octet delivered and the socket's state are the same in both
 //!   (prediction and split frames change the route a frame takes, never the result); the
 //!   socket's full `Debug` state is compared at the end;
-//! - the octets delivered (receive sink and `recv`, in order) are the peer's stream: the octet
+//! - the octets delivered (lent and read by `recv`, in order) are the peer's stream: the octet
 //!   at sequence number `s` is always `pattern(s)`, so a misplaced octet shows (checked while
 //!   no corrupted or arbitrary frame was fed, whose payload could be anything).
 #![no_main]
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 use libfuzzer_sys::fuzz_target;
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::iface::{Config, Interface, PollIngressSingleResult, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::time::{Duration, Instant};
@@ -99,18 +98,20 @@ struct Frame {
 
 struct FuzzDevice {
     rx: VecDeque<Frame>,
+    /// The frame consumed last (as the dataplane's `HeldFrame`): what a socket lent lies in it.
+    held: Option<Frame>,
     tx: Vec<Vec<u8>>,
     caps: DeviceCapabilities,
     gso: usize,
 }
 
 impl phy::Device for FuzzDevice {
-    type RxToken<'a> = Rx;
+    type RxToken<'a> = Rx<'a>;
     type TxToken<'a> = Tx<'a>;
 
-    fn receive(&mut self, _: Instant) -> Option<(Rx, Tx<'_>)> {
+    fn receive(&mut self, _: Instant) -> Option<(Rx<'_>, Tx<'_>)> {
         let f = self.rx.pop_front()?;
-        Some((Rx(f), Tx(&mut self.tx)))
+        Some((Rx(f, &mut self.held), Tx(&mut self.tx)))
     }
     fn transmit(&mut self, _: Instant) -> Option<Tx<'_>> {
         Some(Tx(&mut self.tx))
@@ -123,7 +124,7 @@ impl phy::Device for FuzzDevice {
     }
 }
 
-struct Rx(Frame);
+struct Rx<'a>(Frame, &'a mut Option<Frame>);
 
 /// Where a frame's TCP payload starts, if the frame is Ethernet/IPv4/TCP with a payload
 /// (the test the dataplane applies to a received two-segment mbuf).
@@ -141,16 +142,20 @@ fn headers_len(f: &[u8]) -> Option<usize> {
     (doff >= 20 && h < f.len()).then_some(h)
 }
 
-impl phy::RxToken for Rx {
+impl phy::RxToken for Rx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0.bytes)
+        let r = f(&self.0.bytes);
+        *self.1 = Some(self.0);
+        r
     }
     fn consume_split<R, F: FnOnce(&[u8], &[u8]) -> R>(self, f: F) -> R {
         let b = &self.0.bytes;
-        match headers_len(b) {
+        let r = match headers_len(b) {
             Some(h) if self.0.split => f(&b[..h], &b[h..]),
             _ => f(b, &[]),
-        }
+        };
+        *self.1 = Some(self.0);
+        r
     }
 }
 
@@ -240,10 +245,10 @@ struct World {
     dev: FuzzDevice,
     sockets: SocketSet<'static>,
     handle: SocketHandle,
-    /// How many octets the receive sink takes of what it is offered.
-    sink_take: Arc<AtomicUsize>,
-    /// Octets delivered, sink and `recv` in order.
-    delivered: Arc<Mutex<Vec<u8>>>,
+    /// Whether the socket lends in-order payload (else it buffers everything).
+    lend: bool,
+    /// Octets delivered, lent and read by `recv`, in order.
+    delivered: Vec<u8>,
     /// Octets the socket took from the application (`send_slice`) since it was opened.
     enqueued: usize,
 }
@@ -258,6 +263,7 @@ impl World {
         }
         let mut dev = FuzzDevice {
             rx: VecDeque::new(),
+            held: None,
             tx: Vec::new(),
             caps,
             gso: setup.gso,
@@ -274,8 +280,8 @@ impl World {
             dev,
             sockets: SocketSet::new(Vec::new()),
             handle: SocketHandle::default(),
-            sink_take: Arc::new(AtomicUsize::new(usize::MAX)),
-            delivered: Arc::new(Mutex::new(Vec::new())),
+            lend: true,
+            delivered: Vec::new(),
             enqueued: 0,
         };
         if setup.crowd && prediction {
@@ -292,17 +298,11 @@ impl World {
         self.sockets.get_mut::<tcp::Socket>(self.handle)
     }
 
-    /// Listen or connect, and give the socket a receive sink as the dataplane does.
+    /// Listen or connect, the socket lending in-order payload as the dataplane's do.
     fn open(&mut self, setup: &Setup) {
-        let take = self.sink_take.clone();
-        let delivered = self.delivered.clone();
-        let sink = move |b: &[u8]| -> usize {
-            let n = b.len().min(take.load(Ordering::Relaxed));
-            delivered.lock().unwrap().extend_from_slice(&b[..n]);
-            n
-        };
+        let lend = self.lend;
         let s = self.sockets.get_mut::<tcp::Socket>(self.handle);
-        s.set_rx_sink(Some(tcp::RxSink(Box::new(sink))));
+        s.set_rx_lend(lend);
         if setup.active {
             let cx = self.iface.context();
             let _ = s.connect(cx, (IpAddress::Ipv4(PEER_IP), PEER_PORT), LOCAL_PORT);
@@ -311,8 +311,32 @@ impl World {
         }
     }
 
+    /// As the worker polls: one frame at a time, what it lent taken from the frame at once
+    /// (`Worker::place_lent`), then the egress.
     fn poll(&mut self, now: Instant) {
-        self.iface.poll(now, &mut self.dev, &mut self.sockets);
+        while self
+            .iface
+            .poll_ingress_single(now, &mut self.dev, &mut self.sockets)
+            != PollIngressSingleResult::None
+        {
+            let Some(h) = self.sockets.last_touched() else {
+                continue;
+            };
+            let Some(lent) = self.sockets.get_mut::<tcp::Socket>(h).take_rx_lent() else {
+                continue;
+            };
+            let frame = self.dev.held.as_ref().expect("a frame was consumed");
+            let Some(payload) = lent
+                .within(&frame.bytes)
+                .or_else(|| lent.within(self.iface.rx_copy()))
+            else {
+                panic!("{lent:?} neither in the frame nor in the interface's copy of it");
+            };
+            assert_eq!(h, self.handle, "only the connection's socket lends");
+            self.delivered.extend_from_slice(payload);
+        }
+        self.dev.held = None;
+        self.iface.poll_egress(now, &mut self.dev, &mut self.sockets);
     }
 }
 
@@ -672,7 +696,7 @@ fuzz_target!(|data: &[u8]| {
                 for w in worlds.iter_mut() {
                     let mut buf = vec![0u8; n];
                     let got = w.socket().recv_slice(&mut buf).unwrap_or(0);
-                    w.delivered.lock().unwrap().extend_from_slice(&buf[..got]);
+                    w.delivered.extend_from_slice(&buf[..got]);
                 }
             }
             // Time passes.
@@ -690,15 +714,12 @@ fuzz_target!(|data: &[u8]| {
                 now += Duration::from_millis(d);
                 trace!("step {steps}: {d} ms pass");
             }
-            // How much the receive sink takes.
+            // Whether the socket lends (off: a consumer that takes the buffered path).
             12 => {
-                let take = match r.u8() % 4 {
-                    0 => 0,
-                    1 => usize::from(r.u8()),
-                    _ => usize::MAX,
-                };
+                let lend = r.u8() % 4 != 0;
                 for w in worlds.iter_mut() {
-                    w.sink_take.store(take, Ordering::Relaxed);
+                    w.lend = lend;
+                    w.socket().set_rx_lend(lend);
                 }
             }
             // The application closes or aborts, or the worker sends a keep-alive.
@@ -721,7 +742,7 @@ fuzz_target!(|data: &[u8]| {
                 for w in worlds.iter_mut() {
                     w.sockets.remove(w.handle);
                     w.handle = w.sockets.add(setup.socket());
-                    w.delivered.lock().unwrap().clear();
+                    w.delivered.clear();
                     w.enqueued = 0;
                     w.open(&setup);
                 }
@@ -802,7 +823,7 @@ fuzz_target!(|data: &[u8]| {
             polled_state = state;
         }
         let [a, b] = &worlds;
-        let (da, db) = (a.delivered.lock().unwrap(), b.delivered.lock().unwrap());
+        let (da, db) = (&a.delivered, &b.delivered);
         assert_eq!(*da, *db, "octets delivered differ (step {steps})");
         if let (Some(irs), true) = (irs, stream_checked) {
             check_stream(&da, irs);

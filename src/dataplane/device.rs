@@ -29,6 +29,7 @@
 //!   faults the data path pays one branch per burst and per frame.
 
 use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket};
 
@@ -997,28 +998,138 @@ pub struct DpdkRxToken {
     split: bool,
 }
 
+impl DpdkRxToken {
+    /// Hand the frame to `f` (whole, or as headers and payload), then give the mbuf back.
+    fn hand<R>(mut self, f: impl FnOnce(&[u8], &[u8]) -> R) -> (R, Mbuf) {
+        if self.split {
+            if let Some(payload) = self.m.second_segment() {
+                let r = f(self.m.data(), payload);
+                return (r, self.m);
+            }
+        }
+        // smoltcp takes split frames through `consume_split`; anything else chained is made
+        // one buffer here.
+        let r = if self.m.nb_segs() != 1 && !self.m.linearize() {
+            f(&[], &[])
+        } else {
+            f(self.m.data(), &[])
+        };
+        (r, self.m)
+    }
+}
+
 impl phy::RxToken for DpdkRxToken {
-    fn consume<R, F>(mut self, f: F) -> R
+    fn consume<R, F>(self, f: F) -> R
     where
         F: FnOnce(&[u8]) -> R,
     {
-        // smoltcp takes split frames through `consume_split`; anything else chained is made
-        // one buffer here.
-        if self.m.nb_segs() != 1 && !self.m.linearize() {
-            return f(&[]);
-        }
-        // The mbuf is freed to its pool when `self.m` drops after `f` returns.
-        f(self.m.data())
+        // The mbuf is freed to its pool when it drops, after `f` returns.
+        let token = DpdkRxToken {
+            split: false,
+            ..self
+        };
+        token.hand(|frame, _| f(frame)).0
     }
 
     fn consume_split<R, F>(self, f: F) -> R
     where
         F: FnOnce(&[u8], &[u8]) -> R,
     {
-        match self.m.second_segment() {
-            Some(payload) if self.split => f(self.m.data(), payload),
-            _ => self.consume(|frame| f(frame, &[])),
+        self.hand(f).0
+    }
+}
+
+/// The device as smoltcp's ingress sees it in the worker: each frame smoltcp consumes stays
+/// held in `held` until the next one replaces it (or the worker drops it), so that the
+/// payload a socket lent from it (`tcp::Socket::take_rx_lent`) can be placed after smoltcp
+/// has returned, straight from the mbuf.
+pub struct Ingress<'d> {
+    /// The port queue the frames come from.
+    pub dev: &'d mut DpdkDevice,
+    /// Where each consumed frame stays.
+    pub held: &'d mut HeldFrame,
+}
+
+/// The last frame smoltcp consumed through [`Ingress`].
+#[derive(Default)]
+pub struct HeldFrame(Option<Mbuf>);
+
+impl HeldFrame {
+    /// The octets `lent` names, if they lie in the held frame (either of its segments).
+    pub fn lent(&self, lent: tcp::RxLent) -> Option<&[u8]> {
+        let m = self.0.as_ref()?;
+        // A frame sent by reference (net_ring, `tx_zero_copy`) holds the payload apart.
+        if m.nb_segs() == 2 {
+            if let Some(payload) = m.second_segment().and_then(|p| lent.within(p)) {
+                return Some(payload);
+            }
         }
+        lent.within(m.data())
+    }
+
+    /// Free the held frame to its pool.
+    pub fn release(&mut self) {
+        self.0 = None;
+    }
+}
+
+/// A received frame whose mbuf goes to a [`HeldFrame`] once consumed.
+pub struct HeldRxToken<'d> {
+    token: DpdkRxToken,
+    held: &'d mut HeldFrame,
+}
+
+impl phy::RxToken for HeldRxToken<'_> {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        let token = DpdkRxToken {
+            split: false,
+            ..self.token
+        };
+        let (r, m) = token.hand(|frame, _| f(frame));
+        self.held.0 = Some(m);
+        r
+    }
+
+    fn consume_split<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8], &[u8]) -> R,
+    {
+        let (r, m) = self.token.hand(f);
+        self.held.0 = Some(m);
+        r
+    }
+}
+
+impl Device for Ingress<'_> {
+    type RxToken<'a>
+        = HeldRxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = DpdkTxToken<'a>
+    where
+        Self: 'a;
+
+    fn receive(&mut self, ts: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let (token, tx) = self.dev.receive(ts)?;
+        Some((
+            HeldRxToken {
+                token,
+                held: &mut *self.held,
+            },
+            tx,
+        ))
+    }
+
+    fn transmit(&mut self, ts: Instant) -> Option<Self::TxToken<'_>> {
+        self.dev.transmit(ts)
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.dev.capabilities()
     }
 }
 

@@ -12,7 +12,7 @@
 //! here is two [`Qp`]s of the application's kind (with a doorbell, so that posts go straight
 //! into their connections, as a driven application's do), whose [`Connection`]s are wired
 //! back to back through a buffer: a Send goes from one to the other by the calls the
-//! application, the worker and its sockets' receive sinks make (`Qp::post_send`,
+//! application and the worker make (`Qp::post_send`,
 //! `Qp::post_recv`, `drain_posts`, `transmit_into` over a [`SliceBuf`], `on_bytes`,
 //! `pump::events`, `Cq::poll_one`). Nothing reaches a socket, a real QP or the wire; its
 //! memory is a device of its own.

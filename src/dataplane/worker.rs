@@ -24,7 +24,7 @@
 //! bounded lock-free post rings and the CQs' bounded queues, as with the kernel-TCP driver.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Address};
 
 use super::contention::{Contention, RunDelay};
-use super::device::{DeviceStats, DpdkDevice};
+use super::device::{DeviceStats, DpdkDevice, HeldFrame, Ingress};
 use super::rehearsal::Rehearsal;
 use listen::Listeners;
 
@@ -46,7 +46,7 @@ use crate::cm::ListenConfig;
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
 use crate::conn::ConnEvent;
 use crate::mpa::PeerRequest;
-use crate::verbs::{PostFlag, PostFlags, QpShared, QpSlot};
+use crate::verbs::{PostFlag, PostFlags, QpShared};
 use conn::{close_asked, Conn, Drained, Reaped};
 
 /// How long a reported request may wait for accept/reject. (How long an incoming connection
@@ -463,9 +463,9 @@ struct Totals {
     rx_copied_done: u64,
     /// Retransmissions (fast, timeout) of the sockets removed so far.
     retransmits_done: (u64, u64, u64, u64),
-    /// TCP payload octets the sockets' rx sinks took straight from the frames (smoltcp did
-    /// not copy them into a receive buffer).
-    rx_direct: Arc<AtomicU64>,
+    /// TCP payload octets placed straight from the frames the sockets lent them from
+    /// (smoltcp did not copy them into a receive buffer).
+    rx_direct: u64,
 }
 
 /// `worker.warm_us` (default 0: off; docs/dataplane.md "Keeping the path warm"): what
@@ -491,6 +491,8 @@ struct WarmPath {
 pub(crate) struct Worker {
     index: usize,
     dev: DpdkDevice,
+    /// The frame smoltcp's ingress consumed last, while `rx` places what it lent.
+    held: HeldFrame,
     cmds: CmdReceiver,
     wcfg: WorkerConfig,
     tcp: TcpConfig,
@@ -659,6 +661,7 @@ impl Worker {
         Worker {
             index,
             dev,
+            held: HeldFrame::default(),
             cmds,
             wcfg,
             tcp,
@@ -725,10 +728,7 @@ impl Worker {
         self.stats.loops += 1;
         // What the application's side of this pass moved (`last_app_work`): posts, payload
         // received or delivered, completions, commands; not frames alone (ACKs, keep-alives).
-        let (fed_before, direct_before) = (
-            self.totals.tx_fed,
-            self.totals.rx_direct.load(Ordering::Relaxed),
-        );
+        let (fed_before, direct_before) = (self.totals.tx_fed, self.totals.rx_direct);
         let mut work = self.commands();
         let mut app = work;
         if self.stopped {
@@ -760,7 +760,7 @@ impl Worker {
             self.pass_clock
         };
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
-        // places straight from the frames (the sockets' rx sinks).
+        // places straight from the frames (`place_lent`).
         self.sweeping = now >= self.sweep_at;
         if self.sweeping {
             self.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
@@ -770,7 +770,7 @@ impl Worker {
         work |= posted;
         app |= posted;
         if self.rx(now) {
-            // Bytes placed by the sockets' rx sinks may have queued frames for the staged path
+            // Bytes placed from the frames may have queued frames for the staged path
             // (a TERMINATE): `transmit` looks again at every connection that took a segment.
             self.mark_touched();
             work = true;
@@ -784,8 +784,7 @@ impl Worker {
         work |= accepted;
         let delivered = self.deliver(now);
         work |= delivered;
-        app |=
-            accepted || delivered || self.totals.rx_direct.load(Ordering::Relaxed) != direct_before;
+        app |= accepted || delivered || self.totals.rx_direct != direct_before;
         if work {
             self.egress_idle_at = None;
         }
@@ -1025,9 +1024,7 @@ impl Worker {
                 + self.totals.tx_fed
                 + d.tx_tcp_payload.saturating_sub(d.tx_zero_copy),
             rx_payload: d.rx_tcp_payload,
-            rx_copied: d
-                .rx_tcp_payload
-                .saturating_sub(self.totals.rx_direct.load(Ordering::Relaxed))
+            rx_copied: d.rx_tcp_payload.saturating_sub(self.totals.rx_direct)
                 + d.rx_linearized
                 + self.rx_engine_copied(),
         };
@@ -1244,7 +1241,7 @@ impl Worker {
                 }
                 Cmd::Accept { id, sh, events } => match self.listeners.take_request(id) {
                     Some(h) => {
-                        self.set_rx_sink(h, &sh);
+                        self.lend_rx(h);
                         self.add_conn(Conn::new(h, Some(sh), Some(events)));
                     }
                     None => {
@@ -1262,41 +1259,14 @@ impl Worker {
         work
     }
 
-    /// Received in-order payload goes from the frame straight into the connection's engine
-    /// whenever the socket's receive buffer is empty (RFC 5044 App. A: with aligned segments
-    /// each holds whole FPDUs, which the deframer verifies and places in one pass from the
-    /// mbuf): one copy per payload octet, into registered memory. Bytes that arrive while
-    /// older ones wait in the buffer take the buffered path of `deliver`, so order holds.
-    ///
-    /// The sink holds the QP's shared state itself, not a weak reference: upgrading one per
-    /// segment cost two atomic read-modify-writes (scripts/instructions counts them), and the
-    /// worker's `Conn` holds it as long anyway; a QP that is gone is a slot no longer `Live`.
-    /// Only this worker's thread runs the sink, so its count of octets is a load and a store.
-    fn set_rx_sink(&mut self, h: SocketHandle, sh: &Arc<QpShared>) {
-        let sh = sh.clone();
-        let direct = self.totals.rx_direct.clone();
-        let created = Instant::now();
-        let sink = move |b: &[u8]| -> usize {
-            let mut guard = sh.lock();
-            let QpSlot::Live(conn) = &mut *guard else {
-                return 0;
-            };
-            // Only MPA startup reads the clock; a clock read per segment costs.
-            let now = if conn.in_startup() {
-                Instant::now()
-            } else {
-                created
-            };
-            conn.on_bytes(b, now);
-            direct.store(
-                direct.load(Ordering::Relaxed) + b.len() as u64,
-                Ordering::Relaxed,
-            );
-            b.len()
-        };
-        self.sockets
-            .get_mut::<tcp::Socket>(h)
-            .set_rx_sink(Some(tcp::RxSink(Box::new(sink))));
+    /// Received in-order payload is lent from the frame when the socket's receive buffer is
+    /// empty (`tcp::Socket::set_rx_lend`), and `rx` places it into the connection's engine
+    /// from the mbuf (RFC 5044 App. A: with aligned segments each holds whole FPDUs, which
+    /// the deframer verifies and places in one pass): one copy per payload octet, into
+    /// registered memory. Bytes that arrive while older ones wait in the buffer take the
+    /// buffered path of `deliver`, so order holds.
+    fn lend_rx(&mut self, h: SocketHandle) {
+        self.sockets.get_mut::<tcp::Socket>(h).set_rx_lend(true);
     }
 
     fn held(&self) -> usize {
@@ -1339,7 +1309,7 @@ impl Worker {
             Ok(()) => {
                 self.dev.zc_register(&s);
                 let h = self.sockets.add(s);
-                self.set_rx_sink(h, &sh);
+                self.lend_rx(h);
                 self.add_conn(Conn::connecting(h, sh, events));
             }
             Err(e) => {
@@ -1359,21 +1329,69 @@ impl Worker {
             return false;
         }
         let ts = self.pass_ts(now);
-        while self
-            .iface
-            .poll_ingress_single(ts, &mut self.dev, &mut self.sockets)
-            != PollIngressSingleResult::None
-        {
+        loop {
+            let mut ingress = Ingress {
+                dev: &mut self.dev,
+                held: &mut self.held,
+            };
+            let r = self
+                .iface
+                .poll_ingress_single(ts, &mut ingress, &mut self.sockets);
+            if r == PollIngressSingleResult::None {
+                break;
+            }
+            self.place_lent(now);
             if self.dev.take_syn_seen() && self.listeners.is_listening() {
                 self.relisten(now);
             }
         }
+        // Nothing lent is left in it: the last frame goes back to its pool.
+        self.held.release();
         if self.dev.take_arp_seen() {
             // A neighbour filled may release a socket smoltcp held back for it (a first SYN):
             // no segment of that socket marks it for the egress.
             self.sched.egress_all = true;
         }
         true
+    }
+
+    /// The payload the frame just taken lent its socket, if any, placed by that socket's
+    /// connection straight from the held frame, before anything else reads the socket (the
+    /// octets precede whatever the socket buffers after them).
+    fn place_lent(&mut self, now: Instant) {
+        let Some(h) = self.sockets.last_touched() else {
+            return;
+        };
+        let Some(lent) = self.sockets.get_mut::<tcp::Socket>(h).take_rx_lent() else {
+            return;
+        };
+        self.index_conns();
+        let conn = match self.sched.conn_index.get(h.index()) {
+            Some(&i) if i != u32::MAX => &self.conns[i as usize],
+            _ => {
+                log::error!(
+                    "dataplane: {} octets lent by a socket with no connection",
+                    lent.len()
+                );
+                return;
+            }
+        };
+        // In the frame, or in the copy smoltcp made of a split frame it could not take in
+        // two parts.
+        let Some(payload) = self
+            .held
+            .lent(lent)
+            .or_else(|| lent.within(self.iface.rx_copy()))
+        else {
+            log::error!(
+                "dataplane: {} octets lent outside the frame held",
+                lent.len()
+            );
+            return;
+        };
+        if conn.place_lent(payload, now) {
+            self.totals.rx_direct += payload.len() as u64;
+        }
     }
 
     /// Hold `c` (`conn_index` is rebuilt before its next use). Its QP's posts raise the flag

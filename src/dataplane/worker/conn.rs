@@ -320,6 +320,21 @@ impl Conn {
 
     /// Octets its engine copied on receive (placement, reassembly) so far, while it is not
     /// closing (a closing connection's were counted by [`Conn::reap`]).
+    /// In-order payload the socket lent from a frame (nothing before it is left unread)
+    /// into the engine, which verifies and places it from there (RFC 5044 §4, App. A).
+    /// False when the QP is no longer live: the octets go with it.
+    pub(super) fn place_lent(&self, payload: &[u8], now: Instant) -> bool {
+        let Some(sh) = self.sh.as_deref() else {
+            return false;
+        };
+        let mut guard = sh.lock();
+        let QpSlot::Live(conn) = &mut *guard else {
+            return false;
+        };
+        conn.on_bytes(payload, now);
+        true
+    }
+
     pub(super) fn rx_copied(&self) -> u64 {
         if self.is_closing() {
             return 0;

@@ -92,6 +92,14 @@ impl<'a> SocketSet<'a> {
         core::mem::swap(out, &mut self.touched);
     }
 
+    /// dpwarp: the socket that took a segment last since [`SocketSet::take_touched`] (after
+    /// an ingress of one frame: the socket that frame went to, if it went to one; otherwise
+    /// an earlier one).
+    #[cfg(feature = "alloc")]
+    pub fn last_touched(&self) -> Option<SocketHandle> {
+        self.touched.last().copied()
+    }
+
     #[cfg(feature = "alloc")]
     pub(crate) fn touch(&mut self, handle: SocketHandle) {
         if self.touched.last() != Some(&handle) {

@@ -462,14 +462,32 @@ pub enum CongestionControl {
     Cubic,
 }
 
-/// dpwarp: a consumer of in-order payload that takes it straight from the received segment
-/// (see [`Socket::set_rx_sink`]). It returns how many leading octets it consumed; the rest
-/// goes into the receive buffer as usual.
-pub struct RxSink<'a>(pub alloc::boxed::Box<dyn FnMut(&[u8]) -> usize + Send + 'a>);
+/// dpwarp: in-order payload a socket accepted without buffering it (see
+/// [`Socket::set_rx_lend`]): where its octets lie in the frame the interface was handed (by
+/// address) and how many there are. The octets stay in that frame; whoever lent the frame to
+/// the interface resolves them with [`RxLent::within`] while it still holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxLent {
+    addr: usize,
+    len: usize,
+}
 
-impl fmt::Debug for RxSink<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RxSink")
+impl RxLent {
+    /// The number of octets.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: an empty payload is not lent.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The octets, if they lie wholly within `frame` (the buffer the segment came in, or
+    /// one segment of it); None for any other buffer.
+    pub fn within<'f>(&self, frame: &'f [u8]) -> Option<&'f [u8]> {
+        let offset = self.addr.checked_sub(frame.as_ptr() as usize)?;
+        frame.get(offset..offset.checked_add(self.len)?)
     }
 }
 
@@ -628,8 +646,10 @@ pub struct Socket<'a> {
     #[cfg(feature = "async")]
     tx_waker: WakerRegistration,
 
-    /// dpwarp: takes in-order payload straight from segments when nothing is buffered.
-    rx_sink: Option<RxSink<'a>>,
+    /// dpwarp: in-order payload is lent from the segment when nothing is buffered.
+    rx_lend: bool,
+    /// dpwarp: the payload last lent and not yet taken (`take_rx_lent`).
+    rx_lent: Option<RxLent>,
     /// dpwarp: a segment's payload gathered from both ends of the transmit ring.
     tx_linear: alloc::vec::Vec<u8>,
     /// dpwarp: sequence numbers just past each record (an MPA FPDU) queued for sending, in
@@ -748,21 +768,31 @@ impl<'a> Socket<'a> {
             rx_waker: WakerRegistration::new(),
             #[cfg(feature = "async")]
             tx_waker: WakerRegistration::new(),
-            rx_sink: None,
+            rx_lend: false,
+            rx_lent: None,
             tx_linear: alloc::vec::Vec::new(),
             tx_records: None,
             tx_record_next: 0,
         }
     }
 
-    /// dpwarp: hand in-order payload to `sink` straight from the received segment, without
-    /// the copy into the receive buffer, whenever the receive buffer is empty and no
-    /// out-of-order data is held (so the sink sees the stream in order, after everything
-    /// `recv` returned). Octets the sink consumes count as received and read (RCV.NXT and
-    /// the ACK advance as after `recv`); the octets it leaves go into the buffer. `None`
-    /// removes the sink.
-    pub fn set_rx_sink(&mut self, sink: Option<RxSink<'a>>) {
-        self.rx_sink = sink;
+    /// dpwarp: accept in-order payload without copying it into the receive buffer whenever
+    /// the receive buffer is empty, no out-of-order data is held, no lent payload waits to
+    /// be taken and the payload lies in the frame the device handed in (not in a copy the
+    /// interface made: a split frame made whole, a reassembled datagram): the segment's payload is recorded as lent ([`Socket::take_rx_lent`]) and
+    /// counts as received and read at once (RCV.NXT and the ACK advance as after `recv`).
+    /// The consumer takes it before the interface is handed another frame (the octets live
+    /// in the frame) and before it reads the receive buffer, which holds only later octets:
+    /// so it sees the stream in order, after everything `recv` returned. Payload that is
+    /// not taken is lost to the stream.
+    pub fn set_rx_lend(&mut self, lend: bool) {
+        self.rx_lend = lend;
+    }
+
+    /// dpwarp: the in-order payload the last segment lent, if any (see
+    /// [`Socket::set_rx_lend`]).
+    pub fn take_rx_lent(&mut self) -> Option<RxLent> {
+        self.rx_lent.take()
     }
 
     /// Enable or disable TCP Timestamp.
@@ -2835,7 +2865,7 @@ impl<'a> Socket<'a> {
     }
 
     /// dpwarp: the part of `process` that takes an acceptable segment's payload (`payload`,
-    /// trimmed to the window, at `payload_offset` past RCV.NXT): the receive sink, the
+    /// trimmed to the window, at `payload_offset` past RCV.NXT): the lent payload, the
     /// assembler and receive buffer, the delayed ACK. Shared with the header-predicted path.
     fn process_payload(
         &mut self,
@@ -2845,36 +2875,34 @@ impl<'a> Socket<'a> {
         payload: &[u8],
         payload_offset: usize,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
-        let mut payload = payload;
-        let mut payload_offset = payload_offset;
-        // dpwarp: in-order payload with nothing buffered goes straight to the sink (the
-        // octets it takes are received and read at once: RCV.NXT moves as in `recv_impl`).
-        if payload_offset == 0
+        // dpwarp: in-order payload with nothing buffered is lent from the segment (the octets
+        // are received and read at once: RCV.NXT moves as in `recv_impl`).
+        if self.rx_lend
+            && self.rx_lent.is_none()
+            && cx.rx_payload_in_frame
+            && payload_offset == 0
             && !payload.is_empty()
             && self.rx_buffer.is_empty()
             && self.assembler.is_empty()
         {
-            if let Some(sink) = self.rx_sink.as_mut() {
-                let taken = (sink.0)(payload).min(payload.len());
-                self.remote_seq_no += taken;
-                payload = &payload[taken..];
-                payload_offset = 0;
-                if payload.is_empty() {
-                    // Nothing to buffer; the ACK is due as for data read by `recv`.
-                    if let Some(ack_delay) = self.ack_delay {
-                        if self.ack_to_transmit() {
-                            self.ack_delay_timer = match self.ack_delay_timer {
-                                AckDelayTimer::Idle => AckDelayTimer::Waiting(cx.now() + ack_delay),
-                                AckDelayTimer::Waiting(_) if self.immediate_ack_to_transmit() => {
-                                    AckDelayTimer::Immediate
-                                }
-                                t => t,
-                            };
+            self.rx_lent = Some(RxLent {
+                addr: payload.as_ptr() as usize,
+                len: payload.len(),
+            });
+            self.remote_seq_no += payload.len();
+            // Nothing to buffer; the ACK is due as for data read by `recv`.
+            if let Some(ack_delay) = self.ack_delay {
+                if self.ack_to_transmit() {
+                    self.ack_delay_timer = match self.ack_delay_timer {
+                        AckDelayTimer::Idle => AckDelayTimer::Waiting(cx.now() + ack_delay),
+                        AckDelayTimer::Waiting(_) if self.immediate_ack_to_transmit() => {
+                            AckDelayTimer::Immediate
                         }
-                    }
-                    return None;
+                        t => t,
+                    };
                 }
             }
+            return None;
         }
 
         let payload_len = payload.len();
@@ -4161,11 +4189,11 @@ mod test {
     #[test]
     fn test_data_past_the_advertised_window_does_not_panic_dispatch() {
         let mut s = socket_established_with_buffer_sizes(64, 64);
-        s.set_rx_sink(Some(RxSink(Box::new(|p: &[u8]| p.len()))));
+        s.set_rx_lend(true);
         // With the ACK delayed, `dispatch` looks at the window instead (`window_to_update`).
         s.set_ack_delay(Some(ACK_DELAY_DEFAULT));
-        // Advertised: 64 octets from REMOTE_SEQ + 1. The sink takes each segment at once, so
-        // RCV.NXT moves on and the socket accepts 64 octets past it each time.
+        // Advertised: 64 octets from REMOTE_SEQ + 1. Each segment is lent and taken at once,
+        // so RCV.NXT moves on and the socket accepts 64 octets past it each time.
         let data = [7u8; 60];
         for i in 0..3 {
             send(
@@ -4178,6 +4206,8 @@ mod test {
                     ..SEND_TEMPL
                 },
             );
+            let lent = s.take_rx_lent().expect("in order, nothing buffered: lent");
+            assert_eq!(lent.within(&data), Some(&data[..]));
         }
         assert_eq!(s.remote_seq_no, REMOTE_SEQ + 1 + 180);
         // Before the delayed ACK is due: a window update (the window reopened), not a panic.
@@ -4198,7 +4228,6 @@ mod test {
     /// without a receive sink and a delayed ACK.
     #[test]
     fn test_predicted_path_equals_the_full_path() {
-        use std::sync::{Arc, Mutex};
         let mut taken = 0;
         for variant in 0..4 {
             let (sink, delay) = (variant & 1 == 1, variant & 2 == 2);
@@ -4215,18 +4244,10 @@ mod test {
             ];
             // The second takes every segment down the full path.
             socks[1].cx.header_prediction = false;
-            let sunk: [Arc<Mutex<Vec<u8>>>; 2] = Default::default();
-            let take_at_most = Arc::new(Mutex::new(usize::MAX));
-            for (s, out) in socks.iter_mut().zip(sunk.iter()) {
+            let mut sunk: [Vec<u8>; 2] = Default::default();
+            for s in socks.iter_mut() {
                 s.set_ack_delay(delay.then(|| Duration::from_millis(10)));
-                if sink {
-                    let (out, most) = (out.clone(), take_at_most.clone());
-                    s.set_rx_sink(Some(RxSink(Box::new(move |p: &[u8]| {
-                        let n = p.len().min(*most.lock().unwrap());
-                        out.lock().unwrap().extend_from_slice(&p[..n]);
-                        n
-                    }))));
-                }
+                s.set_rx_lend(sink);
             }
             let mut now = Instant::from_millis(0);
             // The peer's view: the next octet it sends, and what of ours it acknowledges.
@@ -4285,6 +4306,11 @@ mod test {
                         })
                         .collect();
                     assert_eq!(replies[0], replies[1], "step {step}: replies to {repr}");
+                    for (s, out) in socks.iter_mut().zip(sunk.iter_mut()) {
+                        if let Some(lent) = s.take_rx_lent() {
+                            out.extend_from_slice(lent.within(&data).expect("lent from data"));
+                        }
+                    }
                     taken = FAST_PATH_TAKEN.with(|c| c.get());
                     if start == remote_next && repr.control != TcpControl::Fin {
                         remote_next = remote_next + len;
@@ -4319,7 +4345,11 @@ mod test {
                         got.push(buf[..n].to_vec());
                     }
                     assert_eq!(got[0], got[1], "step {step}: read");
-                    *take_at_most.lock().unwrap() = [usize::MAX, 0, 100][rnd(3) as usize];
+                    // Lending off for a while (a consumer that takes the buffered path).
+                    let lend = sink && rnd(3) != 0;
+                    for s in socks.iter_mut() {
+                        s.set_rx_lend(lend);
+                    }
                 } else {
                     now += Duration::from_millis(rnd(30));
                 }
@@ -4329,7 +4359,7 @@ mod test {
                     "step {step}, event {event}, predicted {}",
                     taken > before
                 );
-                assert_eq!(*sunk[0].lock().unwrap(), *sunk[1].lock().unwrap(), "step {step}");
+                assert_eq!(sunk[0], sunk[1], "step {step}");
             }
         }
         // (421 with these seeds: segments past a full window, out of order or acknowledging
@@ -6246,10 +6276,50 @@ mod test {
         sanity!(s, socket_close_wait());
     }
 
+    /// dpwarp: a lent payload resolves only within the buffer it came in; while one waits
+    /// to be taken, the next in-order segment is buffered behind it (so a consumer that
+    /// takes the lent octets first and then reads sees the stream in order).
+    #[test]
+    fn test_lent_payload_in_its_frame_and_later_segments_behind_it() {
+        let mut s = socket_established();
+        s.set_rx_lend(true);
+        let frame = *b"..abcdef..";
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &frame[2..8],
+                ..SEND_TEMPL
+            }
+        );
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"gh"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.remote_seq_no, REMOTE_SEQ + 1 + 6);
+        assert_eq!(s.rx_buffer.len(), 2);
+        let lent = s.take_rx_lent().expect("lent");
+        assert_eq!(lent.len(), 6);
+        assert_eq!(lent.within(&frame), Some(&b"abcdef"[..]));
+        assert_eq!(lent.within(&frame[3..]), None, "starts before the buffer");
+        assert_eq!(lent.within(&frame[..7]), None, "ends past the buffer");
+        assert_eq!(lent.within(&[0u8; 64]), None, "another buffer");
+        assert_eq!(s.take_rx_lent(), None);
+        let mut buf = [0u8; 8];
+        assert_eq!(s.recv_slice(&mut buf), Ok(2));
+        assert_eq!(&buf[..2], b"gh");
+    }
+
     #[test]
     fn test_data_after_fin_is_ignored() {
         // dpwarp: RFC 9293 section 3.10.7.4, seventh step: after the peer's FIN, its data is
-        // not received (neither by `recv` nor by the receive sink), in every state that
+        // not received (neither by `recv` nor lent), in every state that
         // follows a received FIN.
         for state in [
             State::CloseWait,
@@ -6270,12 +6340,7 @@ mod test {
             );
             assert_eq!(s.state, State::CloseWait);
             s.state = state;
-            let sunk = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let into = sunk.clone();
-            s.set_rx_sink(Some(RxSink(Box::new(move |b: &[u8]| {
-                into.lock().unwrap().extend_from_slice(b);
-                b.len()
-            }))));
+            s.set_rx_lend(true);
             s.recv_slice(&mut [0; 3]).unwrap();
             s.socket.process(
                 &mut s.cx,
@@ -6294,7 +6359,7 @@ mod test {
                 },
             );
             assert_eq!(s.recv_queue(), 0, "{state}");
-            assert!(sunk.lock().unwrap().is_empty(), "{state}");
+            assert_eq!(s.take_rx_lent(), None, "{state}");
             assert_eq!(s.remote_seq_no, REMOTE_SEQ + 1 + 3 + 1, "{state}");
         }
     }

@@ -126,6 +126,8 @@ impl InterfaceInner {
                 // NOTE: according to the standard, the total length needs to be
                 // recomputed, as well as the checksum. However, we don't really use
                 // the IPv4 header after the packet is reassembled.
+                // dpwarp: the payload is the reassembly buffer's, not the frame's.
+                self.rx_payload_in_frame = false;
                 match f.assemble() {
                     Some(payload) => payload,
                     None => return None,

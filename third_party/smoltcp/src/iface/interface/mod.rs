@@ -119,6 +119,9 @@ pub struct Interface {
     pub(crate) inner: InterfaceInner,
     fragments: FragmentsBuffer,
     fragmenter: Fragmenter,
+    /// dpwarp: the last split frame made whole (see [`Interface::rx_copy`]).
+    #[cfg(feature = "alloc")]
+    rx_whole: alloc::vec::Vec<u8>,
 }
 
 /// The device independent part of an Ethernet network interface.
@@ -166,6 +169,10 @@ pub struct InterfaceInner {
     rx_learned: Option<predict::Learned>,
     /// dpwarp: frames that took the predicted path.
     rx_predicted: u64,
+    /// dpwarp: whether the payload being processed lies in the frame the device handed in
+    /// or in [`Interface::rx_copy`] (false for a reassembled datagram), so that a TCP socket
+    /// may lend it (`tcp::Socket::set_rx_lend`).
+    pub(crate) rx_payload_in_frame: bool,
     /// dpwarp: whether header prediction is on, both halves (`predict.rs` and the socket's
     /// in `Socket::process`); on unless turned off with `Interface::set_header_prediction`.
     pub(crate) header_prediction: bool,
@@ -265,6 +272,8 @@ impl Interface {
                 reassembly_timeout: Duration::from_secs(60),
             },
             fragmenter: Fragmenter::new(),
+            #[cfg(feature = "alloc")]
+            rx_whole: alloc::vec::Vec::new(),
             inner: InterfaceInner {
                 now,
                 caps,
@@ -290,6 +299,7 @@ impl Interface {
                     feature = "socket-tcp"
                 ))]
                 rx_learned: None,
+                rx_payload_in_frame: true,
                 rx_predicted: 0,
                 header_prediction: true,
                 #[cfg(feature = "medium-ieee802154")]
@@ -305,6 +315,15 @@ impl Interface {
                 rand,
             },
         }
+    }
+
+    /// dpwarp: the copy the interface made of the last split frame it could not take in two
+    /// parts (headers and payload apart, `RxToken::consume_split`), or of an earlier one:
+    /// payload a TCP socket lent while that frame was processed (`tcp::Socket::take_rx_lent`)
+    /// lies here rather than in the device's buffers, until the next such frame.
+    #[cfg(feature = "alloc")]
+    pub fn rx_copy(&self) -> &[u8] {
+        &self.rx_whole
     }
 
     /// Get the socket context.
@@ -647,6 +666,7 @@ impl Interface {
 
         let rx_meta = rx_token.meta();
         rx_token.consume_split(|frame, tail| {
+            self.inner.rx_payload_in_frame = true;
             if frame.is_empty() {
                 return PollIngressSingleResult::PacketProcessed;
             }
@@ -710,11 +730,15 @@ impl Interface {
                         Some(None) => {}
                         None => {
                             // Not the plain case: the whole-frame path decides, on a copy
-                            // (at most one frame's octets).
-                            let mut whole = alloc::vec::Vec::with_capacity(frame.len() + tail.len());
+                            // (at most one frame's octets), kept until the next frame for
+                            // the payload a socket lent from it (`rx_copy`).
+                            let mut whole = core::mem::take(&mut self.rx_whole);
+                            whole.clear();
                             whole.extend_from_slice(frame);
                             whole.extend_from_slice(tail);
-                            return self.ingress_full(sockets, rx_meta, &whole, &[], tx_token);
+                            let result = self.ingress_full(sockets, rx_meta, &whole, &[], tx_token);
+                            self.rx_whole = whole;
+                            return result;
                         }
                     }
                 }
