@@ -240,9 +240,19 @@ pub struct WorkerConfig {
     /// worker that shares its CPU with another worker of the process (more workers than
     /// CPUs). Two driven processes on one core cannot know of each other: set a few
     /// microseconds there, so that the one waiting lets the other run instead of spinning out
-    /// its time slice (docs/dataplane.md "Workers"). `busy_poll = true` never yields.
+    /// its time slice, or turn on `detect_shared_cpu` (docs/dataplane.md "Workers").
+    /// `busy_poll = true` never yields.
     #[serde(default)]
     pub driven_spin_us: Option<u64>,
+    /// With `driven_spin_us` unset, a driven worker watches whether its thread takes turns on
+    /// its CPU with another process's (its run delay, `/proc/thread-self/schedstat`, read once
+    /// per 100 ms of idle passes) and while it does yields after 2 us instead of 50: for two
+    /// driven processes placed on one core, where neither can see the other's placement (a
+    /// 64 B ping-pong: about 56 us one way with the 50 us spin, 5 with 2). Off by default: a
+    /// worker on a core of its own gains nothing from it, and a CPU shared with a thread
+    /// that keeps it busy is not detected as shared (docs/dataplane.md "Two cores").
+    #[serde(default)]
+    pub detect_shared_cpu: bool,
     /// Keep the send and receive paths warm while the application is quiet: a worker idle
     /// for this many microseconds runs a 64 B Send through a private pair of QPs (the verbs
     /// and engine code: posts, framing, CRC, placement, completions) and sends a TCP
@@ -268,6 +278,7 @@ impl Default for WorkerConfig {
             idle_sleep_us: d_sleep(),
             sweep_us: d_sweep(),
             driven_spin_us: None,
+            detect_shared_cpu: false,
             warm_us: 0,
         }
     }

@@ -8,9 +8,10 @@
 //! docs/dataplane.md "Workers"). Set in the config, the value is kept.
 //!
 //! Two processes on one CPU (a dpperf server and client over net_memif, both with EAL `-l 0`)
-//! cannot see each other's placement; each worker notices that its thread waits for its CPU
-//! (`/proc/thread-self/schedstat`) and shortens its spin to the same 2 us (a 64 B ping-pong:
-//! 56 us one way with 50, 4.6 with 2).
+//! cannot see each other's placement; with `worker.detect_shared_cpu` each worker notices that
+//! its thread waits for its CPU (`/proc/thread-self/schedstat`) and shortens its spin to the
+//! same 2 us (a 64 B ping-pong: 56 us one way with 50, 4.6 with 2); without it (the default)
+//! the spin stays 50 us.
 //! Each run is a child process with its own EAL and its own ring or socket names.
 
 use std::process::{Command, Stdio};
@@ -79,10 +80,14 @@ fn driven_workers_sharing_a_cpu_yield_it_soon() {
 
 /// A dpperf server and client over one memif link, both on CPU 0 (`-l 0` in both configs,
 /// and `taskset`), `worker.driven_spin_us` unset, `worker_extra` added to both configs'
-/// `[worker]`: a 64 B ping-pong (`client_args`) long enough for several 100 ms windows of the
-/// run delay. Both workers must find their CPU shared and yield it after 2 us idle; the
-/// server's counters say so at exit, which is returned.
-fn two_processes_on_cpu0(tag: &str, net: u8, worker_extra: &str, client_args: &[&str]) -> String {
+/// `[worker]`: a 64 B ping-pong (`client_args`). Returns the client's stderr and JSON line and
+/// the server's stderr (with its counters at exit).
+fn two_processes_on_cpu0(
+    tag: &str,
+    net: u8,
+    worker_extra: &str,
+    client_args: &[&str],
+) -> (String, serde_json::Value, String) {
     let dir = std::env::temp_dir().join(unique(tag));
     std::fs::create_dir_all(&dir).unwrap();
     let sock = dir.join("memif.sock");
@@ -119,20 +124,45 @@ fn two_processes_on_cpu0(tag: &str, net: u8, worker_extra: &str, client_args: &[
         .unwrap();
     let cerr = String::from_utf8_lossy(&c.stderr).to_string();
     assert!(c.status.success(), "client: {cerr}");
+    let cout = String::from_utf8_lossy(&c.stdout).to_string();
+    let json = cout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap_or_else(|| panic!("no JSON line: {cout}"));
     let mut out = String::new();
     std::io::Read::read_to_string(&mut server.0.stderr.take().unwrap(), &mut out).unwrap();
     let st = server.0.wait().unwrap();
     assert!(st.success(), "server exit {st}: {out}");
-    let shared =
-        "worker 0: CPU shared (its thread takes turns on it with another): yields after 2µs idle";
-    assert!(cerr.contains(shared), "client: {cerr}");
-    assert!(out.contains(shared), "server: {out}");
-    // The counters at exit: contended windows counted, and the spin still the shared one.
-    let counters = out
-        .lines()
+    let _ = std::fs::remove_dir_all(&dir);
+    (cerr, json, out)
+}
+
+const SHARED: &str =
+    "worker 0: CPU shared (its thread takes turns on it with another): yields after 2µs idle";
+
+/// The server's counters at exit (the line with the idle yields).
+fn counters(out: &str) -> String {
+    out.lines()
         .find(|l| l.contains("idle yields"))
         .unwrap_or_else(|| panic!("no counters: {out}"))
-        .to_string();
+        .to_string()
+}
+
+/// With `detect_shared_cpu`, both workers must find their CPU shared and yield it after 2 us
+/// idle; the server's counters say so at exit, which are returned.
+fn both_find_it_shared(
+    tag: &str,
+    net: u8,
+    worker_extra: &str,
+    client_args: &[&str],
+) -> (String, serde_json::Value) {
+    let extra = format!("detect_shared_cpu = true\n{worker_extra}");
+    let (cerr, json, out) = two_processes_on_cpu0(tag, net, &extra, client_args);
+    assert!(cerr.contains(SHARED), "client: {cerr}");
+    assert!(out.contains(SHARED), "server: {out}");
+    // The counters at exit: contended windows counted, and the spin still the shared one.
+    let counters = counters(&out);
     assert!(counters.contains("; yields after 2us idle;"), "{counters}");
     let contended: u64 = counters
         .split("CPU contended in ")
@@ -141,15 +171,33 @@ fn two_processes_on_cpu0(tag: &str, net: u8, worker_extra: &str, client_args: &[
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{counters}"));
     assert!(contended >= 2, "{counters}");
-    let _ = std::fs::remove_dir_all(&dir);
-    counters
+    (counters, json)
 }
 
 /// Back-to-back pings: about 2 s of round trips in a debug build on a quiet CPU, 0.3 s in
-/// release.
+/// release. Without `detect_shared_cpu` (the default) the same pair keeps the 50 us spin and
+/// reads no run delay: what the option buys is the shorter spin, so each turn of the
+/// ping-pong no longer waits out the other side's spin (the one-way latencies of both runs
+/// are printed, not asserted: the host's load decides them).
 #[test]
 fn two_processes_on_one_cpu_each_find_it_shared() {
-    two_processes_on_cpu0("dpwarp-shcpu", 92, "", &["--iters", "60000"]);
+    let (cerr, off, out) = two_processes_on_cpu0("dpwarp-shoff", 93, "", &["--iters", "3000"]);
+    assert!(
+        !cerr.contains(SHARED) && !out.contains(SHARED),
+        "{cerr}\n{out}"
+    );
+    let counters_off = counters(&out);
+    assert!(
+        counters_off.contains("; yields after 50us idle;"),
+        "{counters_off}"
+    );
+    assert!(
+        counters_off.contains("CPU contended in 0 "),
+        "no run delay read without detect_shared_cpu: {counters_off}"
+    );
+    let (_, on) = both_find_it_shared("dpwarp-shcpu", 92, "", &["--iters", "60000"]);
+    eprintln!("one CPU, 64 B ping-pong, detect_shared_cpu off: {off}");
+    eprintln!("one CPU, 64 B ping-pong, detect_shared_cpu on: {on}");
 }
 
 /// The same with `warm_us` and pings 1000 a second (0.6 s): the keep-alives and their answers
@@ -160,7 +208,7 @@ fn two_processes_on_one_cpu_each_find_it_shared() {
 /// with either rule, so here the test guards the outcome, not that difference.
 #[test]
 fn warm_workers_on_one_cpu_still_find_it_shared() {
-    let counters = two_processes_on_cpu0(
+    let (counters, _) = both_find_it_shared(
         "dpwarp-shwarm",
         91,
         "warm_us = 20\n",

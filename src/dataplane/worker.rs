@@ -285,7 +285,7 @@ pub struct WorkerStats {
     /// or its default for this worker's placement and the contention of its CPU), in
     /// microseconds.
     pub driven_spin_us: u64,
-    /// Windows in which a driven worker left to its default spin measured how long its
+    /// Windows in which a driven worker with `worker.detect_shared_cpu` measured how long its
     /// thread waited for its CPU (`contention::WINDOW`, 100 ms of idle passes).
     pub contention_windows: u64,
     /// Of those, the windows in which it waited for its CPU more than a tenth of the window.
@@ -514,8 +514,9 @@ pub(crate) struct Worker {
     driven_spin: Duration,
     /// `wcfg.driven_spin_us`, or its default for this worker's placement.
     spin_base: Duration,
-    /// Left to its default (`wcfg.driven_spin_us` unset), the spin follows how the driving
-    /// thread shares its CPU: windows of its run delay and its yields (`dataplane::contention`).
+    /// With `wcfg.detect_shared_cpu` (and `driven_spin_us` unset), the spin follows how the
+    /// driving thread shares its CPU: windows of its run delay and its yields
+    /// (`dataplane::contention`).
     contention: Option<(Contention, RunDelay)>,
     emss: usize,
     rbuf: Vec<u8>,
@@ -623,7 +624,7 @@ impl Worker {
         let post_flags = Arc::new(PostFlags::new(post_flag_slots(tcp.max_connections)));
         let driven_spin =
             Duration::from_micros(wcfg.driven_spin_us.unwrap_or(DRIVEN_SPIN_ALONE_US));
-        let adaptive = wcfg.driven_spin_us.is_none();
+        let adaptive = wcfg.driven_spin_us.is_none() && wcfg.detect_shared_cpu;
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = rand::random();
         let mut iface = Interface::new(config, &mut dev, st_now(t0));
