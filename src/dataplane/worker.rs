@@ -720,6 +720,31 @@ impl Worker {
         }
     }
 
+    /// The clock of this pass: read when the previous pass did work, and every 16th idle pass
+    /// (an idle pass costs little more than a clock read, and smoltcp's timers are
+    /// millisecond ones); the time since the last read goes to the busy or idle account.
+    #[inline]
+    fn pass_now(&mut self) -> Instant {
+        if !self.idle_passes.is_multiple_of(16) {
+            return self.pass_clock;
+        }
+        let n = Instant::now();
+        // One conversion per clock read serves the accounting and smoltcp's clock (a
+        // `Duration` subtraction costs about 50 instructions).
+        let ns = n.saturating_duration_since(self.t0).as_nanos() as u64;
+        // Since the last read: one pass that did work (idle_passes was reset by it), or 16
+        // that did not.
+        let dt = ns.saturating_sub(self.pass_ns);
+        if self.idle_passes == 0 {
+            self.stats.busy_ns += dt;
+        } else {
+            self.stats.idle_ns += dt;
+        }
+        self.pass_clock = n;
+        self.pass_ns = ns;
+        n
+    }
+
     /// One pass of every phase; true if anything happened (a command, a frame, bytes moved, a
     /// completion or event).
     pub fn poll_once(&mut self) -> bool {
@@ -738,28 +763,7 @@ impl Worker {
         // Commands (connect, listen, accept) and MPA startups change which sockets have
         // something to send in ways the egress below does not track: it then visits them all.
         self.sched.egress_all |= work;
-        // The clock is read when the previous pass did work, and every 16th idle pass: an idle
-        // pass costs little more than a clock read, and smoltcp's timers are millisecond ones.
-        let now = if self.idle_passes.is_multiple_of(16) {
-            let n = Instant::now();
-            // One conversion per clock read serves the accounting and smoltcp's clock (a
-            // `Duration` subtraction costs about 50 instructions; three a pass were 1.5 % of a
-            // 64 B Send's, scripts/instructions).
-            let ns = n.saturating_duration_since(self.t0).as_nanos() as u64;
-            // Since the last read: one pass that did work (idle_passes was reset by it), or
-            // 16 that did not.
-            let dt = ns.saturating_sub(self.pass_ns);
-            if self.idle_passes == 0 {
-                self.stats.busy_ns += dt;
-            } else {
-                self.stats.idle_ns += dt;
-            }
-            self.pass_clock = n;
-            self.pass_ns = ns;
-            n
-        } else {
-            self.pass_clock
-        };
+        let now = self.pass_now();
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
         // places straight from the frames (`place_lent`).
         self.sweeping = now >= self.sweep_at;
@@ -845,40 +849,45 @@ impl Worker {
             self.last_work = now;
             self.idle_passes = 0;
         } else {
-            // Driven mode, long idle: whatever this thread waits for may need the core it
-            // holds (a peer process on the same core, the other end of a memif or net_ring
-            // link), and a thread that never blocks keeps the core for its whole time slice,
-            // milliseconds: two driven processes on one core moved 1 Gbit/s where they move
-            // 30 on two. So past `driven_spin_us` without work, every 16th idle pass (those
-            // that read the clock) yields. Background workers back off in `back_off`.
-            if !self.background
-                && !self.wcfg.busy_poll
-                && self.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
-            {
-                self.check_contention(now);
-                // With `warm_us` the keep-alives and their answers are frames without
-                // application work: the spin counts from the last application work, so that a
-                // worker whose CPU is shared still yields, finds that it takes turns, and stops
-                // warming (`warm`); on a CPU of its own a yield returns at once.
-                let idle_from = if self.wcfg.warm_us != 0 {
-                    self.warm.last_app_work
-                } else {
-                    self.last_work
-                };
-                if now.saturating_duration_since(idle_from) >= self.driven_spin {
-                    self.stats.idle_yields += 1;
-                    std::thread::yield_now();
-                    if let Some((c, _)) = self.contention.as_mut() {
-                        c.note_yield(Instant::now().saturating_duration_since(now));
-                    }
-                }
-            }
-            if self.wcfg.warm_us != 0 && self.idle_passes.is_multiple_of(16) {
-                self.warm(now);
-            }
-            self.idle_passes = self.idle_passes.wrapping_add(1);
+            self.idle_pass(now);
         }
         work
+    }
+
+    /// The end of a pass that found nothing to do. Driven mode, long idle: whatever this
+    /// thread waits for may need the core it holds (a peer process on the same core, the
+    /// other end of a memif or net_ring link), and a thread that never blocks keeps the core
+    /// for its whole time slice, milliseconds: two driven processes on one core moved
+    /// 1 Gbit/s where they move 30 on two. So past `driven_spin_us` without work, every 16th
+    /// idle pass (those that read the clock) yields. Background workers back off in
+    /// `back_off`.
+    fn idle_pass(&mut self, now: Instant) {
+        if !self.background
+            && !self.wcfg.busy_poll
+            && self.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
+        {
+            self.check_contention(now);
+            // With `warm_us` the keep-alives and their answers are frames without
+            // application work: the spin counts from the last application work, so that a
+            // worker whose CPU is shared still yields, finds that it takes turns, and stops
+            // warming (`warm`); on a CPU of its own a yield returns at once.
+            let idle_from = if self.wcfg.warm_us != 0 {
+                self.warm.last_app_work
+            } else {
+                self.last_work
+            };
+            if now.saturating_duration_since(idle_from) >= self.driven_spin {
+                self.stats.idle_yields += 1;
+                std::thread::yield_now();
+                if let Some((c, _)) = self.contention.as_mut() {
+                    c.note_yield(Instant::now().saturating_duration_since(now));
+                }
+            }
+        }
+        if self.wcfg.warm_us != 0 && self.idle_passes.is_multiple_of(16) {
+            self.warm(now);
+        }
+        self.idle_passes = self.idle_passes.wrapping_add(1);
     }
 
     /// `worker.warm_us`, on an idle pass, while a connection sent data less than `WARM_FOR`
