@@ -22,6 +22,7 @@
 //!    position-zero read chunk the client pulls and acknowledges with RDMA_DONE (freed on DONE or
 //!    after `done_timeout`).
 
+use crossbeam_queue::SegQueue;
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -574,6 +575,22 @@ struct PoolJob {
     /// Wakes the thread that serves the connection once the result is sent (a QP's driver
     /// thread, which may be asleep; a reactor never sleeps long and needs none).
     wake: Option<QpWaker>,
+    /// Names the connection to its reactor once the result is sent.
+    ready: Option<ReadyToken>,
+}
+
+/// A connection's name on its reactor's ready queue: a reactor polls the connections named
+/// there (and all of them now and then), not every connection on every pass.
+#[derive(Clone)]
+struct ReadyToken {
+    queue: Arc<SegQueue<usize>>,
+    token: usize,
+}
+
+impl ReadyToken {
+    fn raise(&self) {
+        self.queue.push(self.token);
+    }
 }
 
 /// A blocking call's outcome, back to its connection.
@@ -595,6 +612,8 @@ struct Offload {
     waiting: VecDeque<PoolJob>,
     /// Given to every job ([`PoolJob::wake`]).
     wake: Option<QpWaker>,
+    /// Given to every job ([`PoolJob::ready`]): set by the reactor that serves the connection.
+    ready: Option<ReadyToken>,
 }
 
 impl Offload {
@@ -606,6 +625,7 @@ impl Offload {
             done,
             waiting: VecDeque::new(),
             wake,
+            ready: None,
         }
     }
 }
@@ -631,6 +651,9 @@ fn handler_thread(jobs: crossbeam_channel::Receiver<PoolJob>) {
         if let Some(w) = &j.wake {
             w.wake();
         }
+        if let Some(r) = &j.ready {
+            r.raise();
+        }
     }
 }
 
@@ -645,13 +668,7 @@ impl Reactors {
         let mut pools = Vec::new();
         for k in 0..net.workers() {
             let (tx, rx) = crossbeam_channel::unbounded();
-            let r = Reactor {
-                net: net.clone(),
-                k,
-                conns: Vec::new(),
-                incoming: rx,
-                stop: stop.clone(),
-            };
+            let r = Reactor::new(net.clone(), k, rx, stop.clone());
             thread::Builder::new()
                 .name(format!("rpc-reactor{k}"))
                 .spawn(move || r.run())?;
@@ -679,12 +696,131 @@ const REACTOR_NAP: Duration = Duration::from_micros(50);
 struct Reactor {
     net: Net,
     k: usize,
-    conns: Vec<ConnServer>,
+    /// The connections, by token (a freed slot is reused).
+    conns: Vec<Option<ConnServer>>,
+    free: Vec<usize>,
     incoming: crossbeam_channel::Receiver<ConnServer>,
     stop: Arc<AtomicBool>,
+    /// Tokens of connections with something to do: their CQ got a completion after they
+    /// asked (`Cq::req_notify`), or the handler pool finished one of their calls.
+    ready: Arc<SegQueue<usize>>,
+    /// The connections the next pass polls, each once (`listed`).
+    next: Vec<usize>,
+    listed: Vec<bool>,
+    /// The list a pass walks (kept for its allocation).
+    walking: Vec<usize>,
+    /// Passes in a row each connection found nothing to do.
+    quiet: Vec<u32>,
+    passes: u64,
 }
 
+/// Every this many passes a reactor polls every connection, not only those named ready: for
+/// the timers a connection keeps (`done_wait`) and for a completion another thread queued
+/// while the connection was asking to be notified (`Cq::req_notify`).
+const REACTOR_FULL_PASS: u64 = 512;
+
+/// Passes a connection stays on a reactor's list after its last work before it waits for a
+/// notification instead.
+const REACTOR_QUIET: u32 = 64;
+
 impl Reactor {
+    fn new(
+        net: Net,
+        k: usize,
+        incoming: crossbeam_channel::Receiver<ConnServer>,
+        stop: Arc<AtomicBool>,
+    ) -> Reactor {
+        Reactor {
+            net,
+            k,
+            conns: Vec::new(),
+            free: Vec::new(),
+            incoming,
+            stop,
+            ready: Arc::new(SegQueue::new()),
+            next: Vec::new(),
+            listed: Vec::new(),
+            walking: Vec::new(),
+            quiet: Vec::new(),
+            passes: 0,
+        }
+    }
+
+    fn list(&mut self, token: usize) {
+        if let Some(l) = self.listed.get_mut(token) {
+            if !*l && self.conns[token].is_some() {
+                *l = true;
+                self.next.push(token);
+            }
+        }
+    }
+
+    fn add(&mut self, mut c: ConnServer) {
+        let token = match self.free.pop() {
+            Some(t) => t,
+            None => {
+                self.conns.push(None);
+                self.listed.push(false);
+                self.quiet.push(0);
+                self.conns.len() - 1
+            }
+        };
+        c.ep.rcq.set_notify(self.ready.clone(), token);
+        if let Some(o) = c.offload.as_mut() {
+            o.ready = Some(ReadyToken {
+                queue: self.ready.clone(),
+                token,
+            });
+        }
+        self.conns[token] = Some(c);
+        self.quiet[token] = 0;
+        self.list(token);
+    }
+
+    /// Poll the connections listed; true if one of them did anything. A connection that did
+    /// work is polled again on the next pass, and so is one quiet for fewer than
+    /// `REACTOR_QUIET` passes (a busy connection's next call is a pass or two away: asking
+    /// for a notification and taking it costs atomic operations a poll does not); then it
+    /// asks its CQ to name it when a completion comes (and is polled again at once if one
+    /// came meanwhile).
+    fn serve(&mut self) -> bool {
+        let mut served = false;
+        let mut now = std::mem::replace(&mut self.next, std::mem::take(&mut self.walking));
+        for &t in &now {
+            self.listed[t] = false;
+        }
+        for &t in &now {
+            let Some(c) = self.conns[t].as_mut() else {
+                continue;
+            };
+            match c.poll() {
+                Ok(w) => {
+                    served |= w;
+                    let q = &mut self.quiet[t];
+                    *q = if w { 0 } else { q.saturating_add(1) };
+                    let again = *q < REACTOR_QUIET
+                        || c.offload.as_ref().is_some_and(|o| !o.waiting.is_empty())
+                        || {
+                            c.ep.rcq.req_notify();
+                            !c.ep.rcq.is_empty()
+                        };
+                    if again {
+                        self.list(t);
+                    }
+                }
+                Err(e) => {
+                    if let Some(c) = self.conns[t].take() {
+                        c.end(Err(e));
+                    }
+                    self.free.push(t);
+                }
+            }
+        }
+        now.clear();
+        self.walking = now;
+        served
+    }
+
     fn run(mut self) {
         self.net.attach_worker(self.k);
         let mut last_work = Instant::now();
@@ -692,23 +828,19 @@ impl Reactor {
         loop {
             let mut work = self.net.poll_worker(self.k);
             while let Ok(c) = self.incoming.try_recv() {
-                self.conns.push(c);
+                self.add(c);
                 work = true;
             }
-            let mut i = 0;
-            let mut served = false;
-            while i < self.conns.len() {
-                match self.conns[i].poll() {
-                    Ok(w) => {
-                        served |= w;
-                        i += 1;
-                    }
-                    Err(e) => {
-                        let c = self.conns.swap_remove(i);
-                        c.end(Err(e));
-                    }
+            while let Some(t) = self.ready.pop() {
+                self.list(t);
+            }
+            self.passes += 1;
+            if self.passes.is_multiple_of(REACTOR_FULL_PASS) {
+                for t in 0..self.conns.len() {
+                    self.list(t);
                 }
             }
+            let served = self.serve();
             if served {
                 // What the connections just posted (replies, RDMA Reads) goes out now, all of
                 // it in one send-side pass, not after the next pass's receive phase.
@@ -719,7 +851,7 @@ impl Reactor {
                 idle_passes = 0;
                 continue;
             }
-            if self.conns.is_empty() && self.stop.load(Ordering::Acquire) {
+            if self.free.len() == self.conns.len() && self.stop.load(Ordering::Acquire) {
                 return;
             }
             // Idle: spin a while (the next call is usually microseconds away), then nap so an
@@ -1546,6 +1678,7 @@ impl ConnServer {
                     reg: self.reg.clone(),
                     reply_to: off.done_tx.clone(),
                     wake: off.wake.clone(),
+                    ready: off.ready.clone(),
                 });
                 self.poll_offload()?;
                 return Ok(());

@@ -123,6 +123,17 @@ pub struct Cq {
     tx: Sender<WorkCompletion>,
     rx: Receiver<WorkCompletion>,
     driver: Arc<std::sync::OnceLock<CqDriver>>,
+    notify: Arc<std::sync::OnceLock<CqNotify>>,
+}
+
+/// Where a [`Cq`] says that it has something once asked to ([`Cq::req_notify`]): the
+/// `token` goes on the `ready` queue, as `ibv_req_notify_cq` and a completion channel tell a
+/// verbs program which CQ to poll. For an owner that serves many CQs and should visit only
+/// those with completions in them, not all of them on every pass.
+struct CqNotify {
+    ready: Arc<SegQueue<usize>>,
+    token: usize,
+    armed: AtomicBool,
 }
 
 impl Cq {
@@ -134,7 +145,34 @@ impl Cq {
             tx,
             rx,
             driver: Arc::new(std::sync::OnceLock::new()),
+            notify: Arc::new(std::sync::OnceLock::new()),
         }
+    }
+
+    /// Name this queue `token` on `ready` for [`Cq::req_notify`]. Set once; later calls are
+    /// ignored.
+    pub fn set_notify(&self, ready: Arc<SegQueue<usize>>, token: usize) {
+        let _ = self.notify.set(CqNotify {
+            ready,
+            token,
+            armed: AtomicBool::new(false),
+        });
+    }
+
+    /// Ask for the next completion to put this queue's token on its ready queue, once
+    /// (`ibv_req_notify_cq`; nothing without [`Cq::set_notify`]). As with verbs, a completion
+    /// queued before the request does not notify: poll again after asking ([`Cq::is_empty`]).
+    /// Completions pushed by another thread while the request is made may notify late; an
+    /// owner that takes them from other threads also polls every queue now and then.
+    pub fn req_notify(&self) {
+        if let Some(n) = self.notify.get() {
+            n.armed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether no completion is queued.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
     }
 
     /// Run to completion: whenever this queue is polled or waited on while empty, it runs
@@ -214,7 +252,15 @@ impl Cq {
 
     pub(crate) fn push(&self, wc: WorkCompletion) {
         match self.tx.try_send(wc) {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(n) = self.notify.get() {
+                    // A plain load while not asked (a busy owner never asks): the swap only
+                    // for the one completion that answers a request.
+                    if n.armed.load(Ordering::SeqCst) && n.armed.swap(false, Ordering::AcqRel) {
+                        n.ready.push(n.token);
+                    }
+                }
+            }
             Err(TrySendError::Full(wc)) => {
                 log::error!("cq: overrun, completion lost: {wc:?}")
             }
@@ -1096,5 +1142,49 @@ fn error_wc(wr_id: u64, opcode: WcOpcode, e: &PostError) -> WorkCompletion {
         byte_len: 0,
         invalidated_rkey: None,
         solicited: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            invalidated_rkey: None,
+            solicited: false,
+        }
+    }
+
+    /// `req_notify`: the next completion puts the queue's token on the ready queue, once; a
+    /// completion without a request, or a second one after the first answered it, does not.
+    #[test]
+    fn a_requested_notification_names_the_queue_once() {
+        let ready = Arc::new(SegQueue::new());
+        let cq = Cq::new(16);
+        cq.push(wc(1));
+        cq.set_notify(ready.clone(), 7);
+        cq.push(wc(2));
+        assert!(ready.is_empty(), "not asked");
+        cq.req_notify();
+        assert!(
+            !cq.is_empty(),
+            "completions queued before the request are still there"
+        );
+        cq.push(wc(3));
+        cq.push(wc(4));
+        assert_eq!(ready.pop(), Some(7));
+        assert_eq!(ready.pop(), None, "notified once per request");
+        for id in 1..=4 {
+            assert_eq!(cq.try_poll_one().map(|w| w.wr_id), Some(id));
+        }
+        assert!(cq.is_empty());
+        cq.req_notify();
+        cq.push(wc(5));
+        assert_eq!(ready.pop(), Some(7));
     }
 }

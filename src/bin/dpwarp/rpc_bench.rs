@@ -154,6 +154,10 @@ pub struct Args {
     /// then has each connection's calls and the slowest one's share of the mean (min_share).
     #[arg(long, default_value_t = 1)]
     connections: usize,
+    /// Connections opened before the measurement and held through it without a call (RDMA,
+    /// without --compare): what quiet connections cost the busy ones.
+    #[arg(long, default_value_t = 0)]
+    idle_connections: usize,
     /// Busy-poll receive CQs this many microseconds before sleeping (client and in-process server).
     #[arg(long, default_value_t = dpwarp::rpc::server::POLL_SPIN_US)]
     poll_spin_us: u64,
@@ -350,9 +354,13 @@ fn start_servers(a: &Args, net: Option<&Net>, store_size: usize) -> Result<Serve
     let mut reg = Registry::new();
     block::register(&mut reg, store);
     let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let d = ServerConfig::default();
+    // Room in the in-process server's credit pool for every connection the bench opens.
+    let wanted = a.connections * a.credits as usize + a.idle_connections * 2;
     let scfg = ServerConfig {
         poll_spin: Duration::from_micros(a.poll_spin_us),
-        ..ServerConfig::default()
+        credit_pool: d.credit_pool.max(u32::try_from(wanted).unwrap_or(u32::MAX)),
+        ..d
     };
     let rdma = match (a.server, net) {
         (Some(s), _) => s,
@@ -1176,6 +1184,25 @@ pub fn run(a: Args) -> Result<(), String> {
     let op = a.op.name();
     let l = load(op, a.size, a.credits);
     let mut per_conn = None;
+    let mut idle = Vec::with_capacity(a.idle_connections);
+    if a.idle_connections > 0 {
+        let Some(net) = net
+            .as_ref()
+            .filter(|_| a.proto == Proto::Rdma && !a.compare)
+        else {
+            return Err("--idle-connections is for the RDMA side without --compare".into());
+        };
+        let cfg = ClientConfig {
+            credits: 1,
+            ..ClientConfig::default()
+        };
+        for i in 0..a.idle_connections {
+            idle.push(
+                net.connect(servers.rdma, cfg.clone())
+                    .map_err(|e| format!("idle connection {i}: {e}"))?,
+            );
+        }
+    }
     let st = match (a.proto, net.as_ref()) {
         (Proto::Rdma, Some(net)) if a.connections > 1 => {
             let (st, pc) = bench_rdma_many(net, servers.rdma, l, a.poll_spin_us, a.connections)?;
@@ -1213,6 +1240,7 @@ pub fn run(a: Args) -> Result<(), String> {
             "calls_per_s": st.rate(), "p50_us": st.pct(0.5), "p99_us": st.pct(0.99),
             "p999_us": st.pct(0.999), "gbps": st.gbps(),
             "connections": per_conn.as_ref().map_or(1, Vec::len),
+            "idle_connections": idle.len(),
             "per_connection_calls": per_conn,
             "min_share": shares.map(|s| s.0),
             "max_share": shares.map(|s| s.1),

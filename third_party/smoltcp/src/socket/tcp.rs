@@ -1078,7 +1078,7 @@ impl<'a> Socket<'a> {
 
         let last_win = (self.remote_last_win as usize) << self.remote_win_shift;
         // dpwarp: what is left of the last advertised window, 0 once the peer has sent past
-        // its right edge. A peer may (it ignores the window, or the receive sink and the
+        // its right edge. A peer may (it ignores the window, or lent payload and the
         // application's reads moved RCV.NXT past that edge, which the socket accepts up to its
         // buffer's capacity): `last_ack + last_win - next_ack` then panicked ("subtract
         // sequence numbers with underflow") in the next `dispatch`.
@@ -2428,8 +2428,8 @@ impl<'a> Socket<'a> {
         };
         // dpwarp: RFC 9293 section 3.10.7.4, seventh step: in CLOSE-WAIT, CLOSING, LAST-ACK
         // and TIME-WAIT the peer's FIN has been received, so "ignore the segment text".
-        // Upstream placed octets past the FIN in the receive buffer, where `recv` (and the
-        // receive sink) delivered them after the end of the stream (found by dpwarp's fuzz
+        // Upstream placed octets past the FIN in the receive buffer, where `recv` (and a
+        // loan) delivered them after the end of the stream (found by dpwarp's fuzz
         // target `tcp_ingress`).
         let (payload, payload_offset) = if matches!(
             self.state,
@@ -4183,7 +4183,7 @@ mod test {
     }
 
     /// dpwarp: a peer that sends past the right edge of the window we last advertised, into
-    /// room the receive sink freed since (the socket accepts up to its buffer's capacity),
+    /// room lending freed since (the socket accepts up to its buffer's capacity),
     /// must not make the next `dispatch` panic: the window left of the last advertisement
     /// is 0, not a negative sequence-number difference (found by the test below).
     #[test]
@@ -4225,12 +4225,12 @@ mod test {
     /// of ours or not, with SACK blocks, PSH or FIN; our sends, dispatches, reads and the
     /// clock), one with the predicted path off; after every event their replies, what they
     /// send, what they deliver and their whole state (`Debug`) must be equal. With and
-    /// without a receive sink and a delayed ACK.
+    /// without lending and a delayed ACK.
     #[test]
     fn test_predicted_path_equals_the_full_path() {
         let mut taken = 0;
         for variant in 0..4 {
-            let (sink, delay) = (variant & 1 == 1, variant & 2 == 2);
+            let (lending, delay) = (variant & 1 == 1, variant & 2 == 2);
             let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ variant;
             let mut rnd = move |n: u64| {
                 seed ^= seed << 13;
@@ -4247,7 +4247,7 @@ mod test {
             let mut sunk: [Vec<u8>; 2] = Default::default();
             for s in socks.iter_mut() {
                 s.set_ack_delay(delay.then(|| Duration::from_millis(10)));
-                s.set_rx_lend(sink);
+                s.set_rx_lend(lending);
             }
             let mut now = Instant::from_millis(0);
             // The peer's view: the next octet it sends, and what of ours it acknowledges.
@@ -4346,7 +4346,7 @@ mod test {
                     }
                     assert_eq!(got[0], got[1], "step {step}: read");
                     // Lending off for a while (a consumer that takes the buffered path).
-                    let lend = sink && rnd(3) != 0;
+                    let lend = lending && rnd(3) != 0;
                     for s in socks.iter_mut() {
                         s.set_rx_lend(lend);
                     }
