@@ -1196,6 +1196,11 @@ impl ConnServer {
                 }
             }
         }
+        // `is_empty` first: crossbeam's `try_recv` on an empty channel issues a full fence,
+        // and a reactor polls its busy connections on every pass.
+        if off.done.is_empty() {
+            return Ok(work);
+        }
         let done: Vec<PoolDone> = off.done.try_iter().collect();
         for d in done {
             work = true;
