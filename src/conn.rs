@@ -17,8 +17,8 @@ use crate::mpa::{
 };
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
-    GatherCache, InlineData, MemoryTable, Opcode, PdId, PostError, QpConfig, QpEngine, QpEvent,
-    QpState, RecvWr, RtrKind, RtrRole, SendWr, WcStatus, WorkCompletion,
+    InlineData, MemoryTable, Opcode, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr,
+    RtrKind, RtrRole, SendWr, WcStatus, WorkCompletion,
 };
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::TxBuf;
@@ -262,13 +262,11 @@ impl Connection {
                 }
             } else {
                 // The QP engine gathers each ULPDU straight into its FPDU: one copy fewer.
-                // One STag lookup and lock per region for the run, not per ULPDU.
-                let mut gather = GatherCache::default();
                 while out.len() < budget_end {
                     let qp = &mut d.qp;
                     if !d
                         .framer
-                        .frame_into(out, |o| qp.poll_ulpdu_gather(o, usize::MAX, &mut gather))
+                        .frame_into(out, |o| qp.poll_ulpdu_max(o, usize::MAX))
                     {
                         break;
                     }
@@ -310,18 +308,12 @@ impl Connection {
         }
         let start = out.len();
         if let Some(d) = self.data.as_mut() {
-            // One STag lookup and lock per region for the run, not per ULPDU; released
-            // before the engine runs on (placement into the region waits while it is held).
-            let mut gather = GatherCache::default();
             while let Some(max) = Framer::max_ulpdu_for_room(out.room()) {
                 if max < MIN_ULPDU_ROOM {
                     break;
                 }
                 let qp = &mut d.qp;
-                if !d
-                    .framer
-                    .frame_into(out, |o| qp.poll_ulpdu_gather(o, max, &mut gather))
-                {
+                if !d.framer.frame_into(out, |o| qp.poll_ulpdu_max(o, max)) {
                     break;
                 }
                 if let Some(e) = ends.as_deref_mut() {

@@ -39,8 +39,8 @@ pub mod crc;
 pub mod dataplane;
 // The DPDK FFI fence: one of the three places that allow `unsafe` (its own
 // `#![allow(unsafe_code)]`), beside `nfs::sys` (the file-handle system calls) and the
-// memory-region code in `rdma::memory` (prefetches, the read lock a gather run holds); every
-// block with a `// SAFETY:` comment.
+// memory-region code in `rdma::memory` (two prefetch hints); every block with a `// SAFETY:`
+// comment.
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod latency;

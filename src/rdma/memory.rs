@@ -13,8 +13,17 @@
 //! Region addresses are verbs-like absolute addresses: `[mr.addr(), mr.addr() + mr.len())`; the
 //! address is the heap address of the region's buffer (unique while the region lives, like a VA).
 //! Each region's bytes sit behind an `RwLock`, so placement from an engine thread and local CPU
-//! access never race. A transmit pass that frames many ULPDUs from one region takes its STag
-//! lookup and read lock once for the run ([`GatherCache`]), still checking every ULPDU.
+//! access never race.
+//!
+//! One table, one writer at a time (register, deregister, invalidate take the table's write
+//! lock), and readers that take guards: every access by STag, whichever side makes it (a
+//! received segment placed, an outgoing ULPDU gathered, a work request's SGEs checked at
+//! post), goes through `MemoryTable::checked`: the STag's lookup (index and key, RFC 5040
+//! §8.1.1), then [`Checks::check`] (not invalidated, PD, rights, bounds, in RFC 5041 §7.1's
+//! order); the bytes are then read or written under the region's own lock, taken for that one
+//! access. Nothing holds a region between two accesses (a message's next segment looks its
+//! STag up again), so deregistration and invalidation take effect at the next segment. The
+//! one cache is [`Recent`], a thread's last lookups, which spares the table's lock.
 //! Every address computation a peer influences (TO, lengths) is overflow-checked.
 
 use std::cell::RefCell;
@@ -624,7 +633,10 @@ impl MemoryTable {
         Ok(())
     }
     /// `check` then append `len` bytes of the region at `addr` to `out` (the engine gathers an
-    /// outgoing ULPDU this way without zero-filling first).
+    /// outgoing ULPDU this way without zero-filling first). Each ULPDU is checked and read
+    /// under its own lookup and read lock, as each received segment is placed
+    /// ([`MemoryTable::write`]): nothing is held between two of them, so a region
+    /// deregistered or invalidated between two ULPDUs of one message refuses the next.
     pub fn read_append<B: TxBuf + ?Sized>(
         &self,
         stag: u32,
@@ -634,39 +646,8 @@ impl MemoryTable {
         need: Access,
         out: &mut B,
     ) -> Result<(), MemoryError> {
-        self.read_append_cached(&mut GatherCache::default(), stag, pd, addr, len, need, out)
-    }
-
-    /// [`MemoryTable::read_append`] for one of a run of gathers (the ULPDUs one transmit pass
-    /// frames): the region and a read lock on its bytes stay in `cache` after the first, so
-    /// each further ULPDU from the same region costs no STag lookup and no lock. Every call
-    /// still makes every check, in the same order (a region deregistered or invalidated
-    /// meanwhile fails as it would uncached).
-    #[allow(clippy::too_many_arguments)]
-    pub fn read_append_cached<B: TxBuf + ?Sized>(
-        &self,
-        cache: &mut GatherCache,
-        stag: u32,
-        pd: PdId,
-        addr: u64,
-        len: usize,
-        need: Access,
-        out: &mut B,
-    ) -> Result<(), MemoryError> {
-        if let Some(h) = &cache.held {
-            let r = &h.region;
-            // Still registered (the STag check: a deregistered region left the table).
-            if h.table == self.inner.id && r.stag == stag && r.live.load(Ordering::Acquire) {
-                let off = r.check(pd, addr, len, need)?;
-                gather(h.bytes(), off, len, out);
-                return Ok(());
-            }
-        }
-        // Released before another lock is taken: it may be the same memory's.
-        cache.held = None;
-        let (region, off) = self.checked(stag, pd, addr, len, need)?;
-        let held = cache.held.insert(Held::new(self.inner.id, region));
-        gather(held.bytes(), off, len, out);
+        let (r, off) = self.checked(stag, pd, addr, len, need)?;
+        gather(&r.bytes(), off, len, out);
         Ok(())
     }
 }
@@ -685,106 +666,6 @@ fn gather<B: TxBuf + ?Sized>(bytes: &[u8], off: usize, len: usize, out: &mut B) 
     }
 }
 
-/// The region a tagged message (an RDMA Write, a Read Response) places into, held by its
-/// QP from the message's first segment to its last ([`MemoryTable::write_cached`]): the
-/// segments of one message name the same STag (RFC 5041 §5.1), so the region is looked up
-/// once a message instead of once a segment, each lookup a reference count taken and dropped
-/// (two atomic read-modify-writes; a 64 KiB Write at MTU 1500 is 46 segments). Every segment
-/// is still checked in full. No byte lock is held between segments.
-#[derive(Default)]
-pub struct PlaceCache {
-    held: Option<(u64, Arc<Region>)>,
-}
-
-impl PlaceCache {
-    /// Let the region go (the message ended early: the stream failed).
-    pub fn clear(&mut self) {
-        self.held = None;
-    }
-}
-
-impl MemoryTable {
-    /// [`MemoryTable::write`] for a segment of a tagged message: the region stays in `cache`
-    /// until the message's `last` segment has been placed (or refused). The checks are made
-    /// for every segment, in RFC 5041 §7.1's order: a region deregistered or invalidated
-    /// between two segments refuses the next.
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_cached(
-        &self,
-        cache: &mut PlaceCache,
-        stag: u32,
-        pd: PdId,
-        addr: u64,
-        data: &[u8],
-        need: Access,
-        last: bool,
-    ) -> Result<(), MemoryError> {
-        let id = self.inner.id;
-        // Taken out of the cache (a move: no reference count touched), put back unless the
-        // message ends here.
-        let r = match cache.held.take() {
-            Some((t, r)) if t == id && r.stag == stag && r.live.load(Ordering::Acquire) => r,
-            _ => self.region(stag).ok_or(MemoryError::InvalidStag)?,
-        };
-        let result = r
-            .check(pd, addr, data.len(), need)
-            .map(|off| r.place(off, data));
-        if !last && result.is_ok() {
-            cache.held = Some((id, r));
-        }
-        result
-    }
-}
-
-/// What a run of gathers ([`MemoryTable::read_append_cached`]: the ULPDUs one transmit pass
-/// frames) keeps of the last region it read from: the region, and a read lock on its bytes.
-/// Drop it when the run ends: placement into that memory, and local writes to it, wait while
-/// it is held.
-#[derive(Default)]
-pub struct GatherCache {
-    held: Option<Held>,
-}
-
-/// A region with a read lock on its bytes, taken in [`Held::new`] and released on drop. The
-/// lock is held without a guard object (a guard would borrow from `region`, which `Held` owns,
-/// or with parking_lot's `read_arc` take a reference count of its own: two more atomic
-/// read-modify-writes per run of gathers); `bytes` borrows from `self`, so no slice outlives
-/// the lock.
-struct Held {
-    region: Arc<Region>,
-    /// The table the region was found in (`MemoryTable`'s id).
-    table: u64,
-}
-
-impl Held {
-    fn new(table: u64, region: Arc<Region>) -> Held {
-        // The read lock stays taken until `drop` releases it.
-        std::mem::forget(region.data.read());
-        Held { region, table }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `self` holds a read lock on `region.data` from `new` until `drop`, so no
-        // writer can reach the bytes while the returned slice (borrowed from `self`) lives,
-        // and `self.region` keeps the lock and its bytes allocated.
-        #[allow(unsafe_code)]
-        unsafe {
-            &*self.region.data.data_ptr()
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        // SAFETY: the read lock `new` took (its guard forgotten) is held by this `Held` alone
-        // and released exactly once, here; no slice from `bytes` outlives `self`.
-        #[allow(unsafe_code)]
-        unsafe {
-            self.region.data.force_unlock_read();
-        }
-    }
-}
-
 /// A registered memory region: a cheap `Clone` handle, `Send + Sync`.
 #[derive(Clone)]
 pub struct Mr {
@@ -793,9 +674,8 @@ pub struct Mr {
 
 impl Mr {
     /// The region's bytes as a `Vec`, without copying, once the region is deregistered and this
-    /// is its last handle (the table and the engines hold none then; a QP holds a region only
-    /// while a tagged message into it is arriving, from its first segment to its last,
-    /// [`PlaceCache`]); otherwise the handle back.
+    /// is its last handle (the table and the engines hold none then: an engine holds a region
+    /// only during one access, and [`Recent`] holds it weakly); otherwise the handle back.
     /// For data RDMA-Read into a fresh region and then handed on (an RPC WRITE's data on its way
     /// to a file): the bytes land once, where they are used.
     /// Memory registered with [`MemoryTable::register_shared`] stays shared: `Err` while the
@@ -1065,79 +945,76 @@ mod tests {
         }
     }
 
-    /// A run of gathers keeps one region's read lock between calls (no lookup, no lock per
-    /// ULPDU), still makes every check on every call, moves to another region when asked,
-    /// and holds nothing once dropped.
+    /// Each access, placement or gather, is checked on its own and holds nothing after it:
+    /// a message's segments and ULPDUs look the STag up one by one, so a deregistration or
+    /// an invalidation between two of them refuses the next (RFC 5040 §5.3, RFC 5041 §7.1),
+    /// the checks of a region looked up just before still run in full (PD, rights, bounds),
+    /// and the region's bytes stay free for local access and for `Mr::into_bytes`.
     #[test]
-    fn gather_cache_holds_one_lock_per_run_and_checks_every_call() {
+    fn every_access_is_checked_alone_and_holds_nothing_after() {
         let m = MemoryTable::new();
         let pd = m.alloc_pd();
-        let a = m.register(pd, 256, Access::LOCAL_WRITE | Access::REMOTE_READ);
-        let b = m.register(pd, 256, Access::LOCAL_WRITE);
-        a.write_at(0, &[7u8; 256]);
-        b.write_at(0, &[9u8; 256]);
-        let mut cache = GatherCache::default();
-        let mut out = Vec::new();
-        let none = Access(0);
-        m.read_append_cached(&mut cache, a.stag(), pd, a.addr(), 100, none, &mut out)
-            .unwrap();
-        assert!(a.try_bytes_mut().is_none(), "the run holds a's lock");
-        m.read_append_cached(
-            &mut cache,
-            a.stag(),
-            pd,
-            a.addr() + 100,
-            156,
-            none,
-            &mut out,
-        )
-        .unwrap();
-        assert_eq!(out, vec![7u8; 256]);
-        // Checks on a held region: PD, rights, bounds, in that order (RFC 5041 §7.1).
-        let other_pd = m.alloc_pd();
+        let w = Access::REMOTE_WRITE;
         let e = |r: Result<(), MemoryError>| r.unwrap_err();
+        let mr = m.register(pd, 64, RW);
+        let (stag, addr) = (mr.stag(), mr.addr());
+        m.write(stag, pd, addr, b"ab", w).unwrap();
+        assert!(
+            mr.try_bytes_mut().is_some(),
+            "nothing held between segments"
+        );
+        m.write(stag, pd, addr + 2, b"cd", w).unwrap();
+        let mut out = Vec::new();
+        m.read_append(stag, pd, addr, 4, Access::REMOTE_READ, &mut out)
+            .unwrap();
+        assert!(mr.try_bytes_mut().is_some(), "nothing held between ULPDUs");
+        assert_eq!(out, b"abcd");
+        // A region looked up a moment ago is still checked in full, in RFC 5041 §7.1's order.
+        let other = m.alloc_pd();
         assert_eq!(
-            e(m.read_append_cached(&mut cache, a.stag(), other_pd, a.addr(), 1, none, &mut out)),
+            e(m.write(stag, other, addr, b"x", w)),
             MemoryError::PdMismatch
         );
+        let ro = m.register(pd, 8, Access::REMOTE_READ);
+        m.read_append(ro.stag(), pd, ro.addr(), 1, Access::REMOTE_READ, &mut out)
+            .unwrap();
         assert_eq!(
-            e(m.read_append_cached(
-                &mut cache,
-                a.stag(),
-                pd,
-                a.addr(),
-                1,
-                Access::REMOTE_WRITE,
-                &mut out
-            )),
+            e(m.write(ro.stag(), pd, ro.addr(), b"x", w)),
             MemoryError::Access
         );
         assert_eq!(
-            e(m.read_append_cached(&mut cache, a.stag(), pd, a.addr() + 200, 57, none, &mut out)),
+            e(m.read_append(ro.stag(), pd, ro.addr() + 7, 2, Access(0), &mut out)),
             MemoryError::Bounds
         );
-        // Another region: a's lock is let go.
-        m.read_append_cached(&mut cache, b.stag(), pd, b.addr(), 4, none, &mut out)
-            .unwrap();
-        assert!(a.try_bytes_mut().is_some() && b.try_bytes_mut().is_none());
-        assert_eq!(&out[256..], &[9u8; 4]);
-        // Invalidated or deregistered while held: refused as without the cache.
-        m.invalidate(b.stag(), pd).unwrap();
-        assert_eq!(
-            e(m.read_append_cached(&mut cache, b.stag(), pd, b.addr(), 4, none, &mut out)),
-            MemoryError::Invalidated
-        );
-        m.read_append_cached(&mut cache, a.stag(), pd, a.addr(), 4, none, &mut out)
-            .unwrap();
-        assert!(m.deregister(a.stag()));
-        assert_eq!(
-            e(m.read_append_cached(&mut cache, a.stag(), pd, a.addr(), 4, none, &mut out)),
-            MemoryError::InvalidStag
-        );
-        m.read_append_cached(&mut cache, b.stag(), pd, b.addr(), 0, none, &mut out)
-            .unwrap_err();
-        drop(cache);
-        assert!(a.try_bytes_mut().is_some() && b.try_bytes_mut().is_some());
+        assert!(m.deregister(stag));
+        let v = mr.into_bytes().expect("no engine holds the region");
+        assert_eq!(&v[..4], b"abcd");
+
+        // Between two segments of one message: invalidated, then deregistered.
+        for deregister in [false, true] {
+            let mr = m.register(pd, 64, RW);
+            let (stag, addr) = (mr.stag(), mr.addr());
+            m.write(stag, pd, addr, b"ab", w).unwrap();
+            let want = if deregister {
+                assert!(m.deregister(stag));
+                MemoryError::InvalidStag
+            } else {
+                m.invalidate(stag, pd).unwrap();
+                MemoryError::Invalidated
+            };
+            assert_eq!(m.write(stag, pd, addr + 2, b"cd", w), Err(want));
+            let mut out = Vec::new();
+            assert_eq!(
+                m.read_append(stag, pd, addr, 2, Access(0), &mut out),
+                Err(want)
+            );
+            assert!(out.is_empty());
+            assert_eq!(
+                &mr.to_vec()[..4],
+                b"ab\0\0",
+                "nothing of the refused segment placed"
+            );
+        }
     }
 
     /// `Mr::into_bytes` hands over the very buffer the region placed into (no copy), and only
@@ -1221,83 +1098,6 @@ mod tests {
         );
         let v = mr.into_bytes().expect("the cached checks hold no byte");
         assert_eq!(v[0], b'x');
-    }
-
-    /// A tagged message's segments place through one lookup ([`PlaceCache`]): the region is
-    /// held from the first segment to the last and no longer; every segment is checked, so a
-    /// deregistration or an invalidation between two segments refuses the next, and so do a
-    /// bounds or PD failure, each letting the region go.
-    #[test]
-    fn place_cache_holds_a_region_for_one_message_and_checks_every_segment() {
-        let m = MemoryTable::new();
-        let pd = m.alloc_pd();
-        let w = Access::REMOTE_WRITE;
-        let mr = m.register(pd, 64, RW);
-        let (stag, addr) = (mr.stag(), mr.addr());
-        let mut c = PlaceCache::default();
-        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
-            .unwrap();
-        let mr = mr.into_bytes().expect_err("held while the message goes on");
-        m.write_cached(&mut c, stag, pd, addr + 2, b"cd", w, false)
-            .unwrap();
-        m.write_cached(&mut c, stag, pd, addr + 4, b"ef", w, true)
-            .unwrap();
-        assert!(m.deregister(stag));
-        let v = mr.into_bytes().expect("let go after the last segment");
-        assert_eq!(&v[..6], b"abcdef");
-
-        // Between two segments: invalidated, then deregistered.
-        for deregister in [false, true] {
-            let mr = m.register(pd, 64, RW);
-            let (stag, addr) = (mr.stag(), mr.addr());
-            m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
-                .unwrap();
-            let want = if deregister {
-                assert!(m.deregister(stag));
-                MemoryError::InvalidStag
-            } else {
-                m.invalidate(stag, pd).unwrap();
-                MemoryError::Invalidated
-            };
-            assert_eq!(
-                m.write_cached(&mut c, stag, pd, addr + 2, b"cd", w, false),
-                Err(want)
-            );
-            assert!(c.held.is_none(), "a refused segment lets the region go");
-            assert_eq!(
-                &mr.to_vec()[..4],
-                b"ab\0\0",
-                "nothing of the refused segment placed"
-            );
-        }
-
-        // Bounds and PD, checked on a held region too.
-        let mr = m.register(pd, 8, RW);
-        let (stag, addr) = (mr.stag(), mr.addr());
-        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
-            .unwrap();
-        assert_eq!(
-            m.write_cached(&mut c, stag, pd, addr + 7, b"cd", w, false),
-            Err(MemoryError::Bounds)
-        );
-        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
-            .unwrap();
-        let other = m.alloc_pd();
-        assert_eq!(
-            m.write_cached(&mut c, stag, other, addr + 2, b"cd", w, false),
-            Err(MemoryError::PdMismatch)
-        );
-        // Another STag: the held region is replaced.
-        m.write_cached(&mut c, stag, pd, addr, b"ab", w, false)
-            .unwrap();
-        let mr2 = m.register(pd, 8, RW);
-        m.write_cached(&mut c, mr2.stag(), pd, mr2.addr(), b"xy", w, false)
-            .unwrap();
-        assert!(m.deregister(stag));
-        mr.into_bytes().expect("no longer held");
-        c.clear();
-        assert!(m.deregister(mr2.stag()));
-        mr2.into_bytes().expect("cleared");
     }
 
     /// A thread's recent lookups never outlive the registration: after `deregister` the STag
@@ -1412,21 +1212,12 @@ mod tests {
                 Err(MemoryError::Bounds)
             );
         }
-        let mut cache = GatherCache::default();
         let mut out = Vec::new();
-        m.read_append_cached(&mut cache, w.stag(), pd, w.addr() + 49, 1, RW, &mut out)
+        m.read_append(w.stag(), pd, w.addr() + 49, 1, RW, &mut out)
             .unwrap();
+        m.write(w.stag(), pd, w.addr() + 48, b"xy", RW).unwrap();
         assert_eq!(
-            m.read_append_cached(&mut cache, w.stag(), pd, w.addr() + 49, 2, RW, &mut out),
-            Err(MemoryError::Bounds),
-            "a cached gather checks the window too"
-        );
-        drop(cache);
-        let mut place = PlaceCache::default();
-        m.write_cached(&mut place, w.stag(), pd, w.addr() + 48, b"xy", RW, false)
-            .unwrap();
-        assert_eq!(
-            m.write_cached(&mut place, w.stag(), pd, w.addr() + 49, b"yz", RW, true),
+            m.write(w.stag(), pd, w.addr() + 49, b"yz", RW),
             Err(MemoryError::Bounds)
         );
         assert!(mem.bytes()[..148]

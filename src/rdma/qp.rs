@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use super::memory::{Access, GatherCache, MemoryError, MemoryTable, PdId, PlaceCache};
+use super::memory::{Access, MemoryError, MemoryTable, PdId};
 use super::wr::{
     InlineData, Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,
     MAX_INLINE_DATA,
@@ -169,9 +169,6 @@ struct PostedRecv {
 pub struct QpEngine {
     cfg: QpConfig,
     mem: MemoryTable,
-    /// The region the tagged message being received places into, from its first segment to
-    /// its last ([`PlaceCache`]).
-    place: PlaceCache,
     state: QpState,
     next_seq: u64,
     inflight: VecDeque<Inflight>,
@@ -292,7 +289,6 @@ impl QpEngine {
             prefer_resp: false,
             rq_err: None,
             rx_placed: 0,
-            place: PlaceCache::default(),
             rdmac: false,
         }
     }
@@ -550,8 +546,6 @@ impl QpEngine {
         offending: Option<(&[u8], u16)>,
         rr: Option<ReadRequestRepr>,
     ) {
-        // The message in progress ends here: its region is let go.
-        self.place.clear();
         if self.state == QpState::Terminated {
             log::debug!("rdmap: already terminated; not sending another TERMINATE");
             return;
@@ -586,7 +580,6 @@ impl QpEngine {
 
     /// Flush everything outstanding; `attrib` = a peer TERMINATE's cause and the message it named.
     fn flush_all(&mut self, attrib: Option<(TermCause, Option<TxIdent>)>) {
-        self.place.clear();
         let named = attrib.and_then(|(c, id)| id.map(|id| (c, id)));
         if let Some((cause, id)) = named {
             for (wc, ident) in self.cq.iter_mut() {
@@ -662,21 +655,8 @@ impl QpEngine {
     /// segment is smaller than a full one. Data-carrying messages are cut into DDP segments of
     /// that size (RFC 5041 §5: any segment size up to the MULPDU is allowed).
     pub fn poll_ulpdu_max<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
-        self.poll_ulpdu_gather(out, max, &mut GatherCache::default())
-    }
-
-    /// [`QpEngine::poll_ulpdu_max`] for one of a run of ULPDUs (a transmit pass framing as
-    /// many as fit): `gather` keeps the last region read and its lock between them
-    /// ([`MemoryTable::read_append_cached`]), so the ULPDUs of one message cost one STag
-    /// lookup and one lock, not one each. The caller drops `gather` when the run ends.
-    pub fn poll_ulpdu_gather<B: TxBuf + ?Sized>(
-        &mut self,
-        out: &mut B,
-        max: usize,
-        gather: &mut GatherCache,
-    ) -> bool {
         let start = out.len();
-        let ready = self.poll_ulpdu_max_ietf(out, max, gather);
+        let ready = self.poll_ulpdu_max_ietf(out, max);
         if ready && self.rdmac {
             // RFC 5044 App. C: DDP/RDMAP version 0 on the wire to an RDMAC peer.
             swap_wire_version(out.written_mut(start));
@@ -684,12 +664,7 @@ impl QpEngine {
         ready
     }
 
-    fn poll_ulpdu_max_ietf<B: TxBuf + ?Sized>(
-        &mut self,
-        out: &mut B,
-        max: usize,
-        gather: &mut GatherCache,
-    ) -> bool {
+    fn poll_ulpdu_max_ietf<B: TxBuf + ?Sized>(&mut self, out: &mut B, max: usize) -> bool {
         self.limit = max.max(MIN_ULPDU_ROOM);
         if let Some(t) = self.term_out.take() {
             out.put(&t);
@@ -730,9 +705,9 @@ impl QpEngine {
         self.prefer_resp = !do_resp;
         let start = out.len();
         let ok = if do_resp {
-            self.emit_read_response(out, gather)
+            self.emit_read_response(out)
         } else {
-            self.emit_sq(out, gather)
+            self.emit_sq(out)
         };
         if !ok {
             out.truncate(start);
@@ -891,7 +866,7 @@ impl QpEngine {
         Some(m)
     }
 
-    fn emit_sq<B: TxBuf + ?Sized>(&mut self, out: &mut B, gather: &mut GatherCache) -> bool {
+    fn emit_sq<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
         if self.tx_cur.is_none() {
             match self.start_sq() {
                 Some(m) => self.tx_cur = Some(m),
@@ -959,8 +934,7 @@ impl QpEngine {
                 };
                 let n = (s.length - m.sge_off).min(left);
                 if n > 0 {
-                    let r = self.mem.read_append_cached(
-                        gather,
+                    let r = self.mem.read_append(
                         s.lkey,
                         pd,
                         s.addr + u64::from(m.sge_off),
@@ -1005,11 +979,7 @@ impl QpEngine {
         true
     }
 
-    fn emit_read_response<B: TxBuf + ?Sized>(
-        &mut self,
-        out: &mut B,
-        gather: &mut GatherCache,
-    ) -> bool {
+    fn emit_read_response<B: TxBuf + ?Sized>(&mut self, out: &mut B) -> bool {
         let room = self.room(TAGGED_HEADER_LEN);
         let pd = self.cfg.pd;
         let Some(r) = self.irrq.front_mut() else {
@@ -1028,8 +998,7 @@ impl QpEngine {
         }
         .emit_to(out);
         if chunk > 0 {
-            let res = self.mem.read_append_cached(
-                gather,
+            let res = self.mem.read_append(
                 r.src_stag,
                 pd,
                 r.src_to + u64::from(r.sent),
@@ -1216,15 +1185,10 @@ impl QpEngine {
         let (stag, to) = (seg.stag(), seg.to());
         let wrap = to.checked_add(p.len() as u64).is_none();
         self.rx_placed += p.len() as u64;
-        if let Err(e) = self.mem.write_cached(
-            &mut self.place,
-            stag,
-            self.cfg.pd,
-            to,
-            p,
-            Access::REMOTE_WRITE,
-            seg.last(),
-        ) {
+        if let Err(e) = self
+            .mem
+            .write(stag, self.cfg.pd, to, p, Access::REMOTE_WRITE)
+        {
             log::warn!(
                 "ddp: RDMA Write to STag {stag:#x} TO {to:#x} len {} refused: {e}",
                 p.len()
@@ -1265,15 +1229,10 @@ impl QpEngine {
                 );
             }
             self.rx_placed += p.len() as u64;
-            if let Err(e) = self.mem.write_cached(
-                &mut self.place,
-                stag,
-                self.cfg.pd,
-                to,
-                p,
-                Access::LOCAL_WRITE,
-                seg.last(),
-            ) {
+            if let Err(e) = self
+                .mem
+                .write(stag, self.cfg.pd, to, p, Access::LOCAL_WRITE)
+            {
                 log::warn!("ddp: Read Response placement into STag {stag:#x} refused: {e}");
                 let wrap = to.checked_add(p.len() as u64).is_none();
                 return self.fail(tagged_cause(e, wrap), Self::seg_off(seg), None);
