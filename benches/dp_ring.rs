@@ -4,7 +4,7 @@
 //! between two threads pinned the same way (blocking, and busy-polled with MSG_DONTWAIT), in
 //! interleaved rounds, medians reported. The kernel stream is written in several sizes
 //! (`KERNEL_WRITES` and `--size`) and the best median is the baseline: on loopback 64 KiB
-//! writes are the kernel's worst case (docs/dataplane.md "Measurements"). Bytes are counted
+//! writes are the kernel's worst case (docs/testing.md "Measurements"). Bytes are counted
 //! where they arrive: a round ends when the receiver has them (the RDMA side: the Send posted
 //! after the last Write has arrived, RDMA Writes being placed in order before it, RFC 5040
 //! §5.5).
@@ -31,11 +31,11 @@
 //! connection shares each worker with them.
 //!
 //! `--tx-zero-copy off` sends every segment's payload copied into its mbuf (the ports'
-//! `tx_zero_copy`; default auto: by reference, docs/dataplane.md "Copies"). The receiving
+//! `tx_zero_copy`; default auto: by reference, docs/datapath.md "Copies"). The receiving
 //! side then makes each chained frame one buffer, a copy counted on receive.
 //!
 //! net_memif (scripts/bench) adds the PMD's two copies per byte (mbuf -> shared memory ->
-//! mbuf); this is what the same code does without them (docs/dataplane.md "Measurements").
+//! mbuf); this is what the same code does without them (docs/testing.md "Measurements").
 //!
 //! Each round also runs a 64 B Send ping-pong (`--lat-iters`, default 20000; one-way = RTT/2,
 //! p50) over the same pair, and the kernel TCP ping-pong busy-polled (MSG_DONTWAIT, TCP_NODELAY)

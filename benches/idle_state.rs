@@ -1,6 +1,6 @@
 //! What a gap costs the next turn on this core: a dependent chain of loads over the same cache
 //! lines, walked again after the thread spun on the clock for a gap, as a paced ping's send
-//! path walks its code and data again after the previous ping (docs/dataplane.md "Paced
+//! path walks its code and data again after the previous ping (docs/testing.md "Paced
 //! pings").
 //!
 //! ```text

@@ -3,7 +3,7 @@
 //! one process, both workers driven in turn from one thread (`WorkerMode::Driven`), so that
 //! under callgrind the same code gives the same count whatever else the machine runs. Wall
 //! clock figures on these shared hosts swing by more than most changes to the path are worth
-//! (docs/dataplane.md "Measurements"); an instruction count does not, and it says where the
+//! (docs/testing.md "Measurements"); an instruction count does not, and it says where the
 //! work goes (which phase, which function) with `callgrind_annotate`.
 //!
 //! ```text

@@ -38,7 +38,7 @@
 //! device. A 3x-the-kernel target above this figure is above what the host's caches move.
 //!
 //! `scripts/bench` runs it and puts the figures beside dpwarp's send_lat and the kernel's
-//! ping-pong (docs/dataplane.md "The latency floor"), and beside write_bw at MTU 1500.
+//! ping-pong (docs/testing.md "The latency floor"), and beside write_bw at MTU 1500.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

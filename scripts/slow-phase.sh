@@ -1,7 +1,7 @@
 # Sourced by scripts/bench and scripts/ab: telling this kind of host's slow phases.
 #
 # Now and then the shared hosts these benchmarks run on keep both vCPUs about three times
-# slower for seconds to minutes (docs/dataplane.md "Slow phases"; a memif Write of one build
+# slower for seconds to minutes (docs/testing.md "Slow phases"; a memif Write of one build
 # then measures a third of what it measures otherwise). One cache line timed between the two CPUs (benches/pmd_floor --cacheline-only,
 # 200 000 round trips, about 25 ms) tells: 0.17-0.24 us one way in a slow phase, 0.056-0.065
 # otherwise. It does not see every noisy stretch: runs of 64 B Sends at 1.5-2.0 us one way

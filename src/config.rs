@@ -83,13 +83,13 @@ pub struct PortConfig {
     /// them in software - net_ring, net_memif, net_af_packet - and no transmit checksum is
     /// offloaded), "on" (an error where auto would not), "off" (every segment's payload is
     /// copied into its mbuf). On, a segment is a header mbuf chained to an external mbuf
-    /// pointing into the socket's transmit ring (docs/dataplane.md "Copies").
+    /// pointing into the socket's transmit ring (docs/datapath.md "Copies").
     #[serde(default = "d_checksum")]
     pub tx_zero_copy: String,
     /// Packet fault injection under smoltcp (`[port.faults]`, for soak tests; absent by
     /// default, and then the data path does not look at it beyond one branch). A port with
     /// faults always computes and verifies IPv4/TCP checksums in software, whatever
-    /// `checksum` says (docs/dataplane.md "Fault injection and the soak").
+    /// `checksum` says (docs/testing.md "Fault injection and the soak").
     #[serde(default)]
     pub faults: Option<FaultConfig>,
 }
@@ -217,7 +217,7 @@ pub struct WorkerConfig {
     pub busy_poll: bool,
     /// Microseconds to keep spinning after the last work before yielding (default 0: on two
     /// shared cores every microsecond a worker keeps the core is one the application thread
-    /// waiting for its completion does not get; docs/dataplane.md "Two cores").
+    /// waiting for its completion does not get; docs/workers.md "Two cores").
     #[serde(default = "d_spin")]
     pub spin_us: u64,
     /// Microseconds to sleep per idle loop once `spin_us` has passed (default 50).
@@ -226,9 +226,9 @@ pub struct WorkerConfig {
     /// Microseconds between sweeps: passes that visit every connection the worker holds, for
     /// what no frame or post announces (smoltcp's retransmission, delayed-ACK and close timers
     /// of quiet connections; a post that raced with its QP's adoption). Other passes cost what
-    /// the busy connections need (docs/dataplane.md "Workers"). Default 1000; larger values
+    /// the busy connections need (docs/workers.md "Workers"). Default 1000; larger values
     /// make timers of quiet connections late by up to that much, and cost many quiet
-    /// connections less (docs/dataplane.md "A pass costs what the busy connections need").
+    /// connections less (docs/workers.md "A pass costs what the busy connections need").
     /// A sweep is also followed by at least ten times its own length without one, so that
     /// with thousands of connections not every pass is a sweep.
     #[serde(default = "d_sweep")]
@@ -240,7 +240,7 @@ pub struct WorkerConfig {
     /// worker that shares its CPU with another worker of the process (more workers than
     /// CPUs). Two driven processes on one core cannot know of each other: set a few
     /// microseconds there, so that the one waiting lets the other run instead of spinning out
-    /// its time slice, or turn on `detect_shared_cpu` (docs/dataplane.md "Workers").
+    /// its time slice, or turn on `detect_shared_cpu` (docs/workers.md "Workers").
     /// `busy_poll = true` never yields.
     #[serde(default)]
     pub driven_spin_us: Option<u64>,
@@ -250,7 +250,7 @@ pub struct WorkerConfig {
     /// driven processes placed on one core, where neither can see the other's placement (a
     /// 64 B ping-pong: about 56 us one way with the 50 us spin, 5 with 2). Off by default: a
     /// worker on a core of its own gains nothing from it, and a CPU shared with a thread
-    /// that keeps it busy is not detected as shared (docs/dataplane.md "Two cores").
+    /// that keeps it busy is not detected as shared (docs/workers.md "Two cores").
     #[serde(default)]
     pub detect_shared_cpu: bool,
     /// Keep the send and receive paths warm while the application is quiet: a worker idle
@@ -261,7 +261,7 @@ pub struct WorkerConfig {
     /// both ends run their packet paths again (smoltcp, the PMD, the mempool). For as long as
     /// one second after the connection last sent data; 0 (the default) never. On the hosts
     /// measured a core loses what it has not touched for 20-50 us, and a request after such a
-    /// gap took 2-5 times as long (docs/dataplane.md "Keeping the path warm"). It costs a frame each
+    /// gap took 2-5 times as long (docs/workers.md "Keeping the path warm"). It costs a frame each
     /// way per interval (50 000 a second at 20), so it is for links whose both ends poll
     /// (memif, net_ring, a NIC to a poll-mode peer), on cores of their own: a driven worker
     /// that finds its CPU shared does not warm. 0 or 5..=1000000.
@@ -333,7 +333,7 @@ pub struct TcpConfig {
     /// outlast the peer's delayed ACK (Linux: at least 40 ms; dpwarp: 10 ms) and the stalls of
     /// the hosts on the path, or timeouts fire early and resend everything in flight. On a
     /// link of dedicated cores and peers that ACK promptly, a lower one repairs a loss with
-    /// nothing sent after it sooner (docs/dataplane.md "Loss recovery").
+    /// nothing sent after it sooner (docs/datapath.md "Loss recovery").
     #[serde(default = "d_rto_min_ms")]
     pub rto_min_ms: u64,
     /// How long (ms) octets may wait unacknowledged before the connection is given up on

@@ -8,7 +8,7 @@
 //! smoltcp's per-segment path would have cut), the capture must reassemble with no gap (the
 //! lengths and sequence numbers written per frame add up), and the device must actually have
 //! cut segments. On the receiving side, nearly every frame must take smoltcp's header
-//! prediction (no checksum to verify on a trusted link; docs/dataplane.md "Header
+//! prediction (no checksum to verify on a trusted link; docs/datapath.md "Header
 //! prediction"), and the data still arrive intact. One EAL per process: the only EAL test of
 //! this binary.
 

@@ -17,7 +17,7 @@
 //!
 //! Through a bottleneck (a Linux bridge port at 20 Mbit/s with a 60 KB queue, in a third
 //! namespace): with congestion control dpwarp's sender loses little at the queue, without it
-//! (`[tcp] congestion_control = "none"`) it overruns the queue (docs/dataplane.md
+//! (`[tcp] congestion_control = "none"`) it overruns the queue (docs/datapath.md
 //! "Congestion control").
 
 use std::io::{BufRead, BufReader};
@@ -311,7 +311,7 @@ fn kernel_closing_sockets(ns: &Netns, port: u16) -> Vec<String> {
 /// socket is then gone; without that drain the peer's FIN went to a port that no longer
 /// existed, and its socket sat in LAST-ACK, retransmitting the FIN (for minutes, Linux's
 /// `tcp_orphan_retries`). Over memif the peer's last segments were then sent into a link
-/// the departing process was tearing down (docs/dataplane.md "Stopping").
+/// the departing process was tearing down (docs/workers.md "Stopping").
 #[test]
 fn af_packet_client_exit_completes_the_tcp_close() {
     let ns = netns("afc");

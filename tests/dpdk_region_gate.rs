@@ -1,4 +1,4 @@
-//! The region gate (csrc/shim.c; docs/dataplane.md "net_memif and a peer that disconnects"):
+//! The region gate (csrc/shim.c; docs/workers.md "net_memif and a peer that disconnects"):
 //! DPDK 22.11's net_memif unmaps its shared regions on the EAL interrupt thread when the peer
 //! disconnects, and maps new ones when it reconnects, while a burst on a worker thread may
 //! still be using the old ones (a segfault in librte_net_memif: an rpc-server whose client

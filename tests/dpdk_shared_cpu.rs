@@ -5,7 +5,7 @@
 //! `worker.driven_spin_us` then becomes 2 us for them (not 50): each yields the CPU soon after
 //! it runs out of work, so the other gets to run (on one CPU, NULL calls went from 7 thousand a
 //! second before any yield to about 195 thousand with 50 us and 527 thousand with 2 us;
-//! docs/dataplane.md "Workers"). Set in the config, the value is kept.
+//! docs/workers.md "Workers"). Set in the config, the value is kept.
 //!
 //! Two processes on one CPU (a dpperf server and client over net_memif, both with EAL `-l 0`)
 //! cannot see each other's placement; with `worker.detect_shared_cpu` each worker notices that

@@ -1,5 +1,5 @@
 //! Transmit by reference is for long payloads only (`DpdkTxToken::consume_split`,
-//! `TX_BY_REFERENCE_MIN`, docs/dataplane.md "Copies"): over a net_ring pair with
+//! `TX_BY_REFERENCE_MIN`, docs/datapath.md "Copies"): over a net_ring pair with
 //! `tx_zero_copy = "on"` on both ports, a ping-pong of 64-octet Sends (and the MPA startup
 //! before it) goes out as one-segment frames, copied behind the headers, while a 64 KiB RDMA
 //! Write that follows still goes by reference. Every message arrives intact.

@@ -15,7 +15,7 @@
 //! the connection is terminated (RFC 5044 §8) and nothing corrupted completes.
 //!
 //! `DPWARP_SOAK_OPS` (default 20000, 5000 in a debug build) sets the operation count, `DPWARP_SOAK_SEED` the fault
-//! seed. The long run (docs/dataplane.md "Soak"):
+//! seed. The long run (docs/testing.md "Soak"):
 //! `DPWARP_SOAK_OPS=1000000 cargo test --release --test dpdk_soak -- --nocapture`.
 //! One EAL per process: this file holds the only EAL test of its binary.
 

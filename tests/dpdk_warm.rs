@@ -1,6 +1,6 @@
 //! `[worker] warm_us`: while the application is quiet, a worker sends TCP keep-alives on the
 //! connection that last sent data, and the peer answers them, so both ends run their packet
-//! paths again before the next request (docs/dataplane.md "Keeping the path warm"). Over a
+//! paths again before the next request (docs/workers.md "Keeping the path warm"). Over a
 //! net_ring pair in one process (background workers): Send ping-pongs with 3 ms gaps between
 //! them and an RDMA Write after a gap, every byte verified (the keep-alives' octet, the last
 //! one already acknowledged, must never reach the MPA stream); frames go out during the gaps,

@@ -1,4 +1,4 @@
-//! Transmit by reference (`tx_zero_copy`, docs/dataplane.md "Copies") over a net_ring pair:
+//! Transmit by reference (`tx_zero_copy`, docs/datapath.md "Copies") over a net_ring pair:
 //! the client's port sends each segment as a header mbuf chained to an external mbuf over the
 //! socket's transmit ring, the server's port (`tx_zero_copy = "off"`) copies. The client's
 //! sent frames go through a fault injector (drops, duplicates, reordering, no corruption), so

@@ -14,7 +14,7 @@
 //!   which must also return a tx token) says "not now": smoltcp keeps the data in its socket
 //!   buffer and tries on the next poll. Nothing is dropped on a full tx ring, which matters
 //!   because a lost segment costs a retransmission timeout (smoltcp: 700 ms initially, never below
-//!   10 ms; docs/dataplane.md).
+//!   10 ms; docs/datapath.md "Loss recovery").
 //! - Checksums (config `checksum`, see [`plan`] and docs/dataplane.md): the IPv4 header and TCP
 //!   checksums the port's PMD offers to handle are offloaded to it (`auto`, the default, or
 //!   `offload`); smoltcp computes and verifies the rest in software. Offloaded on tx: smoltcp
@@ -524,7 +524,7 @@ impl DpdkDevice {
     /// Send TCP payload by reference (external mbufs over the sockets' transmit rings,
     /// `slots` frames in flight per ring at most) instead of copying it into the mbuf. Only
     /// for PMDs that take chained mbufs and read them in software (no IOVA is set):
-    /// docs/dataplane.md "Copies".
+    /// docs/datapath.md "Copies".
     pub fn enable_zero_copy(&mut self, slots: usize) {
         self.zc = Some(ZeroCopy {
             rings: Default::default(),
@@ -1149,7 +1149,7 @@ pub fn headers_only(frame: &[u8]) -> bool {
 }
 
 /// Payloads shorter than this go behind the headers by copy even where transmit by
-/// reference is on (`tx_zero_copy`, docs/dataplane.md "Copies"): for a short segment the
+/// reference is on (`tx_zero_copy`, docs/datapath.md "Copies"): for a short segment the
 /// second mbuf, its attachment and its pin cost more than copying the octets, and the PMD
 /// handles one segment instead of two.
 pub const TX_BY_REFERENCE_MIN: usize = 512;

@@ -645,7 +645,7 @@ impl Dataplane {
         }
         // Driven workers that share a CPU with another worker of this process (more workers
         // than CPUs, e.g. one CPU for all) take turns on it: each yields its core after a
-        // short idle instead of `DRIVEN_SPIN_ALONE_US` (docs/dataplane.md "Workers").
+        // short idle instead of `DRIVEN_SPIN_ALONE_US` (docs/workers.md "Workers").
         if cfg.worker.driven_spin_us.is_none() {
             for w in &workers {
                 let (Some(c), Some(d)) = (w.cpu, &w.driven) else {
@@ -849,7 +849,7 @@ impl Endpoint {
     }
 
     /// Turn packet fault injection on (`Some`) or off on every queue of this port
-    /// ([`fault`], docs/dataplane.md "Fault injection and the soak"). The port must compute and verify
+    /// ([`fault`], docs/testing.md "Fault injection and the soak"). The port must compute and verify
     /// checksums in software: started with a `[port.faults]` table (all probabilities may be
     /// zero), or with `checksum = "software"` on a PMD without checksum offload. Counters
     /// ([`device::DeviceStats::faults`]) are kept across changes.

@@ -6,7 +6,7 @@
 //!
 //! The keep-alives of `Worker::warm` run smoltcp and the PMD on both ends, but no FPDU: the
 //! engine sees nothing of them. A core that shares its caches with work we do not see loses
-//! what it has not touched for some tens of microseconds (docs/dataplane.md "Paced pings",
+//! what it has not touched for some tens of microseconds (docs/testing.md "Paced pings",
 //! `benches/idle_state`), and the framing of a Send after such a gap takes several times as
 //! long as back to back. The pair
 //! here is two [`Qp`]s of the application's kind (with a doorbell, so that posts go straight

@@ -236,7 +236,7 @@ pub struct WorkerStats {
     /// Received frames that took smoltcp's header prediction (vendored smoltcp
     /// `Interface::rx_predicted`): headers equal to the last frame's of the same connection
     /// outside the fields that move, so not parsed again nor their socket looked up
-    /// (docs/dataplane.md "Header prediction"). 0 where checksums are verified in software.
+    /// (docs/datapath.md "Header prediction"). 0 where checksums are verified in software.
     pub rx_predicted: u64,
     /// Connections this worker's engines terminated for an FPDU CRC error (RFC 5044 §8: a
     /// TERMINATE, then the stream closes; nothing of the FPDU is placed).
@@ -468,7 +468,7 @@ struct Totals {
     rx_direct: u64,
 }
 
-/// `worker.warm_us` (default 0: off; docs/dataplane.md "Keeping the path warm"): what
+/// `worker.warm_us` (default 0: off; docs/workers.md "Keeping the path warm"): what
 /// [`Worker::warm`] knows of the data path it keeps warm.
 struct WarmPath {
     /// `worker.warm_us`: the connection that last sent data (its index in `conns` and its
@@ -891,7 +891,7 @@ impl Worker {
     }
 
     /// `worker.warm_us`, on an idle pass, while a connection sent data less than `WARM_FOR`
-    /// ago: on a core that loses what it has not touched for 20-50 us (docs/dataplane.md
+    /// ago: on a core that loses what it has not touched for 20-50 us (docs/workers.md
     /// "Keeping the path warm"), keep the lines a request will need in use.
     /// - `warm_us` after that data and after the last run, a 64 B Send through the worker's
     ///   private pair of QPs (`dataplane::rehearsal`: the verbs and engine code). Counted from
@@ -1121,7 +1121,7 @@ impl Worker {
     /// ended (waited for it, and mostly inside its own yields)? Two such windows in a row: a
     /// peer process shares the core, which this process cannot see otherwise, and the worker
     /// yields after `DRIVEN_SPIN_SHARED_US` idle until a window that is not one of these
-    /// (docs/dataplane.md "Workers").
+    /// (docs/workers.md "Workers").
     fn check_contention(&mut self, now: Instant) {
         let Some((c, delay)) = self.contention.as_mut() else {
             return;
@@ -1917,7 +1917,7 @@ impl Worker {
         }
         // Shared cores: spin briefly, then yield (the application thread waiting for a
         // completion may be on this core), and sleep once idle for longer (tests run in
-        // parallel on two cores; docs/dataplane.md "Two cores").
+        // parallel on two cores; docs/workers.md "Two cores").
         let idle = self.last_work.elapsed();
         if idle < Duration::from_micros(self.wcfg.spin_us) {
             std::hint::spin_loop();

@@ -883,7 +883,7 @@ impl Port {
                 libc::EBUSY,
             ));
         }
-        // net_memif's bursts go through the region gate (csrc/shim.c; docs/dataplane.md "net_memif
+        // net_memif's bursts go through the region gate (csrc/shim.c; docs/workers.md "net_memif
         // and a peer that disconnects"); other drivers do not unmap under a burst.
         let gate = if self.info().is_ok_and(|i| i.driver == "net_memif") {
             claim_region_gate(self.id, queue)

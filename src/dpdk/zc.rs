@@ -14,7 +14,7 @@
 //! The memory of a ring registered with [`TxPins`] must stay allocated and unmodified where
 //! pinned until every pin on it is released ([`TxPins::outstanding`] is 0): the dataplane
 //! writes ring space only up to `free_run`, and keeps a removed socket (which owns the ring)
-//! until its pins are released, leaking it if the worker ends before (docs/dataplane.md
+//! until its pins are released, leaking it if the worker ends before (docs/datapath.md
 //! "Copies").
 
 use std::cell::UnsafeCell;
@@ -196,7 +196,7 @@ impl TxPins {
 
 impl Drop for TxPins {
     /// The slots stay allocated for as long as a frame may still free one: when some slot is
-    /// busy, the shared part is leaked (as the ring itself is, docs/dataplane.md "Copies").
+    /// busy, the shared part is leaked (as the ring itself is, docs/datapath.md "Copies").
     fn drop(&mut self) {
         if self.outstanding() > 0 {
             std::mem::forget(Arc::clone(&self.shared));

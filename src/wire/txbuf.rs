@@ -1,6 +1,6 @@
 //! Where an outgoing FPDU is built: a growable `Vec<u8>` (the staging path) or a fixed slice —
 //! the free space of the TCP transmit ring, so that an FPDU is gathered from registered memory
-//! once, straight to where TCP sends (and retransmits) it from (docs/dataplane.md "Copies").
+//! once, straight to where TCP sends (and retransmits) it from (docs/datapath.md "Copies").
 //!
 //! A [`SliceBuf`] never grows: callers size what they append by [`TxBuf::room`]. Appending more
 //! than fits is a caller bug; the excess is dropped and [`SliceBuf::overflowed`] reports it, so

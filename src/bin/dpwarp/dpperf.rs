@@ -650,7 +650,7 @@ fn read_exact(s: &mut TcpStream, mut buf: &mut [u8], wait: KernelWait) -> std::i
 /// The write size matters far more than one would think: on loopback (MTU 65536, MSS 65483) a
 /// 64 KiB write is one full segment and a 53-octet tail, which Nagle holds until the ACK
 /// (and which goes out as a segment of its own with TCP_NODELAY); 64 KiB writes ran at 11-23
-/// Gbit/s here while 32 KiB writes with TCP_NODELAY ran at 36-52 (docs/dataplane.md
+/// Gbit/s here while 32 KiB writes with TCP_NODELAY ran at 36-52 (docs/testing.md
 /// "Measurements"). So the bench takes the kernel's best over several write sizes.
 pub fn tcp_stream(
     size: usize,

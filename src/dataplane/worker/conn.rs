@@ -714,7 +714,7 @@ fn forward(events: &Option<Sender<ConnEvent>>, crc_errors: &mut u64, ev: ConnEve
 
 /// Frame the connection's next FPDUs straight into the socket's transmit ring: each ULPDU is
 /// gathered from registered memory to the place TCP sends (and retransmits) it from, the CRC
-/// computed there: one copy per payload octet before the device (docs/dataplane.md "Copies").
+/// computed there: one copy per payload octet before the device (docs/datapath.md "Copies").
 ///
 /// With `align` (RFC 5044 Appendix A: segments begin with an FPDU header) the socket cuts
 /// segments at the FPDU ends marked here (the vendored smoltcp's `tx_records`), and only what

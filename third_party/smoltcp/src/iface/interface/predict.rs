@@ -7,7 +7,7 @@
 //! does the socket that takes them. Parsing each frame's Ethernet, IPv4 and TCP headers
 //! (`TcpRepr::parse` walks the options) and finding its socket again took about 300
 //! instructions a frame of a 64 KiB RDMA Write at MTU 1500 in dpwarp; this path's own compare
-//! and reads take back about half of that (dpwarp's docs/dataplane.md "Header prediction
+//! and reads take back about half of that (dpwarp's docs/datapath.md "Header prediction
 //! (receive)").
 //!
 //! After a frame took the full path to a connected TCP socket, its headers are kept as a
