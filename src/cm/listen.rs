@@ -51,7 +51,7 @@ pub struct ListenConfig {
     /// RFC 5044 App. C permissive mode (default false): also take MPA Rev 0 Requests from RDMA
     /// Consortium peers (M=1, C=1, S=0), which `ConnRequest::accept` answers with a Rev 0 Reply,
     /// then DDP/RDMAP version 0 with markers and CRC both ways. Off, a Rev 0 Request is closed
-    /// without a reply (RFC 5044 §7.1.1). See [`MpaConfig::rev0_permissive`].
+    /// without a reply (RFC 5044 §7.1.1). See [`crate::mpa::startup::MpaConfig::rev0_permissive`].
     pub mpa_rev0_permissive: bool,
 }
 

@@ -19,11 +19,11 @@
 //! lock), and readers that take guards: every access by STag, whichever side makes it (a
 //! received segment placed, an outgoing ULPDU gathered, a work request's SGEs checked at
 //! post), goes through `MemoryTable::checked`: the STag's lookup (index and key, RFC 5040
-//! §8.1.1), then [`Checks::check`] (not invalidated, PD, rights, bounds, in RFC 5041 §7.1's
+//! §8.1.1), then `Checks::check` (not invalidated, PD, rights, bounds, in RFC 5041 §7.1's
 //! order); the bytes are then read or written under the region's own lock, taken for that one
 //! access. Nothing holds a region between two accesses (a message's next segment looks its
 //! STag up again), so deregistration and invalidation take effect at the next segment. The
-//! one cache is [`Recent`], a thread's last lookups, which spares the table's lock.
+//! one cache is `Recent`, a thread's last lookups, which spares the table's lock.
 //! Every address computation a peer influences (TO, lengths) is overflow-checked.
 
 use std::cell::RefCell;
@@ -675,7 +675,7 @@ pub struct Mr {
 impl Mr {
     /// The region's bytes as a `Vec`, without copying, once the region is deregistered and this
     /// is its last handle (the table and the engines hold none then: an engine holds a region
-    /// only during one access, and [`Recent`] holds it weakly); otherwise the handle back.
+    /// only during one access, and a thread's recent lookups hold it weakly); otherwise the handle back.
     /// For data RDMA-Read into a fresh region and then handed on (an RPC WRITE's data on its way
     /// to a file): the bytes land once, where they are used.
     /// Memory registered with [`MemoryTable::register_shared`] stays shared: `Err` while the
