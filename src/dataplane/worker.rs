@@ -498,7 +498,12 @@ pub(crate) struct Worker {
     tcp: TcpConfig,
     totals: Totals,
     warm: WarmPath,
-    t0: Instant,
+    /// The pass's clock and what the worker keeps of earlier passes' times.
+    clock: PassClock,
+    /// How long a driven worker spins idle before its passes yield.
+    spin: Spin,
+    /// Whether and since when the worker is stopping.
+    stop: StopState,
     iface: Interface,
     sockets: SocketSet<'static>,
     conns: Vec<Conn>,
@@ -507,40 +512,10 @@ pub(crate) struct Worker {
     closing_startups: Vec<SocketHandle>,
     next_port: u16,
     stats: WorkerStats,
-    last_work: Instant,
-    /// How long a driven worker stays idle before its passes yield: `spin_base`, or
-    /// `DRIVEN_SPIN_SHARED_US` while its thread takes turns on its CPU with another
-    /// (`contention`).
-    driven_spin: Duration,
-    /// `wcfg.driven_spin_us`, or its default for this worker's placement.
-    spin_base: Duration,
-    /// With `wcfg.detect_shared_cpu` (and `driven_spin_us` unset), the spin follows how the
-    /// driving thread shares its CPU: windows of its run delay and its yields
-    /// (`dataplane::contention`).
-    contention: Option<(Contention, RunDelay)>,
     emss: usize,
     rbuf: Vec<u8>,
-    /// Set once stopped: [`Cmd::Stop`] or every command sender gone, and then no closing
-    /// connection left open or `STOP_DRAIN` passed (`stopping_since`).
-    stopped: bool,
-    /// Stopping since then: the closing connections may still finish their close.
-    stopping_since: Option<Instant>,
     /// The CPU this worker's thread is pinned to, if any.
     pub(crate) cpu: Option<usize>,
-    /// Passes in a row that did nothing (see `poll_once`'s clock).
-    idle_passes: u32,
-    /// The clock as last read by `poll_once`.
-    pass_clock: Instant,
-    /// `pass_clock` as nanoseconds since `t0`: converted once per clock read, not in every
-    /// phase that hands smoltcp the time (`Worker::pass_ts`).
-    pass_ns: u64,
-    /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
-    /// something reaches the sockets, another egress would find nothing to send either.
-    egress_idle_at: Option<Instant>,
-    /// When the next pass that visits every connection is due (`WorkerConfig::sweep_us`).
-    sweep_at: Instant,
-    /// This pass visits every connection.
-    sweeping: bool,
     /// One flag per socket slot (`SocketHandle::index`), raised by every post to the QP of
     /// the connection on that socket (`QpShared::post_flag`, `kick`): the post phase reads the
     /// post rings of those QPs only, not of every QP it holds; and one flag per group of
@@ -604,6 +579,51 @@ fn st_now(t0: Instant) -> smoltcp::time::Instant {
 /// of a streaming sender's profile when every phase read it).
 fn st_at(t0: Instant, now: Instant) -> smoltcp::time::Instant {
     smoltcp::time::Instant::from_micros(now.saturating_duration_since(t0).as_micros() as i64)
+}
+
+/// A worker's clock: read once per pass (`Worker::poll_once`), and the times that decide
+/// what a pass may skip.
+struct PassClock {
+    /// The worker's epoch: smoltcp's time is measured from it.
+    t0: Instant,
+    /// The clock as last read by `poll_once`.
+    now: Instant,
+    /// `now` as nanoseconds since `t0`: converted once per clock read, not in every phase
+    /// that hands smoltcp the time (`Worker::pass_ts`).
+    ns: u64,
+    /// Passes in a row that did nothing.
+    idle_passes: u32,
+    /// The last pass that did work.
+    last_work: Instant,
+    /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
+    /// something reaches the sockets, another egress would find nothing to send either.
+    egress_idle_at: Option<Instant>,
+    /// When the next pass that visits every connection is due (`WorkerConfig::sweep_us`).
+    sweep_at: Instant,
+    /// This pass visits every connection.
+    sweeping: bool,
+}
+
+/// How long a driven worker stays idle before its passes yield (docs/workers.md "Two cores").
+struct Spin {
+    /// The spin now: `base`, or `DRIVEN_SPIN_SHARED_US` while the worker's thread takes turns
+    /// on its CPU with another (`contention`).
+    current: Duration,
+    /// `wcfg.driven_spin_us`, or its default for this worker's placement.
+    base: Duration,
+    /// With `wcfg.detect_shared_cpu` (and `driven_spin_us` unset), the spin follows how the
+    /// driving thread shares its CPU: windows of its run delay and its yields
+    /// (`dataplane::contention`).
+    contention: Option<(Contention, RunDelay)>,
+}
+
+/// A worker's stop.
+struct StopState {
+    /// Set once stopped: [`Cmd::Stop`] or every command sender gone, and then no closing
+    /// connection left open or `STOP_DRAIN` passed (`since`).
+    done: bool,
+    /// Stopping since then: the closing connections may still finish their close.
+    since: Option<Instant>,
 }
 
 impl Worker {
@@ -674,7 +694,25 @@ impl Worker {
                 last_keep_alive: t0,
                 rehearsal,
             },
-            t0,
+            clock: PassClock {
+                t0,
+                now: t0,
+                ns: 0,
+                idle_passes: 0,
+                last_work: Instant::now(),
+                egress_idle_at: None,
+                sweep_at: t0,
+                sweeping: true,
+            },
+            spin: Spin {
+                current: driven_spin,
+                base: driven_spin,
+                contention: adaptive.then(|| (Contention::new(t0), RunDelay::default())),
+            },
+            stop: StopState {
+                done: false,
+                since: None,
+            },
             iface,
             sockets: SocketSet::new(Vec::new()),
             conns: Vec::new(),
@@ -688,21 +726,9 @@ impl Worker {
             closing_startups: Vec::new(),
             next_port: 49152 + (rand::random::<u16>() % 8192),
             stats: WorkerStats::default(),
-            last_work: Instant::now(),
-            driven_spin,
-            spin_base: driven_spin,
-            contention: adaptive.then(|| (Contention::new(t0), RunDelay::default())),
             emss,
             rbuf: vec![0u8; 64 * 1024],
-            stopped: false,
-            stopping_since: None,
             cpu,
-            idle_passes: 0,
-            pass_clock: t0,
-            pass_ns: 0,
-            egress_idle_at: None,
-            sweep_at: t0,
-            sweeping: true,
             post_flags,
             unflagged: 0,
             background: false,
@@ -714,7 +740,7 @@ impl Worker {
     /// backing off when idle as `[worker]` says.
     pub fn run(mut self) {
         self.background = true;
-        while !self.stopped {
+        while !self.stop.done {
             let work = self.poll_once();
             self.back_off(work);
         }
@@ -725,30 +751,30 @@ impl Worker {
     /// millisecond ones); the time since the last read goes to the busy or idle account.
     #[inline]
     fn pass_now(&mut self) -> Instant {
-        if !self.idle_passes.is_multiple_of(16) {
-            return self.pass_clock;
+        if !self.clock.idle_passes.is_multiple_of(16) {
+            return self.clock.now;
         }
         let n = Instant::now();
         // One conversion per clock read serves the accounting and smoltcp's clock (a
         // `Duration` subtraction costs about 50 instructions).
-        let ns = n.saturating_duration_since(self.t0).as_nanos() as u64;
+        let ns = n.saturating_duration_since(self.clock.t0).as_nanos() as u64;
         // Since the last read: one pass that did work (idle_passes was reset by it), or 16
         // that did not.
-        let dt = ns.saturating_sub(self.pass_ns);
-        if self.idle_passes == 0 {
+        let dt = ns.saturating_sub(self.clock.ns);
+        if self.clock.idle_passes == 0 {
             self.stats.busy_ns += dt;
         } else {
             self.stats.idle_ns += dt;
         }
-        self.pass_clock = n;
-        self.pass_ns = ns;
+        self.clock.now = n;
+        self.clock.ns = ns;
         n
     }
 
     /// One pass of every phase; true if anything happened (a command, a frame, bytes moved, a
     /// completion or event).
     pub fn poll_once(&mut self) -> bool {
-        if self.stopped {
+        if self.stop.done {
             return false;
         }
         self.stats.loops += 1;
@@ -757,7 +783,7 @@ impl Worker {
         let (fed_before, direct_before) = (self.totals.tx_fed, self.totals.rx_direct);
         let mut work = self.commands();
         let mut app = work;
-        if self.stopped {
+        if self.stop.done {
             return true;
         }
         // Commands (connect, listen, accept) and MPA startups change which sockets have
@@ -766,9 +792,9 @@ impl Worker {
         let now = self.pass_now();
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
         // places straight from the frames (`place_lent`).
-        self.sweeping = now >= self.sweep_at;
-        if self.sweeping {
-            self.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
+        self.clock.sweeping = now >= self.clock.sweep_at;
+        if self.clock.sweeping {
+            self.clock.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
             self.stats.sweeps += 1;
         }
         let posted = self.post();
@@ -791,7 +817,7 @@ impl Worker {
         work |= delivered;
         app |= accepted || delivered || self.totals.rx_direct != direct_before;
         if work {
-            self.egress_idle_at = None;
+            self.clock.egress_idle_at = None;
         }
         // Run to completion on the application's thread (driven mode): when segments this
         // pass took completed work, the completions go to the application before the transmit
@@ -804,7 +830,7 @@ impl Worker {
         // background mode, which has nobody to hand over to.
         if !self.background
             && !self.transmit_owed
-            && !self.sweeping
+            && !self.clock.sweeping
             && !self.sched.egress_all
             && !self.sched.touched_conns.is_empty()
         {
@@ -813,9 +839,9 @@ impl Worker {
                 self.stats.transmit_deferred += 1;
                 self.transmit_owed = true;
                 self.publish_stream_idle(false);
-                self.last_work = now;
+                self.clock.last_work = now;
                 self.warm.last_app_work = now;
-                self.idle_passes = 0;
+                self.clock.idle_passes = 0;
                 return true;
             }
             // Nothing to hand over: the usual order, the completions again only if the
@@ -830,24 +856,24 @@ impl Worker {
             work |= reaped;
             app |= reaped;
         }
-        if self.sweeping {
+        if self.clock.sweeping {
             // A sweep walks every connection: with thousands of them it outlasts `sweep_us`,
             // and every pass would be a sweep. The next one comes no sooner than SWEEP_SHARE
             // times its own length after it ended, so sweeps take at most about 1/SWEEP_SHARE
             // of the worker (a quiet connection's timers are then late by that much more).
             let end = Instant::now();
             let took = end.saturating_duration_since(now);
-            self.sweep_at = self.sweep_at.max(end + took * SWEEP_SHARE);
+            self.clock.sweep_at = self.clock.sweep_at.max(end + took * SWEEP_SHARE);
         }
         if app || self.totals.tx_fed != fed_before {
             self.warm.last_app_work = now;
         }
-        if self.stopping_since.is_some() {
-            self.stopped = self.drained(Instant::now());
+        if self.stop.since.is_some() {
+            self.stop.done = self.drained(Instant::now());
         }
         if work || self.dev.rx_pending() > 0 || self.dev.tx_pending() > 0 {
-            self.last_work = now;
-            self.idle_passes = 0;
+            self.clock.last_work = now;
+            self.clock.idle_passes = 0;
         } else {
             self.idle_pass(now);
         }
@@ -864,7 +890,7 @@ impl Worker {
     fn idle_pass(&mut self, now: Instant) {
         if !self.background
             && !self.wcfg.busy_poll
-            && self.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
+            && self.clock.idle_passes.is_multiple_of(IDLE_YIELD_EVERY)
         {
             self.check_contention(now);
             // With `warm_us` the keep-alives and their answers are frames without
@@ -874,20 +900,20 @@ impl Worker {
             let idle_from = if self.wcfg.warm_us != 0 {
                 self.warm.last_app_work
             } else {
-                self.last_work
+                self.clock.last_work
             };
-            if now.saturating_duration_since(idle_from) >= self.driven_spin {
+            if now.saturating_duration_since(idle_from) >= self.spin.current {
                 self.stats.idle_yields += 1;
                 std::thread::yield_now();
-                if let Some((c, _)) = self.contention.as_mut() {
+                if let Some((c, _)) = self.spin.contention.as_mut() {
                     c.note_yield(Instant::now().saturating_duration_since(now));
                 }
             }
         }
-        if self.wcfg.warm_us != 0 && self.idle_passes.is_multiple_of(16) {
+        if self.wcfg.warm_us != 0 && self.clock.idle_passes.is_multiple_of(16) {
             self.warm(now);
         }
-        self.idle_passes = self.idle_passes.wrapping_add(1);
+        self.clock.idle_passes = self.clock.idle_passes.wrapping_add(1);
     }
 
     /// `worker.warm_us`, on an idle pass, while a connection sent data less than `WARM_FOR`
@@ -909,19 +935,19 @@ impl Worker {
         let Some((i, h, fed)) = self.warm.conn else {
             return;
         };
-        if now.saturating_duration_since(fed) >= WARM_FOR || self.stopping_since.is_some() {
+        if now.saturating_duration_since(fed) >= WARM_FOR || self.stop.since.is_some() {
             self.warm.conn = None;
             return;
         }
         let interval = Duration::from_micros(self.wcfg.warm_us);
         let rehearse = now.saturating_duration_since(fed.max(self.warm.last_rehearsal)) >= interval;
         let keep_alive = now
-            .saturating_duration_since(self.last_work.max(self.warm.last_keep_alive))
+            .saturating_duration_since(self.clock.last_work.max(self.warm.last_keep_alive))
             >= interval;
         if !(rehearse || keep_alive)
             || (!self.background
                 && !self.wcfg.busy_poll
-                && self.driven_spin <= Duration::from_micros(DRIVEN_SPIN_SHARED_US))
+                && self.spin.current <= Duration::from_micros(DRIVEN_SPIN_SHARED_US))
         {
             return;
         }
@@ -956,8 +982,8 @@ impl Worker {
 
     /// smoltcp's clock for this pass: `now` is the pass clock, already converted (`pass_ns`).
     fn pass_ts(&self, now: Instant) -> smoltcp::time::Instant {
-        debug_assert_eq!(now, self.pass_clock);
-        smoltcp::time::Instant::from_micros((self.pass_ns / 1000) as i64)
+        debug_assert_eq!(now, self.clock.now);
+        smoltcp::time::Instant::from_micros((self.clock.ns / 1000) as i64)
     }
 
     /// One Send through the private pair of QPs, if there is one.
@@ -981,19 +1007,19 @@ impl Worker {
     /// `Endpoint::poll_transmit`). No receive, no completions: the next [`Worker::poll_once`]
     /// does those. Timers see the clock of the last pass.
     pub fn poll_transmit(&mut self) -> bool {
-        if self.stopped {
+        if self.stop.done {
             return false;
         }
         self.stats.send_passes += 1;
-        let now = self.pass_clock;
+        let now = self.clock.now;
         let mut work = self.post();
         if work {
-            self.egress_idle_at = None;
+            self.clock.egress_idle_at = None;
         }
         work |= self.transmit(now);
         if work {
             // The next pass reads the clock and counts this as busy time.
-            self.idle_passes = 0;
+            self.clock.idle_passes = 0;
         }
         work
     }
@@ -1008,7 +1034,7 @@ impl Worker {
         self.stats.ran_on = crate::dpdk::current_cpu();
         self.stats.pinned = self.cpu.is_some_and(|c| crate::dpdk::thread_cpus() == [c]);
         self.stats.lcore = crate::dpdk::lcore_id();
-        self.stats.driven_spin_us = self.driven_spin.as_micros() as u64;
+        self.stats.driven_spin_us = self.spin.current.as_micros() as u64;
         let (mut fast, mut timeout, mut probes, mut window_probes) = self.totals.retransmits_done;
         for (_, sock) in self.sockets.iter() {
             let (f, t, p, w) = retransmissions(sock);
@@ -1055,7 +1081,7 @@ impl Worker {
     /// Stop: every connection's QP is marked closed; the worker stops once no connection is
     /// closing (`STOP_DRAIN` at most, see `drained`). Connections still live stay as they are.
     fn stop(&mut self) {
-        if self.stopping_since.is_some() {
+        if self.stop.since.is_some() {
             return;
         }
         for c in &self.conns {
@@ -1063,7 +1089,7 @@ impl Worker {
                 sh.set_closed();
             }
         }
-        self.stopping_since = Some(Instant::now());
+        self.stop.since = Some(Instant::now());
         let closing = self.closing_open();
         if closing > 0 {
             log::info!(
@@ -1071,7 +1097,7 @@ impl Worker {
                 self.index
             );
         }
-        self.stopped = closing == 0;
+        self.stop.done = closing == 0;
     }
 
     /// Connections whose close is under way: closing, their socket's close not finished
@@ -1089,7 +1115,7 @@ impl Worker {
     /// every one of them closed (or in TIME-WAIT with its last ACK sent), or `STOP_DRAIN`
     /// has passed. Logs how long the closes took.
     fn drained(&self, now: Instant) -> bool {
-        let Some(since) = self.stopping_since else {
+        let Some(since) = self.stop.since else {
             return false;
         };
         let closing = self.closing_open();
@@ -1106,14 +1132,14 @@ impl Worker {
 
     /// True once the worker has stopped (see [`Worker::poll_once`]).
     pub fn is_stopped(&self) -> bool {
-        self.stopped
+        self.stop.done
     }
 
     /// How long a driven worker stays idle before its passes yield the core (what
     /// `worker.driven_spin_us` sets).
     pub(crate) fn set_driven_spin(&mut self, d: Duration) {
-        self.driven_spin = d;
-        self.spin_base = d;
+        self.spin.current = d;
+        self.spin.base = d;
     }
 
     /// Once a window (`contention::WINDOW`), from an idle pass of a driven worker left to its
@@ -1123,14 +1149,14 @@ impl Worker {
     /// yields after `DRIVEN_SPIN_SHARED_US` idle until a window that is not one of these
     /// (docs/workers.md "Workers").
     fn check_contention(&mut self, now: Instant) {
-        let Some((c, delay)) = self.contention.as_mut() else {
+        let Some((c, delay)) = self.spin.contention.as_mut() else {
             return;
         };
         if !c.due(now) {
             return;
         }
         let Some(waited) = delay.read() else {
-            self.contention = None;
+            self.spin.contention = None;
             return;
         };
         let Some(w) = c.observe(now, waited) else {
@@ -1144,12 +1170,13 @@ impl Worker {
         self.stats.contended_windows += u64::from(w.contended);
         self.stats.turn_windows += u64::from(w.taking_turns);
         let spin = if c.shared() {
-            self.spin_base
+            self.spin
+                .base
                 .min(Duration::from_micros(DRIVEN_SPIN_SHARED_US))
         } else {
-            self.spin_base
+            self.spin.base
         };
-        if spin != self.driven_spin {
+        if spin != self.spin.current {
             if c.shared() {
                 // Said once at info (a CPU shared on and off would fill the log), then at debug.
                 let level = if self.stats.cpu_found_shared == 0 {
@@ -1171,7 +1198,7 @@ impl Worker {
                     self.index
                 );
             }
-            self.driven_spin = spin;
+            self.spin.current = spin;
         }
     }
 
@@ -1524,7 +1551,7 @@ impl Worker {
     // --- phase 4: posted work requests into the engines -------------------------------------------
     fn post(&mut self) -> bool {
         let mut work = false;
-        if self.sweeping {
+        if self.clock.sweeping {
             // Every QP's rings, as a safety net (a post that raced with the QP's adoption and
             // found no flag to raise): the flags raised meanwhile are taken with them.
             let slots = self.sched.conn_index.len().min(self.post_flags.flags.len());
@@ -1606,14 +1633,14 @@ impl Worker {
     // --- phase 5: received bytes into the engines ------------------------------------------------
     fn deliver(&mut self, now: Instant) -> bool {
         // Outside the sweep only connections touched this pass are visited: none, nothing.
-        if !self.sweeping && self.sched.touched_conns.is_empty() {
+        if !self.clock.sweeping && self.sched.touched_conns.is_empty() {
             return false;
         }
         let mut work = false;
         // Bytes, a FIN or the handshake's end come with a segment: a socket that took none
         // this pass has nothing new, unless smoltcp changed it on a timer (the sweep). So
         // outside the sweep only the connections touched this pass are visited.
-        let all = self.sweeping;
+        let all = self.clock.sweeping;
         let n = if all {
             self.conns.len()
         } else {
@@ -1639,11 +1666,11 @@ impl Worker {
         // visits and smoltcp's egress skipped, nothing to publish); only frames queued for the
         // device by this pass's other phases may wait. About a fifth of an idle pass's
         // instructions. (Not the "quiet pass" of docs/dataplane.md, tried and not kept.)
-        if !(self.sweeping || self.sched.egress_all || self.sched.active_stale)
+        if !(self.clock.sweeping || self.sched.egress_all || self.sched.active_stale)
             && self.sched.active.is_empty()
             && self.sched.touched_conns.is_empty()
             && self.sched.touched.is_empty()
-            && self.egress_idle_at == Some(now)
+            && self.clock.egress_idle_at == Some(now)
         {
             return self.dev.flush() > 0;
         }
@@ -1652,7 +1679,7 @@ impl Worker {
         // socket anyway, else those listed active (a quiet one has nothing here).
         let mut visit = std::mem::take(&mut self.sched.visit);
         visit.clear();
-        if self.sweeping || self.sched.egress_all || self.sched.active_stale {
+        if self.clock.sweeping || self.sched.egress_all || self.sched.active_stale {
             visit.extend(0..self.conns.len());
         } else {
             visit.extend_from_slice(&self.sched.active);
@@ -1690,13 +1717,13 @@ impl Worker {
             // An idle pass (nothing received, posted or fed, the clock unchanged since an
             // egress that sent nothing) skips smoltcp's walk over every socket: its timers
             // are millisecond ones and the clock moves every 16 idle passes.
-            if !fed && self.egress_idle_at == Some(now) {
+            if !fed && self.clock.egress_idle_at == Some(now) {
                 break;
             }
             // smoltcp's clock, only for a pass that goes on to the egress (an idle one has
             // stopped above).
             let ts = self.pass_ts(now);
-            let sent = if self.sched.egress_all || self.sweeping {
+            let sent = if self.sched.egress_all || self.clock.sweeping {
                 self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets)
             } else {
                 // Only the sockets with something new: those that took segments (ACKs,
@@ -1724,11 +1751,11 @@ impl Worker {
                 // Only when the device took everything: a full tx queue is no proof that
                 // smoltcp has nothing to send.
                 if self.dev.tx_pending() == 0 {
-                    self.egress_idle_at = Some(now);
+                    self.clock.egress_idle_at = Some(now);
                 }
                 break;
             }
-            self.egress_idle_at = None;
+            self.clock.egress_idle_at = None;
             work = true;
             // Again only for staged bytes (fed a segment per pass), framing that stopped at the
             // end of the ring with more room after its wrap, or octets smoltcp left unsent (its
@@ -1739,7 +1766,7 @@ impl Worker {
                 || visit.iter().any(|&i| {
                     let c = &self.conns[i];
                     let s = self.sockets.get::<tcp::Socket>(c.socket());
-                    c.wants_another_pass(s, self.sweeping)
+                    c.wants_another_pass(s, self.clock.sweeping)
                 });
             if !again {
                 break;
@@ -1748,7 +1775,7 @@ impl Worker {
         if self.dev.flush() > 0 {
             work = true;
         }
-        let all = self.sweeping;
+        let all = self.clock.sweeping;
         self.publish_stream_idle(all);
         for &i in self.sched.touched_conns.iter() {
             if let Some(c) = self.conns.get_mut(i) {
@@ -1804,7 +1831,7 @@ impl Worker {
     // --- phase 7: completions, events, closes ----------------------------------------------------
     fn completions(&mut self, now: Instant) -> bool {
         // Nothing to visit (the visit list below would be empty): nothing to reap or close.
-        if !(self.sweeping || self.sched.active_stale) && self.sched.active.is_empty() {
+        if !(self.clock.sweeping || self.sched.active_stale) && self.sched.active.is_empty() {
             return false;
         }
         let mut work = false;
@@ -1823,7 +1850,7 @@ impl Worker {
         // visited.
         let mut visit = std::mem::take(&mut self.sched.reap_visit);
         visit.clear();
-        if self.sweeping || self.sched.active_stale {
+        if self.clock.sweeping || self.sched.active_stale {
             visit.extend(0..self.conns.len());
         } else {
             visit.extend_from_slice(&self.sched.active);
@@ -1890,7 +1917,7 @@ impl Worker {
             // its RST here (smoltcp sends it from CLOSED on the next dispatch): removed at
             // once, it sent nothing, and a peer whose FINs were all lost (a lossy link) was
             // left with a connection open for good.
-            let ts = st_now(self.t0);
+            let ts = st_now(self.clock.t0);
             self.iface.poll_egress(ts, &mut self.dev, &mut self.sockets);
             self.dev.flush();
         }
@@ -1918,7 +1945,7 @@ impl Worker {
         // Shared cores: spin briefly, then yield (the application thread waiting for a
         // completion may be on this core), and sleep once idle for longer (tests run in
         // parallel on two cores; docs/workers.md "Two cores").
-        let idle = self.last_work.elapsed();
+        let idle = self.clock.last_work.elapsed();
         if idle < Duration::from_micros(self.wcfg.spin_us) {
             std::hint::spin_loop();
         } else if idle < Duration::from_millis(2) {
