@@ -315,6 +315,14 @@ pub struct TcpConfig {
     /// sends every frame down the full path (to measure the difference, or to rule it out).
     #[serde(default = "d_true")]
     pub header_prediction: bool,
+    /// Out-of-order placement (RFC 5044 App. A.3, default true): the tagged FPDUs (RDMA
+    /// Write, Read Response) at the front of a segment that arrives behind a hole in the TCP
+    /// stream are checked (CRC, STag, rights, bounds) and placed at once instead of waiting
+    /// in the receive buffer for the retransmission; completions and every untagged message
+    /// stay in order. Needs CRCs on and markers off (otherwise nothing is placed ahead);
+    /// docs/datapath.md "Out-of-order placement".
+    #[serde(default = "d_true")]
+    pub ooo_placement: bool,
     /// TCP connections one worker holds at most (incoming ones still in MPA startup, awaiting
     /// accept, live or closing; and outgoing). Each has `rx_buffer + tx_buffer` of memory, so
     /// this bounds what peers can make a worker allocate; connections beyond it are refused
@@ -370,6 +378,7 @@ impl Default for TcpConfig {
             fpdu_alignment: true,
             gso: true,
             header_prediction: true,
+            ooo_placement: true,
             max_connections: d_max_conns(),
             mpa_timeout_ms: d_mpa_timeout_ms(),
             max_startups: d_max_startups(),

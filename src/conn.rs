@@ -13,13 +13,14 @@ use std::time::Instant;
 
 use crate::mpa::{
     DeframeError, Deframer, Framer, MpaConfig, Negotiated, PeerRequest, Role, Startup,
-    StartupError, StartupEvent,
+    StartupError, StartupEvent, Ulpdu,
 };
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::rdma::{
-    InlineData, MemoryTable, Opcode, PdId, PostError, QpConfig, QpEngine, QpEvent, QpState, RecvWr,
-    RtrKind, RtrRole, SendWr, WcStatus, WorkCompletion,
+    AheadCounts, InlineData, MemoryTable, Opcode, PdId, PostError, QpConfig, QpEngine, QpEvent,
+    QpState, RecvWr, RtrKind, RtrRole, SendWr, WcStatus, WorkCompletion,
 };
+use crate::wire::ddp::TAGGED_HEADER_LEN;
 use crate::wire::terminate::TermCause;
 use crate::wire::txbuf::TxBuf;
 
@@ -93,6 +94,15 @@ struct DataPhase {
     qp: QpEngine,
     /// Held back until the RTR completes (peer-to-peer) so `Established` means "data may flow".
     established: Option<Negotiated>,
+}
+
+/// What [`Connection::place_ahead`] took from a segment's front.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlacedAhead {
+    /// Tagged FPDUs placed.
+    pub fpdus: usize,
+    /// Their octets (headers, payload, pad, CRC).
+    pub octets: usize,
 }
 
 /// One connection.
@@ -197,11 +207,63 @@ impl Connection {
         }
         let Some(d) = self.data.as_mut() else { return };
         let qp = &mut d.qp;
-        let res = d.deframer.push(input, &mut |ulpdu| qp.on_ulpdu(ulpdu));
+        let res = if d.deframer.has_placed_ahead() {
+            d.deframer.push_ulpdus(input, &mut |u| match u {
+                Ulpdu::Whole(b) => qp.on_ulpdu(b),
+                Ulpdu::Placed { head, payload_len } => qp.on_ulpdu_placed(head, payload_len),
+            })
+        } else {
+            d.deframer.push(input, &mut |ulpdu| qp.on_ulpdu(ulpdu))
+        };
         if let Err(e) = res {
             self.on_deframe_error(e);
         }
         self.drive_qp();
+    }
+
+    /// Place the tagged data of a segment that arrived ahead of its turn (RFC 5044 App. A.3):
+    /// `seg` is its payload, `ahead` octets past the next octet [`Connection::on_bytes`] will
+    /// be given (the octets between are buffered in order or still missing). The whole
+    /// FPDUs at its front that are certainly FPDUs (`Deframer::fpdus_ahead`: CRC32c matches,
+    /// markers off) and carry an RDMA Write or a Read Response that passes every check its
+    /// turn would make ([`QpEngine::place_ahead`]) are placed now, one after the other up to
+    /// the first that is not; untagged messages and control wait for their turn. Returns
+    /// how many octets at the front of `seg` were so taken: the caller does not pass them
+    /// to `on_bytes` (their place in the stream is passed over unread, and the in-order pass
+    /// makes the checks and completions of their turn from the headers kept).
+    pub fn place_ahead(&mut self, ahead: u64, seg: &[u8]) -> PlacedAhead {
+        let mut taken = PlacedAhead::default();
+        if self.close {
+            return taken;
+        }
+        let Some(d) = self.data.as_mut() else {
+            return taken;
+        };
+        let fpdus: smallvec::SmallVec<[_; 8]> = d.deframer.fpdus_ahead(seg, ahead).collect();
+        for (at, ulpdu) in fpdus {
+            // Asked first, kept after: what the deframer would not pass over stays in the
+            // stream, and is placed in its turn.
+            if !d.deframer.may_place_ahead(at) || !d.qp.place_ahead(ulpdu) {
+                break;
+            }
+            let head = &ulpdu[..TAGGED_HEADER_LEN];
+            if !d
+                .deframer
+                .placed_ahead(at, head, ulpdu.len() - TAGGED_HEADER_LEN)
+            {
+                break;
+            }
+            taken.fpdus += 1;
+            taken.octets += at.len;
+        }
+        taken
+    }
+
+    /// Tagged data placed ahead of its turn so far ([`Connection::place_ahead`]).
+    pub fn ahead_counts(&self) -> AheadCounts {
+        self.data
+            .as_ref()
+            .map_or(AheadCounts::default(), |d| d.qp.ahead_counts())
     }
 
     /// The stream reached end of file.

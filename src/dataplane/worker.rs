@@ -44,7 +44,7 @@ mod conn;
 mod listen;
 use crate::cm::ListenConfig;
 use crate::config::{CongestionControl, TcpConfig, WorkerConfig};
-use crate::conn::ConnEvent;
+use crate::conn::{ConnEvent, PlacedAhead};
 use crate::mpa::PeerRequest;
 use crate::verbs::{PostFlag, PostFlags, QpShared};
 use conn::{close_asked, Conn, Drained, Reaped};
@@ -304,6 +304,12 @@ pub struct WorkerStats {
     /// 64 B Sends run through the worker's private pair of QPs meanwhile, to keep the
     /// engine's code warm (`worker.warm_us`, `dataplane::rehearsal`).
     pub warm_rehearsals: u64,
+    /// Tagged FPDUs placed out of order, from segments that arrived behind a hole in the TCP
+    /// stream (`[tcp] ooo_placement`, RFC 5044 App. A.3).
+    pub ooo_placed_fpdus: u64,
+    /// Their octets: placed once, from the frame, and never copied into the receive buffer
+    /// (the reassembly copy they were spared).
+    pub ooo_placed_octets: u64,
 }
 
 /// A closing socket's close is over: closed, or in TIME-WAIT with the ACK of the peer's FIN
@@ -1303,7 +1309,9 @@ impl Worker {
     /// registered memory. Bytes that arrive while older ones wait in the buffer take the
     /// buffered path of `deliver`, so order holds.
     fn lend_rx(&mut self, h: SocketHandle) {
-        self.sockets.get_mut::<tcp::Socket>(h).set_rx_lend(true);
+        let s = self.sockets.get_mut::<tcp::Socket>(h);
+        s.set_rx_lend(true);
+        s.set_rx_peek_ahead(self.tcp.ooo_placement);
     }
 
     fn held(&self) -> usize {
@@ -1378,6 +1386,7 @@ impl Worker {
                 break;
             }
             self.place_lent(now);
+            self.place_ahead();
             if self.dev.take_syn_seen() && self.listeners.is_listening() {
                 self.relisten(now);
             }
@@ -1429,6 +1438,43 @@ impl Worker {
         if conn.place_lent(payload, now) {
             self.totals.rx_direct += payload.len() as u64;
         }
+    }
+
+    /// The payload of an out-of-order segment the frame just taken handed to its socket's
+    /// consumer (`tcp::Socket::set_rx_peek_ahead`, on with `[tcp] ooo_placement`): the
+    /// connection places the tagged FPDUs at its front at once (RFC 5044 App. A.3,
+    /// `Connection::place_ahead`) and the socket buffers the rest. Always settled, whatever
+    /// happens here: a payload left unsettled would make the socket abort the connection.
+    fn place_ahead(&mut self) {
+        let Some(h) = self.sockets.last_touched() else {
+            return;
+        };
+        let Some(ahead) = self.sockets.get_mut::<tcp::Socket>(h).take_rx_ahead() else {
+            return;
+        };
+        self.index_conns();
+        let conn = match self.sched.conn_index.get(h.index()) {
+            Some(&i) if i != u32::MAX => Some(&self.conns[i as usize]),
+            _ => None,
+        };
+        let Some(payload) = self
+            .held
+            .lent(ahead.payload)
+            .or_else(|| ahead.payload.within(self.iface.rx_copy()))
+        else {
+            log::error!(
+                "dataplane: {} octets handed over outside the frame held",
+                ahead.payload.len()
+            );
+            return;
+        };
+        let placed = conn.map_or(PlacedAhead::default(), |c| {
+            c.place_ahead(ahead.ahead as u64, payload)
+        });
+        let s = self.sockets.get_mut::<tcp::Socket>(h);
+        s.settle_rx_ahead(&payload[placed.octets..]);
+        self.stats.ooo_placed_fpdus += placed.fpdus as u64;
+        self.stats.ooo_placed_octets += placed.octets as u64;
     }
 
     /// Hold `c` (`conn_index` is rebuilt before its next use). Its QP's posts raise the flag

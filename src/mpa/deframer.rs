@@ -2,6 +2,8 @@
 //! ULPDUs out in order (markers stripped, length and CRC checked); an error maps to its RFC 5044
 //! §8 TERMINATE cause and stops the stream.
 
+use std::collections::VecDeque;
+
 use crate::crc;
 use crate::wire::fpdu::{fpdu_len, pad_len, CRC_LEN, HEADER_LEN, MARKER_INTERVAL, MARKER_LEN};
 use crate::wire::terminate::TermCause;
@@ -31,6 +33,16 @@ impl DeframeError {
             DeframeError::BadLength => TermCause::MPA_BAD_LEN,
         }
     }
+}
+
+/// Where an FPDU of a segment ahead of its turn lies in the stream
+/// ([`Deframer::fpdus_ahead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FpduAt {
+    /// Stream position of its ULPDU_Length field.
+    pub pos: u64,
+    /// Its length: header, ULPDU, pad and CRC.
+    pub len: usize,
 }
 
 /// Where inside the current FPDU the next (non-marker) octet belongs.
@@ -78,6 +90,46 @@ pub struct Deframer {
     /// Octets copied into `body` (FPDUs split across pushes, or carrying markers); whole
     /// FPDUs on the fast path are delivered from the input without a copy.
     reassembled: u64,
+    /// FPDUs placed ahead of their turn, by stream position ([`Deframer::placed_ahead`]).
+    placed: VecDeque<Placed>,
+    /// Octets of the placed FPDU at the front of `placed` still to pass unread.
+    skip_left: Option<usize>,
+    /// Octets passed unread so far (placed ahead: never in the receive buffer).
+    skipped: u64,
+}
+
+/// An FPDU placed ahead of its turn: where it lies, and what of its ULPDU the in-order
+/// pass needs (the head: DDP and RDMAP headers; the payload's length).
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    pos: u64,
+    len: usize,
+    head: [u8; MAX_PLACED_HEAD],
+    head_len: usize,
+    payload_len: usize,
+}
+
+/// The longest ULPDU head an FPDU placed ahead keeps ([`Deframer::placed_ahead`]).
+pub const MAX_PLACED_HEAD: usize = 32;
+
+/// FPDUs placed ahead of their turn and not reached yet that a deframer keeps: beyond it,
+/// segments behind a hole wait for their turn (a bound on what a peer's reordering makes
+/// the receiver keep).
+pub const MAX_PLACED_AHEAD: usize = 256;
+
+/// A ULPDU as [`Deframer::push_ulpdus`] delivers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ulpdu<'a> {
+    /// A whole ULPDU, verified.
+    Whole(&'a [u8]),
+    /// An FPDU placed ahead of its turn ([`Deframer::placed_ahead`]) that the stream has now
+    /// reached: the head of its ULPDU as kept then, and the length of the payload after it.
+    Placed {
+        /// The ULPDU's first octets (its DDP and RDMAP headers).
+        head: &'a [u8],
+        /// The octets of payload after the head.
+        payload_len: usize,
+    },
 }
 
 impl Deframer {
@@ -104,6 +156,9 @@ impl Deframer {
             marker_have: None,
             lead_marker: false,
             reassembled: 0,
+            placed: VecDeque::new(),
+            skip_left: None,
+            skipped: 0,
         }
     }
 
@@ -123,20 +178,62 @@ impl Deframer {
     }
 
     /// Feed bytes; `deliver` is called with each complete, verified ULPDU in stream order. On error
-    /// nothing of the failing FPDU has been delivered.
+    /// nothing of the failing FPDU has been delivered. For a deframer with nothing placed
+    /// ahead ([`Deframer::placed_ahead`]); [`Deframer::push_ulpdus`] tells those apart.
     pub fn push(
         &mut self,
-        mut input: &[u8],
+        input: &[u8],
         deliver: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), DeframeError> {
+        self.push_ulpdus(input, &mut |u| {
+            if let Ulpdu::Whole(b) = u {
+                deliver(b)
+            }
+        })
+    }
+
+    /// [`Deframer::push`], delivering also the FPDUs placed ahead of their turn
+    /// ([`Deframer::placed_ahead`]) when the stream reaches them: their octets are skipped
+    /// unread (the receive buffer never held them) and their ULPDU's head, kept when they
+    /// were placed, is delivered in their place ([`Ulpdu::Placed`]).
+    pub fn push_ulpdus(
+        &mut self,
+        mut input: &[u8],
+        deliver: &mut dyn FnMut(Ulpdu<'_>),
     ) -> Result<(), DeframeError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
         while !input.is_empty() {
+            if let Some(left) = self.skip_left {
+                // An FPDU placed ahead: its octets pass unread.
+                let n = left.min(input.len());
+                self.pos = self.pos.wrapping_add(n as u64);
+                input = &input[n..];
+                self.skipped += n as u64;
+                if n < left {
+                    self.skip_left = Some(left - n);
+                    break;
+                }
+                self.skip_left = None;
+                if let Some(p) = self.placed.pop_front() {
+                    deliver(Ulpdu::Placed {
+                        head: &p.head[..p.head_len],
+                        payload_len: p.payload_len,
+                    });
+                }
+                continue;
+            }
+            if self.at_fpdu_start() && self.placed_due() {
+                continue;
+            }
             if self.at_fpdu_start() && !self.lead_marker {
                 input = self.fast_path(input, deliver)?;
                 if input.is_empty() {
                     break;
+                }
+                if self.placed.front().is_some_and(|p| p.pos <= self.pos) {
+                    continue;
                 }
             }
             if self.markers
@@ -213,7 +310,7 @@ impl Deframer {
                         if self.crc && got != self.running_crc {
                             return self.fail_crc(got, self.running_crc);
                         }
-                        deliver(&self.body[..self.ulpdu_len]);
+                        deliver(Ulpdu::Whole(&self.body[..self.ulpdu_len]));
                         self.reset_fpdu();
                         input = &input[n..];
                         continue;
@@ -225,6 +322,108 @@ impl Deframer {
             input = &input[used..];
         }
         Ok(())
+    }
+
+    /// The whole FPDUs at the front of `seg`, a TCP segment's payload that arrived ahead of
+    /// its turn (`ahead` octets past the next octet to be pushed): each with its offset in
+    /// `seg`, where it lies in the stream and its ULPDU, for a receiver that places tagged
+    /// data out of order (RFC 5044 Appendix A.3). A sender that aligns FPDUs with segments
+    /// (App. A.1/A.2, as dpwarp does) starts every segment with an FPDU; nothing here
+    /// assumes it. An FPDU is taken only if certainly one: CRCs are on (a CRC32c that
+    /// matches over header and ULPDU is what tells an FPDU from payload that looks like one),
+    /// markers are off (with markers a segment's start is known from them, which is not
+    /// done here), its length is within the maximum and it lies wholly in `seg`; the scan
+    /// stops at the first octets that fail any of these. Nothing changes here: an FPDU the
+    /// receiver places and takes out of the stream is given to [`Deframer::placed_ahead`].
+    pub fn fpdus_ahead<'s>(&self, seg: &'s [u8], ahead: u64) -> FpdusAhead<'s> {
+        let usable = self.crc && !self.markers && self.failed.is_none();
+        FpdusAhead {
+            seg: if usable { seg } else { &[] },
+            off: 0,
+            pos: self.pos.wrapping_add(ahead),
+            max_ulpdu: self.max_ulpdu,
+        }
+    }
+
+    /// Whether [`Deframer::placed_ahead`] would keep an FPDU at `at` (nothing changes): not
+    /// when [`MAX_PLACED_AHEAD`] are kept, when it overlaps one kept (a segment seen twice),
+    /// or when it does not lie past the FPDU the stream is in. An FPDU boundary there is
+    /// what the sender's alignment promises; a receiver that took octets the stream turns
+    /// out to need finds the CRC of the FPDU around them failing (RFC 5044 §8: the stream
+    /// ends with a TERMINATE).
+    pub fn may_place_ahead(&self, at: FpduAt) -> bool {
+        if self.placed.len() >= MAX_PLACED_AHEAD {
+            return false;
+        }
+        // The end of the FPDU the stream is in, as far as it is known.
+        let past = if self.phase != Phase::Len || self.hdr_have == HEADER_LEN {
+            self.hdr_pos.wrapping_add(fpdu_len(self.ulpdu_len) as u64)
+        } else {
+            self.pos
+        };
+        if at.pos < past.max(self.pos) {
+            return false;
+        }
+        let i = self.placed.partition_point(|p| p.pos < at.pos);
+        let end = at.pos.saturating_add(at.len as u64);
+        let before_ok = i == 0 || {
+            let b = &self.placed[i - 1];
+            b.pos.saturating_add(b.len as u64) <= at.pos
+        };
+        before_ok && self.placed.get(i).is_none_or(|a| end <= a.pos)
+    }
+
+    /// Remember an FPDU of [`Deframer::fpdus_ahead`] that the receiver placed ahead of its
+    /// turn and took out of the stream (its octets will not be in what is pushed): when the
+    /// stream reaches `at.pos` its `at.len` octets are passed unread and `head` (the ULPDU's
+    /// first octets, at most [`MAX_PLACED_HEAD`]) with `payload_len` is delivered in its
+    /// place. False, and nothing kept, unless [`Deframer::may_place_ahead`] (the receiver
+    /// must not take the octets then).
+    pub fn placed_ahead(&mut self, at: FpduAt, head: &[u8], payload_len: usize) -> bool {
+        if !self.may_place_ahead(at) || head.len() > MAX_PLACED_HEAD {
+            return false;
+        }
+        let i = self.placed.partition_point(|p| p.pos < at.pos);
+        let mut h = [0u8; MAX_PLACED_HEAD];
+        h[..head.len()].copy_from_slice(head);
+        self.placed.insert(
+            i,
+            Placed {
+                pos: at.pos,
+                len: at.len,
+                head: h,
+                head_len: head.len(),
+                payload_len,
+            },
+        );
+        true
+    }
+
+    /// Whether FPDUs are kept as placed ahead, not reached yet.
+    pub fn has_placed_ahead(&self) -> bool {
+        !self.placed.is_empty()
+    }
+
+    /// Octets of FPDUs placed ahead that the stream passed unread.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// At an FPDU start: drop what the stream passed, and begin passing a placed FPDU over
+    /// when the stream is at it (true).
+    fn placed_due(&mut self) -> bool {
+        while self.placed.front().is_some_and(|p| p.pos < self.pos) {
+            // Taken out of the stream at what was no FPDU start in order: the octets the
+            // FPDU around it needs were not buffered, and its CRC will fail.
+            self.placed.pop_front();
+        }
+        match self.placed.front() {
+            Some(p) if p.pos == self.pos => {
+                self.skip_left = Some(p.len);
+                true
+            }
+            _ => false,
+        }
     }
 
     fn at_fpdu_start(&self) -> bool {
@@ -244,9 +443,12 @@ impl Deframer {
     fn fast_path<'a>(
         &mut self,
         mut input: &'a [u8],
-        deliver: &mut dyn FnMut(&[u8]),
+        deliver: &mut dyn FnMut(Ulpdu<'_>),
     ) -> Result<&'a [u8], DeframeError> {
         while let Some(h) = input.get(..HEADER_LEN) {
+            if self.placed.front().is_some_and(|p| p.pos <= self.pos) {
+                break;
+            }
             let len = usize::from(u16::from_be_bytes([h[0], h[1]]));
             self.check_len(len)?;
             let total = fpdu_len(len);
@@ -269,7 +471,7 @@ impl Deframer {
                     self.fail_crc(got, want)?;
                 }
             }
-            deliver(&fpdu[HEADER_LEN..HEADER_LEN + len]);
+            deliver(Ulpdu::Whole(&fpdu[HEADER_LEN..HEADER_LEN + len]));
             self.pos = self.pos.wrapping_add(total as u64);
             input = &input[total..];
         }
@@ -322,6 +524,47 @@ impl Deframer {
     }
 }
 
+/// The FPDUs of a segment ahead of its turn ([`Deframer::fpdus_ahead`]).
+pub struct FpdusAhead<'s> {
+    seg: &'s [u8],
+    off: usize,
+    pos: u64,
+    max_ulpdu: usize,
+}
+
+impl<'s> Iterator for FpdusAhead<'s> {
+    /// Where the FPDU lies and its ULPDU.
+    type Item = (FpduAt, &'s [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.seg.get(self.off..)?;
+        let h = rest.get(..HEADER_LEN)?;
+        let len = usize::from(u16::from_be_bytes([h[0], h[1]]));
+        if len > self.max_ulpdu {
+            self.seg = &[];
+            return None;
+        }
+        let total = fpdu_len(len);
+        let Some(fpdu) = rest.get(..total) else {
+            self.seg = &[];
+            return None;
+        };
+        let crc_at = total - CRC_LEN;
+        let c = &fpdu[crc_at..];
+        let got = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        if got != crc::crc32c(&fpdu[..crc_at]) {
+            self.seg = &[];
+            return None;
+        }
+        let at = FpduAt {
+            pos: self.pos.wrapping_add(self.off as u64),
+            len: total,
+        };
+        self.off += total;
+        Some((at, &fpdu[HEADER_LEN..HEADER_LEN + len]))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +594,105 @@ mod tests {
     }
 
     const SIZES: &[usize] = &[0, 1, 5, 300, 700, 2, 1100, 3, 4];
+
+    /// FPDUs found ahead of a hole and kept are passed over unread when the stream reaches
+    /// them (their octets garbage here), at every split point, and their kept heads come out
+    /// in their place, in order with the others; what overlaps a kept FPDU, lies inside the
+    /// FPDU the stream is in or does not check out is refused.
+    #[test]
+    fn placed_ahead_fpdus_are_passed_over_unread_in_order() {
+        let (s, ulpdus) = stream(true, false, &[40, 300, 20, 700, 30]);
+        let ends: Vec<usize> = ulpdus
+            .iter()
+            .scan(0, |o, u| {
+                *o += fpdu_len(u.len());
+                Some(*o)
+            })
+            .collect();
+        for split in (0..s.len()).step_by(7) {
+            let mut d = Deframer::new(true, false, 4096);
+            // FPDUs 1 and 3 arrive ahead (after FPDU 0 is lost).
+            let mut garbled = s.clone();
+            for i in [1, 3] {
+                let seg = &s[ends[i - 1]..ends[i]];
+                let (at, u) = d.fpdus_ahead(seg, ends[i - 1] as u64).next().unwrap();
+                assert_eq!((at.pos, at.len), (ends[i - 1] as u64, seg.len()));
+                assert_eq!(u, &ulpdus[i][..]);
+                assert!(d.placed_ahead(at, &u[..4], u.len() - 4));
+                assert!(!d.placed_ahead(at, &u[..4], u.len() - 4), "kept once");
+                garbled[ends[i - 1]..ends[i]].fill(0xee);
+            }
+            let mut got = Vec::new();
+            for part in [&garbled[..split], &garbled[split..]] {
+                d.push_ulpdus(part, &mut |u| {
+                    got.push(match u {
+                        Ulpdu::Whole(b) => (false, b.to_vec(), 0),
+                        Ulpdu::Placed { head, payload_len } => (true, head.to_vec(), payload_len),
+                    })
+                })
+                .unwrap();
+            }
+            let want: Vec<_> = ulpdus
+                .iter()
+                .enumerate()
+                .map(|(i, u)| match i {
+                    1 | 3 => (true, u[..4].to_vec(), u.len() - 4),
+                    _ => (false, u.clone(), 0),
+                })
+                .collect();
+            assert_eq!(got, want, "split at {split}");
+            assert_eq!(d.skipped(), (ends[1] - ends[0] + ends[3] - ends[2]) as u64);
+            assert!(!d.has_placed_ahead());
+        }
+        // Refused: a bad CRC ends the scan; CRCs off or markers on find nothing.
+        let mut bad = s[ends[0]..ends[1]].to_vec();
+        bad[10] ^= 1;
+        let d = Deframer::new(true, false, 4096);
+        assert_eq!(d.fpdus_ahead(&bad, 100).count(), 0);
+        assert_eq!(d.fpdus_ahead(&s, 0).count(), 5);
+        assert_eq!(
+            Deframer::new(false, false, 4096).fpdus_ahead(&s, 0).count(),
+            0
+        );
+        assert_eq!(
+            Deframer::new(true, true, 4096).fpdus_ahead(&s, 0).count(),
+            0
+        );
+        // Inside the FPDU the stream is in: refused.
+        let mut d = Deframer::new(true, false, 4096);
+        d.push(&s[..ends[0] + 3], &mut |_| {}).unwrap();
+        let inside = FpduAt {
+            pos: ends[0] as u64 + 10,
+            len: 20,
+        };
+        assert!(!d.may_place_ahead(inside));
+        assert!(d.may_place_ahead(FpduAt {
+            pos: ends[1] as u64,
+            len: 20
+        }));
+    }
+
+    /// Octets taken out of the stream where in order there is no FPDU start (a forged
+    /// FPDU inside a real one): the real FPDU's CRC fails, nothing of it is delivered.
+    #[test]
+    fn a_placed_fpdu_that_is_no_fpdu_start_in_order_fails_the_crc() {
+        let (s, _) = stream(true, false, &[40, 300]);
+        let mut d = Deframer::new(true, false, 4096);
+        let first = fpdu_len(40);
+        let at = FpduAt {
+            pos: first as u64 + 50,
+            len: 24,
+        };
+        assert!(d.placed_ahead(at, &[1, 2, 3, 4], 10));
+        let mut garbled = s.clone();
+        garbled[first + 50..first + 74].fill(0xee);
+        let mut n = 0;
+        assert_eq!(
+            d.push_ulpdus(&garbled, &mut |_| n += 1),
+            Err(DeframeError::Crc)
+        );
+        assert_eq!(n, 1, "the first FPDU only");
+    }
 
     #[test]
     fn every_split_point_and_byte_by_byte() {

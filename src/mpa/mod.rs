@@ -5,7 +5,7 @@ pub mod deframer;
 pub mod framer;
 pub mod startup;
 
-pub use deframer::{DeframeError, Deframer};
+pub use deframer::{DeframeError, Deframer, FpduAt, Ulpdu};
 pub use framer::Framer;
 pub use startup::{
     MpaConfig, Negotiated, PeerRequest, Role, RtrKind, RtrSet, Startup, StartupError, StartupEvent,

@@ -11,7 +11,7 @@ pub mod wr;
 /// Re-exported: the QP engine sends and checks the RTR kind MPA negotiated.
 pub use crate::mpa::RtrKind;
 pub use memory::{Access, MemoryError, MemoryTable, Mr, MrBytes, MrBytesMut, PdId, SharedMem};
-pub use qp::{QpConfig, QpEngine, QpEvent, QpState, RtrRole, MIN_ULPDU_ROOM};
+pub use qp::{AheadCounts, QpConfig, QpEngine, QpEvent, QpState, RtrRole, MIN_ULPDU_ROOM};
 pub use smallvec::smallvec;
 pub use wr::{
     InlineData, Opcode, PostError, RecvWr, SendWr, SgList, Sge, WcOpcode, WcStatus, WorkCompletion,

@@ -165,6 +165,18 @@ struct PostedRecv {
     done: Option<(u32, bool, Option<u32>)>,
 }
 
+/// Tagged data placed ahead of its turn (RFC 5044 App. A.3, [`QpEngine::place_ahead`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AheadCounts {
+    /// Tagged FPDUs placed out of order.
+    pub fpdus: u64,
+    /// Their payload octets.
+    pub octets: u64,
+    /// Payload octets the in-order pass found placed already and did not copy again (the
+    /// copy out of the reassembly buffer they were spared).
+    pub recognised: u64,
+}
+
 /// One queue pair's DDP/RDMAP state.
 pub struct QpEngine {
     cfg: QpConfig,
@@ -198,6 +210,12 @@ pub struct QpEngine {
     /// Payload octets placed into registered memory (tagged and untagged): the receive-side
     /// copies the engine makes, for the dataplane's copies-per-byte count.
     rx_placed: u64,
+    /// What [`QpEngine::place_ahead`] placed, and what of it the in-order pass then found
+    /// placed already ([`QpEngine::ahead_counts`]).
+    ahead: AheadCounts,
+    /// The tagged segment being processed was placed ahead of its turn already, with this
+    /// many octets of payload ([`QpEngine::on_ulpdu_placed`]): check it, do not copy it.
+    placed_already: Option<usize>,
     /// RFC 5044 App. C: the peer is an RDMAC RNIC (MPA Rev 0): DDP and RDMAP version 0 on the
     /// wire in both directions ([`QpEngine::use_rdmac_version`]).
     rdmac: bool,
@@ -289,6 +307,8 @@ impl QpEngine {
             prefer_resp: false,
             rq_err: None,
             rx_placed: 0,
+            placed_already: None,
+            ahead: AheadCounts::default(),
             rdmac: false,
         }
     }
@@ -1043,6 +1063,90 @@ impl QpEngine {
         self.on_ulpdu_ietf(ulpdu)
     }
 
+    /// [`QpEngine::on_ulpdu`] for a tagged ULPDU whose payload [`QpEngine::place_ahead`]
+    /// placed already, given by its `head` (its DDP and RDMAP headers, as kept then) and
+    /// its payload's length: every check and every effect of its turn (ordering,
+    /// completion, errors) as for any other, but no octet is copied.
+    pub fn on_ulpdu_placed(&mut self, head: &[u8], payload_len: usize) {
+        self.placed_already = Some(payload_len);
+        self.on_ulpdu(head);
+        self.placed_already = None;
+    }
+
+    /// Place a tagged ULPDU that arrived ahead of its turn (RFC 5044 App. A.3: a segment
+    /// that came in behind a hole in the TCP stream): DDP allows tagged placement in any
+    /// order, while delivery (completions, message order, untagged messages and control)
+    /// stays in order (RFC 5041 §5, §7). Only an RDMA Write or a Read Response with payload,
+    /// on a live connection speaking RFC 5040 versions, is placed, and only after every
+    /// check its turn would make passes (RFC 5041 §7.1, RFC 5040 §7.2: STag, not
+    /// invalidated, PD, rights, bounds; a Read Response must also lie within the sink of a
+    /// Read we have outstanding). Returns whether it was placed. Anything else is left for
+    /// its turn, with nothing reported: the in-order pass judges it then, and terminates
+    /// the stream if it must. Nothing completes here.
+    pub fn place_ahead(&mut self, ulpdu: &[u8]) -> bool {
+        if self.state != QpState::Rts || self.rdmac {
+            return false;
+        }
+        let Ok(seg) = Segment::new_checked(ulpdu) else {
+            return false;
+        };
+        let p = seg.payload();
+        if !seg.tagged()
+            || p.is_empty()
+            || seg.ddp_version() != DDP_VERSION
+            || control_version(seg.rdmap_control()) != RDMAP_VERSION
+        {
+            return false;
+        }
+        let (stag, to) = (seg.stag(), seg.to());
+        let need = match RdmapOpcode::from_u8(control_opcode(seg.rdmap_control())) {
+            Some(RdmapOpcode::RdmaWrite) => Access::REMOTE_WRITE,
+            Some(RdmapOpcode::ReadResponse) => {
+                let within_a_sink = self.out_reads.iter().any(|r| {
+                    r.sink_stag == stag
+                        && to
+                            .checked_sub(r.sink_to)
+                            .and_then(|o| o.checked_add(p.len() as u64))
+                            .is_some_and(|end| end <= u64::from(r.len))
+                });
+                if !within_a_sink {
+                    return false;
+                }
+                Access::LOCAL_WRITE
+            }
+            _ => return false,
+        };
+        if self.mem.write(stag, self.cfg.pd, to, p, need).is_err() {
+            return false;
+        }
+        self.rx_placed += p.len() as u64;
+        self.ahead.fpdus += 1;
+        self.ahead.octets += p.len() as u64;
+        true
+    }
+
+    /// Tagged data placed ahead of its turn so far ([`QpEngine::place_ahead`]).
+    pub fn ahead_counts(&self) -> AheadCounts {
+        self.ahead
+    }
+
+    /// A tagged segment's payload into its region: checked and copied, or only checked when
+    /// it was placed ahead of its turn ([`QpEngine::on_ulpdu_placed`]).
+    fn place_tagged(
+        &mut self,
+        stag: u32,
+        to: u64,
+        p: &[u8],
+        need: Access,
+    ) -> Result<(), MemoryError> {
+        if let Some(len) = self.placed_already {
+            self.ahead.recognised += len as u64;
+            return self.mem.check(stag, self.cfg.pd, to, len, need);
+        }
+        self.rx_placed += p.len() as u64;
+        self.mem.write(stag, self.cfg.pd, to, p, need)
+    }
+
     fn on_ulpdu_ietf(&mut self, ulpdu: &[u8]) {
         let seg = match Segment::new_checked(ulpdu) {
             Ok(s) => s,
@@ -1178,33 +1282,28 @@ impl QpEngine {
 
     fn on_write(&mut self, seg: &Segment<&[u8]>) {
         let p = seg.payload();
+        let plen = self.placed_already.unwrap_or(p.len());
         // RFC 5041 §7.1: only non-zero-length tagged segments are validated (siw's Write RTR).
-        if p.is_empty() {
+        if plen == 0 {
             return;
         }
         let (stag, to) = (seg.stag(), seg.to());
-        let wrap = to.checked_add(p.len() as u64).is_none();
-        self.rx_placed += p.len() as u64;
-        if let Err(e) = self
-            .mem
-            .write(stag, self.cfg.pd, to, p, Access::REMOTE_WRITE)
-        {
-            log::warn!(
-                "ddp: RDMA Write to STag {stag:#x} TO {to:#x} len {} refused: {e}",
-                p.len()
-            );
+        let wrap = to.checked_add(plen as u64).is_none();
+        if let Err(e) = self.place_tagged(stag, to, p, Access::REMOTE_WRITE) {
+            log::warn!("ddp: RDMA Write to STag {stag:#x} TO {to:#x} len {plen} refused: {e}");
             self.fail(tagged_cause(e, wrap), Self::seg_off(seg), None);
         }
     }
 
     fn on_read_response(&mut self, seg: &Segment<&[u8]>) {
         let p = seg.payload();
+        let plen = self.placed_already.unwrap_or(p.len());
         let Some(head) = self.out_reads.front() else {
             log::warn!("rdmap: Read Response without an outstanding Read Request");
             return self.fail(TermCause::RDMAP_UNEXPECTED_OPCODE, Self::seg_off(seg), None);
         };
         let (stag, to) = (seg.stag(), seg.to());
-        if !p.is_empty() {
+        if plen > 0 {
             if stag != head.sink_stag {
                 log::warn!(
                     "ddp: Read Response to STag {stag:#x}, requested {:#x}",
@@ -1214,27 +1313,20 @@ impl QpEngine {
             }
             let in_range = to
                 .checked_sub(head.sink_to)
-                .and_then(|o| o.checked_add(p.len() as u64))
+                .and_then(|o| o.checked_add(plen as u64))
                 .is_some_and(|end| end <= u64::from(head.len));
             if !in_range {
-                log::warn!(
-                    "ddp: Read Response TO {to:#x} len {} outside the sink",
-                    p.len()
-                );
-                let wrap = to.checked_add(p.len() as u64).is_none();
+                log::warn!("ddp: Read Response TO {to:#x} len {plen} outside the sink");
+                let wrap = to.checked_add(plen as u64).is_none();
                 return self.fail(
                     tagged_cause(MemoryError::Bounds, wrap),
                     Self::seg_off(seg),
                     None,
                 );
             }
-            self.rx_placed += p.len() as u64;
-            if let Err(e) = self
-                .mem
-                .write(stag, self.cfg.pd, to, p, Access::LOCAL_WRITE)
-            {
+            if let Err(e) = self.place_tagged(stag, to, p, Access::LOCAL_WRITE) {
                 log::warn!("ddp: Read Response placement into STag {stag:#x} refused: {e}");
-                let wrap = to.checked_add(p.len() as u64).is_none();
+                let wrap = to.checked_add(plen as u64).is_none();
                 return self.fail(tagged_cause(e, wrap), Self::seg_off(seg), None);
             }
         }

@@ -38,7 +38,7 @@ use smoltcp::socket::tcp;
 use super::super::device::DpdkDevice;
 use super::{close_finished, TcpConfig, WorkerStats};
 use crate::cm::pump;
-use crate::conn::ConnEvent;
+use crate::conn::{ConnEvent, PlacedAhead};
 use crate::rdma::MIN_ULPDU_ROOM;
 use crate::verbs::{QpShared, QpSlot};
 use crate::wire::terminate::TermCause;
@@ -333,6 +333,19 @@ impl Conn {
         };
         conn.on_bytes(payload, now);
         true
+    }
+
+    /// Place the tagged FPDUs at the front of an out-of-order segment's payload, `ahead`
+    /// octets past what the engine was given (`Connection::place_ahead`); the octets taken.
+    pub(super) fn place_ahead(&self, ahead: u64, payload: &[u8]) -> PlacedAhead {
+        let Some(sh) = self.sh.as_deref() else {
+            return PlacedAhead::default();
+        };
+        let mut guard = sh.lock();
+        let QpSlot::Live(conn) = &mut *guard else {
+            return PlacedAhead::default();
+        };
+        conn.place_ahead(ahead, payload)
     }
 
     pub(super) fn rx_copied(&self) -> u64 {

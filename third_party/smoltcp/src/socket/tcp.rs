@@ -491,6 +491,20 @@ impl RxLent {
     }
 }
 
+/// dpwarp: an out-of-order segment's payload a socket accepted (see
+/// [`Socket::set_rx_peek_ahead`]): where it lies in the frame the interface was handed
+/// ([`RxLent::within`] resolves it) and how far ahead of the stream it is. The socket counts
+/// it as received (it is acknowledged, and SACKed) but has not written it into the receive
+/// buffer yet: [`Socket::settle_rx_ahead`] does, for the octets the consumer did not take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxAhead {
+    /// The payload's octets in the frame.
+    pub payload: RxLent,
+    /// Octets between the next octet `recv` returns and the payload's first: those buffered
+    /// in order and not read yet, then the hole.
+    pub ahead: usize,
+}
+
 #[cfg(test)]
 std::thread_local! {
     /// dpwarp tests: the segments the header-predicted path of `Socket::process` took.
@@ -650,6 +664,13 @@ pub struct Socket<'a> {
     rx_lend: bool,
     /// dpwarp: the payload last lent and not yet taken (`take_rx_lent`).
     rx_lent: Option<RxLent>,
+    /// dpwarp: out-of-order payload is handed to the consumer first (`take_rx_ahead`).
+    rx_peek_ahead: bool,
+    /// dpwarp: the out-of-order payload last accepted, not yet taken.
+    rx_ahead: Option<RxAhead>,
+    /// dpwarp: where the payload of `rx_ahead` belongs in the receive buffer (offset past
+    /// its readable octets) and how long it is, until `settle_rx_ahead` writes it.
+    rx_ahead_unsettled: Option<(usize, usize)>,
     /// dpwarp: a segment's payload gathered from both ends of the transmit ring.
     tx_linear: alloc::vec::Vec<u8>,
     /// dpwarp: sequence numbers just past each record (an MPA FPDU) queued for sending, in
@@ -770,6 +791,9 @@ impl<'a> Socket<'a> {
             tx_waker: WakerRegistration::new(),
             rx_lend: false,
             rx_lent: None,
+            rx_peek_ahead: false,
+            rx_ahead: None,
+            rx_ahead_unsettled: None,
             tx_linear: alloc::vec::Vec::new(),
             tx_records: None,
             tx_record_next: 0,
@@ -793,6 +817,62 @@ impl<'a> Socket<'a> {
     /// [`Socket::set_rx_lend`]).
     pub fn take_rx_lent(&mut self) -> Option<RxLent> {
         self.rx_lent.take()
+    }
+
+    /// dpwarp: hand each out-of-order segment's payload (accepted ahead of a hole, and lying
+    /// in the frame the device handed in) to the consumer before it is buffered, for one
+    /// that can use octets before their turn (an RDMA NIC placing tagged data out of order,
+    /// RFC 5044 Appendix A.3) and so need not have them buffered. The socket acknowledges
+    /// the payload as received, records it ([`Socket::take_rx_ahead`]) and leaves its place
+    /// in the receive buffer unwritten until the consumer calls
+    /// [`Socket::settle_rx_ahead`] with the octets it did not take, which the socket then
+    /// buffers; `recv` later returns the taken octets' place in the stream as whatever the
+    /// buffer held there (the consumer skips them). The consumer settles before the
+    /// interface is handed another frame: a record left unsettled then is a broken
+    /// contract, and the socket aborts the connection rather than deliver octets it never
+    /// had.
+    pub fn set_rx_peek_ahead(&mut self, peek: bool) {
+        self.rx_peek_ahead = peek;
+    }
+
+    /// dpwarp: the out-of-order payload the last segment brought, if any (see
+    /// [`Socket::set_rx_peek_ahead`]); settle it with [`Socket::settle_rx_ahead`].
+    pub fn take_rx_ahead(&mut self) -> Option<RxAhead> {
+        self.rx_ahead.take()
+    }
+
+    /// dpwarp: buffer the octets of the last out-of-order payload the consumer did not take:
+    /// `rest`, the payload's tail (the consumer took the octets before it). A `rest` longer
+    /// than the payload, or a call with nothing to settle, changes nothing and returns
+    /// false.
+    pub fn settle_rx_ahead(&mut self, rest: &[u8]) -> bool {
+        let Some((offset, len)) = self.rx_ahead_unsettled else {
+            return false;
+        };
+        if rest.len() > len {
+            return false;
+        }
+        self.rx_ahead_unsettled = None;
+        self.rx_ahead = None;
+        let written = self
+            .rx_buffer
+            .write_unallocated(offset + (len - rest.len()), rest);
+        debug_assert_eq!(written, rest.len());
+        true
+    }
+
+    /// dpwarp: an out-of-order payload left unsettled when another segment comes (see
+    /// [`Socket::set_rx_peek_ahead`]): its octets are gone, and the stream cannot be
+    /// delivered whole.
+    fn rx_ahead_broken(&mut self) -> bool {
+        if self.rx_ahead_unsettled.is_none() {
+            return false;
+        }
+        net_debug!("out-of-order payload handed to the consumer was never settled; aborting");
+        self.rx_ahead_unsettled = None;
+        self.rx_ahead = None;
+        self.abort();
+        true
     }
 
     /// Enable or disable TCP Timestamp.
@@ -2144,6 +2224,9 @@ impl<'a> Socket<'a> {
         repr: &TcpRepr,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(cx, ip_repr, repr));
+        if self.rx_ahead_broken() {
+            return None;
+        }
 
         // dpwarp: header prediction, the socket's half (4.3BSD Reno's `tcp_input`, its second
         // case): in ESTABLISHED, a segment that carries the next octets expected, fits the
@@ -2934,8 +3017,23 @@ impl<'a> Socket<'a> {
             payload_len,
             payload_offset
         );
-        let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
-        debug_assert!(len_written == payload_len);
+        // dpwarp: payload behind a hole goes to the consumer first (set_rx_peek_ahead); with a
+        // hole before it nothing becomes contiguous here, so the buffered length is still
+        // what `recv` returns before the hole.
+        if self.rx_peek_ahead && payload_offset > 0 && cx.rx_payload_in_frame {
+            self.rx_ahead = Some(RxAhead {
+                payload: RxLent {
+                    addr: payload.as_ptr() as usize,
+                    len: payload_len,
+                },
+                ahead: self.rx_buffer.len() + payload_offset,
+            });
+            self.rx_ahead_unsettled = Some((payload_offset, payload_len));
+        } else {
+            let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
+            debug_assert!(len_written == payload_len);
+        }
+
 
         if contig_len != 0 {
             // Enqueue the contiguous data octets in front of the buffer.
@@ -6314,6 +6412,103 @@ mod test {
         let mut buf = [0u8; 8];
         assert_eq!(s.recv_slice(&mut buf), Ok(2));
         assert_eq!(&buf[..2], b"gh");
+    }
+
+    /// dpwarp: an out-of-order segment's payload is handed over before it is buffered, with
+    /// how far ahead of the next octet `recv` returns it lies (octets buffered in order, then
+    /// the hole); settling buffers the octets the consumer did not take (the taken ones'
+    /// place keeps what the buffer held); in-order payload and peeking turned off record
+    /// nothing, and a record never settled aborts the connection at the next segment.
+    #[test]
+    fn test_out_of_order_payload_is_handed_over_then_settled() {
+        let mut s = socket_established();
+        s.set_rx_peek_ahead(true);
+        // In order: buffered, not recorded.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"ab"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.take_rx_ahead(), None);
+        assert!(!s.settle_rx_ahead(b""), "nothing to settle");
+        // Three octets missing, then "fghij" (acknowledged with a duplicate ACK).
+        let frame = *b"..fghij..";
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 5,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &frame[2..7],
+                ..SEND_TEMPL
+            },
+        );
+        let ahead = s.take_rx_ahead().expect("out of order: handed over");
+        assert_eq!(ahead.ahead, 2 + 3, "two buffered in order, then a three-octet hole");
+        let payload = ahead.payload.within(&frame).unwrap();
+        assert_eq!(payload, b"fghij");
+        assert_eq!(s.take_rx_ahead(), None);
+        assert!(!s.settle_rx_ahead(b"too long a tail"), "longer than the payload");
+        // The consumer took "fg"; "hij" is buffered.
+        assert!(s.settle_rx_ahead(&payload[2..]));
+        // The hole filled (acknowledged at once, RFC 5681 section 4.2).
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 2,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"cde"[..],
+                ..SEND_TEMPL
+            },
+        );
+        assert_eq!(s.take_rx_ahead(), None, "in order again");
+        let mut buf = [0u8; 16];
+        assert_eq!(s.recv_slice(&mut buf), Ok(10));
+        assert_eq!(&buf[..5], b"abcde");
+        assert_eq!(&buf[7..10], b"hij");
+        // Turned off: buffered at once, nothing recorded.
+        s.set_rx_peek_ahead(false);
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 12,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"xy"[..],
+                ..SEND_TEMPL
+            },
+        );
+        assert_eq!(s.take_rx_ahead(), None);
+        assert!(!s.settle_rx_ahead(b""));
+        // On again, and a record left unsettled: the next segment aborts the connection.
+        s.set_rx_peek_ahead(true);
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 20,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"zz"[..],
+                ..SEND_TEMPL
+            },
+        );
+        assert!(s.take_rx_ahead().is_some());
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 10,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"k"[..],
+                ..SEND_TEMPL
+            },
+        );
+        assert_eq!(s.state(), State::Closed);
     }
 
     #[test]

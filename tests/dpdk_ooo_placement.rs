@@ -1,0 +1,162 @@
+//! Out-of-order placement on the DPDK dataplane (RFC 5044 App. A.3, `[tcp] ooo_placement`,
+//! on by default): a net_ring pair whose server port drops and reorders received frames
+//! (seeded), 64 KiB RDMA Writes each followed by a Send that names it. Segments that arrive
+//! behind a lost one carry tagged FPDUs the worker places at once (`WorkerStats::
+//! ooo_placed_fpdus` > 0), and every Write is exact when its Send arrives in order.
+//! One EAL per process: the only EAL test of this binary.
+
+use dpwarp::verbs::smallvec;
+use std::net::SocketAddrV4;
+use std::thread;
+use std::time::Duration;
+
+use dpwarp::config::{FaultConfig, FaultDirection};
+use dpwarp::dataplane::Dataplane;
+use dpwarp::verbs::{sge, Access, Cq, Device, Opcode, Qp, QpCap, QpInitAttr, RecvWr, SendWr};
+use dpwarp::verbs::{WcOpcode, WcStatus};
+
+mod dp_common;
+use dp_common::{accept_advertising_then, connect_to_advertiser, pattern, ring_config};
+
+const WRITE: usize = 64 * 1024;
+const SLOTS: usize = 16;
+const ROUNDS: usize = 160;
+
+#[test]
+fn writes_behind_lost_segments_are_placed_ahead_and_stay_exact() {
+    let cfg = ring_config("dpwooo", |p| {
+        p.checksum = "software".into();
+        p.faults = Some(FaultConfig {
+            seed: 0x00c0_ffee,
+            drop: 0.01,
+            reorder: 0.01,
+            direction: FaultDirection::Rx,
+            ..FaultConfig::default()
+        });
+    });
+    assert!(cfg.tcp.ooo_placement, "on by default");
+    let dp = Dataplane::start(&cfg).expect("dataplane");
+    let server_ep = dp.endpoint(0).unwrap();
+    let client_ep = dp.endpoint(1).unwrap();
+    // Faults on the server's received frames only: the Writes meet them.
+    client_ep.set_faults(None).unwrap();
+    let dev = Device::open();
+    let pd = dev.alloc_pd();
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: ROUNDS,
+    };
+
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    let spd = pd.clone();
+    let server = thread::spawn(move || {
+        let cq = Cq::new(2 * ROUNDS);
+        let qp = Qp::new(
+            &spd,
+            &QpInitAttr {
+                cap,
+                ..QpInitAttr::new(&cq)
+            },
+        );
+        let target = spd.reg_mr(SLOTS * WRITE, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let names = spd.reg_mr(8 * ROUNDS, Access::LOCAL_WRITE);
+        for r in 0..ROUNDS {
+            qp.post_recv(RecvWr {
+                wr_id: r as u64,
+                sg_list: smallvec![sge(&names, 8 * r, 8)],
+            })
+            .unwrap();
+        }
+        let _l = accept_advertising_then(&server_ep, 4797, &qp, &target, || {
+            ready_tx.send(()).unwrap()
+        });
+        for r in 0..ROUNDS {
+            let wc = cq.wait(Duration::from_secs(30)).expect("a Send per Write");
+            assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Recv));
+            let mut name = [0u8; 8];
+            names.read_at(8 * wc.wr_id as usize, &mut name);
+            let round = u64::from_be_bytes(name) as usize;
+            assert_eq!(round, r, "Sends complete in order");
+            let slot = round % SLOTS;
+            let mut got = vec![0u8; WRITE];
+            target.read_at(slot * WRITE, &mut got);
+            assert!(
+                got == pattern(round as u8, WRITE),
+                "round {round}: the Write before its Send is exact"
+            );
+        }
+        qp.wait_closed(Duration::from_secs(10));
+    });
+
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let cq = Cq::new(4 * ROUNDS);
+    let qp = Qp::new(
+        &pd,
+        &QpInitAttr {
+            cap,
+            ..QpInitAttr::new(&cq)
+        },
+    );
+    let src = pd.reg_mr(SLOTS * WRITE, Access::LOCAL_WRITE);
+    let names = pd.reg_mr(8 * ROUNDS, Access::LOCAL_WRITE);
+    let (addr, rkey) =
+        connect_to_advertiser(&client_ep, SocketAddrV4::new(server_ep_ip(&dp), 4797), &qp);
+    // At most SLOTS / 2 rounds in flight: a slot is written again only long after the server
+    // read it (its Send completed here, so it arrived in order there).
+    let mut in_flight = 0;
+    for r in 0..ROUNDS {
+        while in_flight >= SLOTS / 2 {
+            let wc = cq.wait(Duration::from_secs(30)).expect("send completion");
+            assert_eq!(wc.status, WcStatus::Success);
+            if wc.opcode == WcOpcode::Send {
+                in_flight -= 1;
+            }
+        }
+        let slot = r % SLOTS;
+        src.write_at(slot * WRITE, &pattern(r as u8, WRITE));
+        names.write_at(8 * r, &(r as u64).to_be_bytes());
+        qp.post_send(SendWr {
+            wr_id: 2 * r as u64,
+            opcode: Opcode::Write {
+                remote_addr: addr + (slot * WRITE) as u64,
+                rkey,
+            },
+            sg_list: smallvec![sge(&src, slot * WRITE, WRITE)],
+            signaled: false,
+        })
+        .unwrap();
+        qp.post_send(SendWr {
+            wr_id: 2 * r as u64 + 1,
+            opcode: Opcode::Send,
+            sg_list: smallvec![sge(&names, 8 * r, 8)],
+            signaled: true,
+        })
+        .unwrap();
+        in_flight += 1;
+    }
+    while in_flight > 0 {
+        let wc = cq.wait(Duration::from_secs(30)).expect("send completion");
+        assert_eq!(wc.status, WcStatus::Success);
+        in_flight -= 1;
+    }
+    qp.disconnect();
+    server.join().unwrap();
+
+    let stats = dp.stats();
+    let faults: u64 = stats.iter().map(|s| s.device.faults.dropped).sum();
+    let fpdus: u64 = stats.iter().map(|s| s.ooo_placed_fpdus).sum();
+    let octets: u64 = stats.iter().map(|s| s.ooo_placed_octets).sum();
+    let crc: u64 = stats.iter().map(|s| s.mpa_crc_errors).sum();
+    eprintln!(
+        "dpdk_ooo_placement: {ROUNDS} x 64 KiB Writes, frames dropped {faults}, \
+         FPDUs placed ahead {fpdus} ({octets} octets), MPA CRC errors {crc}"
+    );
+    assert!(faults > 0, "the faults dropped frames");
+    assert!(fpdus > 0, "segments behind a hole were placed ahead");
+    assert!(octets >= fpdus * 20, "each with its octets");
+    assert_eq!(crc, 0);
+}
+
+fn server_ep_ip(dp: &Dataplane) -> std::net::Ipv4Addr {
+    dp.endpoint(0).unwrap().ip()
+}
