@@ -12,8 +12,14 @@
 //! ```text
 //! cargo bench --bench dp_ring -- [--mtu 1500|9000|576..=65389] [--rounds 3] [--size 65536] [--mib 1024]
 //!     [--tx-zero-copy auto|off] [--idle N] [--kernel-writes 16384,32768,...] [--no-crc]
-//!     [--sweep-us N] [--json FILE]
+//!     [--sweep-us N] [--drop P] [--ooo-placement on|off] [--rdma-only] [--json FILE]
 //! ```
+//!
+//! `--drop P` drops each frame the server port receives with probability P (a seeded fault
+//! injector; the ports then compute and verify checksums in software), `--ooo-placement`
+//! sets `[tcp] ooo_placement` (default on: RFC 5044 App. A.3, docs/datapath.md "Out-of-order
+//! placement"), `--rdma-only` runs only the RDMA Write rounds and writes their figures, the
+//! copies per byte and what was placed out of order (`scripts/ooo-bench` compares them).
 //!
 //! `--sweep-us N`: the workers' `[worker] sweep_us` (default that of configs/net_ring.toml:
 //! 1000), how often a pass visits every connection; with `--idle` it is what the quiet
@@ -67,6 +73,9 @@ struct Args {
     kernel_writes: Vec<usize>,
     crc: bool,
     sweep_us: Option<u64>,
+    drop: f64,
+    ooo: bool,
+    rdma_only: bool,
 }
 
 fn args() -> Args {
@@ -82,6 +91,9 @@ fn args() -> Args {
         kernel_writes: KERNEL_WRITES.to_vec(),
         crc: true,
         sweep_us: None,
+        drop: 0.0,
+        ooo: true,
+        rdma_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -97,6 +109,15 @@ fn args() -> Args {
             "--idle" => a.idle = v().parse().expect("--idle N"),
             "--no-crc" => a.crc = false,
             "--sweep-us" => a.sweep_us = Some(v().parse().expect("--sweep-us N")),
+            "--drop" => a.drop = v().parse().expect("--drop P"),
+            "--ooo-placement" => {
+                a.ooo = match v().as_str() {
+                    "on" => true,
+                    "off" => false,
+                    o => panic!("--ooo-placement on|off, not {o}"),
+                }
+            }
+            "--rdma-only" => a.rdma_only = true,
             "--kernel-writes" => {
                 a.kernel_writes = v()
                     .split(',')
@@ -533,6 +554,20 @@ fn main() {
     if let Some(us) = a.sweep_us {
         cfg.worker.sweep_us = us;
     }
+    cfg.tcp.ooo_placement = a.ooo;
+    if a.drop > 0.0 {
+        // Loss on the server's received frames (the Writes' direction), seeded; a fault port
+        // computes and verifies checksums in software.
+        for p in cfg.ports.iter_mut() {
+            p.checksum = "software".into();
+        }
+        cfg.ports[0].faults = Some(dpwarp::config::FaultConfig {
+            seed: 0x5eed,
+            drop: a.drop,
+            direction: dpwarp::config::FaultDirection::Rx,
+            ..Default::default()
+        });
+    }
     let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).expect("dataplane (root, DPDK)");
     let idle = idle_connections(&dp, a.idle);
     if a.idle > 0 {
@@ -555,7 +590,11 @@ fn main() {
     for r in 0..a.rounds {
         // Rotate the order so no side always runs first (caches, frequency).
         for k in 0..5 {
-            match (r + k) % 5 {
+            let slot = (r + k) % 5;
+            if a.rdma_only && slot != 0 {
+                continue;
+            }
+            match slot {
                 3 => {
                     let l = lat_round(&dp, 5900 + r as u16, a.lat_iters);
                     eprintln!("dp_ring: round {r}: dpwarp net_ring send_lat 64 B p50 {l:.2} us");
@@ -610,6 +649,31 @@ fn main() {
             f64::NAN
         }
     };
+    if a.rdma_only {
+        let st = dp.stats();
+        let out = serde_json::json!({
+            "bench": "dp_ring",
+            "mtu": a.mtu,
+            "size": a.size,
+            "bytes_per_round": total,
+            "rounds": a.rounds,
+            "drop": a.drop,
+            "ooo_placement": a.ooo,
+            "write_bw_gbps_dpdk_ring": median(&d),
+            "write_bw_gbps_dpdk_ring_rounds": d,
+            "copies_per_byte": {"tx": ctx.tx_per_byte(), "rx": srx.rx_per_byte()},
+            "ooo_placed_fpdus": st.iter().map(|s| s.ooo_placed_fpdus).sum::<u64>(),
+            "ooo_placed_octets": st.iter().map(|s| s.ooo_placed_octets).sum::<u64>(),
+            "frames_dropped": st.iter().map(|s| s.device.faults.dropped).sum::<u64>(),
+            "cpus": {"server": 0, "client": 1},
+        });
+        close_idle(&dp, idle);
+        println!("{out}");
+        if let Some(f) = a.json {
+            std::fs::write(&f, format!("{out}\n")).expect("write --json file");
+        }
+        return;
+    }
     let dm = median(&d);
     let kbw: Vec<f64> = kb.iter().map(|v| median(v)).collect();
     let kpw: Vec<f64> = kp.iter().map(|v| median(v)).collect();

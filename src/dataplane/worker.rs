@@ -469,8 +469,9 @@ struct Totals {
     rx_copied_done: u64,
     /// Retransmissions (fast, timeout) of the sockets removed so far.
     retransmits_done: (u64, u64, u64, u64),
-    /// TCP payload octets placed straight from the frames the sockets lent them from
-    /// (smoltcp did not copy them into a receive buffer).
+    /// TCP payload octets placed straight from the frames the sockets lent them from, or
+    /// handed over ahead of a hole and placed (smoltcp did not copy them into a receive
+    /// buffer).
     rx_direct: u64,
 }
 
@@ -1475,6 +1476,8 @@ impl Worker {
         s.settle_rx_ahead(&payload[placed.octets..]);
         self.stats.ooo_placed_fpdus += placed.fpdus as u64;
         self.stats.ooo_placed_octets += placed.octets as u64;
+        // Placed from the frame, never copied into the socket's buffer: as lent octets.
+        self.totals.rx_direct += placed.octets as u64;
     }
 
     /// Hold `c` (`conn_index` is rebuilt before its next use). Its QP's posts raise the flag
