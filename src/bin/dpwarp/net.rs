@@ -144,11 +144,13 @@ pub fn log_device_stats(dp: &Dataplane) {
         // A line of its own: scripts (and tests/dpdk_kernel_peer.rs) read the one above.
         log::info!(
             "dataplane: worker {i}: tcp retransmits: fast {} timeout {}, loss probes {}, \
-             zero-window probes {}",
+             zero-window probes {}; tagged FPDUs placed out of order {} ({} octets)",
             w.tcp_fast_retransmits,
             w.tcp_timeout_retransmits,
             w.tcp_loss_probes,
-            w.tcp_window_probes
+            w.tcp_window_probes,
+            w.ooo_placed_fpdus,
+            w.ooo_placed_octets
         );
         log::info!(
             "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us); \

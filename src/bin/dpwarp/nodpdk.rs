@@ -125,6 +125,8 @@ pub struct WorkerStats {
     pub driven_spin_us: u64,
     pub warm_frames: u64,
     pub warm_rehearsals: u64,
+    pub ooo_placed_fpdus: u64,
+    pub ooo_placed_octets: u64,
 }
 
 /// Mirrors the fields of `dataplane::device::DeviceStats` the tools print.
