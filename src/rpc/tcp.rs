@@ -115,6 +115,7 @@ pub fn serve_with(
     let join = thread::Builder::new()
         .name("rpc-tcp-accept".into())
         .spawn(move || {
+            let mut last_error: Option<Instant> = None;
             while !st.load(Ordering::Acquire) {
                 match l.accept() {
                     Ok((s, _)) => {
@@ -134,7 +135,22 @@ pub fn serve_with(
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         thread::sleep(Duration::from_millis(20))
                     }
-                    Err(e) => log::warn!("rpc-tcp: accept: {e}"),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::Interrupted
+                                | std::io::ErrorKind::ConnectionAborted
+                        ) => {}
+                    Err(e) => {
+                        // Out of descriptors (EMFILE/ENFILE) or memory: the connection waits
+                        // in the backlog and the listener stays readable, so trying again at
+                        // once would spin. Back off; say so once a second.
+                        if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
+                            log::warn!("rpc-tcp: accept: {e}; trying again shortly");
+                            last_error = Some(Instant::now());
+                        }
+                        thread::sleep(Duration::from_millis(20));
+                    }
                 }
             }
         })?;
