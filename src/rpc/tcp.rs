@@ -138,8 +138,7 @@ pub fn serve_with(
                     Err(e)
                         if matches!(
                             e.kind(),
-                            std::io::ErrorKind::Interrupted
-                                | std::io::ErrorKind::ConnectionAborted
+                            std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted
                         ) => {}
                     Err(e) => {
                         // Out of descriptors (EMFILE/ENFILE) or memory: the connection waits
