@@ -237,3 +237,27 @@ fn inline_sends_and_writes_carry_their_payload() {
     wc_ok(&s.cq);
     assert_eq!(&sink.to_vec()[100..400], &pattern(4, 300)[..]);
 }
+
+/// A QP takes no file descriptor until a driver that sleeps on one (the kernel-TCP thread)
+/// starts: a DPDK worker holding tens of thousands of connections must not need a
+/// descriptor for each (their QPs' eventfds once exhausted a 20,000-descriptor limit).
+#[test]
+fn a_qp_takes_no_descriptor_before_a_sleeping_driver_starts() {
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let dev = dpwarp::verbs::Device::open();
+    let pd = dev.alloc_pd();
+    let cq = dpwarp::verbs::Cq::new(4);
+    let before = fds();
+    let qps: Vec<_> = (0..1000)
+        .map(|_| dpwarp::verbs::Qp::new(&pd, &dpwarp::verbs::QpInitAttr::new(&cq)))
+        .collect();
+    let after = fds();
+    // Other tests of this binary may open a few meanwhile; 1000 QPs with a descriptor each
+    // would add 1000.
+    assert!(
+        after < before + 100,
+        "{} descriptors for 1000 QPs",
+        after.saturating_sub(before)
+    );
+    drop(qps);
+}

@@ -282,6 +282,7 @@ fn write_all(t: &mut dyn Transport, mut buf: &[u8], timeout: Duration) -> Result
 fn spawn_driver(transport: Box<dyn Transport>, qp: &Qp) -> Events {
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(64);
     let sh = qp.shared.clone();
+    sh.make_wake();
     sh.sleepy_driver
         .store(true, std::sync::atomic::Ordering::SeqCst);
     sh.accept_hooks();
@@ -501,7 +502,7 @@ fn drive_loop(
             }
             sh.sleeping.store(true, Ordering::SeqCst);
             if sh.post_seq.load(Ordering::SeqCst) == seq_at_start {
-                let r = match &sh.wake {
+                let r = match sh.wake() {
                     Some(w) => t.wait_readable_or_woken(nap, w),
                     None => t.wait_readable(nap.min(Duration::from_micros(200))),
                 };
@@ -511,7 +512,7 @@ fn drive_loop(
                 }
             }
             sh.sleeping.store(false, Ordering::SeqCst);
-            if let Some(w) = &sh.wake {
+            if let Some(w) = sh.wake() {
                 w.drain();
             }
         }

@@ -403,9 +403,12 @@ pub(crate) struct QpShared {
     pub(crate) disconnect: AtomicBool,
     /// Why the connection ended, if a TERMINATE did it (the `ibv_get_async_event` role).
     pub(crate) terminate: Mutex<Option<QpTerminate>>,
-    /// Wakes the kernel-transport driver thread when work is posted (None if no eventfd could
-    /// be made: the driver then falls back to short idle waits).
-    pub(crate) wake: Option<Wakeup>,
+    /// Wakes the kernel-transport driver thread when work is posted: made when that driver
+    /// starts (`QpShared::make_wake`), before `sleepy_driver` is raised; a QP on a DPDK
+    /// worker never has one (an eventfd per QP would be a descriptor per connection for
+    /// nothing). None inside if no eventfd could be made: the driver then falls back to
+    /// short idle waits.
+    pub(crate) wake: OnceLock<Option<Wakeup>>,
     /// Bumped on every post; with `sleeping` it tells the driver whether it may sleep.
     pub(crate) post_seq: AtomicU64,
     /// Set (before its first pass) by a driver that may sleep waiting for posts (the kernel
@@ -636,10 +639,25 @@ impl QpShared {
         }
         self.post_seq.fetch_add(1, Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) {
-            if let Some(w) = &self.wake {
+            if let Some(w) = self.wake() {
                 w.notify();
             }
         }
+    }
+
+    /// Make the eventfd that wakes a sleeping driver, once (the kernel-TCP driver, as it
+    /// starts; before it raises `sleepy_driver`, so a poster that sees that flag sees it).
+    pub(crate) fn make_wake(&self) {
+        self.wake.get_or_init(|| {
+            Wakeup::new()
+                .map_err(|e| log::warn!("verbs: no eventfd for the QP driver: {e}"))
+                .ok()
+        });
+    }
+
+    /// The eventfd that wakes a sleeping driver, if it has one.
+    pub(crate) fn wake(&self) -> Option<&Wakeup> {
+        self.wake.get().and_then(Option::as_ref)
     }
 
     fn hook_slot(&self) -> MutexGuard<'_, HookSlot> {
@@ -872,9 +890,7 @@ impl Qp {
             posted_direct: AtomicBool::new(false),
             disconnect: AtomicBool::new(false),
             terminate: Mutex::new(None),
-            wake: Wakeup::new()
-                .map_err(|e| log::warn!("verbs: no eventfd for the QP driver: {e}"))
-                .ok(),
+            wake: OnceLock::new(),
             post_seq: AtomicU64::new(0),
             sleepy_driver: AtomicBool::new(false),
             stream_idle: AtomicBool::new(true),
