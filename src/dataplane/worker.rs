@@ -798,7 +798,7 @@ impl Worker {
         self.sched.egress_all |= work;
         let now = self.pass_now();
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
-        // places straight from the frames (`place_lent`).
+        // places straight from the frames (`place_from_frame`).
         self.clock.sweeping = now >= self.clock.sweep_at;
         if self.clock.sweeping {
             self.clock.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
@@ -1386,8 +1386,7 @@ impl Worker {
             if r == PollIngressSingleResult::None {
                 break;
             }
-            self.place_lent(now);
-            self.place_ahead();
+            self.place_from_frame(now);
             if self.dev.take_syn_seen() && self.listeners.is_listening() {
                 self.relisten(now);
             }
@@ -1402,82 +1401,68 @@ impl Worker {
         true
     }
 
-    /// The payload the frame just taken lent its socket, if any, placed by that socket's
-    /// connection straight from the held frame, before anything else reads the socket (the
-    /// octets precede whatever the socket buffers after them).
-    fn place_lent(&mut self, now: Instant) {
+    /// What the frame just taken gave its socket's consumer, placed by that socket's
+    /// connection straight from the held frame, before anything else reads the socket:
+    /// - in-order payload the socket lent (the octets precede whatever the socket buffers
+    ///   after them);
+    /// - the payload of an out-of-order segment it handed over (`tcp::Socket::
+    ///   set_rx_peek_ahead`, on with `[tcp] ooo_placement`): the connection places the tagged
+    ///   FPDUs at its front at once (RFC 5044 App. A.3, `Connection::place_ahead`) and the
+    ///   socket buffers the rest. Always settled, whatever happens here: a payload left
+    ///   unsettled would make the socket abort the connection.
+    fn place_from_frame(&mut self, now: Instant) {
         let Some(h) = self.sockets.last_touched() else {
             return;
         };
-        let Some(lent) = self.sockets.get_mut::<tcp::Socket>(h).take_rx_lent() else {
+        let s = self.sockets.get_mut::<tcp::Socket>(h);
+        let (lent, ahead) = (s.take_rx_lent(), s.take_rx_ahead());
+        if lent.is_none() && ahead.is_none() {
             return;
-        };
-        self.index_conns();
-        let conn = match self.sched.conn_index.get(h.index()) {
-            Some(&i) if i != u32::MAX => &self.conns[i as usize],
-            _ => {
-                log::error!(
-                    "dataplane: {} octets lent by a socket with no connection",
-                    lent.len()
-                );
-                return;
-            }
-        };
-        // In the frame, or in the copy smoltcp made of a split frame it could not take in
-        // two parts.
-        let Some(payload) = self
-            .held
-            .lent(lent)
-            .or_else(|| lent.within(self.iface.rx_copy()))
-        else {
-            log::error!(
-                "dataplane: {} octets lent outside the frame held",
-                lent.len()
-            );
-            return;
-        };
-        if conn.place_lent(payload, now) {
-            self.totals.rx_direct += payload.len() as u64;
         }
-    }
-
-    /// The payload of an out-of-order segment the frame just taken handed to its socket's
-    /// consumer (`tcp::Socket::set_rx_peek_ahead`, on with `[tcp] ooo_placement`): the
-    /// connection places the tagged FPDUs at its front at once (RFC 5044 App. A.3,
-    /// `Connection::place_ahead`) and the socket buffers the rest. Always settled, whatever
-    /// happens here: a payload left unsettled would make the socket abort the connection.
-    fn place_ahead(&mut self) {
-        let Some(h) = self.sockets.last_touched() else {
-            return;
-        };
-        let Some(ahead) = self.sockets.get_mut::<tcp::Socket>(h).take_rx_ahead() else {
-            return;
-        };
         self.index_conns();
         let conn = match self.sched.conn_index.get(h.index()) {
             Some(&i) if i != u32::MAX => Some(&self.conns[i as usize]),
             _ => None,
         };
-        let Some(payload) = self
-            .held
-            .lent(ahead.payload)
-            .or_else(|| ahead.payload.within(self.iface.rx_copy()))
-        else {
-            log::error!(
-                "dataplane: {} octets handed over outside the frame held",
-                ahead.payload.len()
-            );
-            return;
-        };
-        let placed = conn.map_or(PlacedAhead::default(), |c| {
-            c.place_ahead(ahead.ahead as u64, payload)
-        });
-        let s = self.sockets.get_mut::<tcp::Socket>(h);
-        s.settle_rx_ahead(&payload[placed.octets..]);
-        self.stats.ooo_placed_fpdus += placed.fpdus as u64;
-        self.stats.ooo_placed_octets += placed.octets as u64;
-        // Placed from the frame, never copied into the socket's buffer: as lent octets.
-        self.totals.rx_direct += placed.octets as u64;
+        // In the frame, or in the copy smoltcp made of a split frame it could not take in
+        // two parts.
+        let (held, iface) = (&self.held, &self.iface);
+        let in_frame = |l: tcp::RxLent| held.lent(l).or_else(|| l.within(iface.rx_copy()));
+        if let Some(lent) = lent {
+            match (conn, in_frame(lent)) {
+                (None, _) => log::error!(
+                    "dataplane: {} octets lent by a socket with no connection",
+                    lent.len()
+                ),
+                (_, None) => log::error!(
+                    "dataplane: {} octets lent outside the frame held",
+                    lent.len()
+                ),
+                (Some(c), Some(payload)) => {
+                    if c.place_lent(payload, now) {
+                        self.totals.rx_direct += payload.len() as u64;
+                    }
+                }
+            }
+        }
+        if let Some(ahead) = ahead {
+            let Some(payload) = in_frame(ahead.payload) else {
+                log::error!(
+                    "dataplane: {} octets handed over outside the frame held",
+                    ahead.payload.len()
+                );
+                return;
+            };
+            let placed = conn.map_or(PlacedAhead::default(), |c| {
+                c.place_ahead(ahead.ahead as u64, payload)
+            });
+            let s = self.sockets.get_mut::<tcp::Socket>(h);
+            s.settle_rx_ahead(&payload[placed.octets..]);
+            self.stats.ooo_placed_fpdus += placed.fpdus as u64;
+            self.stats.ooo_placed_octets += placed.octets as u64;
+            // Placed from the frame, never copied into the socket's buffer: as lent octets.
+            self.totals.rx_direct += placed.octets as u64;
+        }
     }
 
     /// Hold `c` (`conn_index` is rebuilt before its next use). Its QP's posts raise the flag
