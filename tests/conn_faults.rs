@@ -5,99 +5,13 @@
 use dpwarp::verbs::smallvec;
 use std::time::Instant;
 
-use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
+use dpwarp::conn::ConnEvent;
 use dpwarp::mpa::MpaConfig;
-use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, PdId, RecvWr, SendWr, Sge, WcStatus};
+use dpwarp::rdma::{Access, Mr, Opcode, RecvWr, SendWr, WcStatus};
 use dpwarp::wire::terminate::TermCause;
 
-struct Pair {
-    a: Connection,
-    b: Connection,
-    mem_a: MemoryTable,
-    mem_b: MemoryTable,
-    pd_a: PdId,
-    pd_b: PdId,
-    /// Every byte A has sent, in order (for corruption tests).
-    a_sent: Vec<u8>,
-}
-
-fn cfg(pd: PdId, mpa: MpaConfig) -> ConnConfig {
-    ConnConfig {
-        mpa,
-        pd,
-        ..ConnConfig::default()
-    }
-}
-
-fn events(c: &mut Connection) -> Vec<ConnEvent> {
-    std::iter::from_fn(|| c.poll_event()).collect()
-}
-
-impl Pair {
-    fn new(mpa: MpaConfig) -> Pair {
-        let now = Instant::now();
-        let mem_a = MemoryTable::new();
-        let mem_b = MemoryTable::new();
-        let pd_a = mem_a.alloc_pd();
-        let pd_b = mem_b.alloc_pd();
-        let a = Connection::initiator(cfg(pd_a, mpa.clone()), mem_a.clone(), now);
-        let b = Connection::responder(cfg(pd_b, mpa), mem_b.clone(), now);
-        let mut p = Pair {
-            a,
-            b,
-            mem_a,
-            mem_b,
-            pd_a,
-            pd_b,
-            a_sent: Vec::new(),
-        };
-        p.pump();
-        let ev = events(&mut p.b);
-        assert!(matches!(ev.first(), Some(ConnEvent::Request(_))), "{ev:?}");
-        p.b.accept(None);
-        p.pump();
-        assert!(events(&mut p.a)
-            .iter()
-            .any(|e| matches!(e, ConnEvent::Established(_))));
-        assert!(events(&mut p.b)
-            .iter()
-            .any(|e| matches!(e, ConnEvent::Established(_))));
-        p
-    }
-
-    /// Move bytes both ways until neither side has anything to say.
-    fn pump(&mut self) {
-        let now = Instant::now();
-        for _ in 0..10_000 {
-            let mut ab = Vec::new();
-            self.a.poll_transmit(&mut ab);
-            let mut ba = Vec::new();
-            self.b.poll_transmit(&mut ba);
-            if ab.is_empty() && ba.is_empty() {
-                return;
-            }
-            self.a_sent.extend_from_slice(&ab);
-            self.b.on_bytes(&ab, now);
-            self.a.on_bytes(&ba, now);
-        }
-        panic!("pump did not settle");
-    }
-
-    /// Take what A wants to send without delivering it.
-    fn take_a(&mut self) -> Vec<u8> {
-        let mut ab = Vec::new();
-        self.a.poll_transmit(&mut ab);
-        ab
-    }
-}
-
-fn sge(mr: &Mr, off: usize, len: usize) -> Sge {
-    Sge {
-        addr: mr.addr() + off as u64,
-        length: len as u32,
-        lkey: mr.stag(),
-    }
-}
+mod conn_pair;
+use conn_pair::{events, sge, Pair};
 
 fn sent_terminate(ev: &[ConnEvent]) -> Option<TermCause> {
     ev.iter().find_map(|e| match e {

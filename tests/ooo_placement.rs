@@ -9,19 +9,14 @@
 use dpwarp::verbs::smallvec;
 use std::time::Instant;
 
-use dpwarp::conn::{ConnConfig, ConnEvent, Connection};
+use dpwarp::conn::{ConnEvent, Connection};
 use dpwarp::mpa::{Framer, MpaConfig};
-use dpwarp::rdma::{Access, MemoryTable, Mr, Opcode, PdId, SendWr, Sge, WcStatus};
+use dpwarp::rdma::{Access, Mr, Opcode, SendWr, WcStatus};
 use dpwarp::wire::fpdu::HEADER_LEN;
 use dpwarp::wire::terminate::TermCause;
 
-fn sge(mr: &Mr, off: usize, len: usize) -> Sge {
-    Sge {
-        addr: mr.addr() + off as u64,
-        length: len as u32,
-        lkey: mr.stag(),
-    }
-}
+mod conn_pair;
+use conn_pair::{sge, Pair};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -29,56 +24,11 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-struct Pair {
-    now: Instant,
-    a: Connection,
-    b: Connection,
-    mem_a: MemoryTable,
-    mem_b: MemoryTable,
-    pd_a: PdId,
-    pd_b: PdId,
-}
-
 /// Two connections in Full MPA operation, CRCs on, markers off.
 fn pair() -> Pair {
-    let now = Instant::now();
-    let (mem_a, mem_b) = (MemoryTable::new(), MemoryTable::new());
-    let (pd_a, pd_b) = (mem_a.alloc_pd(), mem_b.alloc_pd());
     let mpa = MpaConfig::default();
     assert!(mpa.crc && !mpa.markers, "the defaults this test relies on");
-    let cfg = |pd| ConnConfig {
-        mpa: mpa.clone(),
-        pd,
-        emss: 1448,
-        ..ConnConfig::default()
-    };
-    let mut a = Connection::initiator(cfg(pd_a), mem_a.clone(), now);
-    let mut b = Connection::responder(cfg(pd_b), mem_b.clone(), now);
-    for _ in 0..10 {
-        let mut ab = Vec::new();
-        a.poll_transmit(&mut ab);
-        b.on_bytes(&ab, now);
-        while let Some(ev) = b.poll_event() {
-            if matches!(ev, ConnEvent::Request(_)) {
-                b.accept(None);
-            }
-        }
-        let mut ba = Vec::new();
-        b.poll_transmit(&mut ba);
-        a.on_bytes(&ba, now);
-    }
-    assert!(a.is_established() && b.is_established());
-    while a.poll_event().is_some() {}
-    while b.poll_event().is_some() {}
-    Pair {
-        now,
-        a,
-        b,
-        mem_a,
-        mem_b,
-        pd_a,
-        pd_b,
-    }
+    Pair::new(mpa)
 }
 
 /// Everything `c` has to send, cut into its FPDUs (each a segment of its own, as a sender
@@ -98,6 +48,30 @@ fn fpdus(c: &mut Connection) -> Vec<Vec<u8>> {
         }
         assert_eq!(start, bytes.len(), "whole FPDUs");
     }
+}
+
+/// B reads `len` octets of `pattern(len, seed)` from A (work request `wr_id`): the sink
+/// region, and A's Read Response FPDUs, not yet delivered.
+fn read_from_a(p: &mut Pair, len: usize, seed: u8, wr_id: u64, now: Instant) -> (Mr, Vec<Vec<u8>>) {
+    let rsrc = p
+        .mem_a
+        .register(p.pd_a, len, Access::LOCAL_WRITE | Access::REMOTE_READ);
+    rsrc.write_at(0, &pattern(len, seed));
+    let rsink = p.mem_b.register(p.pd_b, len, Access::LOCAL_WRITE);
+    p.b.post_send(SendWr {
+        wr_id,
+        opcode: Opcode::Read {
+            remote_addr: rsrc.addr(),
+            rkey: rsrc.stag(),
+        },
+        sg_list: smallvec![sge(&rsink, 0, len)],
+        signaled: true,
+    })
+    .unwrap();
+    for req in fpdus(&mut p.b) {
+        p.a.on_bytes(&req, now);
+    }
+    (rsink, fpdus(&mut p.a))
 }
 
 /// An FPDU carrying `ulpdu`, CRC and all.
@@ -148,6 +122,7 @@ fn terminated_with(c: &mut Connection) -> Option<TermCause> {
 #[test]
 fn write_segments_behind_a_hole_are_placed_at_once_and_checked_in_order() {
     let mut p = pair();
+    let now = Instant::now();
     const LEN: usize = 20_000;
     let src = p.mem_a.register(p.pd_a, LEN, Access::LOCAL_WRITE);
     src.write_at(0, &pattern(LEN, 3));
@@ -194,7 +169,7 @@ fn write_segments_behind_a_hole_are_placed_at_once_and_checked_in_order() {
     assert_eq!(p.b.place_ahead(offsets[1] as u64, &f[1]).fpdus, 0);
     let counts = p.b.ahead_counts();
     assert_eq!(counts.fpdus, 3);
-    feed_in_order(&mut p.b, &stream, &taken, p.now);
+    feed_in_order(&mut p.b, &stream, &taken, now);
     assert_eq!(terminated_with(&mut p.b), None);
     assert_eq!(
         sink.to_vec(),
@@ -213,26 +188,9 @@ fn write_segments_behind_a_hole_are_placed_at_once_and_checked_in_order() {
 #[test]
 fn a_read_completes_in_order_not_when_its_last_segment_is_placed() {
     let mut p = pair();
+    let now = Instant::now();
     const LEN: usize = 12_000;
-    let rsrc = p
-        .mem_a
-        .register(p.pd_a, LEN, Access::LOCAL_WRITE | Access::REMOTE_READ);
-    rsrc.write_at(0, &pattern(LEN, 7));
-    let rsink = p.mem_b.register(p.pd_b, LEN, Access::LOCAL_WRITE);
-    p.b.post_send(SendWr {
-        wr_id: 9,
-        opcode: Opcode::Read {
-            remote_addr: rsrc.addr(),
-            rkey: rsrc.stag(),
-        },
-        sg_list: smallvec![sge(&rsink, 0, LEN)],
-        signaled: true,
-    })
-    .unwrap();
-    for req in fpdus(&mut p.b) {
-        p.a.on_bytes(&req, p.now);
-    }
-    let f = fpdus(&mut p.a);
+    let (rsink, f) = read_from_a(&mut p, LEN, 7, 9, now);
     let last = f.len() - 1;
     let at: usize = f[..last].iter().map(|x| x.len()).sum();
     let placed = p.b.place_ahead(at as u64, &f[last]);
@@ -241,7 +199,7 @@ fn a_read_completes_in_order_not_when_its_last_segment_is_placed() {
         p.b.poll_completion().is_none(),
         "not complete before its turn"
     );
-    feed_in_order(&mut p.b, &f.concat(), &[(at, at + f[last].len())], p.now);
+    feed_in_order(&mut p.b, &f.concat(), &[(at, at + f[last].len())], now);
     let wc = p.b.poll_completion().expect("complete in order");
     assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success));
     assert_eq!(rsink.to_vec(), pattern(LEN, 7));
@@ -255,6 +213,7 @@ fn a_read_completes_in_order_not_when_its_last_segment_is_placed() {
 #[test]
 fn forged_segments_ahead_are_never_placed_outside_what_an_stag_allows() {
     let mut p = pair();
+    let now = Instant::now();
     let src = p.mem_a.register(p.pd_a, 4096, Access::LOCAL_WRITE);
     src.write_at(0, &pattern(4096, 1));
     // Three regions side by side in one memory of b's: only the middle one is the target.
@@ -322,7 +281,7 @@ fn forged_segments_ahead_are_never_placed_outside_what_an_stag_allows() {
     assert_eq!(mem.bytes().to_vec(), before, "nothing placed");
     assert_eq!(p.b.ahead_counts().fpdus, 0);
     // In order, the first forged Write is refused as its turn demands.
-    p.b.on_bytes(&forged[0], p.now);
+    p.b.on_bytes(&forged[0], now);
     assert_eq!(
         terminated_with(&mut p.b),
         Some(TermCause::DDP_TAGGED_BASE_OR_BOUNDS_VIOLATION)
@@ -342,27 +301,10 @@ fn forged_segments_ahead_are_never_placed_outside_what_an_stag_allows() {
 #[test]
 fn a_forged_fpdu_start_inside_a_real_fpdu_ends_the_stream_not_the_memory() {
     let mut p = pair();
+    let now = Instant::now();
     const LEN: usize = 1200;
-    let rsrc = p
-        .mem_a
-        .register(p.pd_a, LEN, Access::LOCAL_WRITE | Access::REMOTE_READ);
-    rsrc.write_at(0, &pattern(LEN, 5));
-    let rsink = p.mem_b.register(p.pd_b, LEN, Access::LOCAL_WRITE);
     let other = p.mem_b.register(p.pd_b, 64, Access::REMOTE_WRITE);
-    p.b.post_send(SendWr {
-        wr_id: 4,
-        opcode: Opcode::Read {
-            remote_addr: rsrc.addr(),
-            rkey: rsrc.stag(),
-        },
-        sg_list: smallvec![sge(&rsink, 0, LEN)],
-        signaled: true,
-    })
-    .unwrap();
-    for req in fpdus(&mut p.b) {
-        p.a.on_bytes(&req, p.now);
-    }
-    let f = fpdus(&mut p.a);
+    let (_rsink, f) = read_from_a(&mut p, LEN, 5, 4, now);
     assert_eq!(
         f.len(),
         1,
@@ -380,7 +322,7 @@ fn a_forged_fpdu_start_inside_a_real_fpdu_ends_the_stream_not_the_memory() {
     assert_eq!(placed.fpdus, 1, "its STag allows it: placed");
     assert_eq!(&other.to_vec()[..16], &[0xab; 16]);
     // In order, the real response arrives; the forged octets' place is garbage.
-    feed_in_order(&mut p.b, &f[0], &[(300, 300 + forged.len())], p.now);
+    feed_in_order(&mut p.b, &f[0], &[(300, 300 + forged.len())], now);
     assert_eq!(terminated_with(&mut p.b), Some(TermCause::MPA_CRC));
     while let Some(wc) = p.b.poll_completion() {
         assert_ne!(wc.status, WcStatus::Success, "the Read never completes");
