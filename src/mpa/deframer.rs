@@ -199,7 +199,7 @@ impl Deframer {
     pub fn push_ulpdus(
         &mut self,
         mut input: &[u8],
-        deliver: &mut dyn FnMut(Ulpdu<'_>),
+        deliver: &mut impl FnMut(Ulpdu<'_>),
     ) -> Result<(), DeframeError> {
         if let Some(e) = self.failed {
             return Err(e);
@@ -224,7 +224,7 @@ impl Deframer {
                 }
                 continue;
             }
-            if self.at_fpdu_start() && self.placed_due() {
+            if !self.placed.is_empty() && self.at_fpdu_start() && self.placed_due() {
                 continue;
             }
             if self.at_fpdu_start() && !self.lead_marker {
@@ -443,7 +443,7 @@ impl Deframer {
     fn fast_path<'a>(
         &mut self,
         mut input: &'a [u8],
-        deliver: &mut dyn FnMut(Ulpdu<'_>),
+        deliver: &mut impl FnMut(Ulpdu<'_>),
     ) -> Result<&'a [u8], DeframeError> {
         while let Some(h) = input.get(..HEADER_LEN) {
             if self.placed.front().is_some_and(|p| p.pos <= self.pos) {
