@@ -2,6 +2,8 @@
  * alloc/free/append/mtod), the TLS rte_errno, and port setup that needs the large rte_eth_conf
  * structs (kept in C so the Rust bindings stay small and opaque). Built by build.rs. */
 #define _GNU_SOURCE
+/* rte_eth_dev_conf_get (the offloads a port was configured with) is experimental in 22.11. */
+#define ALLOW_EXPERIMENTAL_API
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -18,6 +20,8 @@
 #include <stdio.h>
 #include <time.h>
 #include <rte_alarm.h>
+#include <rte_bus.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_interrupts.h>
 #include <rte_errno.h>
@@ -465,7 +469,56 @@ int dpw_port_info(uint16_t port, struct dpw_port_info *out)
 	out->reta_size = info.reta_size;
 	out->hash_key_size = info.hash_key_size;
 	snprintf(out->driver, sizeof(out->driver), "%s", info.driver_name ? info.driver_name : "?");
+	out->max_rx_pktlen = info.max_rx_pktlen;
+	out->nb_seg_max = info.tx_desc_lim.nb_seg_max;
+	out->nb_mtu_seg_max = info.tx_desc_lim.nb_mtu_seg_max;
 	return 0;
+}
+
+int dpw_port_grant(uint16_t port, struct dpw_port_grant *out)
+{
+	struct rte_eth_dev_info info;
+	struct rte_eth_conf conf;
+	struct rte_eth_rss_conf rss;
+	int rc = rte_eth_dev_info_get(port, &info);
+	if (rc != 0)
+		return rc;
+	/* A copy of the port's rte_eth_conf as rte_eth_dev_configure stored it (and the PMD's
+	 * configure may have amended it); its rss_key pointer is the caller's stale one, unread. */
+	rc = rte_eth_dev_conf_get(port, &conf);
+	if (rc != 0)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	if (info.device != NULL) {
+		const struct rte_bus *bus = rte_dev_bus(info.device);
+		const char *name = rte_dev_name(info.device);
+		const char *bus_name = bus != NULL ? rte_bus_name(bus) : NULL;
+		snprintf(out->name, sizeof(out->name), "%s", name ? name : "?");
+		snprintf(out->bus, sizeof(out->bus), "%s", bus_name ? bus_name : "?");
+	}
+	out->nb_rx_queues = info.nb_rx_queues;
+	out->nb_tx_queues = info.nb_tx_queues;
+	out->rx_offloads = conf.rxmode.offloads;
+	out->tx_offloads = conf.txmode.offloads;
+	out->rss_mq = (conf.rxmode.mq_mode & RTE_ETH_MQ_RX_RSS_FLAG) != 0;
+	memset(&rss, 0, sizeof(rss));
+	/* The key is read back only into a buffer of at least hash_key_size octets (ethdev refuses
+	 * a shorter one). */
+	if (info.hash_key_size > 0 && info.hash_key_size <= sizeof(out->rss_key)) {
+		rss.rss_key = out->rss_key;
+		rss.rss_key_len = info.hash_key_size;
+	}
+	out->rss_rc = rte_eth_dev_rss_hash_conf_get(port, &rss);
+	if (out->rss_rc == 0) {
+		out->rss_hf = rss.rss_hf;
+		out->rss_key_len = rss.rss_key != NULL ? rss.rss_key_len : 0;
+	}
+	return 0;
+}
+
+const char *dpw_offload_name(int tx, uint64_t bit)
+{
+	return tx ? rte_eth_dev_tx_offload_name(bit) : rte_eth_dev_rx_offload_name(bit);
 }
 
 int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,

@@ -17,6 +17,29 @@ struct dpw_port_info {
 	uint16_t reta_size;
 	uint8_t hash_key_size;
 	char driver[64];
+	/* Largest frame the device receives (rte_eth_dev_info::max_rx_pktlen): with max_mtu, what
+	 * rte_eth_dev_set_mtu accepts. */
+	uint32_t max_rx_pktlen;
+	/* Most segments of one transmitted packet, and of one MTU-sized frame of a TSO packet
+	 * (rte_eth_dev_info::tx_desc_lim; UINT16_MAX when the PMD sets no limit). */
+	uint16_t nb_seg_max;
+	uint16_t nb_mtu_seg_max;
+};
+
+/* What a configured port reports back: the device as the EAL knows it, the queues and offloads
+ * in force (rte_eth_dev_conf_get), the RSS hash functions and key (rte_eth_dev_rss_hash_conf_get). */
+struct dpw_port_grant {
+	char name[64]; /* rte_dev_name(): a PCI address such as 0000:00:05.0, a vdev name */
+	char bus[32];  /* rte_bus_name(rte_dev_bus()): pci, vdev, ... */
+	uint16_t nb_rx_queues;
+	uint16_t nb_tx_queues;
+	uint64_t rx_offloads;
+	uint64_t tx_offloads;
+	int rss_mq;    /* rxmode.mq_mode asks for RSS */
+	int rss_rc;    /* rte_eth_dev_rss_hash_conf_get: 0, or a negative errno (-ENOTSUP: no RSS) */
+	uint64_t rss_hf;
+	uint8_t rss_key[128];
+	uint8_t rss_key_len;
 };
 
 struct dpw_port_stats {
@@ -91,6 +114,9 @@ int dpw_thread_register(void);
 void dpw_thread_unregister(void);
 int dpw_port_by_name(const char *name, uint16_t *port);
 int dpw_port_info(uint16_t port, struct dpw_port_info *out);
+int dpw_port_grant(uint16_t port, struct dpw_port_grant *out);
+/* rte_eth_dev_tx_offload_name (tx != 0) or rte_eth_dev_rx_offload_name of one offload bit. */
+const char *dpw_offload_name(int tx, uint64_t bit);
 int dpw_port_setup(uint16_t port, uint16_t nq, uint16_t nb_rxd, uint16_t nb_txd,
 		   struct rte_mempool *pool, uint16_t mtu, uint64_t rx_offloads,
 		   uint64_t tx_offloads);

@@ -190,6 +190,21 @@ fn cksum_counters(err: &str) -> (u64, u64, u64, u64) {
     )
 }
 
+/// The one port of the `"ports"` array a dpperf client's `--json` line for `test` carries
+/// (what the PMD granted: `dataplane::PortReport`), checked to be the only one.
+fn json_port(out: &str, test: &str) -> serde_json::Value {
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("\"test\":\"{test}\"")))
+        .unwrap_or_else(|| panic!("no {test} line:\n{out}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+    let ports = v["ports"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ports array: {line}"));
+    assert_eq!(ports.len(), 1, "{line}");
+    ports[0].clone()
+}
+
 /// The kernel's count in namespace `ns` of packets dropped for a bad IPv4 header
 /// (IpInHdrErrors, which counts bad header checksums) plus TCP segments dropped for a bad
 /// checksum (TcpInCsumErrors).
@@ -241,6 +256,31 @@ fn tap_dpdk_to_kernel_stack_in_netns() {
             err.contains("offload tx ipv4,tcp rx ipv4,tcp"),
             "offload not enabled on net_tap:\n{err}"
         );
+        // What the PMD granted, logged at start and in the JSON: the vdev and its bus as the
+        // EAL names them, and the checksum offloads asked for in force both ways.
+        assert!(
+            err.contains("granted: net_tap0 (bus vdev, driver net_tap)"),
+            "no port report logged:\n{err}"
+        );
+        let p = json_port(&out, test);
+        assert_eq!(
+            (&p["driver"], &p["bus"], &p["device"]),
+            (&"net_tap".into(), &"vdev".into(), &"net_tap0".into()),
+            "{p}"
+        );
+        assert_eq!((&p["rx_queues"], &p["tx_queues"]), (&1.into(), &1.into()));
+        assert_eq!(p["checksum_offload"], "tx ipv4,tcp rx ipv4,tcp", "{p}");
+        assert_eq!(p["rx_offloads"], "ipv4_cksum,tcp_cksum", "{p}");
+        let tx_on = p["tx_offloads"].as_str().unwrap();
+        assert!(
+            tx_on.starts_with("ipv4_cksum,tcp_cksum"),
+            "tx offloads in force: {p}"
+        );
+        for capa in ["ipv4_cksum", "tcp_cksum", "tcp_tso", "multi_segs"] {
+            assert!(p["tx_offload_capa"].as_str().unwrap().contains(capa), "{p}");
+        }
+        assert_eq!(p["link_up"], true, "{p}");
+        assert_eq!(p["rss"]["asked"], false, "one queue: {p}");
         let (tx, good, sw, bad) = cksum_counters(&err);
         assert!(tx > 100, "frames sent with checksum offload: {tx}\n{err}");
         assert!(good > 100, "frames the PMD verified: {good}\n{err}");
@@ -271,6 +311,16 @@ fn af_packet_on_veth_in_netns() {
         assert!(out.contains(&format!("\"test\":\"{test}\"")), "{out}");
         // net_af_packet offers no checksum offload: smoltcp computes and verifies them.
         assert!(err.contains("offload tx none rx none"), "{err}");
+        let p = json_port(&out, test);
+        assert_eq!(
+            (&p["driver"], &p["bus"]),
+            (&"net_af_packet".into(), &"vdev".into())
+        );
+        assert_eq!(
+            (&p["rx_offloads"], &p["checksum_offload"]),
+            (&"none".into(), &"tx none rx none".into()),
+            "{p}"
+        );
         assert_eq!(cksum_counters(&err), (0, 0, 0, 0), "{err}");
     }
     assert_eq!(

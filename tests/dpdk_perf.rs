@@ -142,7 +142,24 @@ fn perf_bandwidth_and_latency_tests_over_dpdk_memif() {
 
     // write_bw: 200 RDMA Writes of 4 KiB (several TCP segments each) on the data connection,
     // the report exchange and the sync dests on the control connection.
-    let (cout, sout) = run_pair("wbw", "write_bw", &["-s", "4096", "-n", "200"]);
+    let (cout, sout) = run_pair("wbw", "write_bw", &["-s", "4096", "-n", "200", "--json"]);
+    // The JSON line beside the table carries what the port's PMD granted.
+    for out in [&cout, &sout] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("no --json line:\n{out}"));
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let ports = v["ports"].as_array().unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(ports.len(), 1, "{line}");
+        let p = &ports[0];
+        assert_eq!(
+            (&p["driver"], &p["bus"]),
+            (&"net_memif".into(), &"vdev".into())
+        );
+        assert_eq!(p["device"], "net_memif0", "{line}");
+        assert_eq!(p["link_up"], true, "{line}");
+    }
     assert!(cout.contains("RDMA_Write BW Test"), "{cout}");
     assert!(cout.contains("dpwarp over dpdk"), "{cout}");
     assert!(cout.contains("BW average[MB/sec]"), "{cout}");

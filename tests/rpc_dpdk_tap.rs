@@ -52,6 +52,21 @@ mbufs = 8191
     ip(&["-n", &ns.0, "link", "set", &tap, "up"]);
     let ep = dp.endpoint(0).unwrap();
     assert!(dp.wait_link_up(Duration::from_secs(10)), "tap link down");
+    // What the PMD granted, read back: the tap vdev, and the checksum offloads `auto` asks
+    // for on net_tap (all four) in force.
+    let r = dp.port_reports();
+    assert_eq!(r.len(), 1);
+    let r = &r[0];
+    assert_eq!(
+        (r.driver.as_str(), r.bus.as_str(), r.device.as_str()),
+        ("net_tap", "vdev", "net_tap0"),
+        "{r:?}"
+    );
+    assert_eq!((r.rx_queues, r.tx_queues, r.link_up), (1, 1, true), "{r:?}");
+    assert_eq!(r.checksum_offload, "tx ipv4,tcp rx ipv4,tcp");
+    assert_eq!(r.rx_offloads, "ipv4_cksum,tcp_cksum");
+    assert!(r.tx_offloads.starts_with("ipv4_cksum,tcp_cksum"), "{r:?}");
+    assert_eq!((r.mtu, r.link_mtu), (Some(1500), 1500), "{r:?}");
 
     // 1. Server on DPDK, client over kernel TCP (the Linux stack in the namespace).
     let store = Arc::new(BlockStore::memory(1 << 20));

@@ -20,6 +20,7 @@ mod contention;
 pub mod device;
 pub mod fault;
 mod rehearsal;
+mod report;
 pub mod steer;
 mod worker;
 
@@ -38,6 +39,7 @@ use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
 use crate::mpa::Negotiated;
 use crate::verbs::Qp;
 
+pub use report::{PortReport, PortReporter, RssReport};
 use worker::{Cmd, CmdSender, Incoming, Worker, WorkerParts};
 pub use worker::{CopyStats, WorkerStats, WARM_FOR};
 
@@ -78,6 +80,8 @@ pub struct Dataplane {
     endpoints: Vec<Endpoint>,
     workers: Vec<WorkerRef>,
     ports: Vec<Port>,
+    /// What each configured port's PMD granted.
+    reporter: PortReporter,
 }
 
 /// One worker as the rest of the process sees it.
@@ -439,6 +443,7 @@ impl Dataplane {
         let mut endpoints = Vec::new();
         let mut workers = Vec::new();
         let mut ports = Vec::new();
+        let mut reports = Vec::new();
         for (pi, pc) in cfg.ports.iter().enumerate() {
             let nq = pc.cores.len().max(1) as u16;
             let port = open_port(eal, &pc.device, nq, &mut rings)?;
@@ -551,6 +556,22 @@ impl Dataplane {
                     "copied into each mbuf"
                 }
             );
+            // What the PMD made of it all, read back now that the port runs.
+            let report = report::PortReport::new(
+                pi,
+                port,
+                &pc.device,
+                &info,
+                &port.grant()?,
+                mtu,
+                (&pc.checksum, ck_off.describe()),
+            );
+            log::info!(
+                "dataplane: port {} granted: {}",
+                port.id(),
+                report.describe()
+            );
+            reports.push((port, report));
             let capture = match &pc.capture {
                 None => None,
                 Some(name) => {
@@ -664,7 +685,20 @@ impl Dataplane {
             endpoints,
             workers,
             ports,
+            reporter: PortReporter::new(reports),
         })
+    }
+
+    /// What each configured port's PMD granted (config order), with the link and MTU as they
+    /// are now: see [`PortReport`].
+    pub fn port_reports(&self) -> Vec<PortReport> {
+        self.reporter.reports()
+    }
+
+    /// [`Dataplane::port_reports`] from any thread (read after the dataplane stopped, the
+    /// links show down).
+    pub fn port_reporter(&self) -> PortReporter {
+        self.reporter.clone()
     }
 
     /// The endpoint of the `i`-th configured port.

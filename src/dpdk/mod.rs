@@ -44,6 +44,9 @@ pub mod offload {
     pub const TX_UDP_CKSUM: u64 = 1 << 2;
     /// `RTE_ETH_TX_OFFLOAD_TCP_CKSUM`: the NIC computes TCP checksums.
     pub const TX_TCP_CKSUM: u64 = 1 << 3;
+    /// `RTE_ETH_TX_OFFLOAD_TCP_TSO`: the NIC cuts a TCP packet larger than the MSS into
+    /// segments (`RTE_MBUF_F_TX_TCP_SEG`).
+    pub const TX_TCP_TSO: u64 = 1 << 5;
     /// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS`: the driver accepts chained (multi-segment) mbufs.
     pub const TX_MULTI_SEGS: u64 = 1 << 15;
     /// `RTE_ETH_RX_OFFLOAD_IPV4_CKSUM`: the NIC verifies IPv4 header checksums on rx.
@@ -52,6 +55,91 @@ pub mod offload {
     pub const RX_UDP_CKSUM: u64 = 1 << 2;
     /// `RTE_ETH_RX_OFFLOAD_TCP_CKSUM`: the NIC verifies TCP checksums on rx.
     pub const RX_TCP_CKSUM: u64 = 1 << 3;
+
+    /// The names of the `RTE_ETH_RX_OFFLOAD_*` bits in `bits` as DPDK spells them
+    /// (`rte_eth_dev_rx_offload_name`), lower case, comma separated: e.g.
+    /// `ipv4_cksum,tcp_cksum,scatter`; `none` for 0.
+    pub fn rx_names(bits: u64) -> String {
+        names(bits, |b| super::offload_name(false, b))
+    }
+
+    /// [`rx_names`] of `RTE_ETH_TX_OFFLOAD_*` bits (`rte_eth_dev_tx_offload_name`), e.g.
+    /// `ipv4_cksum,tcp_cksum,tcp_tso,multi_segs`.
+    pub fn tx_names(bits: u64) -> String {
+        names(bits, |b| super::offload_name(true, b))
+    }
+
+    /// The `RTE_ETH_RSS_*` hash functions in `hf` (rte_ethdev.h, DPDK 22.11: ethdev has no
+    /// name function for them), lower case: e.g. `ipv4,nonfrag_ipv4_tcp`; `none` for 0.
+    pub fn rss_names(hf: u64) -> String {
+        const RSS: [(u32, &str); 46] = [
+            (2, "ipv4"),
+            (3, "frag_ipv4"),
+            (4, "nonfrag_ipv4_tcp"),
+            (5, "nonfrag_ipv4_udp"),
+            (6, "nonfrag_ipv4_sctp"),
+            (7, "nonfrag_ipv4_other"),
+            (8, "ipv6"),
+            (9, "frag_ipv6"),
+            (10, "nonfrag_ipv6_tcp"),
+            (11, "nonfrag_ipv6_udp"),
+            (12, "nonfrag_ipv6_sctp"),
+            (13, "nonfrag_ipv6_other"),
+            (14, "l2_payload"),
+            (15, "ipv6_ex"),
+            (16, "ipv6_tcp_ex"),
+            (17, "ipv6_udp_ex"),
+            (18, "port"),
+            (19, "vxlan"),
+            (20, "geneve"),
+            (21, "nvgre"),
+            (23, "gtpu"),
+            (24, "eth"),
+            (25, "s_vlan"),
+            (26, "c_vlan"),
+            (27, "esp"),
+            (28, "ah"),
+            (29, "l2tpv3"),
+            (30, "pfcp"),
+            (31, "pppoe"),
+            (32, "ecpri"),
+            (33, "mpls"),
+            (34, "ipv4_chksum"),
+            (35, "l4_chksum"),
+            (36, "l2tpv2"),
+            (52, "l3_pre96"),
+            (53, "l3_pre64"),
+            (54, "l3_pre56"),
+            (55, "l3_pre48"),
+            (56, "l3_pre40"),
+            (57, "l3_pre32"),
+            (58, "l2_dst_only"),
+            (59, "l2_src_only"),
+            (60, "l4_dst_only"),
+            (61, "l4_src_only"),
+            (62, "l3_dst_only"),
+            (63, "l3_src_only"),
+        ];
+        names(hf, |b| {
+            RSS.iter()
+                .find(|(n, _)| 1u64 << n == b)
+                .map(|(_, s)| s.to_string())
+        })
+    }
+
+    /// Every set bit of `bits` by `name` (or `bitN` where it has none), in bit order.
+    fn names(bits: u64, name: impl Fn(u64) -> Option<String>) -> String {
+        let v: Vec<String> = (0..64)
+            .map(|n| 1u64 << n)
+            .filter(|b| bits & b != 0)
+            .map(|b| name(b).unwrap_or_else(|| format!("bit{}", b.trailing_zeros())))
+            .collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(",")
+        }
+    }
 
     /// The names of the checksum bits in `capa` (for logs and errors), e.g. `ipv4,tcp`.
     pub fn cksum_names(capa: u64) -> String {
@@ -106,6 +194,16 @@ impl fmt::Display for DpdkError {
 }
 
 impl std::error::Error for DpdkError {}
+
+/// DPDK's name of one `RTE_ETH_{RX,TX}_OFFLOAD_*` bit, lower case; None where DPDK has none
+/// (it answers "UNKNOWN").
+fn offload_name(tx: bool, bit: u64) -> Option<String> {
+    // SAFETY: rte_eth_dev_{rx,tx}_offload_name return a pointer to a static NUL-terminated
+    // string for any value (no EAL state is read).
+    let s = unsafe { CStr::from_ptr(sys::dpw_offload_name(tx.into(), bit)) };
+    let s = s.to_string_lossy();
+    (s != "UNKNOWN").then(|| s.to_ascii_lowercase())
+}
 
 fn rte_errno() -> i32 {
     // SAFETY: reads the calling thread's rte_errno TLS variable.
@@ -657,6 +755,52 @@ pub struct PortInfo {
     pub reta_size: u16,
     /// Octets of the RSS hash key (`rte_eth_dev_info::hash_key_size`; 0: none).
     pub hash_key_size: u8,
+    /// Largest frame the device receives (`rte_eth_dev_info::max_rx_pktlen`); with
+    /// `max_mtu`, what bounds `rte_eth_dev_set_mtu` (ethdev's `eth_dev_validate_mtu`).
+    pub max_rx_pktlen: u32,
+    /// Most segments of one transmitted packet (`tx_desc_lim.nb_seg_max`; 65535: no limit).
+    pub nb_seg_max: u16,
+    /// Most segments of one MTU-sized frame of a TSO packet (`tx_desc_lim.nb_mtu_seg_max`).
+    pub nb_mtu_seg_max: u16,
+}
+
+impl PortInfo {
+    /// The largest MTU `rte_eth_dev_set_mtu` takes: `max_mtu`, and `max_rx_pktlen` less the
+    /// overhead ethdev assumes (`max_rx_pktlen - max_mtu`, or the Ethernet header and CRC when
+    /// the PMD gives no `max_mtu`: DPDK 22.11 `eth_dev_get_overhead_len`). net_tap: 1504.
+    pub fn settable_mtu(&self) -> u32 {
+        let max_mtu = u32::from(self.max_mtu);
+        let by_frame = if self.max_mtu != u16::MAX && self.max_rx_pktlen > max_mtu {
+            max_mtu
+        } else {
+            self.max_rx_pktlen.saturating_sub(14 + 4)
+        };
+        max_mtu.min(by_frame)
+    }
+}
+
+/// What a configured port reports back ([`Port::grant`]): the device as the EAL names it, the
+/// queues and offloads in force, its RSS.
+#[derive(Debug, Clone)]
+pub struct PortGrant {
+    /// The device's name (`rte_dev_name`): a PCI address such as `0000:00:05.0`, a vdev's
+    /// name such as `net_tap0`.
+    pub name: String,
+    /// Its bus (`rte_bus_name`): `pci`, `vdev`, ...
+    pub bus: String,
+    /// Rx queues configured (`rte_eth_dev_info::nb_rx_queues`).
+    pub rx_queues: u16,
+    /// Tx queues configured.
+    pub tx_queues: u16,
+    /// `RTE_ETH_RX_OFFLOAD_*` in force (`rte_eth_dev_conf_get`: `rxmode.offloads`).
+    pub rx_offloads: u64,
+    /// `RTE_ETH_TX_OFFLOAD_*` in force (`txmode.offloads`).
+    pub tx_offloads: u64,
+    /// RSS was asked for (`rxmode.mq_mode`).
+    pub rss_asked: bool,
+    /// The RSS hash functions and key in use (`rte_eth_dev_rss_hash_conf_get`), or the
+    /// (positive) errno it failed with (`ENOTSUP`: the PMD has no RSS to report).
+    pub rss: Result<(u64, Vec<u8>), i32>,
 }
 
 /// Port counters (`rte_eth_stats`).
@@ -769,6 +913,43 @@ impl Port {
             rx_offload_capa: i.rx_offload_capa,
             reta_size: i.reta_size,
             hash_key_size: i.hash_key_size,
+            max_rx_pktlen: i.max_rx_pktlen,
+            nb_seg_max: i.nb_seg_max,
+            nb_mtu_seg_max: i.nb_mtu_seg_max,
+        })
+    }
+
+    /// What the port reports back once configured: see [`PortGrant`].
+    pub fn grant(&self) -> Result<PortGrant, DpdkError> {
+        let mut g = sys::dpw_port_grant::default();
+        // SAFETY: out pointer to a properly sized struct.
+        let rc = unsafe { sys::dpw_port_grant(self.id, &mut g) };
+        check("rte_eth_dev_conf_get", rc)?;
+        // SAFETY: the shim writes NUL-terminated strings (snprintf, or zeroes) into both.
+        let (name, bus) = unsafe {
+            (
+                CStr::from_ptr(g.name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+                CStr::from_ptr(g.bus.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        let key_len = usize::from(g.rss_key_len).min(g.rss_key.len());
+        Ok(PortGrant {
+            name,
+            bus,
+            rx_queues: g.nb_rx_queues,
+            tx_queues: g.nb_tx_queues,
+            rx_offloads: g.rx_offloads,
+            tx_offloads: g.tx_offloads,
+            rss_asked: g.rss_mq != 0,
+            rss: if g.rss_rc == 0 {
+                Ok((g.rss_hf, g.rss_key[..key_len].to_vec()))
+            } else {
+                Err(g.rss_rc.abs())
+            },
         })
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{NetArgs, Verbosity};
 use crate::load::{self, Wait};
-use crate::net::{backend, log_device_stats, start_dpdk_with, Backend, ModeArg};
+use crate::net::{backend, log_device_stats, ports_json, start_dpdk_with, Backend, ModeArg};
 #[cfg(not(feature = "dpdk"))]
 use crate::nodpdk::{CopyStats, Dataplane};
 use crate::table;
@@ -88,6 +88,8 @@ pub struct PerfResult {
     /// RDMA tests: whether FPDUs carried a CRC32c on this connection (negotiated in MPA
     /// startup, RFC 5044 §7.1: both ends must ask for none, `--no-crc`).
     pub mpa_crc: Option<bool>,
+    /// DPDK only: what each port's PMD granted ([`crate::net::ports_json`]).
+    pub ports: Option<serde_json::Value>,
 }
 
 impl PerfResult {
@@ -97,7 +99,8 @@ impl PerfResult {
     /// `segments`, `segments_per_msg`, `gso_frames`, `worker_busy`, `tcp_retransmits`
     /// (`{fast, timeout, probe}`); for RDMA tests `mpa_crc`,
     /// and with CRC on `mpa_crc_impl` (the code that computed it, `dpwarp::crc::implementation()`:
-    /// a build without SSE4.2 and PCLMULQDQ, e.g. with RUSTFLAGS set, runs the slower one).
+    /// a build without SSE4.2 and PCLMULQDQ, e.g. with RUSTFLAGS set, runs the slower one);
+    /// on DPDK last `ports`, what each port's PMD granted (`dataplane::PortReport`).
     pub fn json(&self, transport: &str) -> String {
         let v = ResultJson {
             transport,
@@ -127,6 +130,7 @@ impl PerfResult {
             tcp_retransmits: self.tcp_retransmits.map(RetransmitsJson::from),
             mpa_crc: self.mpa_crc,
             mpa_crc_impl: (self.mpa_crc == Some(true)).then_some(dpwarp::crc::implementation()),
+            ports: self.ports.as_ref(),
         };
         serde_json::to_string(&v).expect("plain numbers and strings serialize")
     }
@@ -166,6 +170,8 @@ struct ResultJson<'a> {
     mpa_crc: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mpa_crc_impl: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ports: Option<&'a serde_json::Value>,
 }
 
 #[derive(serde::Serialize)]
@@ -250,6 +256,8 @@ struct ServerJson {
     transport: &'static str,
     size: usize,
     test: &'static str,
+    /// What each port's PMD granted.
+    ports: serde_json::Value,
 }
 
 /// What [`dp_counts`] returns: copy counts, (payload segments sent, of those the frames cut by
@@ -882,6 +890,7 @@ pub fn run(a: Args) -> Result<(), String> {
                                     role: "server",
                                     size,
                                     test: test.name(),
+                                    ports: ports_json(dp),
                                 };
                                 println!(
                                     "{}",
@@ -924,6 +933,7 @@ pub fn run(a: Args) -> Result<(), String> {
             r.segments = Some(segs - bs.0);
             r.gso_frames = Some(gso - bs.1);
             r.worker_busy = busy_share(bt, t);
+            r.ports = Some(ports_json(dp));
         }
         if a.json {
             println!("{}", r.json(transport));

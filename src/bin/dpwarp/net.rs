@@ -115,6 +115,12 @@ pub fn backend(n: &NetArgs) -> Result<Backend, String> {
     }
 }
 
+/// The `"ports"` of a tool's `--json` output: what each port's PMD granted
+/// (`Dataplane::port_reports`: device, bus, driver, queues, link, MTU, offloads, RSS).
+pub fn ports_json(dp: &Dataplane) -> serde_json::Value {
+    serde_json::to_value(dp.port_reports()).unwrap_or_default()
+}
+
 /// Log every dataplane worker's device counters (info level: on stderr with -v), the checksum
 /// offload ones included.
 pub fn log_device_stats(dp: &Dataplane) {

@@ -620,6 +620,7 @@ pub fn run(a: Args) -> Result<(), String> {
         "verified": errors.is_empty(),
         "errors": errors,
         "threads": placement,
+        "ports": _dp.as_ref().map(crate::net::ports_json),
     });
     println!("{out}");
     if !errors.is_empty() {

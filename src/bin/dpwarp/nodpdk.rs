@@ -55,6 +55,25 @@ impl Dataplane {
     pub fn wait_link_up(&self, _timeout: Duration) -> bool {
         match self.0 {}
     }
+    pub fn port_reports(&self) -> Vec<PortReport> {
+        match self.0 {}
+    }
+    pub fn port_reporter(&self) -> PortReporter {
+        match self.0 {}
+    }
+}
+
+/// Stands in for `dataplane::PortReport` (only ever serialized).
+pub type PortReport = serde_json::Value;
+
+/// Mirrors `dataplane::PortReporter`; never exists in this build.
+#[derive(Clone)]
+pub struct PortReporter(Infallible);
+
+impl PortReporter {
+    pub fn reports(&self) -> Vec<PortReport> {
+        match self.0 {}
+    }
 }
 
 /// Like the real one, stopping the dataplane is dropping it.

@@ -155,6 +155,16 @@ static CQ_DRIVER: std::sync::OnceLock<dpwarp::verbs::CqDriver> = std::sync::Once
 /// With driven workers, what a QP's `post_send` runs (`Qp::drive_with`, the doorbell).
 static QP_DRIVER: std::sync::OnceLock<dpwarp::verbs::CqDriver> = std::sync::OnceLock::new();
 
+/// On DPDK: what each port's PMD granted, as the `--json` lines' `"ports"` (read when a line
+/// is printed: the link may have come up since the start).
+type PortsJson = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+static PORTS: std::sync::OnceLock<PortsJson> = std::sync::OnceLock::new();
+
+/// The `"ports"` of a `--json` line (None over kernel TCP).
+fn ports_json() -> Option<serde_json::Value> {
+    PORTS.get().map(|f| f())
+}
+
 /// A new progress phase: one size of the test.
 fn progress_phase(a: &Args, size: usize) {
     crate::cli::progress_phase(format!("perf: {} {size} B", a.test.name()));
@@ -217,6 +227,10 @@ pub fn run(a: Args) -> Result<(), String> {
             crate::net::ModeArg::Background
         });
         let (dp, ep) = start_dpdk_with(config, a.net.port_index, mode.into())?;
+        let reporter = dp.port_reporter();
+        let _ = PORTS.set(Box::new(move || {
+            serde_json::to_value(reporter.reports()).unwrap_or_default()
+        }));
         if ep.is_driven() {
             let e = ep.clone();
             let _ = CQ_DRIVER.set(std::sync::Arc::new(move || e.poll()));
@@ -754,6 +768,7 @@ fn print_row(a: &Args, r: &Report) {
             bw_average: conv(r.bw_avg),
             unit,
             msg_rate_mpps: r.msg_rate,
+            ports: ports_json(),
         });
     }
 }
@@ -1383,6 +1398,7 @@ fn print_lat_row(
             p99_us: s.p99_us,
             p99_9_us: s.p999_us,
             on_driver_thread,
+            ports: ports_json(),
         })?;
     }
     Ok(())
@@ -1405,6 +1421,9 @@ struct LatJson {
     /// transport) rather than the application thread (DPDK: the thread driving the worker).
     #[serde(skip_serializing_if = "Option::is_none")]
     on_driver_thread: Option<bool>,
+    /// DPDK: what each port's PMD granted (`dataplane::PortReport`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ports: Option<serde_json::Value>,
 }
 
 /// `--json` line of a bandwidth test (`unit`: MB/sec = MiB/s as perftest, or Gb/sec).
@@ -1417,6 +1436,9 @@ struct BwJson {
     bw_average: f64,
     unit: &'static str,
     msg_rate_mpps: f64,
+    /// DPDK: what each port's PMD granted (`dataplane::PortReport`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ports: Option<serde_json::Value>,
 }
 
 /// One JSON object on one line of stdout.

@@ -324,6 +324,11 @@ impl Net {
         self.server.as_ref().and_then(|(n, _)| n.worker_cpu(0))
     }
 
+    /// What each DPDK port's PMD granted (the `--json` output's `"ports"`; None on kernel TCP).
+    fn ports(&self) -> Option<serde_json::Value> {
+        self.dp.as_ref().map(crate::net::ports_json)
+    }
+
     fn dataplane_stats(&self) -> Option<String> {
         self.dp.as_ref().map(|dp| format!("{:?}", dp.stats()))
     }
@@ -1135,6 +1140,7 @@ pub fn run(a: Args) -> Result<(), String> {
                     },
                     "tcp": "server threads on server_cpu, client on client_cpus (as the RDMA side); busy-polled: non-blocking sockets, each end spinning",
                 },
+                "ports": net.ports(),
             });
             println!(
                 "{}",
@@ -1244,6 +1250,7 @@ pub fn run(a: Args) -> Result<(), String> {
             "per_connection_calls": per_conn,
             "min_share": shares.map(|s| s.0),
             "max_share": shares.map(|s| s.1),
+            "ports": net.as_ref().and_then(Net::ports),
         });
         println!("{j}");
     } else {
