@@ -734,7 +734,6 @@ pub fn tcp_pingpong(
     wait: KernelWait,
     mps: Option<u32>,
 ) -> Result<PerfResult, String> {
-    let pace = mps.map(|n| Duration::from_secs(1) / n.max(1));
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
     let srv = std::thread::spawn(move || -> std::io::Result<()> {
@@ -751,36 +750,48 @@ pub fn tcp_pingpong(
     });
     let old = dpwarp::affinity::thread_cpus();
     pin_side(1);
-    let t0 = Instant::now();
-    let res = (|| -> Result<Vec<f64>, String> {
-        let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-        s.set_nodelay(true).map_err(|e| e.to_string())?;
-        s.set_nonblocking(wait == KernelWait::Busy)
-            .map_err(|e| e.to_string())?;
-        let mut buf = vec![1u8; size];
-        let mut lat = Vec::with_capacity(iters);
-        let mut next = Instant::now();
-        for i in 0..iters + warmup {
-            if let Some(p) = pace {
-                while Instant::now() < next {
-                    std::hint::spin_loop();
-                }
-                next = (next + p).max(Instant::now());
-            }
-            let t = Instant::now();
-            write_all(&mut s, &buf, wait).map_err(|e| e.to_string())?;
-            read_exact(&mut s, &mut buf, wait).map_err(|e| e.to_string())?;
-            if i >= warmup {
-                lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
-            }
-        }
-        Ok(lat)
-    })();
+    let res = tcp_pingpong_client(addr, size, iters, warmup, wait, mps);
     let _ = dpwarp::affinity::set_thread_cpus(&old);
-    let lat = res?;
+    let r = res?;
     srv.join()
         .map_err(|_| "server panicked")?
         .map_err(|e| e.to_string())?;
+    Ok(r)
+}
+
+/// The client half of [`tcp_pingpong`] against a server at `addr` (loopback, or a
+/// `tcp-baseline --listen` across a link): `size`-byte round trips with TCP_NODELAY.
+pub fn tcp_pingpong_client(
+    addr: std::net::SocketAddr,
+    size: usize,
+    iters: usize,
+    warmup: usize,
+    wait: KernelWait,
+    mps: Option<u32>,
+) -> Result<PerfResult, String> {
+    let pace = mps.map(|n| Duration::from_secs(1) / n.max(1));
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_nonblocking(wait == KernelWait::Busy)
+        .map_err(|e| e.to_string())?;
+    let mut buf = vec![1u8; size];
+    let mut lat = Vec::with_capacity(iters);
+    let mut next = Instant::now();
+    for i in 0..iters + warmup {
+        if let Some(p) = pace {
+            while Instant::now() < next {
+                std::hint::spin_loop();
+            }
+            next = (next + p).max(Instant::now());
+        }
+        let t = Instant::now();
+        write_all(&mut s, &buf, wait).map_err(|e| e.to_string())?;
+        read_exact(&mut s, &mut buf, wait).map_err(|e| e.to_string())?;
+        if i >= warmup {
+            lat.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
     let mut r = PerfResult {
         test: "tcp_pingpong".into(),
         size,
@@ -792,6 +803,34 @@ pub fn tcp_pingpong(
     };
     fill_lat(&mut r, &lat);
     Ok(r)
+}
+
+/// `tcp-baseline --listen`: echo every byte of each client back (TCP_NODELAY), one client
+/// at a time, until killed; the server half of a ping-pong across a real link.
+fn tcp_echo_server(addr: std::net::SocketAddr, wait: KernelWait) -> Result<(), String> {
+    let l = TcpListener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
+    eprintln!("tcp-baseline: listening on {addr}");
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let (mut s, peer) = l.accept().map_err(|e| e.to_string())?;
+        let served = (|| -> std::io::Result<u64> {
+            s.set_nodelay(true)?;
+            s.set_nonblocking(wait == KernelWait::Busy)?;
+            let mut n = 0u64;
+            loop {
+                let k = read_some(&mut s, &mut buf, wait)?;
+                if k == 0 {
+                    return Ok(n);
+                }
+                write_all(&mut s, &buf[..k], wait)?;
+                n += k as u64;
+            }
+        })();
+        match served {
+            Ok(n) => log::info!("tcp-baseline: {peer}: {n} bytes echoed"),
+            Err(e) => log::warn!("tcp-baseline: {peer}: {e}"),
+        }
+    }
 }
 
 /// `dpwarp dpperf` options.
@@ -1028,6 +1067,14 @@ pub struct TcpArgs {
     /// them. Each latency is still half of one round trip.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub mps: Option<u32>,
+    /// Over a real link instead of loopback: serve the ping-pong on this address (echo every
+    /// byte back, one client at a time, until killed) for a `--connect` client elsewhere.
+    #[arg(long, conflicts_with = "connect")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Over a real link instead of loopback: run the ping-pong client against a `--listen`
+    /// server at this address (implies --pingpong-only).
+    #[arg(long)]
+    pub connect: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub verbosity: Verbosity,
 }
@@ -1048,9 +1095,23 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
         (WaitArg::Blocking, true) => (KernelWait::Blocking, "kernel_tcp_nodelay"),
         (WaitArg::Busy, true) => (KernelWait::Busy, "kernel_tcp_busy_nodelay"),
     };
+    if let Some(addr) = a.listen {
+        return tcp_echo_server(addr, wait);
+    }
+    let link = if a.connect.is_some() {
+        "over the link"
+    } else {
+        "loopback"
+    };
     let mut bw = Vec::new();
     let mut lat = Vec::new();
     for &s in &a.size {
+        if let Some(addr) = a.connect {
+            lat.push(tcp_pingpong_client(
+                addr, s, a.iters, a.warmup, wait, a.mps,
+            )?);
+            continue;
+        }
         if !a.pingpong_only {
             // At most a million writes per size: small writes are syscall-bound and slow.
             bw.push(tcp_stream(
@@ -1069,12 +1130,12 @@ pub fn run_tcp(a: TcpArgs) -> Result<(), String> {
             println!("{}", r.json(transport));
         }
     } else {
-        if !a.pingpong_only {
-            print_table(&format!("{transport} stream (loopback)"), &bw);
+        if !bw.is_empty() {
+            print_table(&format!("{transport} stream ({link})"), &bw);
         }
-        if !a.stream_only {
+        if !lat.is_empty() {
             print_table(
-                &format!("{transport} ping-pong (loopback, one-way = RTT/2)"),
+                &format!("{transport} ping-pong ({link}, one-way = RTT/2)"),
                 &lat,
             );
         }
