@@ -780,6 +780,38 @@ void dpw_tx_cksum_offload(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, 
 
 int dpw_pktmbuf_linearize(struct rte_mbuf *m) { return rte_pktmbuf_linearize(m); }
 
+int dpw_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail)
+{
+	return rte_pktmbuf_chain(head, tail) == 0 ? 0 : -1;
+}
+
+/*
+ * TCP segmentation offload as rte_mbuf_core.h prescribes for IPv4: RTE_MBUF_F_TX_TCP_SEG (which
+ * implies the TCP checksum), RTE_MBUF_F_TX_IPV4 and RTE_MBUF_F_TX_IP_CKSUM (every segment gets an
+ * IPv4 header of its own length, hence its own checksum), l2/l3/l4_len and tso_segsz; the TCP
+ * checksum field holds the pseudo-header checksum without the length (rte_ipv4_phdr_cksum with
+ * the TCP_SEG flag), which a PMD whose device wants it with the length (virtio, as Linux)
+ * adjusts in its tx_prepare. The IPv4 total length stays the whole packet's, as librte_gso's
+ * segmenter and testpmd's csum engine leave it: the device writes each segment's.
+ */
+void dpw_tx_tso(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, uint16_t l4_len,
+		uint16_t tso_segsz)
+{
+	uint8_t *ip = rte_pktmbuf_mtod_offset(m, uint8_t *, l2_len);
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+	m->l4_len = l4_len;
+	m->tso_segsz = tso_segsz;
+	m->ol_flags |= RTE_MBUF_F_TX_TCP_SEG | RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+	((struct rte_ipv4_hdr *)ip)->hdr_checksum = 0;
+	dpw_ipv4_tcp_phdr(ip, l3_len, m->ol_flags);
+}
+
+uint16_t dpw_tx_prepare(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+	return rte_eth_tx_prepare(port, queue, pkts, n);
+}
+
 unsigned dpw_shinfo_size(void) { return sizeof(struct rte_mbuf_ext_shared_info); }
 
 unsigned dpw_shinfo_align(void) { return _Alignof(struct rte_mbuf_ext_shared_info); }

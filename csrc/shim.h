@@ -93,6 +93,16 @@ extern const struct dpw_mbuf_layout dpw_mbuf_layout;
 
 uint32_t dpw_pkt_len(const struct rte_mbuf *m);
 int dpw_pktmbuf_linearize(struct rte_mbuf *m);
+/* rte_pktmbuf_chain: `tail` behind the last segment of `head`; 0, or -1 (nothing chained) when
+ * the chain would exceed RTE_MBUF_MAX_NB_SEGS. */
+int dpw_pktmbuf_chain(struct rte_mbuf *head, struct rte_mbuf *tail);
+/* Mark the Ethernet/IPv4/TCP packet `m` (its headers in the first segment) for TCP segmentation
+ * offload into segments of tso_segsz payload octets (rte_mbuf_core.h RTE_MBUF_F_TX_TCP_SEG). */
+void dpw_tx_tso(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len, uint16_t l4_len,
+		uint16_t tso_segsz);
+/* rte_eth_tx_prepare of n packets: how many are ready to send (the first one that is not
+ * stops it; rte_errno says why). */
+uint16_t dpw_tx_prepare(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 /* An external buffer's free callback (rte_mbuf_extbuf_free_callback_t). */
 typedef void (*dpw_extbuf_free_cb)(void *addr, void *opaque);
 /* Bytes and alignment of struct rte_mbuf_ext_shared_info (storage the caller provides). */

@@ -86,6 +86,13 @@ pub struct PortConfig {
     /// pointing into the socket's transmit ring (docs/datapath.md "Copies").
     #[serde(default = "d_checksum")]
     pub tx_zero_copy: String,
+    /// TCP segmentation offload: "auto" (default: where the PMD offers `TCP_TSO` with
+    /// `MULTI_SEGS` and TCP checksums are offloaded to it, a segment smoltcp builds of several
+    /// frames (`[tcp] gso`) goes to the PMD whole, as one mbuf chain, and the NIC cuts it) or
+    /// "off" (the device cuts it in software). Never with faults or a capture port
+    /// (docs/dataplane.md "TCP segmentation offload").
+    #[serde(default = "d_checksum")]
+    pub tso: String,
     /// Packet fault injection under smoltcp (`[port.faults]`, for soak tests; absent by
     /// default, and then the data path does not look at it beyond one branch). A port with
     /// faults always computes and verifies IPv4/TCP checksums in software, whatever
@@ -573,6 +580,12 @@ impl DataplaneConfig {
                 return Err(format!(
                     "port {}: tx_zero_copy {:?} is not auto, on or off",
                     p.device, p.tx_zero_copy
+                ));
+            }
+            if !["auto", "off"].contains(&p.tso.as_str()) {
+                return Err(format!(
+                    "port {}: tso {:?} is not auto or off",
+                    p.device, p.tso
                 ));
             }
             if let Some(f) = &p.faults {

@@ -301,6 +301,14 @@ pub struct DeviceStats {
     pub tx_gso_segments: u64,
     /// The frames cut from them (each also counted in `tx_tcp_segments`).
     pub tx_gso_frames: u64,
+    /// TCP segments of several frames handed to the PMD whole, as one mbuf chain, for the
+    /// NIC to cut (TCP segmentation offload, port setting `tso`).
+    pub tx_tso_segments: u64,
+    /// The frames the NIC cuts from them (each also counted in `tx_tcp_segments`).
+    pub tx_tso_frames: u64,
+    /// Segments that could not go whole (a chain longer than the PMD takes, no mbuf for the
+    /// chain, `rte_eth_tx_prepare` refusing) and were cut by the device instead.
+    pub tx_tso_fallbacks: u64,
     /// Frames received on this queue that belong to another worker of the port, handed to
     /// it (flow steering, `super::steer`).
     pub rx_steered_out: u64,
@@ -342,9 +350,12 @@ pub struct DpdkDevice {
     /// `tx_pcap=FILE`): the capture is written by DPDK's own pcap PMD.
     mirror: Option<Mirror>,
     /// Segmentation offload allowed (config `[tcp] gso`): smoltcp may hand over a TCP
-    /// segment of several frames, which `consume_gso` cuts (only where no checksum is
-    /// computed in software and no faults are injected: `tcp_gso_frames`).
+    /// segment of several frames, which `consume_gso` cuts or, with `tso`, hands to the PMD
+    /// whole (only where no checksum is computed in software, save the IPv4 header's with
+    /// `tso`, and no faults are injected: `tcp_gso_frames`).
     gso: bool,
+    /// TCP segmentation offload (port setting `tso`): such segments go to the PMD whole.
+    tso: Option<Tso>,
     /// IPv4/TCP checksum handling (config `checksum`).
     checksum: ChecksumMode,
     /// The checksums the PMD handles (config `checksum` = `auto`/`offload`).
@@ -483,6 +494,7 @@ impl DpdkDevice {
             tx_max: batch * 8,
             mirror: None,
             gso: false,
+            tso: None,
             checksum: ChecksumMode::Software,
             offload: CksumOffload::default(),
             mac: [0; 6],
@@ -650,6 +662,19 @@ impl DpdkDevice {
     /// Allow segmentation offload (`[tcp] gso`; see [`DeviceStats::tx_gso_segments`]).
     pub fn set_gso(&mut self, on: bool) {
         self.gso = on;
+    }
+
+    /// Hand segments of several frames to the PMD whole (TCP segmentation offload; see
+    /// [`Tso`]). The port must have been configured with `RTE_ETH_TX_OFFLOAD_TCP_TSO` and
+    /// `_MULTI_SEGS` and offload the TCP checksum ([`DpdkDevice::set_checksum_offload`]);
+    /// only with `[tcp] gso` do such segments exist.
+    pub fn set_tso(&mut self, tso: Option<Tso>) {
+        self.tso = tso;
+    }
+
+    /// Whether segments go to the PMD whole.
+    pub fn tso(&self) -> bool {
+        self.tso.is_some()
     }
 
     /// Which checksums smoltcp computes (tx) and verifies (rx): what the checksum mode asks
@@ -974,7 +999,9 @@ impl Device for DpdkDevice {
     /// smoltcp builds).
     fn tcp_gso_frames(&self) -> usize {
         let (ip_tx, _, tcp_tx, _) = self.software_checksums();
-        if !self.gso || self.faults.is_some() || ip_tx || tcp_tx {
+        // With TSO a software IPv4 header checksum is fine: the NIC writes each segment's
+        // (`RTE_MBUF_F_TX_IP_CKSUM`), and a segment cut here after all gets its own.
+        if !self.gso || self.faults.is_some() || tcp_tx || (ip_tx && self.tso.is_none()) {
             return 0;
         }
         self.tx_max
@@ -985,7 +1012,19 @@ impl Device for DpdkDevice {
 
 /// Frames one segment is cut into at most (segmentation offload): 44 frames of an MTU 1500
 /// segment are 63 712 octets, within the IPv4 total length smoltcp writes for the segment.
+/// Also the most librte_gso cuts one packet into (net_tap's TSO: `MAX_GSO_MBUFS`).
 pub const GSO_MAX_FRAMES: usize = 64;
+
+/// TCP segmentation offload on a device's port (port setting `tso`, docs/dataplane.md "TCP
+/// segmentation offload"): a TCP segment smoltcp built of several frames goes to the PMD as
+/// one mbuf chain, the payload copied into pool mbufs behind the headers, marked
+/// `RTE_MBUF_F_TX_TCP_SEG` with the frame payload as `tso_segsz`; the NIC cuts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tso {
+    /// Most mbufs of one packet the PMD takes (`tx_desc_lim.nb_seg_max`): a segment whose
+    /// chain would be longer is cut by the device.
+    pub max_segs: u16,
+}
 
 /// Room for the Ethernet, IPv4 and TCP headers (options included) of a segment the device
 /// cuts.
@@ -1229,11 +1268,23 @@ impl phy::TxToken for DpdkTxToken<'_> {
                 r
             });
         }
+        let mut m = m;
+        if dev.tso.is_some() {
+            match send_tso(dev, m, h, payload, frame_payload) {
+                Ok(()) => return r,
+                Err(back) => {
+                    dev.stats.tx_tso_fallbacks += 1;
+                    m = back;
+                }
+            }
+        }
         let tcp = 14 + usize::from(h[14] & 0x0f) * 4;
         let seq = u32::from_be_bytes([h[tcp + 4], h[tcp + 5], h[tcp + 6], h[tcp + 7]]);
         let flags = h[tcp + 13];
         let frames = payload.len().div_ceil(frame_payload);
-        let mut m = m;
+        // smoltcp computed the IPv4 header checksum (a TSO port whose PMD does not offload it):
+        // each frame's header, of its own length, needs its own.
+        let ip_sw = dev.software_checksums().0;
         for (k, piece) in payload.chunks(frame_payload).enumerate() {
             send_split(dev, m.take(), ring, header_len, piece, |b| {
                 b.copy_from_slice(h);
@@ -1245,12 +1296,98 @@ impl phy::TxToken for DpdkTxToken<'_> {
                     // PSH and FIN belong to the segment's end.
                     b[tcp + 13] = flags & !(0x08 | 0x01);
                 }
+                if ip_sw {
+                    Ipv4Packet::new_unchecked(&mut b[14..]).fill_checksum();
+                }
             });
         }
         dev.stats.tx_gso_segments += 1;
         dev.stats.tx_gso_frames += frames as u64;
         r
     }
+}
+
+/// One TCP segment of several frames (`h`, its Ethernet/IPv4/TCP headers as smoltcp wrote
+/// them for the whole segment, and `payload`) to the PMD whole for the NIC to cut into frames
+/// of `mss` payload octets (TCP segmentation offload, [`Tso`]): one mbuf chain, `m` (taken by
+/// `transmit`, if any) holding the headers and as much payload as fits, pool mbufs the rest,
+/// marked as `rte_mbuf_core.h` prescribes ([`Mbuf::set_tx_tso`]) and prepared by the PMD
+/// (`rte_eth_tx_prepare`). The frames on the wire are the ones the device would have cut:
+/// the same size, so every one still begins where smoltcp's per-segment path would have begun
+/// a segment (RFC 5044 App. A). Err with `m` back when the segment is to be cut in software
+/// after all (a chain longer than the PMD takes, the pool empty, the PMD refusing it).
+fn send_tso(
+    dev: &mut DpdkDevice,
+    m: Option<Mbuf>,
+    h: &[u8],
+    payload: &[u8],
+    mss: usize,
+) -> Result<(), Option<Mbuf>> {
+    let Some(tso) = dev.tso else {
+        return Err(m);
+    };
+    let header_len = h.len();
+    let ihl = usize::from(h[14] & 0x0f) * 4;
+    let doff = usize::from(h[14 + ihl + 12] >> 4) * 4;
+    let Ok(mss) = u16::try_from(mss) else {
+        return Err(m);
+    };
+    let Some(mut head) = m.or_else(|| dev.stash.take()) else {
+        return Err(None);
+    };
+    // Every mbuf of the pool has the same room: the first after the headers, the others whole.
+    let room = usize::from(head.tailroom());
+    if room <= header_len {
+        return Err(Some(head));
+    }
+    let first = (room - header_len).min(payload.len());
+    let segs = 1 + (payload.len() - first).div_ceil(room);
+    if segs > usize::from(tso.max_segs) {
+        return Err(Some(head));
+    }
+    let buf = head
+        .append((header_len + first) as u16)
+        .expect("tailroom checked");
+    buf[..header_len].copy_from_slice(h);
+    buf[header_len..].copy_from_slice(&payload[..first]);
+    let mut rest = &payload[first..];
+    while !rest.is_empty() {
+        // An empty pool: the partial chain goes back to it, and the device's cut counts what
+        // it cannot send.
+        let mut seg = dev.stash.take().ok_or(None)?;
+        let n = rest.len().min(usize::from(seg.tailroom()));
+        seg.append(n as u16)
+            .expect("n within the tailroom")
+            .copy_from_slice(&rest[..n]);
+        head.chain(seg).map_err(|_| None)?;
+        rest = &rest[n..];
+    }
+    if !head.set_tx_tso(14, ihl as u16, doff as u16, mss) {
+        return Err(None);
+    }
+    if let Err(e) = dev.queue.tx_prepare(&mut head) {
+        // A PMD that refuses one will refuse the next: cut in software from now on.
+        log::warn!(
+            "dpdk: port {} queue {}: the PMD refused a TSO packet of {} octets ({e});              segments are cut by the device from now on",
+            dev.queue.port_id(),
+            dev.queue.index(),
+            header_len + payload.len()
+        );
+        dev.tso = None;
+        return Err(None);
+    }
+    let frames = payload.len().div_ceil(usize::from(mss)) as u64;
+    dev.stats.tx_tso_segments += 1;
+    dev.stats.tx_tso_frames += frames;
+    dev.stats.tx_tcp_segments += frames;
+    dev.stats.tx_tcp_payload += payload.len() as u64;
+    // No capture port and no faults with TSO (the port plan), and the offload marks are set:
+    // straight to the queue.
+    dev.tx.push(head);
+    if dev.tx.len() >= dev.batch {
+        dev.flush();
+    }
+    Ok(())
 }
 
 /// The base of the transmit ring `payload` lies in wholly, if any (a segment across the

@@ -39,7 +39,7 @@ use crate::dpdk::{DpdkError, Eal, Mempool, Port, PortConf};
 use crate::mpa::Negotiated;
 use crate::verbs::Qp;
 
-pub use report::{PortReport, PortReporter, RssReport};
+pub use report::{PortReport, PortReporter, RssReport, TsoReport};
 use worker::{Cmd, CmdSender, Incoming, Worker, WorkerParts};
 pub use worker::{CopyStats, WorkerStats, WARM_FOR};
 
@@ -248,6 +248,8 @@ struct PortPlan {
     zero_copy: bool,
     /// A net_memif client in memif's zero-copy mode.
     memif_zc: bool,
+    /// TCP segmentation offload (`tso`), or why not.
+    tso: Result<device::Tso, String>,
 }
 
 /// The port `device` names: one side of a `ring:NAME:a|b` pair (made on first use, `nq`
@@ -359,7 +361,14 @@ fn plan_port(
     // (MEMIF_DESC_FLAG_NEXT) and is copied into the receiving mbuf as one frame. The
     // link MTU of two dpwarp processes over memif is then what both configure; the PMD
     // keeps its default.
-    let pmd_mtu = if info.driver == "net_memif" && pc.mtu > 1500 {
+    let tso = plan_tso(cfg, pc, info, mtu, ck_off);
+    let pmd_mtu = if info.driver == "net_tap" && tso.is_ok() {
+        // net_tap (DPDK 22.11-23.11 `pmd_tx_burst`) refuses a TSO packet whose tso_segsz plus
+        // l2_len, l3_len and l4_len (a whole frame, Ethernet header included) exceeds the
+        // PMD's MTU: its MTU is raised by the Ethernet header so that frames of the link's
+        // MTU pass (`plan_tso` checked that the PMD takes it).
+        mtu + 14
+    } else if info.driver == "net_memif" && pc.mtu > 1500 {
         log::info!(
             "dataplane: {}: mtu {} used by dpwarp on the link; the PMD keeps its default \
              (it reports a 1518-octet maximum frame but carries longer ones in chained \
@@ -378,6 +387,69 @@ fn plan_port(
         ck_off,
         zero_copy,
         memif_zc,
+        tso,
+    })
+}
+
+/// TCP segmentation offload for port `pc` (setting `tso`) of a PMD that reports `info`, at
+/// link MTU `mtu` with checksums `ck_off` offloaded: granted, or why not.
+fn plan_tso(
+    cfg: &DataplaneConfig,
+    pc: &crate::config::PortConfig,
+    info: &crate::dpdk::PortInfo,
+    mtu: u16,
+    ck_off: device::CksumOffload,
+) -> Result<device::Tso, String> {
+    use crate::dpdk::offload::{TX_MULTI_SEGS, TX_TCP_TSO};
+    let needs = TX_TCP_TSO | TX_MULTI_SEGS;
+    if pc.tso == "off" {
+        return Err("off".into());
+    }
+    if info.tx_offload_capa & needs != needs {
+        return Err(format!(
+            "{} offers tx offloads {}, not tcp_tso with multi_segs",
+            info.driver,
+            crate::dpdk::offload::tx_names(info.tx_offload_capa)
+        ));
+    }
+    // A capture port's copies and the fault injector work on the frames on the wire, and
+    // both keep checksums in software: never with TSO.
+    if pc.capture.is_some() {
+        return Err("a capture port copies whole frames".into());
+    }
+    if pc.faults.is_some() {
+        return Err("faults inject into whole frames".into());
+    }
+    // TSO implies the TCP checksum of each segment (rte_mbuf_core.h): smoltcp must leave it.
+    if !ck_off.tx_tcp {
+        return Err(format!(
+            "TCP checksums are not offloaded on transmit (checksum = {:?})",
+            pc.checksum
+        ));
+    }
+    if !cfg.tcp.gso {
+        return Err("[tcp] gso = false: smoltcp builds no segment beyond one frame".into());
+    }
+    // One frame of a TSO packet: the headers' mbuf and the one or two its payload lies in.
+    if info.nb_mtu_seg_max < 3 {
+        return Err(format!(
+            "{} takes {} mbufs per frame of a TSO packet; a frame's headers and payload may lie \
+             in 3",
+            info.driver, info.nb_mtu_seg_max
+        ));
+    }
+    if info.driver == "net_tap" && u32::from(mtu) + 14 > info.settable_mtu() {
+        return Err(format!(
+            "net_tap takes a TSO packet only if a whole frame, Ethernet header included, is \
+             within its MTU (rte_eth_tap.c pmd_tx_burst), and its MTU cannot go above {} \
+             (max_rx_pktlen {}) to make room for mtu {mtu} + 14: use mtu <= {}",
+            info.settable_mtu(),
+            info.max_rx_pktlen,
+            info.settable_mtu().saturating_sub(14)
+        ));
+    }
+    Ok(device::Tso {
+        max_segs: info.nb_seg_max,
     })
 }
 
@@ -465,6 +537,7 @@ impl Dataplane {
                 ck_off,
                 zero_copy,
                 memif_zc,
+                tso,
             } = plan_port(cfg, pc, port.id(), &info)?;
             let room = MBUF_HEADROOM + (mtu + 14 + 4).max(2048);
             let pool = Mempool::create(eal, &format!("{pools}pool{pi}"), pc.mbufs, 256, room)?;
@@ -478,6 +551,11 @@ impl Dataplane {
                     tx_offloads: ck_off.tx_bits()
                         | if zero_copy {
                             crate::dpdk::offload::TX_MULTI_SEGS
+                        } else {
+                            0
+                        }
+                        | if tso.is_ok() {
+                            crate::dpdk::offload::TX_TCP_TSO | crate::dpdk::offload::TX_MULTI_SEGS
                         } else {
                             0
                         },
@@ -557,19 +635,48 @@ impl Dataplane {
                 }
             );
             // What the PMD made of it all, read back now that the port runs.
+            let grant = port.grant()?;
+            // TSO as planned, in force only if the PMD kept the offload.
+            let tso = tso.and_then(|t| {
+                if grant.tx_offloads & crate::dpdk::offload::TX_TCP_TSO != 0 {
+                    Ok(t)
+                } else {
+                    Err(format!(
+                        "{} dropped tcp_tso from the tx offloads at configure",
+                        info.driver
+                    ))
+                }
+            });
             let report = report::PortReport::new(
-                pi,
                 port,
-                &pc.device,
                 &info,
-                &port.grant()?,
-                mtu,
-                (&pc.checksum, ck_off.describe()),
+                &grant,
+                report::Planned {
+                    index: pi,
+                    config_device: &pc.device,
+                    link_mtu: mtu,
+                    checksum: &pc.checksum,
+                    checksum_offload: ck_off.describe(),
+                    tso: report::TsoReport::new(&pc.tso, &tso),
+                },
             );
             log::info!(
                 "dataplane: port {} granted: {}",
                 port.id(),
                 report.describe()
+            );
+            log::info!(
+                "dataplane: port {} tso = {:?}: {}",
+                port.id(),
+                pc.tso,
+                match &tso {
+                    Ok(t) => format!(
+                        "segments of several frames go to {} whole, one mbuf chain each (at \
+                         most {} mbufs), and it cuts them",
+                        info.driver, t.max_segs
+                    ),
+                    Err(why) => format!("not used ({why}); segments are cut by the device"),
+                }
             );
             reports.push((port, report));
             let capture = match &pc.capture {
@@ -607,6 +714,7 @@ impl Dataplane {
                 dev.set_checksum_mode(ck_mode);
                 dev.set_checksum_offload(ck_off);
                 dev.set_gso(cfg.tcp.gso);
+                dev.set_tso(tso.as_ref().ok().copied());
                 dev.set_mac(mac);
                 if zero_copy {
                     dev.enable_zero_copy((cfg.tcp.tx_buffer / 1024).clamp(64, 4096));
@@ -1188,5 +1296,129 @@ impl cm::Pending for DpPending {
                 bytes: frame,
             })
             .map_err(|_| CmError::Closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dpdk::offload::*;
+
+    /// What net_tap reports in DPDK 22.11 (rte_eth_tap.c `tap_dev_info`).
+    fn tap() -> crate::dpdk::PortInfo {
+        crate::dpdk::PortInfo {
+            driver: "net_tap".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            max_rx_queues: 16,
+            max_tx_queues: 16,
+            min_mtu: 68,
+            max_mtu: u16::MAX,
+            tx_offload_capa: TX_IPV4_CKSUM
+                | TX_UDP_CKSUM
+                | TX_TCP_CKSUM
+                | TX_TCP_TSO
+                | TX_MULTI_SEGS,
+            rx_offload_capa: RX_IPV4_CKSUM | RX_UDP_CKSUM | RX_TCP_CKSUM,
+            reta_size: 0,
+            hash_key_size: 40,
+            max_rx_pktlen: 1522,
+            nb_seg_max: u16::MAX,
+            nb_mtu_seg_max: u16::MAX,
+        }
+    }
+
+    fn config(port_extra: &str, tcp: &str) -> DataplaneConfig {
+        DataplaneConfig::parse(&format!(
+            "[eal]\nargs=[]\n[[port]]\ndevice='net_tap0'\nip='10.0.0.1/24'\n{port_extra}\n{tcp}"
+        ))
+        .unwrap()
+    }
+
+    /// `tso`: granted where the PMD offers TCP_TSO with MULTI_SEGS, the TCP checksum is
+    /// offloaded and smoltcp builds segments of several frames; otherwise the reason.
+    #[test]
+    fn tso_is_planned_from_the_setting_and_what_the_pmd_offers() {
+        let plan = |port_extra: &str, tcp: &str, info: &crate::dpdk::PortInfo| {
+            let cfg = config(port_extra, tcp);
+            plan_port(&cfg, &cfg.ports[0], 0, info).map(|p| (p.tso, p.pmd_mtu))
+        };
+        let ok =
+            |r: Result<(Result<device::Tso, String>, u16), DataplaneError>| r.unwrap().0.unwrap();
+        let why = |r: Result<(Result<device::Tso, String>, u16), DataplaneError>| {
+            r.unwrap().0.unwrap_err()
+        };
+        // net_tap at MTU 1488: granted, and the PMD's MTU raised by the Ethernet header.
+        let (t, pmd_mtu) = plan("mtu = 1488", "", &tap()).unwrap();
+        assert_eq!(t.unwrap().max_segs, u16::MAX);
+        assert_eq!(pmd_mtu, 1502);
+        // At 1500 net_tap's MTU would have to reach 1514; it stops at 1504.
+        let e = why(plan("", "", &tap()));
+        assert!(e.contains("use mtu <= 1490"), "{e}");
+        assert_eq!(plan("", "", &tap()).unwrap().1, 0, "the PMD keeps its MTU");
+        assert_eq!(why(plan("mtu = 1488\ntso = 'off'", "", &tap())), "off");
+        // Another PMD with TSO has no such limit; its chain limit is kept.
+        let nic = crate::dpdk::PortInfo {
+            driver: "net_x".into(),
+            max_rx_pktlen: 9728,
+            nb_seg_max: 40,
+            ..tap()
+        };
+        assert_eq!(ok(plan("", "", &nic)).max_segs, 40);
+        assert_eq!(plan("", "", &nic).unwrap().1, 0);
+        // Whatever keeps checksums or frames in software, or builds no large segment.
+        let e = why(plan("checksum = 'software'", "", &nic));
+        assert!(e.contains("not offloaded"), "{e}");
+        let e = why(plan("checksum = 'trusted-link'", "", &nic));
+        assert!(e.contains("not offloaded"), "{e}");
+        let e = why(plan("capture = 'net_pcap0'", "", &nic));
+        assert!(e.contains("capture"), "{e}");
+        let e = why(plan("[port.faults]\ndrop = 0.01", "", &nic));
+        assert!(e.contains("faults"), "{e}");
+        let e = why(plan("", "[tcp]\ngso = false", &nic));
+        assert!(e.contains("gso = false"), "{e}");
+        // The offer itself: TSO without MULTI_SEGS is of no use here.
+        for capa in [
+            TX_TCP_CKSUM | TX_IPV4_CKSUM | TX_MULTI_SEGS,
+            TX_TCP_CKSUM | TX_TCP_TSO,
+        ] {
+            let i = crate::dpdk::PortInfo {
+                tx_offload_capa: capa,
+                ..nic.clone()
+            };
+            let e = why(plan("", "", &i));
+            assert!(e.contains("not tcp_tso with multi_segs"), "{e}");
+        }
+        let i = crate::dpdk::PortInfo {
+            nb_mtu_seg_max: 2,
+            ..nic.clone()
+        };
+        assert!(why(plan("", "", &i)).contains("mbufs per frame"));
+        // virtio offers no IPv4 checksum offload: TSO still, the TCP checksum is the PMD's.
+        let virtio = crate::dpdk::PortInfo {
+            driver: "net_virtio".into(),
+            tx_offload_capa: TX_TCP_CKSUM | TX_UDP_CKSUM | TX_TCP_TSO | TX_MULTI_SEGS,
+            ..nic.clone()
+        };
+        ok(plan("", "", &virtio));
+        // The setting itself: auto by default, auto or off.
+        assert_eq!(config("", "").ports[0].tso, "auto");
+        let e = DataplaneConfig::parse(
+            "[eal]\nargs=[]\n[[port]]\ndevice='x'\nip='10.0.0.1/24'\ntso='on'\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("tso \"on\" is not auto or off"), "{e}");
+    }
+
+    /// net_tap's largest settable MTU is its 1522-octet frame less the Ethernet header and
+    /// CRC; a PMD's own max_mtu bounds it otherwise.
+    #[test]
+    fn settable_mtu_follows_ethdevs_overhead() {
+        assert_eq!(tap().settable_mtu(), 1504);
+        let i = crate::dpdk::PortInfo {
+            max_mtu: 9000,
+            max_rx_pktlen: 9018,
+            ..tap()
+        };
+        assert_eq!(i.settable_mtu(), 9000);
     }
 }

@@ -56,6 +56,33 @@ pub struct PortReport {
     pub checksum_offload: String,
     /// Receive side scaling.
     pub rss: RssReport,
+    /// TCP segmentation offload.
+    pub tso: TsoReport,
+}
+
+/// A port's TCP segmentation offload (port setting `tso`, docs/dataplane.md "TCP segmentation
+/// offload").
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TsoReport {
+    /// The setting: `auto` or `off`.
+    pub setting: String,
+    /// Segments of several frames go to the PMD whole.
+    pub granted: bool,
+    /// Most mbufs of one such segment (the PMD's `nb_seg_max`) when granted, else why not.
+    pub detail: String,
+}
+
+impl TsoReport {
+    pub(super) fn new(setting: &str, plan: &Result<super::device::Tso, String>) -> TsoReport {
+        TsoReport {
+            setting: setting.to_string(),
+            granted: plan.is_ok(),
+            detail: match plan {
+                Ok(t) => format!("chains of at most {} mbufs", t.max_segs),
+                Err(why) => why.clone(),
+            },
+        }
+    }
 }
 
 /// A port's RSS as its PMD reports it (docs/workers.md "Flow steering between a port's
@@ -77,17 +104,30 @@ pub struct RssReport {
     pub reta_size: u16,
 }
 
+/// What the config and dpwarp's plan say of a port, which its PMD cannot.
+pub(super) struct Planned<'a> {
+    /// The `[[port]]` index.
+    pub index: usize,
+    /// Its `device`.
+    pub config_device: &'a str,
+    /// The IP MTU on the link.
+    pub link_mtu: u16,
+    /// The `checksum` setting.
+    pub checksum: &'a str,
+    /// The checksums offloaded as a result.
+    pub checksum_offload: String,
+    /// TCP segmentation offload.
+    pub tso: TsoReport,
+}
+
 impl PortReport {
-    /// The report of `port` from what its PMD reported back (`info`, `grant`) and the config
-    /// values it cannot know (`config_device`, `link_mtu`, the checksum setting and result).
+    /// The report of `port` from what its PMD reported back (`info`, `grant`) and what only
+    /// the config and the plan know.
     pub(super) fn new(
-        index: usize,
         port: Port,
-        config_device: &str,
         info: &PortInfo,
         grant: &PortGrant,
-        link_mtu: u16,
-        checksum: (&str, String),
+        planned: Planned<'_>,
     ) -> PortReport {
         // The key csrc/shim.c `dpw_port_setup` asks for: `6d5a` over the PMD's key size
         // (`steer::SYMMETRIC_KEY` is its first 40 octets).
@@ -104,9 +144,9 @@ impl PortReport {
             Err(_) => ("unsupported".to_string(), false),
         };
         let mut r = PortReport {
-            index,
+            index: planned.index,
             port_id: port.id(),
-            config_device: config_device.to_string(),
+            config_device: planned.config_device.to_string(),
             device: grant.name.clone(),
             bus: grant.bus.clone(),
             driver: info.driver.clone(),
@@ -117,13 +157,13 @@ impl PortReport {
             link_up: false,
             link_speed_mbps: None,
             mtu: None,
-            link_mtu,
+            link_mtu: planned.link_mtu,
             rx_offload_capa: offload::rx_names(info.rx_offload_capa),
             tx_offload_capa: offload::tx_names(info.tx_offload_capa),
             rx_offloads: offload::rx_names(grant.rx_offloads),
             tx_offloads: offload::tx_names(grant.tx_offloads),
-            checksum: checksum.0.to_string(),
-            checksum_offload: checksum.1,
+            checksum: planned.checksum.to_string(),
+            checksum_offload: planned.checksum_offload,
             rss: RssReport {
                 asked: grant.rss_asked,
                 hash_functions,
@@ -131,6 +171,7 @@ impl PortReport {
                 key_size: info.hash_key_size,
                 reta_size: info.reta_size,
             },
+            tso: planned.tso,
         };
         r.refresh(port);
         r
@@ -171,7 +212,7 @@ impl PortReport {
         };
         format!(
             "{} (bus {}, driver {}): queues rx {} tx {} (max {}/{}), link {} {speed}, mtu {mtu} \
-             (dpwarp's {}); rx offloads {} of {}; tx offloads {} of {}; rss {rss}",
+             (dpwarp's {}); rx offloads {} of {}; tx offloads {} of {}; rss {rss}; tso {}",
             self.device,
             self.bus,
             self.driver,
@@ -185,6 +226,11 @@ impl PortReport {
             self.rx_offload_capa,
             self.tx_offloads,
             self.tx_offload_capa,
+            if self.tso.granted {
+                "in use"
+            } else {
+                "not used"
+            },
         )
     }
 }

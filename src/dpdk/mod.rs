@@ -670,6 +670,39 @@ impl Mbuf {
         true
     }
 
+    /// Chain `tail` (a packet of one or more segments) behind this packet's last segment
+    /// (`rte_pktmbuf_chain`): this packet then owns it. `tail` comes back when the chain would
+    /// exceed `RTE_MBUF_MAX_NB_SEGS`.
+    pub fn chain(&mut self, tail: Mbuf) -> Result<(), Mbuf> {
+        // SAFETY: both are mbufs we own; on success the head's chain owns `tail` (freed with
+        // the head), so it is forgotten here, not dropped; on failure nothing was linked.
+        let rc = unsafe { sys::dpw_pktmbuf_chain(self.ptr.as_ptr(), tail.ptr.as_ptr()) };
+        if rc != 0 {
+            return Err(tail);
+        }
+        std::mem::forget(tail);
+        Ok(())
+    }
+
+    /// Have the PMD cut this Ethernet/IPv4/TCP packet (`l2_len`, `l3_len`, `l4_len` octets of
+    /// headers, all in the first segment) into TCP segments of `tso_segsz` payload octets:
+    /// `RTE_MBUF_F_TX_TCP_SEG | _IPV4 | _IP_CKSUM`, the header lengths and the MSS set, the IPv4
+    /// checksum zeroed and the pseudo-header checksum without the length in the TCP checksum
+    /// field, as `rte_mbuf_core.h` prescribes (csrc/shim.c `dpw_tx_tso`). The port must have
+    /// been configured with `RTE_ETH_TX_OFFLOAD_TCP_TSO`. False (nothing changed) when the
+    /// first segment is shorter than the headers named.
+    pub fn set_tx_tso(&mut self, l2_len: u16, l3_len: u16, l4_len: u16, tso_segsz: u16) -> bool {
+        let need = usize::from(l2_len) + usize::from(l3_len) + usize::from(l4_len);
+        if l3_len < 20 || l4_len < 20 || tso_segsz == 0 || self.data().len() < need {
+            return false;
+        }
+        // SAFETY: the first segment holds the l2_len + l3_len + l4_len octets of headers
+        // (checked above), all the shim reads or writes of the data; the rest are mbuf fields
+        // of the packet we own.
+        unsafe { sys::dpw_tx_tso(self.ptr.as_ptr(), l2_len, l3_len, l4_len, tso_segsz) };
+        true
+    }
+
     /// Grow the data by `len` bytes and return them (None when the tailroom is too small).
     #[inline]
     pub fn append(&mut self, len: u16) -> Option<&mut [u8]> {
@@ -1316,6 +1349,25 @@ impl Queue {
             let got = sys::dpw_rx_burst(self.port, self.queue, dst, n, self.gate);
             out.set_len(len + usize::from(got));
             usize::from(got)
+        }
+    }
+
+    /// `rte_eth_tx_prepare` of one packet about to be sent on this queue: whatever the PMD
+    /// must fix up before its device takes an offload request (virtio: the TSO pseudo-header
+    /// checksum with the length, as its host wants it). Most vdevs have nothing to do.
+    pub fn tx_prepare(&mut self, m: &mut Mbuf) -> Result<(), DpdkError> {
+        let mut p = m.ptr.as_ptr();
+        // SAFETY: one owned mbuf, passed as a one-element array; `&mut self` on the queue's
+        // only handle. A PMD may replace the packet (VLAN insertion: not asked for here); the
+        // pointer it leaves is the one we then own.
+        let n = unsafe { sys::dpw_tx_prepare(self.port, self.queue, &mut p, 1) };
+        if let Some(ptr) = NonNull::new(p) {
+            m.ptr = ptr;
+        }
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(DpdkError::new("rte_eth_tx_prepare", rte_errno()))
         }
     }
 

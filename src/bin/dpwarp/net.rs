@@ -158,6 +158,17 @@ pub fn log_device_stats(dp: &Dataplane) {
             w.ooo_placed_fpdus,
             w.ooo_placed_octets
         );
+        if d.tx_gso_segments + d.tx_tso_segments + d.tx_tso_fallbacks > 0 {
+            log::info!(
+                "dataplane: worker {i}: segments of several frames: cut by the device {} into \
+                 {} frames; by the NIC (tso) {} into {} frames; tso fallbacks {}",
+                d.tx_gso_segments,
+                d.tx_gso_frames,
+                d.tx_tso_segments,
+                d.tx_tso_frames,
+                d.tx_tso_fallbacks
+            );
+        }
         log::info!(
             "dataplane: worker {i}: idle yields {} (driven, past worker.driven_spin_us); \
              CPU contended in {} of {} windows, taking turns in {}; yields after {}us idle; \
