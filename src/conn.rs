@@ -120,7 +120,9 @@ pub struct Connection {
     events: VecDeque<ConnEvent>,
     /// Bytes to send that were produced outside `poll_transmit` (startup frames, TERMINATE).
     tx: Vec<u8>,
-    /// Scratch buffer for one outgoing ULPDU.
+    /// Scratch buffer for one outgoing ULPDU, with markers only (without them the QP engine
+    /// gathers each ULPDU straight into its FPDU): empty until a marker connection sends, so
+    /// a connection costs no 64 KiB here for it (docs/rpc.md "What a connection costs in memory").
     ulpdu: Vec<u8>,
     close: bool,
     closed_reported: bool,
@@ -150,7 +152,7 @@ impl Connection {
             refused: VecDeque::new(),
             events: VecDeque::new(),
             tx: Vec::new(),
-            ulpdu: Vec::with_capacity(MAX_RX_ULPDU),
+            ulpdu: Vec::new(),
             close: false,
             closed_reported: false,
         };

@@ -131,6 +131,10 @@ impl CopyStats {
 pub struct WorkerStats {
     pub device: DeviceStats,
     pub copies: CopyStats,
+    pub loops: u64,
+    pub connections: usize,
+    pub cpu: Option<usize>,
+    pub sweeps: u64,
     pub busy_ns: u64,
     pub idle_ns: u64,
     pub tcp_fast_retransmits: u64,

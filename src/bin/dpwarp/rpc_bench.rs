@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{Progress, TransportArg};
 #[cfg(not(feature = "dpdk"))]
-use crate::nodpdk::{Dataplane, WorkerMode};
+use crate::nodpdk::{Dataplane, WorkerMode, WorkerStats};
 use dpwarp::cm::{self, ConnParam};
 use dpwarp::config::DataplaneConfig;
 #[cfg(feature = "dpdk")]
-use dpwarp::dataplane::{Dataplane, WorkerMode};
+use dpwarp::dataplane::{Dataplane, WorkerMode, WorkerStats};
 use dpwarp::latency::Recorder;
 use dpwarp::rpc::block::{self, BlockStore, BLOCK_PROG, BLOCK_VERS};
 use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient, ReplyReader};
@@ -324,6 +324,11 @@ impl Net {
         self.server.as_ref().and_then(|(n, _)| n.worker_cpu(0))
     }
 
+    /// Each dataplane worker's counters (empty over kernel TCP).
+    fn worker_stats(&self) -> Vec<WorkerStats> {
+        self.dp.as_ref().map(Dataplane::stats).unwrap_or_default()
+    }
+
     /// What each DPDK port's PMD granted (the `--json` output's `"ports"`; None on kernel TCP).
     fn ports(&self) -> Option<serde_json::Value> {
         self.dp.as_ref().map(crate::net::ports_json)
@@ -407,6 +412,40 @@ fn start_servers(a: &Args, net: Option<&Net>, store_size: usize) -> Result<Serve
         tcp_busy,
         _keep: keep,
     })
+}
+
+/// This process's resident memory (`VmRSS`, KiB).
+fn rss_kib() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Each worker's passes between two snapshots of its counters: how many, the nanoseconds one
+/// took on average (busy and idle time over passes), the sweeps among them, and the
+/// connections it held at the end (docs/workers.md "A pass costs what the busy connections
+/// need").
+fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<serde_json::Value> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| {
+            let passes = a.loops.saturating_sub(b.loops);
+            let ns = (a.busy_ns + a.idle_ns).saturating_sub(b.busy_ns + b.idle_ns);
+            serde_json::json!({
+                "cpu": a.cpu,
+                "connections": a.connections,
+                "passes": passes,
+                "ns_per_pass": (passes > 0).then(|| ns as f64 / passes as f64),
+                "sweeps": a.sweeps.saturating_sub(b.sweeps),
+            })
+        })
+        .collect()
 }
 
 /// Run `f` on a thread pinned to `cpu` (threads it starts inherit the placement), or here.
@@ -1191,6 +1230,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let l = load(op, a.size, a.credits);
     let mut per_conn = None;
     let mut idle = Vec::with_capacity(a.idle_connections);
+    let rss_before_idle = rss_kib();
     if a.idle_connections > 0 {
         let Some(net) = net
             .as_ref()
@@ -1209,6 +1249,8 @@ pub fn run(a: Args) -> Result<(), String> {
             );
         }
     }
+    let rss_with_idle = rss_kib();
+    let workers_before = net.as_ref().map(Net::worker_stats).unwrap_or_default();
     let st = match (a.proto, net.as_ref()) {
         (Proto::Rdma, Some(net)) if a.connections > 1 => {
             let (st, pc) = bench_rdma_many(net, servers.rdma, l, a.poll_spin_us, a.connections)?;
@@ -1230,6 +1272,40 @@ pub fn run(a: Args) -> Result<(), String> {
             share(pc.iter().copied().max().unwrap_or(0)),
         )
     });
+    // What each worker's passes cost during the measurement (with the idle connections held).
+    let workers = net
+        .as_ref()
+        .map(|n| pass_costs(&workers_before, &n.worker_stats()))
+        .unwrap_or_default();
+    // Every idle connection is still served: one NULL call on each, after the measurement.
+    let mut idle_served = 0usize;
+    for c in &mut idle {
+        if c.call(
+            BLOCK_PROG,
+            BLOCK_VERS,
+            block::PROC_NULL,
+            Body::new(),
+            &CallOpts::default(),
+        )
+        .is_ok()
+        {
+            idle_served += 1;
+        }
+    }
+    if idle_served < idle.len() {
+        log::warn!(
+            "rpc-bench: {} of {} idle connections did not answer a NULL call after the measurement",
+            idle.len() - idle_served,
+            idle.len()
+        );
+    }
+    // Resident memory per idle connection, both ends (client and in-process server) counted.
+    let bytes_per_idle = match (rss_before_idle, rss_with_idle) {
+        (Some(b), Some(w)) if !idle.is_empty() => {
+            Some(w.saturating_sub(b) as f64 * 1024.0 / idle.len() as f64)
+        }
+        _ => None,
+    };
     if let Some(d) = net.as_ref().and_then(Net::dataplane_stats) {
         log::info!("dataplane workers: {d}");
     }
@@ -1247,6 +1323,11 @@ pub fn run(a: Args) -> Result<(), String> {
             "p999_us": st.pct(0.999), "gbps": st.gbps(),
             "connections": per_conn.as_ref().map_or(1, Vec::len),
             "idle_connections": idle.len(),
+            "idle_served": idle_served,
+            "rss_kib_before_idle": rss_before_idle,
+            "rss_kib_with_idle": rss_with_idle,
+            "bytes_per_idle_connection": bytes_per_idle,
+            "workers": workers,
             "per_connection_calls": per_conn,
             "min_share": shares.map(|s| s.0),
             "max_share": shares.map(|s| s.1),
@@ -1269,6 +1350,12 @@ pub fn run(a: Args) -> Result<(), String> {
             }
         );
         println!("{}", st.line(&what));
+        if let Some(b) = bytes_per_idle {
+            println!(
+                "{} idle connections: {b:.0} resident bytes each (both ends), {idle_served} answered a NULL call afterwards",
+                idle.len()
+            );
+        }
         if let (Some(pc), Some((min, max))) = (&per_conn, shares) {
             println!(
                 "{} connections: the slowest {min:.2}, the busiest {max:.2} of the mean share",
