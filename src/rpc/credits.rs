@@ -22,9 +22,12 @@
 //!   closes. Other connections' buffers are their own, so they are untouched.
 //! - Growth never takes the last 2 free buffers, so a new connection can be admitted at once;
 //!   the others shrink towards the new fair share at their next replies.
-//! - Load: a connection's target is `min(requested, max_per_conn, fair share)`, where the fair
-//!   share is the pool divided by the number of connections. More connections shrink everyone's
-//!   target; departures let the others grow at their next reply.
+//! - Load: a connection's target is `min(requested, max_per_conn)` while the pool covers what
+//!   every connection asks for (each one's `min(requested, max_per_conn)` plus its DONE slot):
+//!   many quiet connections asking for 1 leave the busy ones their full request. Only when the
+//!   requests add up to more than the pool is the target also capped at the fair share, the
+//!   pool divided by the number of connections. More connections shrink everyone's target;
+//!   departures let the others grow at their next reply.
 //! - Several connections arriving together: the reserve admits the first; the next ones wait
 //!   a bounded time ([`CreditPool::join_within`]) and count in the fair share while waiting, so
 //!   the connections already in shrink towards a share that leaves room for them, and return
@@ -47,6 +50,9 @@ struct PoolState {
     /// Connections waiting in [`CreditPool::join_within`] for buffers to come back.
     waiting: u32,
     max_per_conn: u32,
+    /// Buffers every connection would hold with its whole request: the sum of
+    /// `min(requested, max_per_conn) + 1`.
+    demand: u64,
 }
 
 /// The server-wide budget of receive buffers.
@@ -66,6 +72,7 @@ impl CreditPool {
                     conns: 0,
                     waiting: 0,
                     max_per_conn: max_per_conn.max(1),
+                    demand: 0,
                 }),
                 Condvar::new(),
             )),
@@ -76,12 +83,14 @@ impl CreditPool {
         self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Give `n` buffers back and wake the connections waiting to join.
-    fn give_back(&self, n: u32, leaving: bool) {
+    /// Give `n` buffers back and wake the connections waiting to join; a leaving connection
+    /// also takes its `want` out of the demand.
+    fn give_back(&self, n: u32, leaving: Option<u32>) {
         let mut s = self.lock();
         s.reserved = s.reserved.saturating_sub(n);
-        if leaving {
+        if let Some(want) = leaving {
             s.conns = s.conns.saturating_sub(1);
+            s.demand = s.demand.saturating_sub(u64::from(want));
         }
         drop(s);
         self.inner.1.notify_all();
@@ -141,6 +150,7 @@ impl CreditPool {
         }
         s.reserved += 2;
         s.conns += 1;
+        s.demand += 2;
         Some(ConnCredits {
             pool: self.clone(),
             bound: 1,
@@ -184,7 +194,21 @@ pub struct ConnCredits {
 impl ConnCredits {
     /// Record the credit value a call carried (the client's request).
     pub fn on_request(&mut self, requested: u32) {
-        self.requested = requested.max(1);
+        let requested = requested.max(1);
+        if requested == self.requested {
+            return;
+        }
+        let mut s = self.pool.lock();
+        let want = |r: u32| u64::from(r.min(s.max_per_conn)) + 1;
+        let (old, new) = (want(self.requested), want(requested));
+        s.demand = (s.demand + new).saturating_sub(old);
+        drop(s);
+        self.requested = requested;
+    }
+
+    /// Buffers this connection would hold with its whole request (its part of the demand).
+    fn want(&self, max_per_conn: u32) -> u32 {
+        self.requested.min(max_per_conn) + 1
     }
 
     /// The grant now in force for replies.
@@ -209,10 +233,15 @@ impl ConnCredits {
 
     fn target(&self) -> u32 {
         let s = self.pool.lock();
+        let asked = self.requested.min(s.max_per_conn).max(1);
+        // Every connection's whole request fits (a waiter wants its 2): no need to share.
+        if s.demand + 2 * u64::from(s.waiting) <= u64::from(s.total) {
+            return asked;
+        }
         let fair = (s.total / (s.conns + s.waiting).max(1))
             .saturating_sub(1)
             .max(1);
-        self.requested.min(s.max_per_conn).min(fair).max(1)
+        asked.min(fair)
     }
 
     /// Decide the grant for the next reply (call once per reply sent); `call` is the arrival
@@ -258,7 +287,7 @@ impl ConnCredits {
                 self.bound = self.announced;
                 self.retire += give;
                 self.shrink_replies = 0;
-                self.pool.give_back(give, false);
+                self.pool.give_back(give, None);
             }
         }
         GrantStep { post, credits }
@@ -267,7 +296,8 @@ impl ConnCredits {
 
 impl Drop for ConnCredits {
     fn drop(&mut self) {
-        self.pool.give_back(self.bound + 1, true);
+        let want = self.want(self.pool.lock().max_per_conn);
+        self.pool.give_back(self.bound + 1, Some(want));
     }
 }
 
@@ -299,6 +329,29 @@ mod tests {
         assert!(pool.join().is_none(), "exhausted pool refuses a connection");
         drop(c);
         assert_eq!(pool.reserved(), 66);
+    }
+
+    /// Quiet connections asking for 1 leave a busy one its whole request while the pool
+    /// covers every request; once the requests exceed the pool, the fair share caps them.
+    #[test]
+    fn quiet_connections_leave_a_busy_one_its_request_until_the_pool_is_oversubscribed() {
+        let pool = CreditPool::new(40, 32);
+        let quiet: Vec<_> = (0..10).map(|_| pool.join().unwrap()).collect();
+        let mut busy = pool.join().unwrap();
+        busy.on_request(16);
+        // Demand 10 x 2 + 17 = 37 of 40: no sharing (the fair share would be 40/11 - 1 = 2).
+        assert_eq!(busy.next_reply(1).credits, 16);
+        assert_eq!(pool.reserved(), 20 + 17);
+        let mut other = pool.join().unwrap();
+        other.on_request(16);
+        // Demand 37 + 17 = 54 > 40: both are held to the fair share, 40/12 - 1 = 2; the
+        // newcomer stays at 1 until the busy one's buffers come back (1 free, 2 kept).
+        assert_eq!(other.next_reply(1).credits, 1);
+        assert_eq!(busy.next_reply(2).credits, 2, "shrinks at its next reply");
+        drop(other);
+        // Demand back to 37: the busy one may have its request again.
+        assert_eq!(busy.next_reply(3).credits, 16);
+        drop(quiet);
     }
 
     #[test]

@@ -366,7 +366,7 @@ fn start_servers(a: &Args, net: Option<&Net>, store_size: usize) -> Result<Serve
     let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
     let d = ServerConfig::default();
     // Room in the in-process server's credit pool for every connection the bench opens.
-    let wanted = a.connections * a.credits as usize + a.idle_connections * 2;
+    let wanted = a.connections * (a.credits as usize + 1) + a.idle_connections * 2;
     let scfg = ServerConfig {
         poll_spin: Duration::from_micros(a.poll_spin_us),
         credit_pool: d.credit_pool.max(u32::try_from(wanted).unwrap_or(u32::MAX)),
