@@ -712,12 +712,21 @@ struct Reactor {
     /// Passes in a row each connection found nothing to do.
     quiet: Vec<u32>,
     passes: u64,
+    /// No full pass (every connection polled) before this: see [`REACTOR_FULL_SHARE`].
+    full_at: Instant,
 }
 
 /// Every this many passes a reactor polls every connection, not only those named ready: for
 /// the timers a connection keeps (`done_wait`) and for a completion another thread queued
 /// while the connection was asking to be notified (`Cq::req_notify`).
 const REACTOR_FULL_PASS: u64 = 512;
+
+/// A full pass over thousands of connections takes longer than `REACTOR_FULL_PASS` ordinary
+/// passes, and would then be most of what the reactor does: the next one comes no sooner than
+/// this many times its own length after it ended, so full passes take at most about a tenth
+/// of the reactor (as the worker's sweeps, docs/workers.md), and a quiet connection's timers
+/// and missed notifications wait that much longer.
+const REACTOR_FULL_SHARE: u32 = 10;
 
 /// Passes a connection stays on a reactor's list after its last work before it waits for a
 /// notification instead.
@@ -743,6 +752,7 @@ impl Reactor {
             walking: Vec::new(),
             quiet: Vec::new(),
             passes: 0,
+            full_at: Instant::now(),
         }
     }
 
@@ -835,12 +845,22 @@ impl Reactor {
                 self.list(t);
             }
             self.passes += 1;
-            if self.passes.is_multiple_of(REACTOR_FULL_PASS) {
+            // The clock only on the passes that may be full ones.
+            let full_from = self
+                .passes
+                .is_multiple_of(REACTOR_FULL_PASS)
+                .then(Instant::now)
+                .filter(|&t| t >= self.full_at);
+            if full_from.is_some() {
                 for t in 0..self.conns.len() {
                     self.list(t);
                 }
             }
             let served = self.serve();
+            if let Some(t0) = full_from {
+                let end = Instant::now();
+                self.full_at = end + end.saturating_duration_since(t0) * REACTOR_FULL_SHARE;
+            }
             if served {
                 // What the connections just posted (replies, RDMA Reads) goes out now, all of
                 // it in one send-side pass, not after the next pass's receive phase.
