@@ -55,6 +55,12 @@ struct PoolState {
     demand: u64,
 }
 
+/// Buffers a connection asking for `requested` credits would hold with its whole request (its
+/// part of the pool's demand): the grant it may get, plus the DONE slot.
+fn want(requested: u32, max_per_conn: u32) -> u64 {
+    u64::from(requested.min(max_per_conn)) + 1
+}
+
 /// The server-wide budget of receive buffers.
 #[derive(Debug, Clone)]
 pub struct CreditPool {
@@ -84,13 +90,13 @@ impl CreditPool {
     }
 
     /// Give `n` buffers back and wake the connections waiting to join; a leaving connection
-    /// also takes its `want` out of the demand.
+    /// (its last request given) also takes its part out of the demand.
     fn give_back(&self, n: u32, leaving: Option<u32>) {
         let mut s = self.lock();
         s.reserved = s.reserved.saturating_sub(n);
-        if let Some(want) = leaving {
+        if let Some(requested) = leaving {
             s.conns = s.conns.saturating_sub(1);
-            s.demand = s.demand.saturating_sub(u64::from(want));
+            s.demand = s.demand.saturating_sub(want(requested, s.max_per_conn));
         }
         drop(s);
         self.inner.1.notify_all();
@@ -199,16 +205,13 @@ impl ConnCredits {
             return;
         }
         let mut s = self.pool.lock();
-        let want = |r: u32| u64::from(r.min(s.max_per_conn)) + 1;
-        let (old, new) = (want(self.requested), want(requested));
+        let (old, new) = (
+            want(self.requested, s.max_per_conn),
+            want(requested, s.max_per_conn),
+        );
         s.demand = (s.demand + new).saturating_sub(old);
         drop(s);
         self.requested = requested;
-    }
-
-    /// Buffers this connection would hold with its whole request (its part of the demand).
-    fn want(&self, max_per_conn: u32) -> u32 {
-        self.requested.min(max_per_conn) + 1
     }
 
     /// The grant now in force for replies.
@@ -296,8 +299,7 @@ impl ConnCredits {
 
 impl Drop for ConnCredits {
     fn drop(&mut self) {
-        let want = self.want(self.pool.lock().max_per_conn);
-        self.pool.give_back(self.bound + 1, Some(want));
+        self.pool.give_back(self.bound + 1, Some(self.requested));
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use crossbeam_queue::SegQueue;
 
 use crate::conn::{ConnEvent, Connection};
@@ -264,18 +264,16 @@ impl Cq {
             log::error!("cq: overrun, completion lost: {wc:?}");
             return;
         }
-        match self.tx.try_send(wc) {
-            Ok(()) => {
-                if let Some(n) = self.notify.get() {
-                    // A plain load while not asked (a busy owner never asks): the swap only
-                    // for the one completion that answers a request.
-                    if n.armed.load(Ordering::SeqCst) && n.armed.swap(false, Ordering::AcqRel) {
-                        n.ready.push(n.token);
-                    }
-                }
+        // Unbounded, so it never waits; it cannot fail while `self` holds `rx`.
+        if self.tx.send(wc).is_err() {
+            return;
+        }
+        if let Some(n) = self.notify.get() {
+            // A plain load while not asked (a busy owner never asks): the swap only for the
+            // one completion that answers a request.
+            if n.armed.load(Ordering::SeqCst) && n.armed.swap(false, Ordering::AcqRel) {
+                n.ready.push(n.token);
             }
-            // Unbounded: never full; disconnected never happens while `self` holds `rx`.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
         }
     }
 }

@@ -736,27 +736,43 @@ pub fn tcp_pingpong(
 ) -> Result<PerfResult, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
-    let srv = std::thread::spawn(move || -> std::io::Result<()> {
+    let srv = std::thread::spawn(move || -> std::io::Result<u64> {
         pin_side(0);
         let (mut s, _) = l.accept()?;
-        s.set_nodelay(true)?;
-        s.set_nonblocking(wait == KernelWait::Busy)?;
-        let mut buf = vec![0u8; size];
-        for _ in 0..iters + warmup {
-            read_exact(&mut s, &mut buf, wait)?;
-            write_all(&mut s, &buf, wait)?;
-        }
-        Ok(())
+        echo(&mut s, &mut vec![0u8; size.max(1)], wait)
     });
     let old = dpwarp::affinity::thread_cpus();
     pin_side(1);
     let res = tcp_pingpong_client(addr, size, iters, warmup, wait, mps);
     let _ = dpwarp::affinity::set_thread_cpus(&old);
     let r = res?;
-    srv.join()
+    let echoed = srv
+        .join()
         .map_err(|_| "server panicked")?
         .map_err(|e| e.to_string())?;
+    let want = ((iters + warmup) * size) as u64;
+    if echoed != want {
+        return Err(format!(
+            "tcp_pingpong: the server echoed {echoed} of {want} bytes"
+        ));
+    }
     Ok(r)
+}
+
+/// Echo every byte the peer sends back to it (TCP_NODELAY) until it closes: the server half of
+/// a ping-pong. Returns the bytes echoed.
+fn echo(s: &mut TcpStream, buf: &mut [u8], wait: KernelWait) -> std::io::Result<u64> {
+    s.set_nodelay(true)?;
+    s.set_nonblocking(wait == KernelWait::Busy)?;
+    let mut n = 0u64;
+    loop {
+        let k = read_some(s, buf, wait)?;
+        if k == 0 {
+            return Ok(n);
+        }
+        write_all(s, &buf[..k], wait)?;
+        n += k as u64;
+    }
 }
 
 /// The client half of [`tcp_pingpong`] against a server at `addr` (loopback, or a
@@ -813,20 +829,7 @@ fn tcp_echo_server(addr: std::net::SocketAddr, wait: KernelWait) -> Result<(), S
     let mut buf = vec![0u8; 256 * 1024];
     loop {
         let (mut s, peer) = l.accept().map_err(|e| e.to_string())?;
-        let served = (|| -> std::io::Result<u64> {
-            s.set_nodelay(true)?;
-            s.set_nonblocking(wait == KernelWait::Busy)?;
-            let mut n = 0u64;
-            loop {
-                let k = read_some(&mut s, &mut buf, wait)?;
-                if k == 0 {
-                    return Ok(n);
-                }
-                write_all(&mut s, &buf[..k], wait)?;
-                n += k as u64;
-            }
-        })();
-        match served {
+        match echo(&mut s, &mut buf, wait) {
             Ok(n) => log::info!("tcp-baseline: {peer}: {n} bytes echoed"),
             Err(e) => log::warn!("tcp-baseline: {peer}: {e}"),
         }
