@@ -1,13 +1,16 @@
 //! `dpwarp nfs-bench`: a storage load against an NFSv3/RDMA server (dpwarp's `nfs-server`, or
 //! Linux knfsd, or any other), over N RPC-over-RDMA connections at once, like a client mounted
-//! with `nconnect=N` (each connection its own thread and QP, `--credits` calls in flight on
-//! each). The operations are drawn from a weighted mix (`--mix read=8,write=1,getattr=1`,
+//! with `nconnect=N` (each connection its own QP with `--credits` calls in flight, the
+//! connections spread over `--threads` load threads, each driving its share round robin, as a
+//! client's worker drives its QPs), beside `--idle-connections` that only hold their QP. The operations are drawn from a weighted mix (`--mix read=8,write=1,getattr=1`,
 //! `lookup`) on one file the bench creates and fills with a known pattern first; every reply is
 //! checked (NFS3_OK; READ data against the pattern, GETATTR's file id, LOOKUP's handle).
 //!
-//! Without `--server` it starts dpwarp's NFS target in this process on a temporary export over
-//! kernel TCP on loopback (root needed), so one command measures. Prints one JSON object
-//! (docs/nfs.md "nfs-bench" lists its keys).
+//! Without `--server` it starts dpwarp's NFS target in this process on a temporary export (root
+//! needed), so one command measures: on the DPDK dataplane of `--config` (default
+//! configs/net_ring.toml: the target on port 0, the bench on port 1, each port's worker driven
+//! by its own thread) or over kernel TCP on loopback. Prints one JSON object (docs/nfs.md
+//! "nfs-bench" lists its keys).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -23,17 +26,22 @@ use dpwarp::nfs::xdr::{parse_post_op_attr, Fattr3, Sattr3, Wcc};
 use dpwarp::nfs::{proc_ as proc3, NFS_PROG, NFS_V3};
 use dpwarp::rpc::client::{CallOpts, RdmaClient, ReplyReader};
 use dpwarp::rpc::program::Body;
+use rustc_hash::FxHashMap;
 
 use crate::cli::{NetArgs, TransportArg, Verbosity};
 use crate::nfs_probe::{client_net, connect, mnt, mount_port};
+#[cfg(not(feature = "dpdk"))]
+use crate::nodpdk::Dataplane;
+#[cfg(feature = "dpdk")]
+use dpwarp::dataplane::Dataplane;
 
 /// The file the bench works on, in the export's root.
 const FILE: &str = "nfs-bench.dat";
 
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// The NFS server's address (default: an in-process dpwarp NFS target on loopback over
-    /// kernel TCP, on a temporary export).
+    /// The NFS server's address (default: an in-process dpwarp NFS target on a temporary
+    /// export: on port 0 of the --config dataplane, or on loopback with --transport kernel).
     #[arg(long)]
     pub server: Option<IpAddr>,
     /// The export to mount (its path on the server).
@@ -51,9 +59,17 @@ pub struct Args {
     /// Where rpcbind and MOUNT are, when not at --server.
     #[arg(long)]
     pub mountaddr: Option<IpAddr>,
-    /// RPC-over-RDMA connections, each on a thread of its own (Linux `nconnect`).
+    /// RPC-over-RDMA connections carrying the load (Linux `nconnect`).
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
+    /// Load threads; connection k is driven by thread k mod T, round robin (default: one per
+    /// connection over kernel TCP, one on DPDK, where a thread drives the client port's worker).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// More connections that only hold their QP during the load (quiet clients beside busy
+    /// ones); each must answer one GETATTR after it (`idle_served`).
+    #[arg(long, default_value_t = 0)]
+    pub idle_connections: usize,
     /// Calls in flight per connection (the server's credit grant may allow fewer).
     #[arg(long, default_value_t = 16)]
     pub credits: u32,
@@ -128,14 +144,36 @@ fn parse_mix(s: &str) -> Result<Vec<(Op, u32)>, String> {
     Ok(mix)
 }
 
+/// The pattern's period: a prime, so READs of `--size`-aligned ranges (`size` < the period)
+/// see the same octets only `PERIOD x size` apart (4 GiB at 4 KiB), beyond any file the bench
+/// makes in practice.
+const PATTERN_PERIOD: u64 = 1_048_573;
+
+/// The longest pattern run taken from the table; longer ones are computed.
+const PATTERN_RUN: usize = 1 << 20;
+
 /// The pattern octet at file offset `off`: any READ can be checked against it wherever it
 /// lands, and WRITEs write it again (so reads stay checkable).
 fn pattern_at(off: u64) -> u8 {
-    (off.wrapping_mul(2_654_435_761) >> 13) as u8 ^ (off as u8)
+    let o = off % PATTERN_PERIOD;
+    (o.wrapping_mul(2_654_435_761) >> 13) as u8 ^ (o as u8)
 }
 
-fn pattern(off: u64, len: usize) -> Vec<u8> {
-    (0..len as u64).map(|i| pattern_at(off + i)).collect()
+/// The pattern for `[off, off + len)`: from a table computed once (a period and one run), so
+/// that checking a READ or making a WRITE is a memcmp or memcpy, not a computation per octet
+/// that would bound the bench's own rate.
+fn pattern(off: u64, len: usize) -> std::borrow::Cow<'static, [u8]> {
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    if len > PATTERN_RUN {
+        return (0..len as u64).map(|i| pattern_at(off + i)).collect();
+    }
+    let t = TABLE.get_or_init(|| {
+        (0..PATTERN_PERIOD + PATTERN_RUN as u64)
+            .map(pattern_at)
+            .collect()
+    });
+    let at = (off % PATTERN_PERIOD) as usize;
+    std::borrow::Cow::Borrowed(&t[at..at + len])
 }
 
 /// Where the NFS server is: its RDMA address, MOUNT's TCP address; `_keep` holds an
@@ -165,51 +203,125 @@ impl Drop for InProcess {
     }
 }
 
-fn find_target(a: &Args) -> Result<Target, String> {
-    let Some(server) = a.server else {
-        if a.net.transport != TransportArg::Kernel {
-            return Err(
-                "nfs-bench without --server runs an in-process target over kernel TCP: pass \
-                 --transport kernel, or --server ADDR (an nfs-server on a DPDK port) with \
-                 --config"
-                    .into(),
-            );
+/// The dataplane config an in-process DPDK run uses without `--config` (as `rpc-bench`).
+#[cfg(feature = "dpdk")]
+const DEFAULT_DP_CONFIG: &str = crate::rpc_bench::DEFAULT_DP_CONFIG;
+
+/// The client's side (`net`, and the dataplane it runs on, kept running while it lives) and the
+/// server: `--server`'s, or an in-process target on a temporary export, on DPDK port 0 of a
+/// two-port config (the client on port 1, both ports' workers driven: the target's reactor
+/// drives port 0's, the load threads port 1's) or over kernel TCP on loopback.
+fn set_up(a: &Args) -> Result<(Target, Option<Dataplane>, Net), String> {
+    if let Some(server) = a.server {
+        let (dp, net) = client_net(&a.net)?;
+        let mountaddr = a.mountaddr.unwrap_or(server);
+        let mount_port = match a.mount_port {
+            Some(p) => p,
+            None => mount_port(SocketAddr::new(mountaddr, a.rpcbind_port))?,
+        };
+        let target = Target {
+            nfs: SocketAddr::new(server, a.port),
+            mount: SocketAddr::new(mountaddr, mount_port),
+            export: a.export.clone(),
+            _keep: None,
+        };
+        return Ok((target, dp, net));
+    }
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    let (dp, (server_net, listen_ip), (client_net, client_ip)) = match a.net.transport {
+        TransportArg::Kernel => (None, (Net::kernel(), loopback), (Net::kernel(), loopback)),
+        TransportArg::Dpdk => {
+            let (dp, server, client) = in_process_dataplane(a)?;
+            (Some(dp), server, client)
         }
-        use dpwarp::nfs::exports::ClientList;
-        use dpwarp::nfs::target::{NfsTarget, TargetConfig};
-        let dir = std::env::temp_dir().join(format!("dpwarp-nfs-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let target = NfsTarget::start(TargetConfig {
-            clients: ClientList::parse(&["127.0.0.1(rw,no_root_squash,insecure)"])?,
-            mount_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            rpcbind_listen: None,
-            ..TargetConfig::new(&dir)
-        })?;
-        let handle = target
-            .listen(&Net::kernel(), SocketAddr::from(([127, 0, 0, 1], 0)))
-            .map_err(|e| format!("listen: {e}"))?;
-        return Ok(Target {
-            nfs: handle.addr,
-            mount: target.mount.addr,
-            export: dir.to_string_lossy().into_owned(),
-            _keep: Some(InProcess {
-                handle: Some(handle),
-                target: Some(target),
-                dir,
-            }),
-        });
     };
-    let mountaddr = a.mountaddr.unwrap_or(server);
-    let mount_port = match a.mount_port {
-        Some(p) => p,
-        None => mount_port(SocketAddr::new(mountaddr, a.rpcbind_port))?,
+    use dpwarp::nfs::exports::ClientList;
+    use dpwarp::nfs::target::{NfsTarget, TargetConfig};
+    use dpwarp::rpc::server::ServerConfig;
+    let dir = std::env::temp_dir().join(format!("dpwarp-nfs-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let d = ServerConfig::default();
+    // Room in the credit pool for every connection's request and its DONE (RFC 8166 §4.3).
+    let wanted = (a.connections + a.idle_connections) * (a.credits.max(1) as usize + 1);
+    let target = NfsTarget::start(TargetConfig {
+        // The RDMA side's address, and loopback, where MOUNT is asked.
+        clients: ClientList::parse(&[
+            &format!("{client_ip}(rw,no_root_squash,insecure)"),
+            "127.0.0.1(rw,no_root_squash,insecure)",
+        ])?,
+        mount_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        rpcbind_listen: None,
+        server: ServerConfig {
+            credit_pool: d.credit_pool.max(u32::try_from(wanted).unwrap_or(u32::MAX)),
+            ..d
+        },
+        ..TargetConfig::new(&dir)
+    })?;
+    let port = if dp.is_some() { a.port } else { 0 };
+    let handle = target
+        .listen(&server_net, SocketAddr::new(listen_ip, port))
+        .map_err(|e| format!("listen: {e}"))?;
+    let target = Target {
+        nfs: handle.addr,
+        mount: target.mount.addr,
+        export: dir.to_string_lossy().into_owned(),
+        _keep: Some(InProcess {
+            handle: Some(handle),
+            target: Some(target),
+            dir,
+        }),
     };
-    Ok(Target {
-        nfs: SocketAddr::new(server, a.port),
-        mount: SocketAddr::new(mountaddr, mount_port),
-        export: a.export.clone(),
-        _keep: None,
-    })
+    Ok((target, dp, client_net))
+}
+
+/// One side of an in-process run: where it connects or listens from, and its address.
+type Side = (Net, IpAddr);
+
+/// A driven two-port dataplane from `--config` (default [`DEFAULT_DP_CONFIG`]): the server's
+/// side (port 0) and the client's (port 1), each with its address.
+#[cfg(feature = "dpdk")]
+fn in_process_dataplane(a: &Args) -> Result<(Dataplane, Side, Side), String> {
+    use dpwarp::config::DataplaneConfig;
+    use dpwarp::dataplane::WorkerMode;
+    let config = match &a.net.config {
+        Some(c) => c.clone(),
+        None => {
+            let p = PathBuf::from(DEFAULT_DP_CONFIG);
+            if !p.exists() {
+                return Err(format!(
+                    "an in-process target on DPDK needs a two-port dataplane config: \
+                     {DEFAULT_DP_CONFIG} is not in the current directory; give --config FILE, \
+                     --server ADDR, or --transport kernel"
+                ));
+            }
+            p
+        }
+    };
+    let cfg = DataplaneConfig::load(&config)?;
+    if cfg.ports.len() < 2 {
+        return Err(format!(
+            "{}: an in-process target and client need two ports (e.g. {DEFAULT_DP_CONFIG}); \
+             with a one-port config give --server ADDR",
+            config.display()
+        ));
+    }
+    let dp = Dataplane::start_with(&cfg, WorkerMode::Driven).map_err(|e| e.to_string())?;
+    let (Some(server), Some(client)) = (dp.endpoint(0), dp.endpoint(1)) else {
+        return Err(format!("{}: two ports expected", config.display()));
+    };
+    if !dp.wait_link_up(Duration::from_secs(10)) {
+        return Err(format!(
+            "{}: link did not come up within 10 s",
+            config.display()
+        ));
+    }
+    let (sip, cip) = (IpAddr::V4(server.ip()), IpAddr::V4(client.ip()));
+    Ok((dp, (Net::from(server), sip), (Net::from(client), cip)))
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn in_process_dataplane(_a: &Args) -> Result<(Dataplane, Side, Side), String> {
+    Err("this dpwarp was built without DPDK: use --transport kernel".into())
 }
 
 /// A call and its NFS status (NFS3_OK: the reader after it).
@@ -284,7 +396,7 @@ fn write_args(fh: &[u8], off: u64, n: u32, stable: u32) -> Body {
     b.xdr().put_u64(off);
     b.xdr().put_u32(n);
     b.xdr().put_u32(stable);
-    b.put_bulk(pattern(off, n as usize));
+    b.put_bulk(pattern(off, n as usize).into_owned());
     b
 }
 
@@ -309,28 +421,39 @@ struct Work {
     credits: usize,
 }
 
-/// One connection's load: `credits` calls in flight until `stop`, each drawn from the mix.
-fn conn_load(c: &mut RdmaClient, w: &Work, seed: u64, stop: &AtomicBool) -> ConnResult {
-    let mut res = ConnResult::default();
-    let total: u32 = w.mix.iter().map(|(_, k)| k).sum();
-    let mut rng = seed | 1;
-    let mut next = || {
-        // xorshift64: the mix and offsets, cheap and repeatable per connection.
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
-    let mut sent: std::collections::HashMap<u32, (Instant, Op, u64)> = Default::default();
-    let read_opts = CallOpts {
-        write_chunks: vec![w.size as usize],
-        ..CallOpts::default()
-    };
-    let plain = CallOpts::default();
-    loop {
-        while sent.len() < w.credits && !stop.load(Ordering::Relaxed) {
-            let r = next();
-            let mut pick = (r % u64::from(total)) as u32;
+/// One connection's load: up to `credits` calls in flight (the server's grant may allow
+/// fewer), each drawn from the mix, every reply checked.
+struct ConnLoad {
+    c: RdmaClient,
+    sent: FxHashMap<u32, (Instant, Op, u64)>,
+    rng: u64,
+    res: ConnResult,
+}
+
+impl ConnLoad {
+    fn new(c: RdmaClient, seed: u64) -> ConnLoad {
+        ConnLoad {
+            c,
+            sent: FxHashMap::default(),
+            rng: seed | 1,
+            res: ConnResult::default(),
+        }
+    }
+
+    /// xorshift64: the mix and offsets, cheap and repeatable per connection.
+    fn next(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// Submit calls until `credits` (or the grant) are in flight.
+    fn fill(&mut self, w: &Work, read_opts: &CallOpts) -> Result<(), String> {
+        let plain = CallOpts::default();
+        let total: u32 = w.mix.iter().map(|(_, k)| k).sum();
+        while (self.c.in_flight() as usize) < w.credits.min(self.c.grant() as usize) {
+            let mut pick = (self.next() % u64::from(total)) as u32;
             let op = w
                 .mix
                 .iter()
@@ -344,75 +467,104 @@ fn conn_load(c: &mut RdmaClient, w: &Work, seed: u64, stop: &AtomicBool) -> Conn
                 })
                 .map(|(o, _)| *o)
                 .unwrap_or(Op::Read);
-            let off = (next() % w.slots) * u64::from(w.size);
-            let (args, opts) = match op {
+            let off = (self.next() % w.slots) * u64::from(w.size);
+            let (proc_, args, opts) = match op {
                 Op::Read => {
                     let mut b = Body::new();
                     b.xdr().put_opaque(&w.fh);
                     b.xdr().put_u64(off);
                     b.xdr().put_u32(w.size);
-                    (b, &read_opts)
+                    (proc3::READ, b, read_opts)
                 }
-                Op::Write => (write_args(&w.fh, off, w.size, 0), &plain),
+                Op::Write => (proc3::WRITE, write_args(&w.fh, off, w.size, 0), &plain),
                 Op::Getattr => {
                     let mut b = Body::new();
                     b.xdr().put_opaque(&w.fh);
-                    (b, &plain)
+                    (proc3::GETATTR, b, &plain)
                 }
                 Op::Lookup => {
                     let mut b = Body::new();
                     b.xdr().put_opaque(&w.root);
                     b.xdr().put_opaque(FILE.as_bytes());
-                    (b, &plain)
+                    (proc3::LOOKUP, b, &plain)
                 }
             };
-            let proc_ = match op {
-                Op::Read => proc3::READ,
-                Op::Write => proc3::WRITE,
-                Op::Getattr => proc3::GETATTR,
-                Op::Lookup => proc3::LOOKUP,
-            };
-            match c.submit(NFS_PROG, NFS_V3, proc_, args, opts) {
-                Ok(xid) => {
-                    sent.insert(xid, (Instant::now(), op, off));
-                }
-                Err(e) => {
-                    res.error = Some(format!("{}: {e}", op.name()));
-                    return res;
-                }
-            }
+            let xid = self
+                .c
+                .submit(NFS_PROG, NFS_V3, proc_, args, opts)
+                .map_err(|e| format!("{}: {e}", op.name()))?;
+            self.sent.insert(xid, (Instant::now(), op, off));
         }
-        if sent.is_empty() {
+        Ok(())
+    }
+
+    /// Check every reply that has arrived (after `progress`).
+    fn reap(&mut self, w: &Work) -> Result<(), String> {
+        while let Some((xid, rep)) = self.c.take_reply() {
+            let Some((t0, op, off)) = self.sent.remove(&xid) else {
+                return Err(format!("a reply to no call (xid {xid:#x})"));
+            };
+            self.res.lat.record_ns(t0.elapsed().as_nanos() as u64);
+            let octets = rep
+                .map_err(|e| format!("{}: {e}", op.name()))
+                .and_then(|rep| check(&rep, op, off, w))?;
+            self.res.octets += octets;
+            self.res.ops[op as usize] += 1;
+        }
+        Ok(())
+    }
+}
+
+/// One load thread: its connections' calls until `stop`, round robin. Each round submits on
+/// every connection, handles what arrived, then runs the transport once for all of them
+/// (through the first connection: a driven worker's pass, not one per connection); a thread
+/// with one connection waits for its next reply instead.
+fn group_load(conns: Vec<(RdmaClient, u64)>, w: &Work, stop: &AtomicBool) -> Vec<ConnResult> {
+    let read_opts = CallOpts {
+        write_chunks: vec![w.size as usize],
+        ..CallOpts::default()
+    };
+    let mut ls: Vec<ConnLoad> = conns
+        .into_iter()
+        .map(|(c, seed)| ConnLoad::new(c, seed))
+        .collect();
+    let alone = ls.len() == 1;
+    let mut failed: Option<(usize, String)> = None;
+    'run: loop {
+        let running = !stop.load(Ordering::Relaxed);
+        let mut in_flight = 0;
+        for (k, l) in ls.iter_mut().enumerate() {
+            let step = (if running {
+                l.fill(w, &read_opts)
+            } else {
+                Ok(())
+            })
+            .and_then(|()| l.c.progress_arrived().map_err(|e| format!("wait: {e}")))
+            .and_then(|()| l.reap(w));
+            if let Err(e) = step {
+                failed = Some((k, e));
+                break 'run;
+            }
+            in_flight += l.c.in_flight();
+        }
+        if in_flight == 0 && !running {
             break;
         }
-        let (xid, rep) = match c.wait_any() {
-            Ok(x) => x,
-            Err(e) => {
-                res.error = Some(format!("wait: {e}"));
-                return res;
-            }
-        };
-        let Some((t0, op, off)) = sent.remove(&xid) else {
-            res.error = Some(format!("a reply to no call (xid {xid:#x})"));
-            return res;
-        };
-        res.lat.record_ns(t0.elapsed().as_nanos() as u64);
-        let checked = rep
-            .map_err(|e| format!("{}: {e}", op.name()))
-            .and_then(|rep| check(&rep, op, off, w));
-        match checked {
-            Ok(octets) => {
-                res.octets += octets;
-                res.ops[op as usize] += 1;
-            }
-            Err(e) => {
-                res.error = Some(e);
-                return res;
-            }
+        if let Err(e) = ls[0].c.progress(alone && in_flight > 0) {
+            failed = Some((0, format!("wait: {e}")));
+            break;
         }
     }
-    res.max_in_flight = c.stats.max_in_flight;
-    res
+    if let Some((k, e)) = failed {
+        ls[k].res.error = Some(e);
+    }
+    ls.into_iter()
+        .map(|mut l| {
+            l.res.max_in_flight = l.c.stats.max_in_flight;
+            l.c.disconnect();
+            l.res
+        })
+        .collect()
 }
 
 /// Check one reply: NFS3_OK and what it must say. The octets of data it moved.
@@ -493,13 +645,20 @@ pub fn run(a: Args) -> Result<(), String> {
     if a.connections == 0 {
         return Err("--connections: at least 1".into());
     }
-    let target = find_target(&a)?;
+    let (target, _dp, net) = set_up(&a)?;
     let (root, flavors) = mnt(target.mount, &target.export)?;
     // AUTH_SYS's flavor number (RFC 5531 App. A).
     let auth_sys = flavors.contains(&1);
-    let (_dp, net) = client_net(&a.net)?;
+    let driven = net.is_driven();
+    if driven {
+        // This thread drives the client port's worker while it connects and prepares.
+        net.attach_worker(0);
+    }
+    let connect = |what: &str| {
+        connect(&net, target.nfs, a.crc, auth_sys, a.credits).map_err(|e| format!("{what}: {e}"))
+    };
     // The first connection: FSINFO for the transfer sizes, then the file.
-    let mut first = connect(&net, target.nfs, a.crc, auth_sys)?;
+    let mut first = connect("connection 0")?;
     // A siw responder leaves an FPDU right after its MPA Reply unprocessed until more data
     // comes (docs/interop.md): the first call waits a little, as the Linux client's does.
     thread::sleep(Duration::from_millis(100));
@@ -533,27 +692,48 @@ pub fn run(a: Args) -> Result<(), String> {
         credits: a.credits.max(1) as usize,
     });
     let mut clients = vec![first];
-    for _ in 1..a.connections {
-        clients.push(connect(&net, target.nfs, a.crc, auth_sys)?);
+    for i in 1..a.connections {
+        clients.push(connect(&format!("connection {i}"))?);
+    }
+    let mut idle = Vec::with_capacity(a.idle_connections);
+    for i in 0..a.idle_connections {
+        if i % 256 == 0 {
+            crate::cli::progress_phase(format!("nfs-bench: {i} idle connections open"));
+        }
+        idle.push(connect(&format!("idle connection {i}"))?);
+    }
+    let threads_n = a
+        .threads
+        .unwrap_or(if driven || net.name() == "dpdk" {
+            1
+        } else {
+            a.connections
+        })
+        .clamp(1, a.connections);
+    let mut groups: Vec<Vec<(RdmaClient, u64)>> = (0..threads_n).map(|_| Vec::new()).collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        groups[i % threads_n].push((c, 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1)));
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let go = Arc::new(Barrier::new(a.connections + 1));
-    let threads: Vec<_> = clients
+    let go = Arc::new(Barrier::new(threads_n + 1));
+    let threads: Vec<_> = groups
         .into_iter()
         .enumerate()
-        .map(|(i, mut c)| {
-            let (work, stop, go) = (work.clone(), stop.clone(), go.clone());
+        .map(|(t, group)| {
+            let (work, stop, go, net) = (work.clone(), stop.clone(), go.clone(), net.clone());
             thread::Builder::new()
-                .name(format!("nfs-bench-{i}"))
+                .name(format!("nfs-bench-{t}"))
                 .spawn(move || {
+                    if driven {
+                        net.attach_worker(0);
+                    }
                     go.wait();
-                    let r = conn_load(&mut c, &work, 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1), &stop);
-                    c.disconnect();
-                    r
+                    group_load(group, &work, &stop)
                 })
-                .expect("spawn a connection's thread")
+                .expect("spawn a load thread")
         })
         .collect();
+    let stats_before = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
     go.wait();
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(a.seconds.max(0.01));
@@ -566,18 +746,43 @@ pub fn run(a: Args) -> Result<(), String> {
         crate::cli::progress_tick(t0.elapsed().as_millis() as u64 / 100, total_ms / 100);
     }
     let placement = thread_placement();
+    let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
     stop.store(true, Ordering::Relaxed);
-    let results: Vec<ConnResult> = threads
+    // Results in connection order (connection k ran on thread k mod T, k / T-th there).
+    let mut by_thread: Vec<std::vec::IntoIter<ConnResult>> = threads
         .into_iter()
-        .map(|t| t.join().unwrap_or_default())
+        .map(|t| t.join().unwrap_or_default().into_iter())
+        .collect();
+    let results: Vec<ConnResult> = (0..a.connections)
+        .map(|k| by_thread[k % threads_n].next().unwrap_or_default())
         .collect();
     let secs = t0.elapsed().as_secs_f64();
     crate::cli::progress_clear();
-    let errors: Vec<String> = results
+    // Every idle connection must still be served: one GETATTR each.
+    let mut idle_served = 0usize;
+    let mut idle_errors = Vec::new();
+    for (i, c) in idle.iter_mut().enumerate() {
+        let mut b = Body::new();
+        b.xdr().put_opaque(&work.fh);
+        let ok = c
+            .call(NFS_PROG, NFS_V3, proc3::GETATTR, b, &CallOpts::default())
+            .map_err(|e| e.to_string())
+            .and_then(|rep| check(&rep, Op::Getattr, 0, &work));
+        match ok {
+            Ok(_) => idle_served += 1,
+            Err(e) if idle_errors.len() < 8 => {
+                idle_errors.push(format!("idle connection {i}: {e}"))
+            }
+            Err(_) => {}
+        }
+        c.disconnect();
+    }
+    let mut errors: Vec<String> = results
         .iter()
         .enumerate()
         .filter_map(|(i, r)| r.error.as_ref().map(|e| format!("connection {i}: {e}")))
         .collect();
+    errors.extend(idle_errors);
     let mut lat = Recorder::new();
     let mut ops = [0u64; 4];
     let mut octets = 0u64;
@@ -598,6 +803,9 @@ pub fn run(a: Args) -> Result<(), String> {
         "transport": net.name(),
         "export": target.export,
         "connections": a.connections,
+        "threads_driving": threads_n,
+        "idle_connections": a.idle_connections,
+        "idle_served": idle_served,
         "credits": a.credits,
         "mix": mix.iter().map(|(o, w)| format!("{}={w}", o.name())).collect::<Vec<_>>().join(","),
         "size": size,
@@ -620,6 +828,7 @@ pub fn run(a: Args) -> Result<(), String> {
         "verified": errors.is_empty(),
         "errors": errors,
         "threads": placement,
+        "workers": crate::rpc_bench::pass_costs(&stats_before, &stats_after),
         "ports": _dp.as_ref().map(crate::net::ports_json),
     });
     println!("{out}");
@@ -653,5 +862,14 @@ mod tests {
     fn the_pattern_is_a_function_of_the_offset() {
         assert_eq!(pattern(4096, 16), pattern(0, 4112)[4096..].to_vec());
         assert_ne!(pattern(0, 64), pattern(1, 64));
+        // The table and the computation agree, across the period's end and past one run.
+        let off = PATTERN_PERIOD - 100;
+        let t = pattern(off, 4096);
+        assert!(t
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern_at(off + i as u64)));
+        let long = pattern(7, PATTERN_RUN + 1);
+        assert_eq!(&long[..4096], &pattern(7, 4096)[..]);
     }
 }

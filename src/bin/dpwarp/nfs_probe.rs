@@ -163,6 +163,7 @@ pub(crate) fn connect(
     addr: SocketAddr,
     crc: bool,
     auth_sys: bool,
+    credits: u32,
 ) -> Result<RdmaClient, String> {
     let cpd = CpdRepr {
         remote_invalidate: false,
@@ -176,6 +177,7 @@ pub(crate) fn connect(
             crc,
             ..ConnParam::default()
         },
+        credits: credits.max(1),
         ..ClientConfig::default()
     };
     let mut c = RdmaClient::connect(net, addr, cfg).map_err(|e| format!("connect {addr}: {e}"))?;
@@ -206,7 +208,7 @@ pub fn run(a: Args) -> Result<(), String> {
     // RPC-over-RDMA to the NFS port.
     let (_dp, net) = client_net(&a.net)?;
     let addr = SocketAddr::new(a.server, a.port);
-    let mut c = connect(&net, addr, a.crc, flavors.contains(&AUTH_SYS))?;
+    let mut c = connect(&net, addr, a.crc, flavors.contains(&AUTH_SYS), a.credits)?;
     let server_cpd = CpdRepr::find(&c.server_private_data);
     // A siw responder leaves an FPDU that arrives right after its MPA Reply unprocessed until
     // more data comes (docs/interop.md, siw defect 2): a NULL sent at once then goes

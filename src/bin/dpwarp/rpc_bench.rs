@@ -427,21 +427,24 @@ fn rss_kib() -> Option<u64> {
 }
 
 /// Each worker's passes between two snapshots of its counters: how many, the nanoseconds one
-/// took on average (busy and idle time over passes), the sweeps among them, and the
+/// took on average (busy and idle time over passes), the share of that time in passes that
+/// moved something (near 1: this worker is the bottleneck), the sweeps among them, and the
 /// connections it held at the end (docs/workers.md "A pass costs what the busy connections
 /// need").
-fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<serde_json::Value> {
+pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<serde_json::Value> {
     before
         .iter()
         .zip(after)
         .map(|(b, a)| {
             let passes = a.loops.saturating_sub(b.loops);
             let ns = (a.busy_ns + a.idle_ns).saturating_sub(b.busy_ns + b.idle_ns);
+            let busy = a.busy_ns.saturating_sub(b.busy_ns);
             serde_json::json!({
                 "cpu": a.cpu,
                 "connections": a.connections,
                 "passes": passes,
                 "ns_per_pass": (passes > 0).then(|| ns as f64 / passes as f64),
+                "busy_share": (ns > 0).then(|| busy as f64 / ns as f64),
                 "sweeps": a.sweeps.saturating_sub(b.sweeps),
             })
         })

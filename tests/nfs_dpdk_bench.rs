@@ -1,0 +1,59 @@
+//! `dpwarp nfs-bench` as one command on DPDK: without `--server` it starts the NFS target in
+//! its own process on port 0 of a two-port dataplane (configs/net_ring.toml: rte_rings, no
+//! hugepages, no kernel setup) and loads it from port 1 with 16 connections and a mix of all
+//! four operations beside 48 idle connections. Every reply must be right (READ data against
+//! the pattern the bench wrote first), every connection served, every idle connection still
+//! answered after the load, and both workers (target's and bench's) must have run passes.
+//! Needs root (the target's `open_by_handle_at`).
+
+use std::process::Command;
+
+const CONNECTIONS: usize = 16;
+const IDLE: usize = 48;
+
+#[test]
+fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new(env!("CARGO_BIN_EXE_dpwarp"))
+        .current_dir(root)
+        .args(["nfs-bench", "--config", "configs/net_ring.toml"])
+        .args(["--connections", &CONNECTIONS.to_string(), "--credits", "4"])
+        .args(["--idle-connections", &IDLE.to_string()])
+        .args(["--seconds", "1", "--file-size", "1048576"])
+        .args(["--mix", "read=4,write=2,getattr=1,lookup=1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nfs-bench: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(j["transport"], "dpdk", "{j}");
+    assert_eq!(j["in_process_server"], true, "{j}");
+    assert_eq!(j["connections"], CONNECTIONS);
+    assert_eq!(j["verified"], true, "{j}");
+    assert!(j["errors"].as_array().unwrap().is_empty(), "{j}");
+    let per = j["per_connection_ops"].as_array().unwrap();
+    assert_eq!(per.len(), CONNECTIONS);
+    assert!(per.iter().all(|n| n.as_u64().unwrap() > 0), "{j}");
+    for op in ["read", "write", "getattr", "lookup"] {
+        assert!(j["by_op"][op].as_u64().unwrap() > 0, "no {op}: {j}");
+    }
+    assert_eq!(j["idle_connections"], IDLE);
+    assert_eq!(j["idle_served"], IDLE, "{j}");
+    let workers = j["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{j}");
+    assert!(
+        workers.iter().all(|w| w["passes"].as_u64().unwrap() > 0),
+        "{j}"
+    );
+    // The target's worker holds the busy and the idle connections.
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["connections"].as_u64().unwrap() >= (CONNECTIONS + IDLE) as u64),
+        "{j}"
+    );
+}
