@@ -1048,6 +1048,55 @@ fn metadata_calls_are_answered_at_once() {
     }
 }
 
+/// A handle's MAC is checked once for a kept object: the GETATTRs and READs answered at once
+/// after the first find the object by the handle's octets. A handle differing in any octet
+/// (the MAC, the kernel handle) is checked again and refused, before and after; the object
+/// removed takes its entry with it (STALE from the pool, checked again).
+#[test]
+fn a_kept_objects_handle_is_checked_once_and_forgeries_still_fail() {
+    let dir = TempDir::new("macs");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let f = n.create(&root, "m", 0).unwrap();
+    n.write(&f, 0, &pattern(5, 8192), 2).unwrap();
+    n.getattr(&f).unwrap();
+    let k = nowait(&n);
+    let checked = n.e.handles_checked();
+    for i in 0..20u64 {
+        assert_eq!(n.getattr(&f).unwrap().size, 8192);
+        assert_eq!(
+            n.read(&f, i * 100, 512, 0).unwrap().0,
+            pattern(5, 8192)[i as usize * 100..][..512]
+        );
+    }
+    assert_eq!(nowait(&n) - k, 40, "all answered at once");
+    assert!(
+        n.e.handles_checked() - checked <= 1,
+        "40 calls on one kept object computed {} MACs",
+        n.e.handles_checked() - checked
+    );
+    for at in [f.len() - 1, f.len() - 20, 20] {
+        let mut forged = f.clone();
+        forged[at] ^= 0x40;
+        let before = n.e.handles_checked();
+        assert_eq!(
+            n.getattr(&forged),
+            Err(Stat::BadHandle.code()),
+            "octet {at}"
+        );
+        assert!(n.e.handles_checked() > before, "octet {at}: not checked");
+    }
+    assert_eq!(n.getattr(&f).unwrap().size, 8192);
+    std::fs::remove_file(dir.0.join("m")).unwrap();
+    assert_eq!(n.getattr(&f), Err(Stat::Stale.code()));
+    let before = n.e.handles_checked();
+    assert_eq!(n.getattr(&f), Err(Stat::Stale.code()));
+    assert!(
+        n.e.handles_checked() > before,
+        "a removed object's handle is checked again"
+    );
+}
+
 /// Large READs of one file, many in flight at once (each into a write chunk), in three orders:
 /// each reply carries its own range's bytes, all from buffers of the export's READ pool
 /// (`bulk_lent_bytes`), and the pool makes no more buffers than READs were in flight. Over the

@@ -37,6 +37,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
@@ -194,10 +195,22 @@ impl Obj {
 /// own thread ([`Export::stat_nowait`], [`Export::read_nowait`], [`Export::lookup_nowait`])
 /// uses only these, since `open_by_handle_at` of an inode the kernel has evicted reads the
 /// disk. Oldest first in `order`.
+///
+/// `verified` maps the wire handles whose MAC was checked once to their kept object, so the
+/// calls after the first find it by the handle's octets instead of computing the keyed BLAKE3
+/// again (after `fstat`, the largest cost of a GETATTR answered at once). Only octets that passed the check are ever inserted, and an entry goes with its object,
+/// so a forged handle still has to pass [`Export::decode`].
 #[derive(Default)]
 struct OpenObjects {
-    map: HashMap<KernelHandle, Kept>,
+    map: HashMap<KernelHandle, Entry>,
     order: VecDeque<KernelHandle>,
+    verified: FxHashMap<Box<[u8]>, KernelHandle>,
+}
+
+struct Entry {
+    kept: Kept,
+    /// The wire handle in `verified` for this object, if any.
+    fh: Option<Box<[u8]>>,
 }
 
 #[derive(Clone)]
@@ -213,13 +226,30 @@ const KEPT_OBJECTS: usize = 128;
 
 impl OpenObjects {
     fn get(&self, kh: &KernelHandle) -> Option<Kept> {
-        self.map.get(kh).cloned()
+        self.map.get(kh).map(|e| e.kept.clone())
+    }
+
+    /// The kept object whose wire handle `fh` was verified before.
+    fn get_verified(&self, fh: &[u8]) -> Option<(KernelHandle, Kept)> {
+        let kh = self.verified.get(fh)?;
+        Some((kh.clone(), self.map.get(kh)?.kept.clone()))
+    }
+
+    /// Remember that `fh` (its MAC checked) names the kept object `kh`.
+    fn verify(&mut self, fh: &[u8], kh: &KernelHandle) {
+        let Some(e) = self.map.get_mut(kh) else {
+            return;
+        };
+        if let Some(old) = e.fh.replace(fh.into()) {
+            self.verified.remove(&old);
+        }
+        self.verified.insert(fh.into(), kh.clone());
     }
 
     fn put(&mut self, kh: &KernelHandle, path: Option<&Arc<OwnedFd>>, read: Option<&Arc<OwnedFd>>) {
-        if let Some(k) = self.map.get_mut(kh) {
+        if let Some(e) = self.map.get_mut(kh) {
             if let Some(r) = read {
-                k.read = Some(r.clone());
+                e.kept.read = Some(r.clone());
             }
             return;
         }
@@ -228,21 +258,36 @@ impl OpenObjects {
         };
         self.map.insert(
             kh.clone(),
-            Kept {
-                path: path.clone(),
-                read: read.cloned(),
+            Entry {
+                kept: Kept {
+                    path: path.clone(),
+                    read: read.cloned(),
+                },
+                fh: None,
             },
         );
         self.order.push_back(kh.clone());
         while self.order.len() > KEPT_OBJECTS {
             if let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
+                self.forget(&old);
             }
         }
     }
 
+    fn forget(&mut self, kh: &KernelHandle) -> bool {
+        match self.map.remove(kh) {
+            Some(e) => {
+                if let Some(fh) = e.fh {
+                    self.verified.remove(&fh);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
     fn remove(&mut self, kh: &KernelHandle) {
-        if self.map.remove(kh).is_some() {
+        if self.forget(kh) {
             self.order.retain(|k| k != kh);
         }
     }
@@ -266,6 +311,8 @@ pub struct Export {
     /// The buffers large READs are read into ([`Export::read_pool`]).
     read_pool: BulkPool,
     open: Mutex<OpenObjects>,
+    /// Handle MACs computed to check a handle ([`Export::handles_checked`]).
+    macs_checked: std::sync::atomic::AtomicU64,
 }
 
 /// READs asking this much or more are read into a buffer of [`Export::read_pool`]; smaller
@@ -442,6 +489,7 @@ impl Export {
             server_ids: (fsuid, fsgid, groups),
             read_pool: BulkPool::new(MAX_IO as usize, POOLED_READ_BUFFERS),
             open: Mutex::new(OpenObjects::default()),
+            macs_checked: Default::default(),
         })
     }
 
@@ -498,6 +546,13 @@ impl Export {
                 log::error!("nfs: cannot take on uid {} gid {}: {e}", c.uid, c.gid);
                 Stat::ServerFault
             })
+    }
+
+    /// How many handles had their MAC computed to check them so far: once per handle of a
+    /// kept object (a call answered at once finds it by the handle's octets after that), once
+    /// per call on the pool.
+    pub fn handles_checked(&self) -> u64 {
+        self.macs_checked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn open_objects(&self) -> std::sync::MutexGuard<'_, OpenObjects> {
@@ -558,6 +613,8 @@ impl Export {
             return Err(Stat::BadHandle);
         }
         let (body, mac) = fh.split_at(fh.len() - FH_MAC);
+        self.macs_checked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let m = self.mac(body);
         // Constant-time comparison of the MAC.
         if m.iter().zip(mac).fold(0u8, |a, (x, y)| a | (x ^ y)) != 0 {
@@ -652,8 +709,13 @@ impl Export {
         if c.denied {
             return None;
         }
+        if let Some(hit) = self.open.try_lock().ok()?.get_verified(fh) {
+            return Some(hit);
+        }
         let (_, kh) = self.decode(fh).ok()?;
-        let k = self.open.try_lock().ok()?.get(&kh)?;
+        let mut t = self.open.try_lock().ok()?;
+        let k = t.get(&kh)?;
+        t.verify(fh, &kh);
         Some((kh, k))
     }
 

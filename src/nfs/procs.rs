@@ -116,10 +116,13 @@ fn getattr(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Res {
 
 /// GETATTR without waiting ([`Export::stat_nowait`]): the same reply as [`getattr`] when the
 /// object's attributes come without a lookup that may wait, else `None`.
+/// The nfsstat3 at the head of every result.
+const REPLY_HEAD: usize = 4;
+
 fn getattr_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     let fh = parse_fh(&mut a.xdr).ok()?;
     let st = e.stat_nowait(c, fh)?;
-    let mut b = Body::new();
+    let mut b = Body::with_capacity(REPLY_HEAD + FATTR3_LEN);
     status(&mut b, Stat::Ok);
     e.fattr(&st).emit(b.xdr());
     Some(Ok(b))
@@ -130,7 +133,7 @@ fn getattr_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
 fn lookup_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     let (fh, name) = parse_diropargs(&mut a.xdr).ok()?;
     let (o, dir) = e.lookup_nowait(c, fh, name)?;
-    let mut b = Body::new();
+    let mut b = Body::with_capacity(REPLY_HEAD + 4 + super::xdr::FHSIZE + 2 * (4 + FATTR3_LEN));
     status(&mut b, Stat::Ok);
     b.xdr().put_opaque(&e.handle(&o));
     emit_post_op_attr(b.xdr(), Some(&e.fattr(&o.st)));
@@ -143,7 +146,7 @@ fn access_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     let fh = parse_fh(&mut a.xdr).ok()?;
     let asked = a.xdr.get_u32().ok()?;
     let (bits, st) = e.access_nowait(c, fh, asked)?;
-    let mut b = Body::new();
+    let mut b = Body::with_capacity(REPLY_HEAD + 4 + FATTR3_LEN + 4);
     status(&mut b, Stat::Ok);
     emit_post_op_attr(b.xdr(), Some(&e.fattr(&st)));
     b.xdr().put_u32(bits);
@@ -308,7 +311,8 @@ fn read_nowait(e: &Export, c: &Cred, a: &mut ArgReader<'_>) -> Option<Res> {
     if count >= POOLED_READ_MIN {
         return None;
     }
-    let mut b = Body::new();
+    // Status, post_op_attr, count, eof (RFC 1813 §3.3.6).
+    let mut b = Body::with_capacity(REPLY_HEAD + 4 + FATTR3_LEN + 8);
     // Read straight into a registered buffer the connection lends for the reply (RDMA-Written
     // from there), else into memory of its own.
     match a.result_buffer(count as usize) {

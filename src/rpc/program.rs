@@ -523,6 +523,15 @@ impl Body {
         Self::default()
     }
 
+    /// An empty body with room for `cap` octets of plain XDR before it reallocates: a handler
+    /// that knows its reply's size writes it without growing the buffer step by step.
+    pub fn with_capacity(cap: usize) -> Self {
+        Body {
+            pieces: Vec::new(),
+            cur: XdrWriter::with_capacity(cap),
+        }
+    }
+
     /// The writer for plain XDR items.
     pub fn xdr(&mut self) -> &mut XdrWriter {
         &mut self.cur
