@@ -191,6 +191,22 @@ struct InProcess {
     dir: PathBuf,
 }
 
+impl InProcess {
+    /// The in-process target's calls so far, and those answered at once on the connection's
+    /// thread (the rest went to the handler pool).
+    fn counts(&self) -> (u64, u64) {
+        use dpwarp::rpc::server::ServerStats;
+        let Some(t) = &self.target else {
+            return (0, 0);
+        };
+        let st = t.server.stats();
+        (
+            ServerStats::get(&st.calls),
+            ServerStats::get(&st.calls_nowait),
+        )
+    }
+}
+
 impl Drop for InProcess {
     fn drop(&mut self) {
         if let Some(h) = self.handle.take() {
@@ -734,6 +750,7 @@ pub fn run(a: Args) -> Result<(), String> {
         })
         .collect();
     let stats_before = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+    let server_before = target._keep.as_ref().map(InProcess::counts);
     go.wait();
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(a.seconds.max(0.01));
@@ -747,6 +764,7 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     let placement = thread_placement();
     let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+    let server_after = target._keep.as_ref().map(InProcess::counts);
     stop.store(true, Ordering::Relaxed);
     // Results in connection order (connection k ran on thread k mod T, k / T-th there).
     let mut by_thread: Vec<std::vec::IntoIter<ConnResult>> = threads
@@ -829,6 +847,9 @@ pub fn run(a: Args) -> Result<(), String> {
         "errors": errors,
         "threads": placement,
         "workers": crate::rpc_bench::pass_costs(&stats_before, &stats_after),
+        "server_calls": server_before.zip(server_after).map(|((c0, n0), (c1, n1))| {
+            serde_json::json!({ "calls": c1 - c0, "answered_at_once": n1 - n0 })
+        }),
         "ports": _dp.as_ref().map(crate::net::ports_json),
     });
     println!("{out}");

@@ -428,7 +428,8 @@ fn rss_kib() -> Option<u64> {
 
 /// Each worker's passes between two snapshots of its counters: how many, the nanoseconds one
 /// took on average (busy and idle time over passes), the share of that time in passes that
-/// moved something (near 1: this worker is the bottleneck), the sweeps among them, and the
+/// moved something (near 1: this worker is the bottleneck), the frames it received and sent,
+/// its TCP retransmissions, the sweeps among them, and the
 /// connections it held at the end (docs/workers.md "A pass costs what the busy connections
 /// need").
 pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<serde_json::Value> {
@@ -445,6 +446,10 @@ pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<s
                 "passes": passes,
                 "ns_per_pass": (passes > 0).then(|| ns as f64 / passes as f64),
                 "busy_share": (ns > 0).then(|| busy as f64 / ns as f64),
+                "rx_frames": a.device.rx_packets.saturating_sub(b.device.rx_packets),
+                "tx_frames": a.device.tx_packets.saturating_sub(b.device.tx_packets),
+                "tcp_retransmits": (a.tcp_fast_retransmits + a.tcp_timeout_retransmits)
+                    .saturating_sub(b.tcp_fast_retransmits + b.tcp_timeout_retransmits),
                 "sweeps": a.sweeps.saturating_sub(b.sweeps),
             })
         })
