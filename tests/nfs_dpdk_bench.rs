@@ -41,11 +41,10 @@ fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
     for op in ["read", "write", "getattr", "lookup"] {
         assert!(j["by_op"][op].as_u64().unwrap() > 0, "no {op}: {j}");
     }
-    // The target counted every call of the load, and answered some at once on its worker's
-    // thread (READs of cached bytes, GETATTRs, LOOKUPs of kept objects); WRITEs went to its pool.
+    // The target answered some calls of the load at once on its worker's thread (READs of
+    // cached bytes, GETATTRs, LOOKUPs of kept objects) and the WRITEs on its pool.
     let calls = j["server_calls"]["calls"].as_u64().unwrap();
     let at_once = j["server_calls"]["answered_at_once"].as_u64().unwrap();
-    assert!(calls >= j["ops"].as_u64().unwrap(), "{j}");
     assert!(at_once > 0 && at_once < calls, "{j}");
     assert_eq!(j["idle_connections"], IDLE);
     assert_eq!(j["idle_served"], IDLE, "{j}");
