@@ -230,14 +230,14 @@ pub struct WorkerConfig {
     /// Microseconds to sleep per idle loop once `spin_us` has passed (default 50).
     #[serde(default = "d_sleep")]
     pub idle_sleep_us: u64,
-    /// Microseconds between sweeps: passes that visit every connection the worker holds, for
-    /// what no frame or post announces (smoltcp's retransmission, delayed-ACK and close timers
-    /// of quiet connections; a post that raced with its QP's adoption). Other passes cost what
-    /// the busy connections need (docs/workers.md "Workers"). Default 1000; larger values
-    /// make timers of quiet connections late by up to that much, and cost many quiet
-    /// connections less (docs/workers.md "A pass costs what the busy connections need").
-    /// A sweep is also followed by at least ten times its own length without one, so that
-    /// with thousands of connections not every pass is a sweep.
+    /// Microseconds between sweeps, for what no frame or post announces (smoltcp's
+    /// retransmission, delayed-ACK, keep-alive and close timers of quiet connections; a post
+    /// that raced with its QP's adoption). One sweep in 64 visits every connection the worker
+    /// holds; the others only those whose socket timers are due, those closing and the
+    /// active ones. Other passes cost what the busy connections need (docs/workers.md
+    /// "Workers"). Default 1000; larger values make timers of quiet connections late by up
+    /// to that much. A sweep is also followed by at least ten times its own length without
+    /// one, so that with thousands of connections not every pass is a sweep.
     #[serde(default = "d_sweep")]
     pub sweep_us: u64,
     /// Driven mode (no worker thread; the application's thread runs the passes): microseconds

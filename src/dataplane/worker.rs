@@ -23,6 +23,8 @@
 //! (connect/listen/accept/reject); posting work and reaping completions go through the QP's
 //! bounded lock-free post rings and the CQs' bounded queues, as with the kernel-TCP driver.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,6 +75,9 @@ pub const DRIVEN_SPIN_SHARED_US: u64 = 2;
 pub const WARM_FOR: Duration = Duration::from_secs(1);
 /// A sweep is followed by at least this many times its own length without one (`poll_once`).
 const SWEEP_SHARE: u32 = 10;
+/// One sweep in this many visits every connection; the others only those with a timer due,
+/// the active ones and those closing (`Worker::timer_sweep`).
+const FULL_SWEEP_EVERY: u32 = 64;
 /// Egress passes per loop (each sends at most one segment per socket).
 const EGRESS_PASSES: usize = 256;
 
@@ -246,9 +251,15 @@ pub struct WorkerStats {
     /// (posts, received bytes) or when its timer is due, not on every pass: quiet
     /// connections cost a pass nothing here.
     pub engine_checks: u64,
-    /// Passes that visited every connection (the sweep, every `WorkerConfig::sweep_us` at most) rather
-    /// than only those with something new.
+    /// Passes that visited every connection (a full sweep, one in `FULL_SWEEP_EVERY` sweeps,
+    /// which come every `WorkerConfig::sweep_us` at most) rather than only those with
+    /// something new.
     pub sweeps: u64,
+    /// The other sweeps: those that visited only the connections with a socket timer due,
+    /// closing or active (`Worker::timer_sweep`).
+    pub timer_sweeps: u64,
+    /// Connections the timer sweeps visited, summed.
+    pub timer_sweep_visits: u64,
     /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
     /// QPs posted to since (their post flags), so quiet connections cost it nothing.
     pub post_ring_reads: u64,
@@ -455,6 +466,13 @@ struct Schedule {
     /// `conns` changed since `active` was built (its indices may be wrong): the next transmit
     /// phase visits every connection.
     active_stale: bool,
+    /// Quiet connections' next timers: (deadline in smoltcp's clock, µs; socket slot), the
+    /// earliest first (`Conn::timer_due`, `Conn::timer_queued`).
+    timers: BinaryHeap<Reverse<(i64, usize)>>,
+    /// The connections this pass's timer sweep visits: the completions phase reaps them too.
+    swept: Vec<usize>,
+    /// Scratch for their sockets.
+    swept_sockets: Vec<SocketHandle>,
 }
 
 /// Octets and retransmissions the phases count as they go, and those of connections and
@@ -605,10 +623,14 @@ struct PassClock {
     /// The pass clock of the last smoltcp egress that sent nothing: until the clock moves or
     /// something reaches the sockets, another egress would find nothing to send either.
     egress_idle_at: Option<Instant>,
-    /// When the next pass that visits every connection is due (`WorkerConfig::sweep_us`).
+    /// When the next sweep is due (`WorkerConfig::sweep_us`).
     sweep_at: Instant,
-    /// This pass visits every connection.
+    /// This pass visits every connection (a full sweep).
     sweeping: bool,
+    /// This pass is a timer sweep (`Worker::timer_sweep`).
+    timer_sweep: bool,
+    /// Sweeps since the last full one.
+    since_full: u32,
 }
 
 /// How long a driven worker stays idle before its passes yield (docs/workers.md "Two cores").
@@ -710,6 +732,8 @@ impl Worker {
                 egress_idle_at: None,
                 sweep_at: t0,
                 sweeping: true,
+                timer_sweep: false,
+                since_full: 0,
             },
             spin: Spin {
                 current: driven_spin,
@@ -799,10 +823,23 @@ impl Worker {
         let now = self.pass_now();
         // Posted work first, so that receive buffers are in place for the bytes the rx phase
         // places straight from the frames (`place_from_frame`).
-        self.clock.sweeping = now >= self.clock.sweep_at;
-        if self.clock.sweeping {
+        // Every `sweep_us` a sweep: a full one (every connection and socket) once in
+        // FULL_SWEEP_EVERY, else a timer sweep (after the rx phase) that visits only the
+        // connections whose socket timers are due, those closing and the active ones.
+        let sweep_due = now >= self.clock.sweep_at;
+        self.clock.sweeping = false;
+        self.clock.timer_sweep = false;
+        if sweep_due {
             self.clock.sweep_at = now + Duration::from_micros(self.wcfg.sweep_us);
-            self.stats.sweeps += 1;
+            self.clock.since_full += 1;
+            if self.clock.since_full >= FULL_SWEEP_EVERY {
+                self.clock.since_full = 0;
+                self.clock.sweeping = true;
+                self.stats.sweeps += 1;
+            } else {
+                self.clock.timer_sweep = true;
+                self.stats.timer_sweeps += 1;
+            }
         }
         let posted = self.post();
         work |= posted;
@@ -812,6 +849,9 @@ impl Worker {
             // (a TERMINATE): `transmit` looks again at every connection that took a segment.
             self.mark_touched();
             work = true;
+        }
+        if self.clock.timer_sweep {
+            work |= self.timer_sweep(now);
         }
         // An MPA startup in progress (or its end: a RST, a Reply) is sent by an egress that
         // visits every socket; startups are short and few.
@@ -863,7 +903,7 @@ impl Worker {
             work |= reaped;
             app |= reaped;
         }
-        if self.clock.sweeping {
+        if self.clock.sweeping || self.clock.timer_sweep {
             // A sweep walks every connection: with thousands of them it outlasts `sweep_us`,
             // and every pass would be a sweep. The next one comes no sooner than SWEEP_SHARE
             // times its own length after it ended, so sweeps take at most about 1/SWEEP_SHARE
@@ -1544,6 +1584,83 @@ impl Worker {
         }
     }
 
+    /// A sweep between full ones (every `sweep_us`, FULL_SWEEP_EVERY - 1 of each
+    /// FULL_SWEEP_EVERY): what a full sweep visits every connection for, for only the
+    /// connections that need it. A quiet connection's socket has nothing new until a segment
+    /// comes (which touches it) or one of its smoltcp timers is due (retransmission, tail loss
+    /// probe, delayed ACK, persist, keep-alive, close: `Conn::timer_due`, kept in
+    /// `Schedule::timers` when it went quiet); a closing connection is visited every time
+    /// (its socket closes on timers, and the completions phase removes it); an active one has
+    /// its socket's timers run here too (its socket is egressed only when touched or fed). Their
+    /// sockets' egress runs first, so the timers fire now; then they are marked touched and
+    /// active, so that this pass's deliver, transmit and completions phases see what the
+    /// timers did (a retransmission sent, a socket closed), as after a segment. What no
+    /// timer announces (a post that raced with its QP's adoption, an application that left
+    /// without a disconnect) waits for the next full sweep.
+    fn timer_sweep(&mut self, now: Instant) -> bool {
+        self.index_conns();
+        let ts = self.pass_ts(now);
+        let now_us = ts.total_micros();
+        self.sched.swept.clear();
+        while let Some(&Reverse((at, slot))) = self.sched.timers.peek() {
+            if at > now_us {
+                break;
+            }
+            self.sched.timers.pop();
+            let Some(&i) = self.sched.conn_index.get(slot) else {
+                continue;
+            };
+            let Some(c) = self.conns.get_mut(i as usize) else {
+                continue;
+            };
+            if c.timer_queued != Some(at) {
+                continue;
+            }
+            c.timer_queued = None;
+            match c.timer_due {
+                // Moved later since it was queued: queued again for then.
+                Some(d) if d > now_us => {
+                    c.timer_queued = Some(d);
+                    self.sched.timers.push(Reverse((d, slot)));
+                }
+                Some(_) => {
+                    c.timer_due = None;
+                    self.sched.swept.push(i as usize);
+                }
+                None => {}
+            }
+        }
+        // The active ones, unless `conns` changed since that list was made (its indices may
+        // name other connections, or none: a removal moved the last one): this pass's
+        // transmit phase then visits every connection anyway, and their sockets' timers wait
+        // for the next timer sweep.
+        if !self.sched.active_stale {
+            self.sched.swept.extend_from_slice(&self.sched.active);
+        }
+        if self.sched.swept.is_empty() {
+            return false;
+        }
+        self.stats.timer_sweep_visits += self.sched.swept.len() as u64;
+        self.sched.swept_sockets.clear();
+        for &i in self.sched.swept.iter() {
+            let Some(c) = self.conns.get_mut(i) else {
+                continue;
+            };
+            self.sched.swept_sockets.push(c.socket());
+            c.look_again();
+            list_once(&mut c.active, i, &mut self.sched.active);
+            list_once(&mut c.touched, i, &mut self.sched.touched_conns);
+        }
+        let sent = self.iface.poll_egress_sockets(
+            ts,
+            &mut self.dev,
+            &mut self.sockets,
+            &self.sched.swept_sockets,
+        );
+        self.clock.egress_idle_at = None;
+        sent != PollResult::None
+    }
+
     // --- phase 3: listeners and MPA Requests -----------------------------------------------------
     /// [`Listeners::relisten`] (after a frame that carried a SYN, and on every pass).
     fn relisten(&mut self, now: Instant) -> bool {
@@ -1819,13 +1936,30 @@ impl Worker {
         self.sched.touched_conns.clear();
         self.sched.touched.clear();
         self.sched.egress_all = false;
-        // The next pass visits what is not quiet yet, and what gets posts or segments.
+        // The next pass visits what is not quiet yet, and what gets posts or segments; a
+        // connection going quiet leaves its socket's next timer to the timer sweep.
         self.sched.active.clear();
+        let ts = self.pass_ts(now);
         for &i in visit.iter() {
             let c = &mut self.conns[i];
             c.active = !c.is_quiet();
             if c.active {
                 self.sched.active.push(i);
+                continue;
+            }
+            let due = if c.is_live() {
+                self.iface
+                    .socket_poll_at(ts, &self.sockets, c.socket())
+                    .map(|t| t.total_micros())
+            } else {
+                Some(ts.total_micros())
+            };
+            c.timer_due = due;
+            if let Some(d) = due {
+                if c.timer_queued.is_none_or(|q| d < q) {
+                    c.timer_queued = Some(d);
+                    self.sched.timers.push(Reverse((d, c.socket().index())));
+                }
             }
         }
         self.sched.active_stale = false;
@@ -1865,7 +1999,10 @@ impl Worker {
     // --- phase 7: completions, events, closes ----------------------------------------------------
     fn completions(&mut self, now: Instant) -> bool {
         // Nothing to visit (the visit list below would be empty): nothing to reap or close.
-        if !(self.clock.sweeping || self.sched.active_stale) && self.sched.active.is_empty() {
+        if !(self.clock.sweeping || self.sched.active_stale)
+            && self.sched.active.is_empty()
+            && (!self.clock.timer_sweep || self.sched.swept.is_empty())
+        {
             return false;
         }
         let mut work = false;
@@ -1888,7 +2025,11 @@ impl Worker {
             visit.extend(0..self.conns.len());
         } else {
             visit.extend_from_slice(&self.sched.active);
+            if self.clock.timer_sweep {
+                visit.extend_from_slice(&self.sched.swept);
+            }
             visit.sort_unstable();
+            visit.dedup();
         }
         self.stats.completion_visits += visit.len() as u64;
         for &i in visit.iter().rev() {

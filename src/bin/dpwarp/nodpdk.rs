@@ -135,6 +135,7 @@ pub struct WorkerStats {
     pub connections: usize,
     pub cpu: Option<usize>,
     pub sweeps: u64,
+    pub timer_sweeps: u64,
     pub busy_ns: u64,
     pub idle_ns: u64,
     pub tcp_fast_retransmits: u64,

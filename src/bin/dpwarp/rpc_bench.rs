@@ -451,6 +451,7 @@ pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<s
                 "tcp_retransmits": (a.tcp_fast_retransmits + a.tcp_timeout_retransmits)
                     .saturating_sub(b.tcp_fast_retransmits + b.tcp_timeout_retransmits),
                 "sweeps": a.sweeps.saturating_sub(b.sweeps),
+                "timer_sweeps": a.timer_sweeps.saturating_sub(b.timer_sweeps),
             })
         })
         .collect()

@@ -96,6 +96,14 @@ pub(super) struct Conn {
     pub(super) post_flag: bool,
     /// Listed in `Schedule::active`: the transmit phase visits it on the next pass.
     pub(super) active: bool,
+    /// When it went quiet, the earliest timer of its socket (smoltcp's `poll_at`, smoltcp's
+    /// clock in microseconds; `None`: it waits for a segment), or the same pass's clock for a
+    /// connection that is not live (closing: its socket closes on timers, and a reap removes
+    /// it). The sweep between full ones visits it when that is due (`Worker::timer_sweep`).
+    pub(super) timer_due: Option<i64>,
+    /// The deadline of its one live entry in `Schedule::timers` (an entry for another
+    /// deadline is stale and skipped).
+    pub(super) timer_queued: Option<i64>,
 }
 
 /// What a worker remembers of a connection's engine between passes, so that passes where
@@ -246,6 +254,8 @@ impl Conn {
             touched: true,
             post_flag: false,
             active: false,
+            timer_due: None,
+            timer_queued: None,
         }
     }
 

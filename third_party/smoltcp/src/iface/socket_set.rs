@@ -142,6 +142,11 @@ impl<'a> SocketSet<'a> {
     }
 
     /// dpwarp: the socket of `handle` with its metadata, if it is still in the set.
+    pub(crate) fn item(&self, handle: SocketHandle) -> Option<&Item<'a>> {
+        self.sockets.get(handle.0).and_then(|x| x.inner.as_ref())
+    }
+
+    /// dpwarp: the socket of `handle` with its metadata, if it is still in the set.
     pub(crate) fn item_mut(&mut self, handle: SocketHandle) -> Option<&mut Item<'a>> {
         self.item_at_mut(handle.0)
     }

@@ -639,6 +639,30 @@ impl Interface {
             .min()
     }
 
+    /// dpwarp: [`Interface::poll_at`] of the one socket `handle` (`None`: it waits for a
+    /// segment, or is not in the set; `timestamp` when it has something to send now). For a
+    /// caller that keeps each socket's deadline and polls only the sockets whose timers are due
+    /// instead of asking every socket.
+    pub fn socket_poll_at(
+        &mut self,
+        timestamp: Instant,
+        sockets: &SocketSet<'_>,
+        handle: crate::iface::SocketHandle,
+    ) -> Option<Instant> {
+        self.inner.now = timestamp;
+        let item = sockets.item(handle)?;
+        let inner = &mut self.inner;
+        let socket_poll_at = item.socket.poll_at(inner);
+        match item
+            .meta
+            .poll_at(socket_poll_at, |ip_addr| inner.has_neighbor(&ip_addr))
+        {
+            PollAt::Ingress => None,
+            PollAt::Time(instant) => Some(instant),
+            PollAt::Now => Some(timestamp),
+        }
+    }
+
     /// Return an _advisory wait time_ for calling [poll] the next time.
     /// The [Duration] returned is the time left to wait before calling [poll] next.
     /// It is harmless (but wastes energy) to call it before the [Duration] has passed,
