@@ -3,7 +3,8 @@
 //! hugepages, no kernel setup) and loads it from port 1 with 16 connections and a mix of all
 //! four operations beside 48 idle connections. Every reply must be right (READ data against
 //! the pattern the bench wrote first), every connection served, every idle connection still
-//! answered after the load, and both workers (target's and bench's) must have run passes.
+//! answered after the load, both workers (target's and bench's) must have run passes, and
+//! the verbs RDMA Write reference (`--verbs-reference`) must have run over the same ports.
 //! Needs root (the target's `open_by_handle_at`).
 
 use std::process::Command;
@@ -21,6 +22,7 @@ fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
         .args(["--idle-connections", &IDLE.to_string()])
         .args(["--seconds", "1", "--file-size", "1048576"])
         .args(["--mix", "read=4,write=2,getattr=1,lookup=1"])
+        .arg("--verbs-reference")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -46,6 +48,9 @@ fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
     let calls = j["server_calls"]["calls"].as_u64().unwrap();
     let at_once = j["server_calls"]["answered_at_once"].as_u64().unwrap();
     assert!(at_once > 0 && at_once < calls, "{j}");
+    // The verbs reference ran over the same ports.
+    assert!(j["verbs_write_gbps"].as_f64().unwrap() > 0.0, "{j}");
+    assert!(j["gbps_vs_verbs_write"].as_f64().unwrap() > 0.0, "{j}");
     assert_eq!(j["idle_connections"], IDLE);
     assert_eq!(j["idle_served"], IDLE, "{j}");
     let workers = j["workers"].as_array().unwrap();

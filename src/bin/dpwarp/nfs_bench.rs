@@ -88,6 +88,11 @@ pub struct Args {
     /// Ask for MPA CRC32c (the Linux NFS/RDMA client does not).
     #[arg(long)]
     pub crc: bool,
+    /// After the load, the reference a READ load is compared to: verbs RDMA Writes of --size
+    /// with --credits in flight for --seconds over the same transport and ports, to a peer in
+    /// this process (JSON `verbs_write_gbps`, `gbps_vs_verbs_write`). In-process target only.
+    #[arg(long)]
+    pub verbs_reference: bool,
     /// Transport of the RDMA side (MOUNT and rpcbind always go over kernel TCP).
     #[command(flatten)]
     pub net: NetArgs,
@@ -182,6 +187,9 @@ struct Target {
     nfs: SocketAddr,
     mount: SocketAddr,
     export: String,
+    /// An in-process target's side of the transport and its address (for the verbs
+    /// reference's peer).
+    server_side: Option<(Net, IpAddr)>,
     _keep: Option<InProcess>,
 }
 
@@ -219,6 +227,9 @@ impl Drop for InProcess {
     }
 }
 
+/// The verbs reference's port on an in-process DPDK target's address.
+const VERBS_PORT: u16 = 20051;
+
 /// The dataplane config an in-process DPDK run uses without `--config` (as `rpc-bench`).
 #[cfg(feature = "dpdk")]
 const DEFAULT_DP_CONFIG: &str = crate::rpc_bench::DEFAULT_DP_CONFIG;
@@ -239,6 +250,7 @@ fn set_up(a: &Args) -> Result<(Target, Option<Dataplane>, Net), String> {
             nfs: SocketAddr::new(server, a.port),
             mount: SocketAddr::new(mountaddr, mount_port),
             export: a.export.clone(),
+            server_side: None,
             _keep: None,
         };
         return Ok((target, dp, net));
@@ -281,6 +293,7 @@ fn set_up(a: &Args) -> Result<(Target, Option<Dataplane>, Net), String> {
         nfs: handle.addr,
         mount: target.mount.addr,
         export: dir.to_string_lossy().into_owned(),
+        server_side: Some((server_net, listen_ip)),
         _keep: Some(InProcess {
             handle: Some(handle),
             target: Some(target),
@@ -661,6 +674,9 @@ pub fn run(a: Args) -> Result<(), String> {
     if a.connections == 0 {
         return Err("--connections: at least 1".into());
     }
+    if a.verbs_reference && a.server.is_some() {
+        return Err("--verbs-reference needs the in-process target (no --server)".into());
+    }
     let (target, _dp, net) = set_up(&a)?;
     let (root, flavors) = mnt(target.mount, &target.export)?;
     // AUTH_SYS's flavor number (RFC 5531 App. A).
@@ -795,6 +811,21 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         c.disconnect();
     }
+    let verbs = match (&target.server_side, a.verbs_reference) {
+        (Some((snet, ip)), true) => {
+            crate::cli::progress_phase("nfs-bench: the verbs RDMA Write reference".into());
+            let port = if snet.is_kernel() { 0 } else { VERBS_PORT };
+            crate::rpc_bench::bench_verbs_write(
+                &net,
+                Some((snet, SocketAddr::new(*ip, port))),
+                size as usize,
+                a.credits.max(1) as usize,
+                a.seconds.max(0.01),
+            )?
+        }
+        _ => None,
+    };
+    crate::cli::progress_clear();
     let mut errors: Vec<String> = results
         .iter()
         .enumerate()
@@ -832,6 +863,8 @@ pub fn run(a: Args) -> Result<(), String> {
         "ops": total,
         "ops_per_s": total as f64 / secs,
         "gbps": octets as f64 * 8.0 / secs / 1e9,
+        "verbs_write_gbps": verbs,
+        "gbps_vs_verbs_write": verbs.map(|v| octets as f64 * 8.0 / secs / 1e9 / v),
         "by_op": {
             "read": ops[Op::Read as usize], "write": ops[Op::Write as usize],
             "getattr": ops[Op::Getattr as usize], "lookup": ops[Op::Lookup as usize],

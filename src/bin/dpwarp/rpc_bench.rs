@@ -956,11 +956,14 @@ fn bench_tcp(addr: SocketAddr, poll: TcpPoll, load: Load) -> Result<Stats, Strin
     Ok(st)
 }
 
-/// Reference: raw verbs RDMA Write of `size` bytes with `depth` outstanding, over the same
-/// transport as the RDMA side (what a READ through write chunks is compared against). None when
-/// the RDMA side talks to a remote server over the dataplane (no in-process peer to write to).
-fn bench_verbs_write(
-    net: &Net,
+/// Reference: raw verbs RDMA Write of `size` bytes with `depth` outstanding from `client` to a
+/// peer listening on `server` (where: a free port on kernel TCP, the given one on DPDK), over
+/// the same transport as the RDMA side (what a READ through write chunks is compared
+/// against; also `nfs-bench --verbs-reference`). None without a server side (the RDMA side
+/// talks to a remote server over the dataplane: no in-process peer to write to).
+pub(crate) fn bench_verbs_write(
+    client: &cm::Net,
+    server: Option<(&cm::Net, SocketAddr)>,
     size: usize,
     depth: usize,
     secs: f64,
@@ -980,7 +983,7 @@ fn bench_verbs_write(
     let dev = Device::open();
     let pd = dev.alloc_pd();
     let cq = Cq::new(4096);
-    if let Some(d) = net.client.cq_driver() {
+    if let Some(d) = client.cq_driver() {
         cq.drive_with(d);
     }
     let attr = QpInitAttr {
@@ -991,7 +994,7 @@ fn bench_verbs_write(
         ..QpInitAttr::new(&cq)
     };
     let qp = Qp::new(&pd, &attr);
-    let Some((snet, saddr)) = net.server_addr(DP_VERBS_PORT) else {
+    let Some((snet, saddr)) = server else {
         return Ok(None);
     };
     let l = snet.listen(saddr).map_err(|e| e.to_string())?;
@@ -1005,7 +1008,7 @@ fn bench_verbs_write(
         sqp.wait_closed(wait);
         Ok(())
     });
-    net.client
+    client
         .connect(saddr, &qp, &ConnParam::default())
         .map_err(|e| e.to_string())?;
     // And one source a Write in flight, taken in turn, as each READ in flight has its own store
@@ -1053,7 +1056,7 @@ fn bench_verbs_write(
     // has seen the close.
     let end = Instant::now() + Duration::from_secs(10);
     while !server.is_finished() && Instant::now() < end {
-        if !net.client.poll() {
+        if !client.poll() {
             thread::sleep(Duration::from_micros(100));
         }
     }
@@ -1123,7 +1126,13 @@ pub fn run(a: Args) -> Result<(), String> {
         let rr = bench_rdma(net, s.rdma, load("read", mib, a.credits), a.poll_spin_us)?;
         let rts = tcp_pair(&mut p, 5, "READ 1 MiB", load("read", mib, a.credits))?;
         p(7, "verbs RDMA Write 1 MiB reference");
-        let wv = bench_verbs_write(net, mib, a.credits as usize, secs)?;
+        let wv = bench_verbs_write(
+            &net.client,
+            net.server_addr(DP_VERBS_PORT),
+            mib,
+            a.credits as usize,
+            secs,
+        )?;
         // Latency without queueing: one call in flight.
         p(8, "NULL over RPC-over-RDMA, 1 credit");
         let nr1 = bench_rdma(net, s.rdma, load("null", 0, 1), a.poll_spin_us)?;
