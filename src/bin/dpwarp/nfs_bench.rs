@@ -779,8 +779,6 @@ pub fn run(a: Args) -> Result<(), String> {
         crate::cli::progress_tick(t0.elapsed().as_millis() as u64 / 100, total_ms / 100);
     }
     let placement = thread_placement();
-    let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
-    let server_after = target._keep.as_ref().map(InProcess::counts);
     stop.store(true, Ordering::Relaxed);
     // Results in connection order (connection k ran on thread k mod T, k / T-th there).
     let mut by_thread: Vec<std::vec::IntoIter<ConnResult>> = threads
@@ -791,6 +789,11 @@ pub fn run(a: Args) -> Result<(), String> {
         .map(|k| by_thread[k % threads_n].next().unwrap_or_default())
         .collect();
     let secs = t0.elapsed().as_secs_f64();
+    // The counters once the load threads are done (with the calls in flight at the stop):
+    // reading a driven worker's waits for its lock, which a load thread driving it retakes
+    // pass after pass.
+    let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+    let server_after = target._keep.as_ref().map(InProcess::counts);
     crate::cli::progress_clear();
     // Every idle connection must still be served: one GETATTR each.
     let mut idle_served = 0usize;
