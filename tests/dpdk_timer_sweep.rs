@@ -205,6 +205,17 @@ fn sweeps_between_full_ones_visit_only_connections_with_timers_due() {
         thread::sleep(Duration::from_millis(50));
     }
 
+    // The heap of socket deadlines holds about one entry per connection, not one per
+    // deadline ever queued (churned connections' and moved deadlines' entries are dropped).
+    for (w, st) in dp.stats().iter().enumerate() {
+        assert!(
+            st.timers_queued <= 2 * st.connections + 64,
+            "worker {w}: {} deadlines queued for {} connections",
+            st.timers_queued,
+            st.connections
+        );
+    }
+
     // The quiet connections still carry data both ways.
     go_tx.send(()).unwrap();
     for (i, e) in quiet.iter().enumerate() {

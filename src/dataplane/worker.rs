@@ -260,6 +260,9 @@ pub struct WorkerStats {
     pub timer_sweeps: u64,
     /// Connections the timer sweeps visited, summed.
     pub timer_sweep_visits: u64,
+    /// Entries in the worker's heap of socket deadlines when asked, stale ones included: at
+    /// most about twice the connections (a timer sweep rebuilds it past that).
+    pub timers_queued: usize,
     /// Times the post phase read a QP's post rings. Outside the sweep it reads only those of
     /// QPs posted to since (their post flags), so quiet connections cost it nothing.
     pub post_ring_reads: u64,
@@ -1076,6 +1079,7 @@ impl Worker {
         self.stats.device = self.dev.stats();
         self.stats.rx_predicted = self.iface.rx_predicted();
         self.stats.connections = self.conns.len();
+        self.stats.timers_queued = self.sched.timers.len();
         (self.stats.tx_rings_kept, self.stats.tx_refs) = self.dev.zc_outstanding();
         self.stats.cpu = self.cpu;
         self.stats.ran_on = crate::dpdk::current_cpu();
@@ -1602,6 +1606,24 @@ impl Worker {
         let ts = self.pass_ts(now);
         let now_us = ts.total_micros();
         self.sched.swept.clear();
+        // An entry goes stale when its connection's deadline moves earlier (a new one is
+        // queued) or the connection goes, and stays until its own deadline, which may be a
+        // keep-alive hours away: a peer that keeps moving a deadline earlier would grow the
+        // heap without bound. Past twice the live entries (one per connection at most) it is
+        // rebuilt with the live ones only.
+        if self.sched.timers.len() > 2 * self.conns.len() + 64 {
+            let (conns, index) = (&self.conns, &self.sched.conn_index);
+            let mut live = std::mem::take(&mut self.sched.timers).into_vec();
+            live.retain(|&Reverse((at, slot))| {
+                index
+                    .get(slot)
+                    .and_then(|&i| conns.get(i as usize))
+                    .is_some_and(|c| c.timer_queued == Some(at))
+            });
+            live.sort_unstable();
+            live.dedup();
+            self.sched.timers = BinaryHeap::from(live);
+        }
         while let Some(&Reverse((at, slot))) = self.sched.timers.peek() {
             if at > now_us {
                 break;
