@@ -16,7 +16,6 @@
 //! nor a disconnect can have waited for a sweep. One EAL per process: the only EAL test of
 //! this binary.
 
-use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::sync::mpsc;
 use std::thread;
@@ -24,12 +23,10 @@ use std::time::Duration;
 
 use dpwarp::cm::ConnParam;
 use dpwarp::dataplane::Dataplane;
-use dpwarp::verbs::{
-    sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
-};
+use dpwarp::verbs::Device;
 
 mod dp_common;
-use dp_common::{pattern, ring_config};
+use dp_common::{ring_config, End};
 
 /// More than one group of post flags (`PostFlags::GROUP`, 64 socket slots) in all.
 const QUIET: usize = 100;
@@ -37,54 +34,6 @@ const PINGS: usize = 2000;
 const PORT: u16 = 4810;
 /// Far longer than the test takes (2 s quiet, 12 s once under a loaded CI run).
 const SWEEP_US: u64 = 120_000_000;
-
-struct End {
-    qp: Qp,
-    cq: Cq,
-    buf: Mr,
-}
-
-impl End {
-    fn new(pd: &Pd) -> End {
-        let cq = Cq::new(64);
-        let qp = Qp::new(pd, &QpInitAttr::new(&cq));
-        let buf = pd.reg_mr(64, Access::LOCAL_WRITE);
-        End { qp, cq, buf }
-    }
-
-    fn post_recv(&self) {
-        self.qp
-            .post_recv(RecvWr {
-                wr_id: 0,
-                sg_list: smallvec![sge(&self.buf, 0, 64)],
-            })
-            .unwrap();
-    }
-
-    fn send(&self, seed: u8) {
-        self.buf.write_at(0, &pattern(seed, 64));
-        self.qp
-            .post_send(SendWr {
-                wr_id: 1,
-                opcode: Opcode::Send,
-                sg_list: smallvec![sge(&self.buf, 0, 64)],
-                signaled: true,
-            })
-            .unwrap();
-    }
-
-    /// The next receive (Send completions on the way are taken too); checks its bytes.
-    fn recv(&self, seed: u8) {
-        loop {
-            let wc = self.cq.wait(Duration::from_secs(20)).expect("a completion");
-            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-            if wc.opcode == WcOpcode::Recv {
-                assert_eq!(self.buf.to_vec(), pattern(seed, 64));
-                return;
-            }
-        }
-    }
-}
 
 #[test]
 fn quiet_connections_cost_a_busy_one_nothing_and_still_work() {

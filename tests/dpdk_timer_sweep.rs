@@ -11,7 +11,6 @@
 //! quiet connection carries a Send each way. One EAL per process: the only EAL test of this
 //! binary.
 
-use dpwarp::verbs::smallvec;
 use std::net::SocketAddrV4;
 use std::sync::mpsc;
 use std::thread;
@@ -19,11 +18,10 @@ use std::time::Duration;
 
 use dpwarp::cm::ConnParam;
 use dpwarp::dataplane::Dataplane;
-use dpwarp::verbs::{sge, Access, Cq, Device, Mr, Opcode, Pd, Qp, QpInitAttr, RecvWr, SendWr};
-use dpwarp::verbs::{WcOpcode, WcStatus};
+use dpwarp::verbs::Device;
 
 mod dp_common;
-use dp_common::{pattern, ring_config};
+use dp_common::{ring_config, End};
 
 const QUIET: usize = 200;
 const PORT: u16 = 4811;
@@ -31,53 +29,6 @@ const KEEPALIVE_MS: u64 = 100;
 const QUIET_FOR: Duration = Duration::from_millis(1500);
 /// Connections opened and closed beside the quiet ones, per round.
 const CHURN: usize = 40;
-
-struct End {
-    qp: Qp,
-    cq: Cq,
-    buf: Mr,
-}
-
-impl End {
-    fn new(pd: &Pd) -> End {
-        let cq = Cq::new(64);
-        let qp = Qp::new(pd, &QpInitAttr::new(&cq));
-        let buf = pd.reg_mr(64, Access::LOCAL_WRITE);
-        End { qp, cq, buf }
-    }
-
-    fn post_recv(&self) {
-        self.qp
-            .post_recv(RecvWr {
-                wr_id: 0,
-                sg_list: smallvec![sge(&self.buf, 0, 64)],
-            })
-            .unwrap();
-    }
-
-    fn send(&self, seed: u8) {
-        self.buf.write_at(0, &pattern(seed, 64));
-        self.qp
-            .post_send(SendWr {
-                wr_id: 1,
-                opcode: Opcode::Send,
-                sg_list: smallvec![sge(&self.buf, 0, 64)],
-                signaled: true,
-            })
-            .unwrap();
-    }
-
-    fn recv(&self, seed: u8) {
-        loop {
-            let wc = self.cq.wait(Duration::from_secs(20)).expect("a completion");
-            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-            if wc.opcode == WcOpcode::Recv {
-                assert_eq!(self.buf.to_vec(), pattern(seed, 64));
-                return;
-            }
-        }
-    }
-}
 
 #[test]
 fn sweeps_between_full_ones_visit_only_connections_with_timers_due() {

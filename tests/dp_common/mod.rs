@@ -14,7 +14,9 @@ use std::time::Duration;
 use dpwarp::cm::{ConnParam, Listener};
 use dpwarp::config::{DataplaneConfig, PortConfig};
 use dpwarp::dataplane::Endpoint;
-use dpwarp::verbs::{sge, smallvec, Mr, Qp, RecvWr};
+use dpwarp::verbs::{
+    sge, smallvec, Access, Cq, Mr, Opcode, Pd, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+};
 
 /// `configs/<file>` with each `(from, to)` replaced (unique ring names, MTU, cores, ...).
 pub fn shipped_config(file: &str, edits: &[(&str, &str)]) -> DataplaneConfig {
@@ -102,4 +104,53 @@ pub fn advertised(pdata: &[u8]) -> (u64, u32) {
 /// A byte pattern that differs per seed and per position.
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+}
+
+/// One end of a 64-octet Send ping-pong: a QP, its CQ and a 64-octet buffer.
+pub struct End {
+    pub qp: Qp,
+    pub cq: Cq,
+    pub buf: Mr,
+}
+
+impl End {
+    pub fn new(pd: &Pd) -> End {
+        let cq = Cq::new(64);
+        let qp = Qp::new(pd, &QpInitAttr::new(&cq));
+        let buf = pd.reg_mr(64, Access::LOCAL_WRITE);
+        End { qp, cq, buf }
+    }
+
+    pub fn post_recv(&self) {
+        self.qp
+            .post_recv(RecvWr {
+                wr_id: 0,
+                sg_list: smallvec![sge(&self.buf, 0, 64)],
+            })
+            .unwrap();
+    }
+
+    pub fn send(&self, seed: u8) {
+        self.buf.write_at(0, &pattern(seed, 64));
+        self.qp
+            .post_send(SendWr {
+                wr_id: 1,
+                opcode: Opcode::Send,
+                sg_list: smallvec![sge(&self.buf, 0, 64)],
+                signaled: true,
+            })
+            .unwrap();
+    }
+
+    /// The next receive (Send completions on the way are taken too); checks its bytes.
+    pub fn recv(&self, seed: u8) {
+        loop {
+            let wc = self.cq.wait(Duration::from_secs(20)).expect("a completion");
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            if wc.opcode == WcOpcode::Recv {
+                assert_eq!(self.buf.to_vec(), pattern(seed, 64));
+                return;
+            }
+        }
+    }
 }
