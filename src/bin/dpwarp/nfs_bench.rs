@@ -548,7 +548,12 @@ impl ConnLoad {
 /// every connection, handles what arrived, then runs the transport once for all of them
 /// (through the first connection: a driven worker's pass, not one per connection); a thread
 /// with one connection waits for its next reply instead.
-fn group_load(conns: Vec<(RdmaClient, u64)>, w: &Work, stop: &AtomicBool) -> Vec<ConnResult> {
+/// The connections come back open: the worker counters are read while they are still held.
+fn group_load(
+    conns: Vec<(RdmaClient, u64)>,
+    w: &Work,
+    stop: &AtomicBool,
+) -> Vec<(ConnResult, RdmaClient)> {
     let read_opts = CallOpts {
         write_chunks: vec![w.size as usize],
         ..CallOpts::default()
@@ -590,8 +595,7 @@ fn group_load(conns: Vec<(RdmaClient, u64)>, w: &Work, stop: &AtomicBool) -> Vec
     ls.into_iter()
         .map(|mut l| {
             l.res.max_in_flight = l.c.stats.max_in_flight;
-            l.c.disconnect();
-            l.res
+            (l.res, l.c)
         })
         .collect()
 }
@@ -781,12 +785,19 @@ pub fn run(a: Args) -> Result<(), String> {
     let placement = thread_placement();
     stop.store(true, Ordering::Relaxed);
     // Results in connection order (connection k ran on thread k mod T, k / T-th there).
-    let mut by_thread: Vec<std::vec::IntoIter<ConnResult>> = threads
+    let mut by_thread: Vec<std::vec::IntoIter<(ConnResult, RdmaClient)>> = threads
         .into_iter()
         .map(|t| t.join().unwrap_or_default().into_iter())
         .collect();
+    let mut busy = Vec::with_capacity(a.connections);
     let results: Vec<ConnResult> = (0..a.connections)
-        .map(|k| by_thread[k % threads_n].next().unwrap_or_default())
+        .map(|k| match by_thread[k % threads_n].next() {
+            Some((r, c)) => {
+                busy.push(c);
+                r
+            }
+            None => ConnResult::default(),
+        })
         .collect();
     let secs = t0.elapsed().as_secs_f64();
     // The counters once the load threads are done (with the calls in flight at the stop):
@@ -794,6 +805,9 @@ pub fn run(a: Args) -> Result<(), String> {
     // pass after pass.
     let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
     let server_after = target._keep.as_ref().map(InProcess::counts);
+    for c in busy {
+        c.disconnect();
+    }
     crate::cli::progress_clear();
     // Every idle connection must still be served: one GETATTR each.
     let mut idle_served = 0usize;
