@@ -1097,6 +1097,56 @@ fn a_kept_objects_handle_is_checked_once_and_forgeries_still_fail() {
     );
 }
 
+/// Descriptors of this process open for writing on `path` (`/proc/self/fdinfo` flags).
+fn writers_of(path: &std::path::Path) -> usize {
+    let want = std::fs::canonicalize(path).unwrap();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == want))
+        .filter(|e| {
+            let info = std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .unwrap_or_default();
+            info.lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                .is_some_and(|f| f & 3 != 0)
+        })
+        .count()
+}
+
+/// An UNSTABLE WRITE stream opens its file once: the descriptor stays with the kept object
+/// across WRITEs (one, however many WRITEs), and the client's COMMIT gives it up (none after).
+/// The data written through it is all there, and a WRITE after the COMMIT opens it again.
+#[test]
+fn a_write_stream_keeps_one_descriptor_until_commit() {
+    let dir = TempDir::new("wfd");
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let f = n.create(&root, "w", 0).unwrap();
+    let path = dir.0.join("w");
+    assert_eq!(writers_of(&path), 0);
+    for i in 0..16u64 {
+        n.write(&f, i * 4096, &pattern(i as u8, 4096), 0).unwrap();
+        assert_eq!(writers_of(&path), 1, "after WRITE {i}");
+    }
+    n.commit(&f).unwrap();
+    assert_eq!(
+        writers_of(&path),
+        0,
+        "COMMIT leaves the file open for writing"
+    );
+    let want: Vec<u8> = (0..16u8).flat_map(|i| pattern(i, 4096)).collect();
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+    n.write(&f, 0, &pattern(99, 100), 0).unwrap();
+    assert_eq!(writers_of(&path), 1);
+    n.commit(&f).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap()[..100], pattern(99, 100)[..]);
+}
+
 /// Large READs of one file, many in flight at once (each into a write chunk), in three orders:
 /// each reply carries its own range's bytes, all from buffers of the export's READ pool
 /// (`bulk_lent_bytes`), and the pool makes no more buffers than READs were in flight. Over the

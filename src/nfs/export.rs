@@ -33,7 +33,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -218,10 +218,15 @@ struct Kept {
     path: Arc<OwnedFd>,
     /// Open for reading (regular files a READ resolved).
     read: Option<Arc<OwnedFd>>,
+    /// Open for writing (regular files an UNSTABLE WRITE reached), until the client's COMMIT
+    /// or the object's eviction: an UNSTABLE WRITE stream costs one `open_by_handle_at`, not
+    /// one a call (knfsd's file cache does the same). Like any open writer it makes a local
+    /// `execve` of the file fail with ETXTBSY meanwhile.
+    write: Option<Arc<OwnedFd>>,
 }
 
-/// Objects [`OpenObjects`] keeps at most (each one or two descriptors): few beside the default
-/// limit of 1024 open files.
+/// Objects [`OpenObjects`] keeps at most (each one to three descriptors): few beside the
+/// default limit of 1024 open files.
 const KEPT_OBJECTS: usize = 128;
 
 impl OpenObjects {
@@ -262,6 +267,7 @@ impl OpenObjects {
                 kept: Kept {
                     path: path.clone(),
                     read: read.cloned(),
+                    write: None,
                 },
                 fh: None,
             },
@@ -272,6 +278,18 @@ impl OpenObjects {
                 self.forget(&old);
             }
         }
+    }
+
+    /// Keep `w`, open for writing, with the kept object `kh` (nothing if it is not kept).
+    fn put_write(&mut self, kh: &KernelHandle, w: &Arc<OwnedFd>) {
+        if let Some(e) = self.map.get_mut(kh) {
+            e.kept.write = Some(w.clone());
+        }
+    }
+
+    /// Give up the descriptor open for writing kept with `kh`, if any.
+    fn take_write(&mut self, kh: &KernelHandle) -> Option<Arc<OwnedFd>> {
+        self.map.get_mut(kh)?.kept.write.take()
     }
 
     fn forget(&mut self, kh: &KernelHandle) -> bool {
@@ -947,13 +965,21 @@ impl Export {
 
     /// `o` opened for writing (as the server: `open_by_handle_at` needs it; the caller's
     /// permission is checked after, [`Export::may_write`]).
-    fn open_for_write(&self, o: &Obj) -> Result<File, Stat> {
+    /// `o` open for writing: the descriptor kept with it, else a new one, kept if `keep`.
+    fn open_for_write(&self, o: &Obj, keep: bool) -> Result<Arc<OwnedFd>, Stat> {
+        if let Some(w) = self.open_objects().get(&o.kh).and_then(|k| k.write) {
+            return Ok(w);
+        }
         let fd = sys::open_by_handle(&self.mount_fd, &o.kh, libc::O_WRONLY | libc::O_NONBLOCK)
             .map_err(|e| match e {
                 Errno::STALE | Errno::NOENT => Stat::Stale,
                 e => e.into(),
             })?;
-        Ok(File::from(fd))
+        let fd = Arc::new(fd);
+        if keep {
+            self.open_objects().put_write(&o.kh, &fd);
+        }
+        Ok(fd)
     }
 
     /// LOOKUP (RFC 1813 §3.3.3): `name` in directory `dir`, with `c`'s credentials (the
@@ -1082,16 +1108,28 @@ impl Export {
         {
             return Err(Stat::FBig);
         }
-        let f = self.open_for_write(o)?;
+        // Only UNSTABLE data has a COMMIT coming to give the descriptor up again.
+        let fd = self.open_for_write(o, stable == StableHow::Unstable)?;
         {
             let _as = self.as_caller(c)?;
             Self::may_write(c, o)?;
-            f.write_all_at(data, offset)?;
+            let (mut at, mut rest) = (offset, data);
+            while !rest.is_empty() {
+                match rustix::io::pwrite(&*fd, rest, at) {
+                    Ok(0) => return Err(Stat::Io),
+                    Ok(n) => {
+                        rest = &rest[n..];
+                        at += n as u64;
+                    }
+                    Err(Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
         match stable {
             StableHow::Unstable => {}
-            StableHow::DataSync => f.sync_data()?,
-            StableHow::FileSync => f.sync_all()?,
+            StableHow::DataSync => rfs::fdatasync(&*fd)?,
+            StableHow::FileSync => rfs::fsync(&*fd)?,
         }
         Ok((stable, self.wcc(&o.st, o)))
     }
@@ -1102,11 +1140,16 @@ impl Export {
             return Err(Stat::Inval);
         }
         self.need_rw(c)?;
-        let f = File::from(
-            sys::open_by_handle(&self.mount_fd, &o.kh, libc::O_RDONLY | libc::O_NONBLOCK)
-                .map_err(|_| Stat::Stale)?,
-        );
-        f.sync_all()?;
+        // The client commits what it wrote when it is done with it (the Linux client on
+        // close), so the descriptor its WRITEs kept open goes now.
+        match self.open_objects().take_write(&o.kh) {
+            Some(w) => rfs::fsync(&*w)?,
+            None => File::from(
+                sys::open_by_handle(&self.mount_fd, &o.kh, libc::O_RDONLY | libc::O_NONBLOCK)
+                    .map_err(|_| Stat::Stale)?,
+            )
+            .sync_all()?,
+        }
         Ok(self.wcc(&o.st, o))
     }
 
@@ -1135,7 +1178,7 @@ impl Export {
         let trunc = match s.size {
             Some(_) if o.ftype() == ftype::DIR => return Err(Stat::IsDir),
             Some(_) if o.ftype() != ftype::REG => return Err(Stat::Inval),
-            Some(sz) => Some((self.open_for_write(o)?, sz)),
+            Some(sz) => Some((self.open_for_write(o, false)?, sz)),
             None => None,
         };
         let _as = self.as_caller(c)?;
