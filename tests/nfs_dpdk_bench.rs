@@ -59,6 +59,21 @@ fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
         workers.iter().all(|w| w["passes"].as_u64().unwrap() > 0),
         "{j}"
     );
+    // Both workers sent and received payload (calls, READ data, WRITE data pulled), and say
+    // how many copies of it they made per octet: the client places the READ data it
+    // receives (at least one copy per octet over net_ring, which hands mbufs over).
+    for key in ["tx_copies_per_octet", "rx_copies_per_octet"] {
+        assert!(
+            workers.iter().all(|w| w[key].as_f64().is_some()),
+            "{key}: {j}"
+        );
+    }
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["rx_copies_per_octet"].as_f64().unwrap() > 0.5),
+        "{j}"
+    );
     // The target's worker holds the busy and the idle connections.
     assert!(
         workers

@@ -429,7 +429,8 @@ fn rss_kib() -> Option<u64> {
 /// Each worker's passes between two snapshots of its counters: how many, the nanoseconds one
 /// took on average (busy and idle time over passes), the share of that time in passes that
 /// moved something (near 1: this worker is the bottleneck), the frames it received and sent,
-/// its TCP retransmissions, the sweeps among them, and the
+/// its TCP retransmissions, the sweeps among them, the copies it made per payload octet sent
+/// and received (`CopyStats`: what explains the seconds of a bulk load), and the
 /// connections it held at the end (docs/workers.md "A pass costs what the busy connections
 /// need").
 pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<serde_json::Value> {
@@ -452,6 +453,8 @@ pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<s
                     .saturating_sub(b.tcp_fast_retransmits + b.tcp_timeout_retransmits),
                 "sweeps": a.sweeps.saturating_sub(b.sweeps),
                 "timer_sweeps": a.timer_sweeps.saturating_sub(b.timer_sweeps),
+                "tx_copies_per_octet": a.copies.since(&b.copies).tx_per_byte(),
+                "rx_copies_per_octet": a.copies.since(&b.copies).rx_per_byte(),
             })
         })
         .collect()
