@@ -848,12 +848,14 @@ impl Dataplane {
         self.workers.iter().map(|w| w.cpu).collect()
     }
 
-    /// Counters of every worker.
+    /// Counters of every worker. A driven worker's come from its lock when it is free, else
+    /// from the thread driving it (a command answered in its next pass): a driver retakes
+    /// the lock nanoseconds after each pass, so waiting for the lock could take seconds.
     pub fn stats(&self) -> Vec<WorkerStats> {
         let mut v = Vec::new();
         for w in &self.workers {
             if let Some(d) = &w.driven {
-                v.push(d.lock().stats());
+                v.push(driven_stats(d, &w.cmds));
                 continue;
             }
             let (rtx, rrx) = crossbeam_channel::bounded(1);
@@ -945,6 +947,31 @@ impl Drop for Dataplane {
             let _ = p.stop();
             let _ = p.close();
         }
+    }
+}
+
+/// A driven worker's counters: by its lock if free, else asked of its driver; after 1 s
+/// without either (a driver that stopped between passes, holding nothing), by waiting for
+/// the lock.
+fn driven_stats(d: &WorkerLock, cmds: &CmdSender) -> WorkerStats {
+    if let Some(mut w) = d.try_lock() {
+        return w.stats();
+    }
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let asked = cmds.send(Cmd::Stats { reply: tx }).is_ok();
+    let end = Instant::now() + Duration::from_secs(1);
+    loop {
+        if let Ok(s) = rx.try_recv() {
+            return s;
+        }
+        // Nobody drives it now: read it here (the command stays for the next driver).
+        if let Some(mut w) = d.try_lock() {
+            return w.stats();
+        }
+        if !asked || Instant::now() >= end {
+            return d.lock().stats();
+        }
+        std::thread::yield_now();
     }
 }
 

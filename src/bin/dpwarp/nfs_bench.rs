@@ -800,9 +800,8 @@ pub fn run(a: Args) -> Result<(), String> {
         })
         .collect();
     let secs = t0.elapsed().as_secs_f64();
-    // The counters once the load threads are done (with the calls in flight at the stop):
-    // reading a driven worker's waits for its lock, which a load thread driving it retakes
-    // pass after pass.
+    // The counters once the load threads are done (with the calls in flight at the stop),
+    // while the busy connections are still held.
     let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
     let server_after = target._keep.as_ref().map(InProcess::counts);
     for c in busy {
