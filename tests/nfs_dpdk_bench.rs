@@ -1,16 +1,19 @@
 //! `dpwarp nfs-bench` as one command on DPDK: without `--server` it starts the NFS target in
 //! its own process on port 0 of a two-port dataplane (configs/net_ring.toml: rte_rings, no
 //! hugepages, no kernel setup) and loads it from port 1 with 16 connections and a mix of all
-//! four operations beside 48 idle connections. Every reply must be right (READ data against
-//! the pattern the bench wrote first), every connection served, every idle connection still
-//! answered after the load, both workers (target's and bench's) must have run passes, and
-//! the verbs RDMA Write reference (`--verbs-reference`) must have run over the same ports.
+//! four operations (READs of two sizes) beside 48 idle connections. Every reply must be
+//! right (READ data against the pattern the bench wrote first), every connection served,
+//! every idle connection still answered after the load, both workers (target's and bench's)
+//! must have run passes, and the verbs RDMA Write reference (`--verbs-reference`) must have
+//! run over the same ports.
 //! Needs root (the target's `open_by_handle_at`).
 
 use std::process::Command;
 
 const CONNECTIONS: usize = 16;
 const IDLE: usize = 48;
+/// READs of two sizes (the 64 KiB ones into the READ pool's buffers), WRITEs of --size.
+const MIX: &str = "read4k=4,read64k=1,write=2,getattr=1,lookup=1";
 
 #[test]
 fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
@@ -21,7 +24,7 @@ fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
         .args(["--connections", &CONNECTIONS.to_string(), "--credits", "4"])
         .args(["--idle-connections", &IDLE.to_string()])
         .args(["--seconds", "1", "--file-size", "1048576"])
-        .args(["--mix", "read=4,write=2,getattr=1,lookup=1"])
+        .args(["--mix", MIX])
         .arg("--verbs-reference")
         .output()
         .unwrap();
@@ -35,6 +38,11 @@ fn nfs_bench_runs_its_own_target_on_dpdk_and_verifies_every_reply() {
     assert_eq!(j["transport"], "dpdk", "{j}");
     assert_eq!(j["in_process_server"], true, "{j}");
     assert_eq!(j["connections"], CONNECTIONS);
+    // The mix as run: the WRITEs with --size (4 KiB by default).
+    assert_eq!(
+        j["mix"], "read4k=4,read64k=1,write4k=2,getattr=1,lookup=1",
+        "{j}"
+    );
     assert_eq!(j["verified"], true, "{j}");
     assert!(j["errors"].as_array().unwrap().is_empty(), "{j}");
     let per = j["per_connection_ops"].as_array().unwrap();

@@ -2,8 +2,10 @@
 //! Linux knfsd, or any other), over N RPC-over-RDMA connections at once, like a client mounted
 //! with `nconnect=N` (each connection its own QP with `--credits` calls in flight, the
 //! connections spread over `--threads` load threads, each driving its share round robin, as a
-//! client's worker drives its QPs), beside `--idle-connections` that only hold their QP. The operations are drawn from a weighted mix (`--mix read=8,write=1,getattr=1`,
-//! `lookup`) on one file the bench creates and fills with a known pattern first; every reply is
+//! client's worker drives its QPs), beside `--idle-connections` that only hold their QP. The
+//! operations are drawn from a weighted mix (`--mix read4k=8,read1m=1,write4k=1,getattr=1`,
+//! `lookup`; a READ or WRITE without a size has `--size`) on one file the bench creates and
+//! fills with a known pattern first; every reply is
 //! checked (NFS3_OK; READ data against the pattern, GETATTR's file id, LOOKUP's handle).
 //!
 //! Without `--server` it starts dpwarp's NFS target in this process on a temporary export (root
@@ -73,10 +75,13 @@ pub struct Args {
     /// Calls in flight per connection (the server's credit grant may allow fewer).
     #[arg(long, default_value_t = 16)]
     pub credits: u32,
-    /// The operation mix: `op=weight,...` of read, write, getattr, lookup.
+    /// The operation mix: `op=weight,...` of read, write, getattr, lookup; a READ or WRITE
+    /// may carry its size (`read4k`, `write64k`, `read1m`, `read512`: octets, k = 1024,
+    /// m = 1048576), else it has --size.
     #[arg(long, default_value = "read=1")]
     pub mix: String,
-    /// Octets per READ and WRITE (at most the server's rtmax / wtmax).
+    /// Octets per READ and WRITE of the mix that name no size of their own (at most the
+    /// server's rtmax / wtmax).
     #[arg(long, default_value_t = 4096)]
     pub size: u32,
     /// Size of the file the bench creates and reads (a multiple of --size).
@@ -119,28 +124,74 @@ impl Op {
     }
 }
 
-/// `read=8,write=1`: each op with its weight (at least one positive).
-fn parse_mix(s: &str) -> Result<Vec<(Op, u32)>, String> {
+/// One kind of call of the mix: the operation, its size (READ and WRITE; None: `--size`)
+/// and its weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MixEntry {
+    op: Op,
+    size: Option<u32>,
+    weight: u32,
+}
+
+impl MixEntry {
+    /// As the mix names it (`read4k`, `getattr`).
+    fn name(&self) -> String {
+        match self.size {
+            None => self.op.name().to_string(),
+            Some(n) if n % (1 << 20) == 0 => format!("{}{}m", self.op.name(), n >> 20),
+            Some(n) if n % 1024 == 0 => format!("{}{}k", self.op.name(), n >> 10),
+            Some(n) => format!("{}{n}", self.op.name()),
+        }
+    }
+}
+
+/// `4k`, `1m`, `512`: octets.
+fn parse_size(s: &str) -> Option<u32> {
+    let (num, unit) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1024),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<u32>()
+        .ok()?
+        .checked_mul(unit)
+        .filter(|&n| n > 0)
+}
+
+/// `read4k=8,write=1`: each kind of call with its weight (at least one positive).
+fn parse_mix(s: &str) -> Result<Vec<MixEntry>, String> {
     let mut mix = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
-        let (op, w) = part.split_once('=').unwrap_or((part, "1"));
-        let op = match op.trim() {
-            "read" => Op::Read,
-            "write" => Op::Write,
-            "getattr" => Op::Getattr,
-            "lookup" => Op::Lookup,
-            o => {
-                return Err(format!(
-                    "--mix: unknown operation {o:?} (read, write, getattr, lookup)"
-                ))
+        let (name, w) = part.split_once('=').unwrap_or((part, "1"));
+        let name = name.trim();
+        let unknown = || {
+            format!("--mix: unknown operation {name:?} (read, write, getattr, lookup; read4k, write1m: with a size)")
+        };
+        let (op, size) = match name {
+            "getattr" => (Op::Getattr, None),
+            "lookup" => (Op::Lookup, None),
+            _ => {
+                let (op, rest) = if let Some(r) = name.strip_prefix("read") {
+                    (Op::Read, r)
+                } else if let Some(r) = name.strip_prefix("write") {
+                    (Op::Write, r)
+                } else {
+                    return Err(unknown());
+                };
+                let size = if rest.is_empty() {
+                    None
+                } else {
+                    Some(parse_size(rest).ok_or_else(unknown)?)
+                };
+                (op, size)
             }
         };
-        let w: u32 = w
+        let weight: u32 = w
             .trim()
             .parse()
-            .map_err(|_| format!("--mix: weight {w:?} of {}", op.name()))?;
-        if w > 0 {
-            mix.push((op, w));
+            .map_err(|_| format!("--mix: weight {w:?} of {name}"))?;
+        if weight > 0 {
+            mix.push(MixEntry { op, size, weight });
         }
     }
     if mix.is_empty() {
@@ -444,9 +495,10 @@ struct Work {
     root: Vec<u8>,
     fh: Vec<u8>,
     fileid: u64,
-    size: u32,
-    slots: u64,
-    mix: Vec<(Op, u32)>,
+    /// `file_size`: READ and WRITE offsets are multiples of their size below it.
+    file_size: u64,
+    /// The mix, every size resolved (`--size` where it named none).
+    mix: Vec<MixEntry>,
     credits: usize,
 }
 
@@ -454,7 +506,8 @@ struct Work {
 /// fewer), each drawn from the mix, every reply checked.
 struct ConnLoad {
     c: RdmaClient,
-    sent: FxHashMap<u32, (Instant, Op, u64)>,
+    /// Calls in flight: when sent, what, and the offset and size of a READ or WRITE.
+    sent: FxHashMap<u32, (Instant, Op, u64, u32)>,
     rng: u64,
     res: ConnResult,
 }
@@ -477,35 +530,36 @@ impl ConnLoad {
         self.rng
     }
 
-    /// Submit calls until `credits` (or the grant) are in flight.
-    fn fill(&mut self, w: &Work, read_opts: &CallOpts) -> Result<(), String> {
+    /// Submit calls until `credits` (or the grant) are in flight. `opts[i]`: the call options
+    /// of mix entry i (a READ's write chunk of its size).
+    fn fill(&mut self, w: &Work, opts: &[CallOpts]) -> Result<(), String> {
         let plain = CallOpts::default();
-        let total: u32 = w.mix.iter().map(|(_, k)| k).sum();
+        let total: u32 = w.mix.iter().map(|e| e.weight).sum();
         while (self.c.in_flight() as usize) < w.credits.min(self.c.grant() as usize) {
             let mut pick = (self.next() % u64::from(total)) as u32;
-            let op = w
+            let i = w
                 .mix
                 .iter()
-                .find(|(_, k)| {
-                    if pick < *k {
+                .position(|e| {
+                    if pick < e.weight {
                         true
                     } else {
-                        pick -= k;
+                        pick -= e.weight;
                         false
                     }
                 })
-                .map(|(o, _)| *o)
-                .unwrap_or(Op::Read);
-            let off = (self.next() % w.slots) * u64::from(w.size);
+                .unwrap_or(0);
+            let (op, size) = (w.mix[i].op, w.mix[i].size.unwrap_or(1));
+            let off = (self.next() % (w.file_size / u64::from(size)).max(1)) * u64::from(size);
             let (proc_, args, opts) = match op {
                 Op::Read => {
                     let mut b = Body::new();
                     b.xdr().put_opaque(&w.fh);
                     b.xdr().put_u64(off);
-                    b.xdr().put_u32(w.size);
-                    (proc3::READ, b, read_opts)
+                    b.xdr().put_u32(size);
+                    (proc3::READ, b, &opts[i])
                 }
-                Op::Write => (proc3::WRITE, write_args(&w.fh, off, w.size, 0), &plain),
+                Op::Write => (proc3::WRITE, write_args(&w.fh, off, size, 0), &plain),
                 Op::Getattr => {
                     let mut b = Body::new();
                     b.xdr().put_opaque(&w.fh);
@@ -522,7 +576,7 @@ impl ConnLoad {
                 .c
                 .submit(NFS_PROG, NFS_V3, proc_, args, opts)
                 .map_err(|e| format!("{}: {e}", op.name()))?;
-            self.sent.insert(xid, (Instant::now(), op, off));
+            self.sent.insert(xid, (Instant::now(), op, off, size));
         }
         Ok(())
     }
@@ -530,13 +584,13 @@ impl ConnLoad {
     /// Check every reply that has arrived (after `progress`).
     fn reap(&mut self, w: &Work) -> Result<(), String> {
         while let Some((xid, rep)) = self.c.take_reply() {
-            let Some((t0, op, off)) = self.sent.remove(&xid) else {
+            let Some((t0, op, off, size)) = self.sent.remove(&xid) else {
                 return Err(format!("a reply to no call (xid {xid:#x})"));
             };
             self.res.lat.record_ns(t0.elapsed().as_nanos() as u64);
             let octets = rep
                 .map_err(|e| format!("{}: {e}", op.name()))
-                .and_then(|rep| check(&rep, op, off, w))?;
+                .and_then(|rep| check(&rep, op, off, size, w))?;
             self.res.octets += octets;
             self.res.ops[op as usize] += 1;
         }
@@ -554,10 +608,17 @@ fn group_load(
     w: &Work,
     stop: &AtomicBool,
 ) -> Vec<(ConnResult, RdmaClient)> {
-    let read_opts = CallOpts {
-        write_chunks: vec![w.size as usize],
-        ..CallOpts::default()
-    };
+    let opts: Vec<CallOpts> = w
+        .mix
+        .iter()
+        .map(|e| match e.op {
+            Op::Read => CallOpts {
+                write_chunks: vec![e.size.unwrap_or(1) as usize],
+                ..CallOpts::default()
+            },
+            _ => CallOpts::default(),
+        })
+        .collect();
     let mut ls: Vec<ConnLoad> = conns
         .into_iter()
         .map(|(c, seed)| ConnLoad::new(c, seed))
@@ -568,13 +629,9 @@ fn group_load(
         let running = !stop.load(Ordering::Relaxed);
         let mut in_flight = 0;
         for (k, l) in ls.iter_mut().enumerate() {
-            let step = (if running {
-                l.fill(w, &read_opts)
-            } else {
-                Ok(())
-            })
-            .and_then(|()| l.c.progress_arrived().map_err(|e| format!("wait: {e}")))
-            .and_then(|()| l.reap(w));
+            let step = (if running { l.fill(w, &opts) } else { Ok(()) })
+                .and_then(|()| l.c.progress_arrived().map_err(|e| format!("wait: {e}")))
+                .and_then(|()| l.reap(w));
             if let Err(e) = step {
                 failed = Some((k, e));
                 break 'run;
@@ -600,8 +657,15 @@ fn group_load(
         .collect()
 }
 
-/// Check one reply: NFS3_OK and what it must say. The octets of data it moved.
-fn check(rep: &dpwarp::rpc::client::Reply, op: Op, off: u64, w: &Work) -> Result<u64, String> {
+/// Check one reply: NFS3_OK and what it must say (a READ or WRITE of `size` at `off`). The
+/// octets of data it moved.
+fn check(
+    rep: &dpwarp::rpc::client::Reply,
+    op: Op,
+    off: u64,
+    size: u32,
+    w: &Work,
+) -> Result<u64, String> {
     let mut r = call_ok(rep, op.name())?;
     let e = |e: dpwarp::wire::Error| e.to_string();
     match op {
@@ -609,9 +673,9 @@ fn check(rep: &dpwarp::rpc::client::Reply, op: Op, off: u64, w: &Work) -> Result
             parse_post_op_attr(&mut r.xdr).map_err(e)?;
             let count = r.xdr.get_u32().map_err(e)?;
             let _eof = r.xdr.get_bool().map_err(e)?;
-            let data = r.get_bulk(w.size as usize).map_err(e)?;
-            if count != w.size || data.len() != w.size as usize {
-                return Err(format!("READ at {off}: {count} octets, {} asked", w.size));
+            let data = r.get_bulk(size as usize).map_err(e)?;
+            if count != size || data.len() != size as usize {
+                return Err(format!("READ at {off}: {count} octets, {size} asked"));
             }
             if data[..] != pattern(off, data.len())[..] {
                 return Err(format!("READ at {off}: the data is not what was written"));
@@ -621,8 +685,8 @@ fn check(rep: &dpwarp::rpc::client::Reply, op: Op, off: u64, w: &Work) -> Result
         Op::Write => {
             Wcc::parse(&mut r.xdr).map_err(e)?;
             let count = r.xdr.get_u32().map_err(e)?;
-            if count != w.size {
-                return Err(format!("WRITE at {off}: {count} of {} octets", w.size));
+            if count != size {
+                return Err(format!("WRITE at {off}: {count} of {size} octets"));
             }
             Ok(u64::from(count))
         }
@@ -711,19 +775,35 @@ pub fn run(a: Args) -> Result<(), String> {
     let wtmax = r.xdr.get_u32().map_err(|e| e.to_string())?;
     drop(rep);
     let size = a.size.clamp(1, rtmax.min(wtmax).max(1));
-    if a.file_size < u64::from(size) {
-        return Err(format!(
-            "--file-size {} is less than one --size {size}",
-            a.file_size
-        ));
+    // Every READ and WRITE of the mix with its size: --size where it names none; a size of
+    // its own must fit the server's rtmax / wtmax and the file.
+    let mut mix = mix;
+    for e in mix
+        .iter_mut()
+        .filter(|e| matches!(e.op, Op::Read | Op::Write))
+    {
+        let named = e.name();
+        let n = *e.size.get_or_insert(size);
+        let max = if e.op == Op::Read { rtmax } else { wtmax };
+        if n > max {
+            return Err(format!(
+                "--mix {named}: {n} octets, more than the server's {} of {max}",
+                if e.op == Op::Read { "rtmax" } else { "wtmax" }
+            ));
+        }
+        if a.file_size < u64::from(n) {
+            return Err(format!(
+                "--file-size {} is less than one {named} of {n} octets",
+                a.file_size
+            ));
+        }
     }
     let (fh, fileid) = prepare(&mut first, &root, &a, wtmax)?;
     let work = Arc::new(Work {
         root,
         fh,
         fileid,
-        size,
-        slots: a.file_size / u64::from(size),
+        file_size: a.file_size,
         mix: mix.clone(),
         credits: a.credits.max(1) as usize,
     });
@@ -817,7 +897,7 @@ pub fn run(a: Args) -> Result<(), String> {
         let ok = c
             .call(NFS_PROG, NFS_V3, proc3::GETATTR, b, &CallOpts::default())
             .map_err(|e| e.to_string())
-            .and_then(|rep| check(&rep, Op::Getattr, 0, &work));
+            .and_then(|rep| check(&rep, Op::Getattr, 0, 0, &work));
         match ok {
             Ok(_) => idle_served += 1,
             Err(e) if idle_errors.len() < 8 => {
@@ -872,7 +952,7 @@ pub fn run(a: Args) -> Result<(), String> {
         "idle_connections": a.idle_connections,
         "idle_served": idle_served,
         "credits": a.credits,
-        "mix": mix.iter().map(|(o, w)| format!("{}={w}", o.name())).collect::<Vec<_>>().join(","),
+        "mix": mix.iter().map(|e| format!("{}={}", e.name(), e.weight)).collect::<Vec<_>>().join(","),
         "size": size,
         "file_size": a.file_size,
         "seconds": secs,
@@ -917,15 +997,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mix_parses_weights_and_refuses_nonsense() {
-        assert_eq!(parse_mix("read").unwrap(), vec![(Op::Read, 1)]);
+    fn mix_parses_weights_and_sizes_and_refuses_nonsense() {
+        let e = |op, size, weight| MixEntry { op, size, weight };
+        assert_eq!(parse_mix("read").unwrap(), vec![e(Op::Read, None, 1)]);
         assert_eq!(
             parse_mix("read=8,write=1,getattr=0").unwrap(),
-            vec![(Op::Read, 8), (Op::Write, 1)]
+            vec![e(Op::Read, None, 8), e(Op::Write, None, 1)]
+        );
+        let m = parse_mix("read4k=8,read1m=1,write64K=2,write512,getattr=1,lookup=1").unwrap();
+        assert_eq!(
+            m,
+            vec![
+                e(Op::Read, Some(4096), 8),
+                e(Op::Read, Some(1 << 20), 1),
+                e(Op::Write, Some(65536), 2),
+                e(Op::Write, Some(512), 1),
+                e(Op::Getattr, None, 1),
+                e(Op::Lookup, None, 1),
+            ]
+        );
+        let names: Vec<String> = m.iter().map(MixEntry::name).collect();
+        assert_eq!(
+            names,
+            ["read4k", "read1m", "write64k", "write512", "getattr", "lookup"]
         );
         assert!(parse_mix("read=0").is_err());
         assert!(parse_mix("fsync=1").is_err());
         assert!(parse_mix("read=x").is_err());
+        for bad in [
+            "read0k",
+            "readk",
+            "read4g",
+            "write-1",
+            "getattr4k",
+            "read99999999m",
+        ] {
+            assert!(parse_mix(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
