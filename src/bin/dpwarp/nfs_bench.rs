@@ -98,6 +98,10 @@ pub struct Args {
     /// this process (JSON `verbs_write_gbps`, `gbps_vs_verbs_write`). In-process target only.
     #[arg(long)]
     pub verbs_reference: bool,
+    /// With --verbs-reference: rounds of load and reference taking turns, --seconds split
+    /// between them (JSON `rounds`; the figures are the medians of the rounds).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
     /// Transport of the RDMA side (MOUNT and rpcbind always go over kernel TCP).
     #[command(flatten)]
     pub net: NetArgs,
@@ -490,6 +494,21 @@ struct ConnResult {
     error: Option<String>,
 }
 
+impl ConnResult {
+    /// Add a later round's results of the same connection.
+    fn absorb(&mut self, r: ConnResult) {
+        for (sum, n) in self.ops.iter_mut().zip(r.ops) {
+            *sum += n;
+        }
+        self.octets += r.octets;
+        self.lat.merge(&r.lat);
+        self.max_in_flight = self.max_in_flight.max(r.max_in_flight);
+        if self.error.is_none() {
+            self.error = r.error;
+        }
+    }
+}
+
 /// The fixed facts every connection's load checks against.
 struct Work {
     root: Vec<u8>,
@@ -830,61 +849,128 @@ pub fn run(a: Args) -> Result<(), String> {
     for (i, c) in clients.into_iter().enumerate() {
         groups[i % threads_n].push((c, 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1)));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let go = Arc::new(Barrier::new(threads_n + 1));
-    let threads: Vec<_> = groups
-        .into_iter()
-        .enumerate()
-        .map(|(t, group)| {
-            let (work, stop, go, net) = (work.clone(), stop.clone(), go.clone(), net.clone());
-            thread::Builder::new()
-                .name(format!("nfs-bench-{t}"))
-                .spawn(move || {
-                    if driven {
-                        net.attach_worker(0);
-                    }
-                    go.wait();
-                    group_load(group, &work, &stop)
-                })
-                .expect("spawn a load thread")
-        })
-        .collect();
-    let stats_before = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+    // With the verbs reference, rounds of load and reference take turns (a host's slow phase
+    // then meets both sides of a ratio); the figures are the medians over the rounds.
+    let verbs_to = match (&target.server_side, a.verbs_reference) {
+        (Some((snet, ip)), true) => Some((
+            snet.clone(),
+            SocketAddr::new(*ip, if snet.is_kernel() { 0 } else { VERBS_PORT }),
+        )),
+        _ => None,
+    };
+    let rounds = if verbs_to.is_some() {
+        a.rounds.max(1)
+    } else {
+        1
+    };
+    let round_secs = a.seconds.max(0.01) / rounds as f64;
+    let mut results: Vec<ConnResult> = (0..a.connections).map(|_| ConnResult::default()).collect();
+    let mut per_round = Vec::new();
+    let mut secs = 0.0;
+    let mut placement = serde_json::Value::Null;
+    let (mut stats_before, mut stats_after) = (Vec::new(), Vec::new());
     let server_before = target._keep.as_ref().map(InProcess::counts);
-    go.wait();
-    let t0 = Instant::now();
-    let end = t0 + Duration::from_secs_f64(a.seconds.max(0.01));
-    crate::cli::progress_phase(format!("nfs-bench: {} connections", a.connections));
-    let total_ms = (a.seconds.max(0.01) * 1000.0) as u64;
-    while Instant::now() < end {
-        thread::sleep(
-            Duration::from_millis(100).min(end.saturating_duration_since(Instant::now())),
-        );
-        crate::cli::progress_tick(t0.elapsed().as_millis() as u64 / 100, total_ms / 100);
-    }
-    let placement = thread_placement();
-    stop.store(true, Ordering::Relaxed);
-    // Results in connection order (connection k ran on thread k mod T, k / T-th there).
-    let mut by_thread: Vec<std::vec::IntoIter<(ConnResult, RdmaClient)>> = threads
-        .into_iter()
-        .map(|t| t.join().unwrap_or_default().into_iter())
-        .collect();
-    let mut busy = Vec::with_capacity(a.connections);
-    let results: Vec<ConnResult> = (0..a.connections)
-        .map(|k| match by_thread[k % threads_n].next() {
-            Some((r, c)) => {
-                busy.push(c);
-                r
+    for round in 0..rounds {
+        let stop = Arc::new(AtomicBool::new(false));
+        let go = Arc::new(Barrier::new(threads_n + 1));
+        let threads: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(t, group)| {
+                let (work, stop, go, net) = (work.clone(), stop.clone(), go.clone(), net.clone());
+                thread::Builder::new()
+                    .name(format!("nfs-bench-{t}"))
+                    .spawn(move || {
+                        if driven {
+                            net.attach_worker(0);
+                        }
+                        go.wait();
+                        group_load(group, &work, &stop)
+                    })
+                    .expect("spawn a load thread")
+            })
+            .collect();
+        if round == 0 {
+            stats_before = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+        }
+        go.wait();
+        let t0 = Instant::now();
+        let end = t0 + Duration::from_secs_f64(round_secs);
+        crate::cli::progress_phase(if rounds > 1 {
+            format!(
+                "nfs-bench: {} connections, round {}/{rounds}",
+                a.connections,
+                round + 1
+            )
+        } else {
+            format!("nfs-bench: {} connections", a.connections)
+        });
+        let total_ms = (round_secs * 1000.0) as u64;
+        while Instant::now() < end {
+            thread::sleep(
+                Duration::from_millis(100).min(end.saturating_duration_since(Instant::now())),
+            );
+            crate::cli::progress_tick(t0.elapsed().as_millis() as u64 / 100, total_ms / 100);
+        }
+        if round == 0 {
+            placement = thread_placement();
+        }
+        stop.store(true, Ordering::Relaxed);
+        // Results in connection order (connection k ran on thread k mod T, k / T-th there).
+        let mut by_thread: Vec<std::vec::IntoIter<(ConnResult, RdmaClient)>> = threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_default().into_iter())
+            .collect();
+        let taken = t0.elapsed().as_secs_f64();
+        secs += taken;
+        groups = (0..threads_n).map(|_| Vec::new()).collect();
+        let mut round_octets = 0u64;
+        let mut failed = false;
+        for (k, total) in results.iter_mut().enumerate() {
+            let Some((r, c)) = by_thread[k % threads_n].next() else {
+                total
+                    .error
+                    .get_or_insert_with(|| "its load thread ended".into());
+                failed = true;
+                continue;
+            };
+            round_octets += r.octets;
+            failed |= r.error.is_some();
+            total.absorb(r);
+            let seed = 0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 1) ^ ((round as u64 + 1) << 48);
+            groups[k % threads_n].push((c, seed));
+        }
+        if round == 0 {
+            // The counters of the first round, once its load threads are done (with the
+            // calls in flight at the stop), while the busy connections are still held.
+            stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+        }
+        let gbps = round_octets as f64 * 8.0 / taken / 1e9;
+        let verbs = match &verbs_to {
+            Some((snet, to)) if !failed => {
+                crate::cli::progress_phase("nfs-bench: the verbs RDMA Write reference".into());
+                crate::rpc_bench::bench_verbs_write(
+                    &net,
+                    Some((snet, *to)),
+                    size as usize,
+                    a.credits.max(1) as usize,
+                    round_secs,
+                )?
             }
-            None => ConnResult::default(),
-        })
-        .collect();
-    let secs = t0.elapsed().as_secs_f64();
-    // The counters once the load threads are done (with the calls in flight at the stop),
-    // while the busy connections are still held.
-    let stats_after = _dp.as_ref().map(Dataplane::stats).unwrap_or_default();
+            _ => None,
+        };
+        per_round.push(serde_json::json!({
+            "seconds": taken,
+            "gbps": gbps,
+            "verbs_write_gbps": verbs,
+            "gbps_vs_verbs_write": verbs.map(|v| gbps / v),
+        }));
+        if failed {
+            break;
+        }
+    }
     let server_after = target._keep.as_ref().map(InProcess::counts);
-    for c in busy {
+    for (c, _) in groups.into_iter().flatten() {
         c.disconnect();
     }
     crate::cli::progress_clear();
@@ -907,20 +993,13 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         c.disconnect();
     }
-    let verbs = match (&target.server_side, a.verbs_reference) {
-        (Some((snet, ip)), true) => {
-            crate::cli::progress_phase("nfs-bench: the verbs RDMA Write reference".into());
-            let port = if snet.is_kernel() { 0 } else { VERBS_PORT };
-            crate::rpc_bench::bench_verbs_write(
-                &net,
-                Some((snet, SocketAddr::new(*ip, port))),
-                size as usize,
-                a.credits.max(1) as usize,
-                a.seconds.max(0.01),
-            )?
-        }
-        _ => None,
+    let median = |key: &str| {
+        let mut v: Vec<f64> = per_round.iter().filter_map(|r| r[key].as_f64()).collect();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
     };
+    let verbs = median("verbs_write_gbps");
+    let verbs_ratio = median("gbps_vs_verbs_write");
     crate::cli::progress_clear();
     let mut errors: Vec<String> = results
         .iter()
@@ -960,7 +1039,8 @@ pub fn run(a: Args) -> Result<(), String> {
         "ops_per_s": total as f64 / secs,
         "gbps": octets as f64 * 8.0 / secs / 1e9,
         "verbs_write_gbps": verbs,
-        "gbps_vs_verbs_write": verbs.map(|v| octets as f64 * 8.0 / secs / 1e9 / v),
+        "gbps_vs_verbs_write": verbs_ratio,
+        "rounds": per_round,
         "by_op": {
             "read": ops[Op::Read as usize], "write": ops[Op::Write as usize],
             "getattr": ops[Op::Getattr as usize], "lookup": ops[Op::Lookup as usize],
