@@ -235,9 +235,9 @@ impl OpenObjects {
     }
 
     /// The kept object whose wire handle `fh` was verified before.
-    fn get_verified(&self, fh: &[u8]) -> Option<(KernelHandle, Kept)> {
+    fn get_verified(&self, fh: &[u8]) -> Option<(&KernelHandle, &Kept)> {
         let kh = self.verified.get(fh)?;
-        Some((kh.clone(), self.map.get(kh)?.kept.clone()))
+        Some((kh, &self.map.get(kh)?.kept))
     }
 
     /// Remember that `fh` (its MAC checked) names the kept object `kh`.
@@ -724,17 +724,31 @@ impl Export {
     /// `None` for a handle that is not ours or not kept open, a denied caller, or while a
     /// handler holds the table.
     fn kept_nowait(&self, c: &Cred, fh: &[u8]) -> Option<(KernelHandle, Kept)> {
+        self.kept_nowait_with(c, fh, |kh, k| (kh.clone(), k.clone()))
+    }
+
+    /// [`Export::kept_nowait`], taking from the kept object only what `take` takes (a call
+    /// answered at once that needs one descriptor copies no handle and no other descriptor).
+    fn kept_nowait_with<T>(
+        &self,
+        c: &Cred,
+        fh: &[u8],
+        take: impl FnOnce(&KernelHandle, &Kept) -> T,
+    ) -> Option<T> {
         if c.denied {
             return None;
         }
-        if let Some(hit) = self.open.try_lock().ok()?.get_verified(fh) {
-            return Some(hit);
+        {
+            let t = self.open.try_lock().ok()?;
+            if let Some((kh, k)) = t.get_verified(fh) {
+                return Some(take(kh, k));
+            }
         }
         let (_, kh) = self.decode(fh).ok()?;
         let mut t = self.open.try_lock().ok()?;
-        let k = t.get(&kh)?;
+        let k = t.map.get(&kh)?.kept.clone();
         t.verify(fh, &kh);
-        Some((kh, k))
+        Some(take(&kh, &k))
     }
 
     /// An object of the export from a fresh descriptor `fd` (its kernel handle taken).
@@ -806,8 +820,8 @@ impl Export {
     /// connection's own thread): only an object kept open; `None` otherwise (the call then
     /// goes to a thread that may wait, with the same outcome or the error).
     pub fn stat_nowait(&self, c: &Cred, fh: &[u8]) -> Option<rfs::Stat> {
-        let (_, k) = self.kept_nowait(c, fh)?;
-        rfs::fstat(&k.path).ok().filter(|st| st.st_nlink > 0)
+        let path = self.kept_nowait_with(c, fh, |_, k| k.path.clone())?;
+        rfs::fstat(&path).ok().filter(|st| st.st_nlink > 0)
     }
 
     /// ACCESS without waiting: [`Export::access`] of a kept object, and its attributes.
