@@ -977,9 +977,9 @@ impl Export {
         Ok(())
     }
 
-    /// `o` opened for writing (as the server: `open_by_handle_at` needs it; the caller's
-    /// permission is checked after, [`Export::may_write`]).
-    /// `o` open for writing: the descriptor kept with it, else a new one, kept if `keep`.
+    /// `o` open for writing: the descriptor kept with it, else a new one (as the server:
+    /// `open_by_handle_at` needs it; the caller's permission is checked after,
+    /// [`Export::may_write`]), kept if `keep`.
     fn open_for_write(&self, o: &Obj, keep: bool) -> Result<Arc<OwnedFd>, Stat> {
         if let Some(w) = self.open_objects().get(&o.kh).and_then(|k| k.write) {
             return Ok(w);
