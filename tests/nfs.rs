@@ -856,13 +856,33 @@ fn written_from(n: &Nfs) -> (u64, u64) {
 /// Descriptors of this process open on the file `path`, removed or not (the server runs in
 /// this process; the link of a removed file's descriptor reads "PATH (deleted)").
 fn fds_on(path: &std::path::Path) -> usize {
+    open_flags_on(path).len()
+}
+
+/// The open flags (`/proc/self/fdinfo`) of each descriptor of this process on `path`, also
+/// once the file was removed.
+fn open_flags_on(path: &std::path::Path) -> Vec<u32> {
     let p = path.to_string_lossy().into_owned();
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
-        .filter_map(|d| std::fs::read_link(d.ok()?.path()).ok())
-        .map(|t| t.to_string_lossy().into_owned())
-        .filter(|t| *t == p || *t == format!("{p} (deleted)"))
-        .count()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| {
+                let t = t.to_string_lossy();
+                t == p || t == format!("{p} (deleted)")
+            })
+        })
+        .filter_map(|e| {
+            let info = std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .ok()?;
+            info.lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        })
+        .collect()
 }
 
 /// Small READs (under 32 KiB) of a file whose path is in the kernel's lookup cache (or that a
@@ -1099,22 +1119,9 @@ fn a_kept_objects_handle_is_checked_once_and_forgeries_still_fail() {
 
 /// Descriptors of this process open for writing on `path` (`/proc/self/fdinfo` flags).
 fn writers_of(path: &std::path::Path) -> usize {
-    let want = std::fs::canonicalize(path).unwrap();
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .flatten()
-        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == want))
-        .filter(|e| {
-            let info = std::fs::read_to_string(format!(
-                "/proc/self/fdinfo/{}",
-                e.file_name().to_string_lossy()
-            ))
-            .unwrap_or_default();
-            info.lines()
-                .find_map(|l| l.strip_prefix("flags:"))
-                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
-                .is_some_and(|f| f & 3 != 0)
-        })
+    open_flags_on(path)
+        .into_iter()
+        .filter(|f| f & libc::O_ACCMODE as u32 != 0)
         .count()
 }
 

@@ -509,6 +509,12 @@ impl ConnResult {
     }
 }
 
+/// Connection `k`'s seed for round `round` of its load (its mix and offsets): another
+/// sequence each connection and round.
+fn conn_seed(k: usize, round: u32) -> u64 {
+    0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 1) ^ (u64::from(round) << 48)
+}
+
 /// The fixed facts every connection's load checks against.
 struct Work {
     root: Vec<u8>,
@@ -847,7 +853,7 @@ pub fn run(a: Args) -> Result<(), String> {
         .clamp(1, a.connections);
     let mut groups: Vec<Vec<(RdmaClient, u64)>> = (0..threads_n).map(|_| Vec::new()).collect();
     for (i, c) in clients.into_iter().enumerate() {
-        groups[i % threads_n].push((c, 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1)));
+        groups[i % threads_n].push((c, conn_seed(i, 0)));
     }
     // With the verbs reference, rounds of load and reference take turns (a host's slow phase
     // then meets both sides of a ratio); the figures are the medians over the rounds.
@@ -937,8 +943,7 @@ pub fn run(a: Args) -> Result<(), String> {
             round_octets += r.octets;
             failed |= r.error.is_some();
             total.absorb(r);
-            let seed = 0x9e37_79b9_7f4a_7c15 ^ (k as u64 + 1) ^ ((round as u64 + 1) << 48);
-            groups[k % threads_n].push((c, seed));
+            groups[k % threads_n].push((c, conn_seed(k, round + 1)));
         }
         if round == 0 {
             // The counters of the first round, once its load threads are done (with the

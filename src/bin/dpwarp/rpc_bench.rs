@@ -441,6 +441,7 @@ pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<s
             let passes = a.loops.saturating_sub(b.loops);
             let ns = (a.busy_ns + a.idle_ns).saturating_sub(b.busy_ns + b.idle_ns);
             let busy = a.busy_ns.saturating_sub(b.busy_ns);
+            let copies = a.copies.since(&b.copies);
             serde_json::json!({
                 "cpu": a.cpu,
                 "connections": a.connections,
@@ -453,8 +454,8 @@ pub(crate) fn pass_costs(before: &[WorkerStats], after: &[WorkerStats]) -> Vec<s
                     .saturating_sub(b.tcp_fast_retransmits + b.tcp_timeout_retransmits),
                 "sweeps": a.sweeps.saturating_sub(b.sweeps),
                 "timer_sweeps": a.timer_sweeps.saturating_sub(b.timer_sweeps),
-                "tx_copies_per_octet": a.copies.since(&b.copies).tx_per_byte(),
-                "rx_copies_per_octet": a.copies.since(&b.copies).rx_per_byte(),
+                "tx_copies_per_octet": copies.tx_per_byte(),
+                "rx_copies_per_octet": copies.rx_per_byte(),
             })
         })
         .collect()
