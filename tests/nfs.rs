@@ -9,6 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 mod common;
 
@@ -1152,6 +1153,107 @@ fn a_write_stream_keeps_one_descriptor_until_commit() {
     assert_eq!(writers_of(&path), 1);
     n.commit(&f).unwrap();
     assert_eq!(std::fs::read(&path).unwrap()[..100], pattern(99, 100)[..]);
+}
+
+/// Attributes taken for a call answered at once are used again for `set_attr_cache`'s time:
+/// a change beside the export (a local truncate) is not seen meanwhile, one through the export
+/// (WRITE, SETATTR, REMOVE by another name's LINK) is seen by the very next call, also by the
+/// READ answered at once; with the cache off a local change is seen at once, and with a short
+/// one after it ran out.
+#[test]
+fn cached_attributes_never_hide_a_change_made_through_the_export() {
+    let len = |n: &mut Nfs, f: &[u8]| n.getattr(f).unwrap().size;
+    let with_cache = |dir: &TempDir, keep: Duration| {
+        let mut e = Export::new(
+            &dir.0,
+            HandleKey::random(),
+            ClientList::parse(OPEN).unwrap(),
+        )
+        .unwrap();
+        e.set_attr_cache(keep);
+        memlink_to(Arc::new(e))
+    };
+    // An hour: only changes through the export end it.
+    let dir = TempDir::new("acache");
+    let mut n = with_cache(&dir, Duration::from_secs(3600));
+    let root = n.root.clone();
+    let f = n.create(&root, "f", 0).unwrap();
+    let path = dir.0.join("f");
+    n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
+    n.read(&f, 0, 4096, 0).unwrap();
+    let k = nowait(&n);
+    assert_eq!(len(&mut n, &f), 5000);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    assert_eq!(
+        len(&mut n, &f),
+        5000,
+        "a local change is not seen while cached"
+    );
+    n.write(&f, 6000, &pattern(2, 10), 0).unwrap();
+    assert_eq!(
+        len(&mut n, &f),
+        6010,
+        "the export's own WRITE is seen at once"
+    );
+    assert_eq!(n.chmod(&f, 0o604), 0);
+    assert_eq!(n.getattr(&f).unwrap().mode, 0o604, "and its SETATTR");
+    // Beyond the size cached before the WRITE, within the one it made.
+    let (d, eof, _) = n.read(&f, 5500, 100, 0).unwrap();
+    assert_eq!(
+        (d.len(), eof),
+        (100, false),
+        "a READ sees the size the WRITE made"
+    );
+    let link = n.call(proc_::LINK, {
+        let mut b = fh_body(&f);
+        diropargs(&mut b, &root, "g");
+        b
+    });
+    assert_eq!(success(&link).xdr.get_u32().unwrap(), 0);
+    assert_eq!(n.getattr(&f).unwrap().nlink, 2, "and its LINK");
+    assert!(nowait(&n) - k >= 5, "GETATTRs answered at once");
+    drop(n);
+    // Off: every call answered at once takes the attributes again.
+    let dir = TempDir::new("acache0");
+    let mut n = with_cache(&dir, Duration::ZERO);
+    let root = n.root.clone();
+    let f = n.create(&root, "f", 0).unwrap();
+    n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
+    n.read(&f, 0, 4096, 0).unwrap();
+    assert_eq!(len(&mut n, &f), 5000);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.0.join("f"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    assert_eq!(
+        len(&mut n, &f),
+        100,
+        "no cache: a local change is seen at once"
+    );
+    drop(n);
+    // Short: a local change is seen once the time ran out.
+    let dir = TempDir::new("acache50");
+    let mut n = with_cache(&dir, Duration::from_millis(50));
+    let root = n.root.clone();
+    let f = n.create(&root, "f", 0).unwrap();
+    n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
+    n.read(&f, 0, 4096, 0).unwrap();
+    assert_eq!(len(&mut n, &f), 5000);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.0.join("f"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    thread::sleep(Duration::from_millis(120));
+    assert_eq!(len(&mut n, &f), 100, "seen after the cache time");
 }
 
 /// Large READs of one file, many in flight at once (each into a write chunk), in three orders:

@@ -223,6 +223,31 @@ struct Kept {
     /// one a call (knfsd's file cache does the same). Like any open writer it makes a local
     /// `execve` of the file fail with ETXTBSY meanwhile.
     write: Option<Arc<OwnedFd>>,
+    /// The object's attributes as a call answered at once last took them
+    /// ([`Export::kept_attrs`]).
+    attrs: Option<CachedAttrs>,
+}
+
+/// Attributes taken by `fstat`, with when and at which change count of the export
+/// ([`Export::set_attr_cache`]).
+#[derive(Clone, Copy)]
+struct CachedAttrs {
+    st: rfs::Stat,
+    /// Taken at or after this instant.
+    at: std::time::Instant,
+    /// [`Export::changes`] read before the `fstat`.
+    changes: u64,
+}
+
+/// Counts a change the export makes when dropped, that is once the change is done, on every
+/// path out of the procedure (errors too: a failed call may have changed something before it
+/// failed).
+struct Changing<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Objects [`OpenObjects`] keeps at most (each one to three descriptors): few beside the
@@ -268,6 +293,7 @@ impl OpenObjects {
                     path: path.clone(),
                     read: read.cloned(),
                     write: None,
+                    attrs: None,
                 },
                 fh: None,
             },
@@ -331,6 +357,11 @@ pub struct Export {
     open: Mutex<OpenObjects>,
     /// Handle MACs computed to check a handle ([`Export::handles_checked`]).
     macs_checked: std::sync::atomic::AtomicU64,
+    /// Changes made through the export so far (each procedure that may change an object
+    /// counts one when it is done): attributes cached before the last one are not used.
+    changes: std::sync::atomic::AtomicU64,
+    /// How long cached attributes may be used ([`Export::set_attr_cache`]); zero: never.
+    attr_cache: std::time::Duration,
 }
 
 /// READs asking this much or more are read into a buffer of [`Export::read_pool`]; smaller
@@ -508,6 +539,8 @@ impl Export {
             read_pool: BulkPool::new(MAX_IO as usize, POOLED_READ_BUFFERS),
             open: Mutex::new(OpenObjects::default()),
             macs_checked: Default::default(),
+            changes: Default::default(),
+            attr_cache: std::time::Duration::ZERO,
         })
     }
 
@@ -820,15 +853,83 @@ impl Export {
     /// connection's own thread): only an object kept open; `None` otherwise (the call then
     /// goes to a thread that may wait, with the same outcome or the error).
     pub fn stat_nowait(&self, c: &Cred, fh: &[u8]) -> Option<rfs::Stat> {
-        let path = self.kept_nowait_with(c, fh, |_, k| k.path.clone())?;
-        rfs::fstat(&path).ok().filter(|st| st.st_nlink > 0)
+        let st = match self.kept_nowait_with(c, fh, |kh, k| {
+            self.fresh_attrs(k.attrs.as_ref())
+                .map_err(|when| (kh.clone(), k.path.clone(), when))
+        })? {
+            Ok(st) => st,
+            Err((kh, path, when)) => self.take_attrs(&kh, &path, when)?,
+        };
+        (st.st_nlink > 0).then_some(st)
+    }
+
+    /// How long the attributes of a kept object, taken for a call answered at once, may be
+    /// used again for the next such call (GETATTR, ACCESS, READ) when nothing was changed
+    /// through the export meanwhile (default zero: an `fstat` for every call, as knfsd does).
+    /// Every procedure that may change an object (SETATTR, WRITE, CREATE,
+    /// MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, COMMIT) makes every cached entry
+    /// stale once it is done, before its reply goes, so a client sees its own changes and
+    /// every other client's at once. What is not seen for up to this long: changes made
+    /// beside the export (a local process, another server on the same directory), and the
+    /// access time the export's own READs move; a file removed beside the export is still
+    /// answered for meanwhile. For an export only the server changes (nfs-ganesha's attribute
+    /// cache, `Attr_Expiration_Time`, keeps them 60 s by default); a hot file's GETATTRs from
+    /// many clients then cost one `fstat` a period instead of one a call, and a millisecond
+    /// is enough for that.
+    pub fn set_attr_cache(&mut self, keep: std::time::Duration) {
+        self.attr_cache = keep;
+    }
+
+    /// Counts one change through the export when the guard drops ([`Export::set_attr_cache`]).
+    fn changing(&self) -> Changing<'_> {
+        Changing(&self.changes)
+    }
+
+    /// The cached attributes `a` if they may be used now ([`Export::set_attr_cache`]); else
+    /// the change count and instant that fresh ones, taken after this, are valid under.
+    fn fresh_attrs(&self, a: Option<&CachedAttrs>) -> Result<rfs::Stat, (u64, std::time::Instant)> {
+        let changes = self.changes.load(std::sync::atomic::Ordering::Acquire);
+        let now = std::time::Instant::now();
+        match a {
+            Some(a)
+                if a.changes == changes
+                    && now.saturating_duration_since(a.at) < self.attr_cache =>
+            {
+                Ok(a.st)
+            }
+            _ => Err((changes, now)),
+        }
+    }
+
+    /// `fstat` of the kept object `kh` through `fd`, cached with `when` from
+    /// [`Export::fresh_attrs`] (read before the `fstat`: a change counted after it makes the
+    /// entry stale, even one the `fstat` already saw).
+    fn take_attrs(
+        &self,
+        kh: &KernelHandle,
+        fd: &OwnedFd,
+        (changes, at): (u64, std::time::Instant),
+    ) -> Option<rfs::Stat> {
+        let st = rfs::fstat(fd).ok()?;
+        if !self.attr_cache.is_zero() {
+            if let Ok(mut t) = self.open.try_lock() {
+                if let Some(e) = t.map.get_mut(kh) {
+                    e.kept.attrs = Some(CachedAttrs { st, at, changes });
+                }
+            }
+        }
+        Some(st)
     }
 
     /// ACCESS without waiting: [`Export::access`] of a kept object, and its attributes.
     pub fn access_nowait(&self, c: &Cred, fh: &[u8], asked: u32) -> Option<(u32, rfs::Stat)> {
         let (kh, k) = self.kept_nowait(c, fh)?;
+        let st = match self.fresh_attrs(k.attrs.as_ref()) {
+            Ok(st) => st,
+            Err(when) => self.take_attrs(&kh, &k.path, when)?,
+        };
         let o = Obj {
-            st: rfs::fstat(&k.path).ok().filter(|st| st.st_nlink > 0)?,
+            st: Some(st).filter(|st| st.st_nlink > 0)?,
             fd: k.path,
             kh,
             readable: false,
@@ -871,7 +972,10 @@ impl Export {
                 fd
             }
         };
-        let st = rfs::fstat(&fd).ok()?;
+        let st = match self.fresh_attrs(k.attrs.as_ref()) {
+            Ok(st) => st,
+            Err(when) => self.take_attrs(&kh, &fd, when)?,
+        };
         if st.st_nlink == 0 {
             if let Ok(mut t) = self.open.try_lock() {
                 t.remove(&kh);
@@ -1110,6 +1214,7 @@ impl Export {
         data: &[u8],
         stable: StableHow,
     ) -> Result<(StableHow, Wcc), Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         match o.ftype() {
             ftype::REG => {}
@@ -1150,6 +1255,7 @@ impl Export {
 
     /// COMMIT (RFC 1813 §3.3.21): flush the whole file (offset and count are advisory).
     pub fn commit(&self, c: &Cred, o: &Obj) -> Result<Wcc, Stat> {
+        let _changing = self.changing();
         if o.ftype() != ftype::REG {
             return Err(Stat::Inval);
         }
@@ -1177,6 +1283,7 @@ impl Export {
         s: &Sattr3,
         guard: Option<NfsTime>,
     ) -> Result<Wcc, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         if let Some(g) = guard {
             if self.fattr(&o.st).ctime != g {
@@ -1288,6 +1395,7 @@ impl Export {
         attrs: &Sattr3,
         verf: [u8; 8],
     ) -> Result<DirOpResult, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         let n = check_new_name(name)?;
@@ -1368,6 +1476,7 @@ impl Export {
         name: &[u8],
         attrs: &Sattr3,
     ) -> Result<DirOpResult, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         let n = check_new_name(name)?;
@@ -1386,6 +1495,7 @@ impl Export {
         target: &[u8],
         attrs: &Sattr3,
     ) -> Result<DirOpResult, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         let n = check_new_name(name)?;
@@ -1409,6 +1519,7 @@ impl Export {
         attrs: &Sattr3,
         rdev: (u32, u32),
     ) -> Result<DirOpResult, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         let n = check_new_name(name)?;
@@ -1428,6 +1539,7 @@ impl Export {
     /// REMOVE (RFC 1813 §3.3.12) or RMDIR (§3.3.13), with the caller's credentials (the
     /// kernel checks the directory's permission and its sticky bit).
     pub fn remove(&self, c: &Cred, dir: &Obj, name: &[u8], rmdir: bool) -> Result<Wcc, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         if name == b"." {
@@ -1464,6 +1576,7 @@ impl Export {
         tdir: &Obj,
         to: &[u8],
     ) -> Result<(Wcc, Wcc), Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(fdir)?;
         Self::need_dir(tdir)?;
@@ -1485,6 +1598,7 @@ impl Export {
     /// through the file's own descriptor (`AT_EMPTY_PATH`, which needs CAP_DAC_READ_SEARCH),
     /// as knfsd links without the local `protected_hardlinks` rule.
     pub fn link(&self, c: &Cred, file: &Obj, dir: &Obj, name: &[u8]) -> Result<Wcc, Stat> {
+        let _changing = self.changing();
         self.need_rw(c)?;
         Self::need_dir(dir)?;
         if file.ftype() == ftype::DIR {

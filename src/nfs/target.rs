@@ -63,6 +63,9 @@ pub struct TargetConfig {
     /// threads; from a configuration's `[rdma]`: [`crate::rpc::config::RdmaSection`]); its
     /// `admit` is set to the client list.
     pub server: ServerConfig,
+    /// How long attributes of a file answered at once may be used again while nothing changes
+    /// through the export ([`Export::set_attr_cache`]; zero, the default: never).
+    pub attr_cache: std::time::Duration,
 }
 
 impl TargetConfig {
@@ -79,6 +82,7 @@ impl TargetConfig {
             mount_listen: SocketAddr::from(([0, 0, 0, 0], 20048)),
             rpcbind_listen: Some(SocketAddr::from(([0, 0, 0, 0], 111))),
             server: ServerConfig::default(),
+            attr_cache: std::time::Duration::ZERO,
         }
     }
 }
@@ -103,7 +107,9 @@ impl NfsTarget {
         if cfg.clients.is_empty() {
             return Err("no clients: nobody could use the export (docs/nfs.md \"Exports\")".into());
         }
-        let export = Arc::new(Export::new(&cfg.export, cfg.key, cfg.clients)?);
+        let mut export = Export::new(&cfg.export, cfg.key, cfg.clients)?;
+        export.set_attr_cache(cfg.attr_cache);
+        let export = Arc::new(export);
         let mut reg = Registry::new();
         procs::register(&mut reg, export.clone());
         let mut scfg = cfg.server;
@@ -174,6 +180,10 @@ pub struct NfsServerConfig {
     /// The state file holding the handle key (made 0600 on first start; docs/nfs.md).
     #[serde(default = "default_state_file")]
     pub state_file: PathBuf,
+    /// Milliseconds the attributes of a file answered at once may be used again while
+    /// nothing changes through the export (0, the default: never; docs/nfs.md).
+    #[serde(default)]
+    pub attr_cache_ms: u64,
     /// RPC-over-RDMA listen address (NFS; RFC 8267 §6.3: port 20049).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
@@ -300,6 +310,7 @@ impl NfsServerConfig {
             mount_listen: self.mount.listen,
             rpcbind_listen: self.rpcbind.enabled.then_some(self.rpcbind.listen),
             server: transport.server_config(self.rdma.server_config()),
+            attr_cache: std::time::Duration::from_millis(self.attr_cache_ms),
         })
     }
 }

@@ -102,6 +102,11 @@ pub struct Args {
     /// between them (JSON `rounds`; the figures are the medians of the rounds).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// The in-process target's attribute cache: milliseconds the attributes of a file
+    /// answered at once may be used again while nothing changes through the export
+    /// (nfs-server's `attr_cache_ms`; 0, the default: never).
+    #[arg(long, default_value_t = 0)]
+    pub attr_cache_ms: u64,
     /// Transport of the RDMA side (MOUNT and rpcbind always go over kernel TCP).
     #[command(flatten)]
     pub net: NetArgs,
@@ -338,6 +343,7 @@ fn set_up(a: &Args) -> Result<(Target, Option<Dataplane>, Net), String> {
             credit_pool: d.credit_pool.max(u32::try_from(wanted).unwrap_or(u32::MAX)),
             ..d
         },
+        attr_cache: Duration::from_millis(a.attr_cache_ms),
         ..TargetConfig::new(&dir)
     })?;
     let port = if dp.is_some() { a.port } else { 0 };
@@ -1035,6 +1041,7 @@ pub fn run(a: Args) -> Result<(), String> {
         "threads_driving": threads_n,
         "idle_connections": a.idle_connections,
         "idle_served": idle_served,
+        "attr_cache_ms": target._keep.is_some().then_some(a.attr_cache_ms),
         "credits": a.credits,
         "mix": mix.iter().map(|e| format!("{}={}", e.name(), e.weight)).collect::<Vec<_>>().join(","),
         "size": size,

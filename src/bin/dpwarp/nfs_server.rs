@@ -100,6 +100,19 @@ mod tests {
         assert!(toml::from_str::<NfsServerConfig>("export = \"/x\"\nbogus = 1\n").is_err());
         let d = toml::from_str::<NfsServerConfig>("export = \"/x\"\n").unwrap();
         assert_eq!((d.listen.port(), d.mount.listen.port()), (20049, 20048));
+        assert_eq!(d.attr_cache_ms, 0, "no attribute cache unless asked");
+        let t = toml::from_str::<NfsServerConfig>(
+            "export = \"/x\"\nclients = [\"*\"]\nattr_cache_ms = 5\nstate_file = \"st\"\n",
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("dpwarp-nfs-acfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tc = t.target_config(
+            &dir.join("x.toml"),
+            &dpwarp::rpc::listener::Transport::Kernel,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(tc.unwrap().attr_cache, std::time::Duration::from_millis(5));
         // A section with only some keys takes the defaults for the rest.
         let p = toml::from_str::<NfsServerConfig>(
             "export = \"/x\"\n[rpcbind]\nlisten = \"127.0.0.1:1111\"\n",
