@@ -22,6 +22,15 @@
 //! - `--test write`: `--iters` (default 64) RDMA Writes of 64 KiB, 32 in flight, signaled,
 //!   then a Send the receiver waits for: per Write and per TCP segment, both ends. The
 //!   receiver is polled until it finds nothing after each pass of the sender (it keeps up).
+//! - `--test nfs_read`, `--test nfs_getattr`: `--iters` (default 2000) NFSv3 calls over
+//!   RPC-over-RDMA, [`NFS_WINDOW`] in flight, from dpwarp's RPC client to the NFS target
+//!   (`nfs::procs` on an `Export` of a temporary directory, the connection served on the
+//!   server worker's driver, `RdmaServer::serve_request`): 4 KiB READs of a file in the page
+//!   cache (the reply's data RDMA-Written into the call's write chunk) or GETATTRs, each
+//!   answered at once on the driver (docs/nfs.md "Calls answered at once"). Per call, both
+//!   ends: the client's call and reply handling, both workers' passes, the server's RPC and
+//!   NFS work. User-space instructions only: the kernel's part of the target's `preadv2` and
+//!   `fstat` is not counted (callgrind sees no kernel code).
 //!
 //! The work measured runs inside `measured_send` / `measured_write` only (after a warm-up
 //! outside them: the first connection's ARP, slow start, lazy initialisation); the script
@@ -37,12 +46,21 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dpwarp::cm::ConnParam;
+use dpwarp::cm::{ConnParam, Net};
 use dpwarp::config::DataplaneConfig;
 use dpwarp::dataplane::{Dataplane, Driver, WorkerMode};
+use dpwarp::nfs::export::{Export, HandleKey};
+use dpwarp::nfs::exports::ClientList;
+use dpwarp::nfs::xdr::parse_post_op_attr;
+use dpwarp::nfs::{proc_, procs, NFS_PROG, NFS_V3};
+use dpwarp::rpc::client::{CallOpts, ClientConfig, RdmaClient};
+use dpwarp::rpc::program::{Body, Registry};
+use dpwarp::rpc::server::{RdmaServer, ServerConfig, ServerStats, SteppedReactor};
 use dpwarp::verbs::{
     sge, Access, Cq, Device, Mr, Opcode, Qp, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
 };
+use dpwarp::wire::oncrpc::{Auth, AuthSys};
+use std::sync::{Arc, Mutex};
 
 const PING: usize = 64;
 const WRITE: usize = 65536;
@@ -82,8 +100,8 @@ fn args() -> Args {
             }
         }
     }
-    if !["send", "write", "idle"].contains(&a.test.as_str()) {
-        eprintln!("path_instructions: --test send|write|idle");
+    if !["send", "write", "idle", "nfs_read", "nfs_getattr"].contains(&a.test.as_str()) {
+        eprintln!("path_instructions: --test send|write|idle|nfs_read|nfs_getattr");
         std::process::exit(2)
     }
     a
@@ -299,6 +317,227 @@ fn measured_idle(s: &End, c: &End, n: usize) {
     }
 }
 
+/// NFS calls in flight at once in the `nfs_*` tests.
+const NFS_WINDOW: u32 = 8;
+/// The READ size of `nfs_read`, and the file's: 16 such blocks.
+const NFS_READ: u32 = 4096;
+const NFS_FILE: usize = 16 * NFS_READ as usize;
+
+/// An NFS client and target over the pair, the server's connection run on its worker's driver.
+struct NfsPair {
+    client: RdmaClient,
+    fh: Vec<u8>,
+    file: Vec<u8>,
+    /// The target's reactor on the server's worker, run after a pass of the client's worker
+    /// in every wait of the client.
+    reactor: Arc<Mutex<SteppedReactor>>,
+    server: Driver,
+    dir: std::path::PathBuf,
+    _target: RdmaServer,
+}
+
+impl Drop for NfsPair {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn nfs_pair(dp: &Dataplane, crc: bool) -> NfsPair {
+    let dir = std::env::temp_dir().join(format!("dpwarp-instr-nfs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temporary export");
+    let file: Vec<u8> = (0..NFS_FILE).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::fs::write(dir.join("f"), &file).expect("the file read");
+    let export = Arc::new(
+        Export::new(
+            &dir,
+            HandleKey::random(),
+            ClientList::parse(&["*(rw,no_root_squash,insecure)"]).expect("client list"),
+        )
+        .expect("export (root)"),
+    );
+    let root = export.root_handle().expect("root handle");
+    let mut reg = Registry::new();
+    procs::register(&mut reg, export);
+    let conn = ConnParam {
+        crc,
+        ..ConnParam::default()
+    };
+    let target = RdmaServer::new(
+        reg,
+        ServerConfig {
+            conn: conn.clone(),
+            ..ServerConfig::default()
+        },
+    );
+    let (sd, cd) = (dp.port_drivers(0)[0].clone(), dp.port_drivers(1)[0].clone());
+    let (server_ep, client_ep) = (dp.endpoint(0).unwrap(), dp.endpoint(1).unwrap());
+    let addr = std::net::SocketAddr::from((server_ep.ip(), dpwarp::nfs::NFS_RDMA_PORT));
+    let snet = Net::from(server_ep);
+    let listener = snet.listen(addr).expect("listen");
+    let reactor = Arc::new(Mutex::new(
+        target.stepped_reactor(&snet, 0).expect("a reactor"),
+    ));
+    let door = reactor.lock().unwrap().door();
+    // A blocking accept drives the server's worker on that thread meanwhile.
+    let accepted = thread::spawn(move || {
+        let req = listener
+            .get_request(Duration::from_secs(10))
+            .expect("a connection request");
+        door.serve(req).expect("served")
+    });
+    let (c2, r2) = (cd.clone(), reactor.clone());
+    let mut client = RdmaClient::connect_polling(
+        &Net::from(client_ep),
+        addr,
+        ClientConfig {
+            conn,
+            ..ClientConfig::default()
+        },
+        Arc::new(move || c2.poll() | r2.lock().unwrap().pass()),
+    )
+    .expect("connect");
+    accepted.join().unwrap();
+    // As nfs-bench calls: root, not squashed (`no_root_squash`), the file's owner, so a READ's
+    // permission is decided without taking on other credentials.
+    client.cred = Auth::Sys(AuthSys {
+        stamp: 1,
+        machinename: b"path-instructions".to_vec(),
+        uid: 0,
+        gid: 0,
+        gids: vec![],
+    });
+    let mut p = NfsPair {
+        client,
+        fh: Vec::new(),
+        file,
+        reactor,
+        server: sd,
+        dir,
+        _target: target,
+    };
+    let mut b = Body::new();
+    b.xdr().put_opaque(&root);
+    b.xdr().put_opaque(b"f");
+    let r = p
+        .client
+        .call(NFS_PROG, NFS_V3, proc_::LOOKUP, b, &CallOpts::default())
+        .expect("LOOKUP");
+    let mut x = r.results().expect("LOOKUP accepted").xdr;
+    assert_eq!(x.get_u32().unwrap(), 0, "LOOKUP f: NFS3_OK");
+    p.fh = x.get_opaque(64).unwrap().to_vec();
+    p
+}
+
+/// `n` NFS calls of `proc3` (READ or GETATTR), `NFS_WINDOW` in flight; with `verify` each
+/// READ's bytes are compared with the file's (the warm-up), else only the status and count.
+fn nfs_calls(p: &mut NfsPair, proc3: u32, n: usize, verify: bool) {
+    let chunk = CallOpts {
+        write_chunks: vec![NFS_READ as usize],
+        ..CallOpts::default()
+    };
+    let plain = CallOpts::default();
+    let (mut sent, mut done) = (0usize, 0usize);
+    let mut offsets = std::collections::HashMap::new();
+    while done < n {
+        while sent < n && p.client.in_flight() < NFS_WINDOW.min(p.client.grant()) {
+            let off = (sent % (NFS_FILE / NFS_READ as usize)) as u64 * u64::from(NFS_READ);
+            let mut b = Body::new();
+            b.xdr().put_opaque(&p.fh);
+            let opts = if proc3 == proc_::READ {
+                b.xdr().put_u64(off);
+                b.xdr().put_u32(NFS_READ);
+                &chunk
+            } else {
+                &plain
+            };
+            let xid = p.client.submit(NFS_PROG, NFS_V3, proc3, b, opts).unwrap();
+            offsets.insert(xid, off as usize);
+            sent += 1;
+        }
+        p.client.progress(true).expect("replies");
+        while let Some((xid, r)) = p.client.take_reply() {
+            let r = r.expect("a reply");
+            let mut rr = r.results().expect("accepted");
+            assert_eq!(rr.xdr.get_u32().unwrap(), 0, "NFS3_OK");
+            if proc3 == proc_::READ {
+                parse_post_op_attr(&mut rr.xdr).unwrap();
+                assert_eq!(rr.xdr.get_u32().unwrap(), NFS_READ, "count");
+                rr.xdr.get_bool().unwrap();
+                let data = rr.get_bulk(NFS_READ as usize).unwrap();
+                assert_eq!(data.len(), NFS_READ as usize);
+                if verify {
+                    let off = offsets[&xid];
+                    assert!(
+                        data[..] == p.file[off..off + NFS_READ as usize],
+                        "the READ's bytes"
+                    );
+                }
+            }
+            offsets.remove(&xid);
+            done += 1;
+        }
+    }
+}
+
+/// The measured NFS calls (callgrind collects inside these functions only).
+#[inline(never)]
+fn measured_nfs_read(p: &mut NfsPair, n: usize) {
+    nfs_calls(p, proc_::READ, n, false)
+}
+
+#[inline(never)]
+fn measured_nfs_getattr(p: &mut NfsPair, n: usize) {
+    nfs_calls(p, proc_::GETATTR, n, false)
+}
+
+/// The `nfs_*` tests (see the module doc).
+fn nfs_main(dp: &Dataplane, a: &Args) {
+    let mut p = nfs_pair(dp, a.crc);
+    let n = a.iters.unwrap_or(2000);
+    let proc3 = if a.test == "nfs_read" {
+        proc_::READ
+    } else {
+        proc_::GETATTR
+    };
+    // Warm-up: the file opened for reading and kept, its handle's MAC checked once, the
+    // connection's result buffers made, slow start.
+    nfs_calls(&mut p, proc3, 400, true);
+    let (sb, cb) = (p.server.stats(), dp.port_drivers(1)[0].stats());
+    let target = p._target.clone();
+    let at_once = || ServerStats::get(&target.stats().calls_nowait);
+    let k = at_once();
+    let t = Instant::now();
+    if proc3 == proc_::READ {
+        measured_nfs_read(&mut p, n);
+    } else {
+        measured_nfs_getattr(&mut p, n);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let (sa, ca) = (p.server.stats(), dp.port_drivers(1)[0].stats());
+    let per = |x: u64| x as f64 / n as f64;
+    let at_once = at_once() - k;
+    // The handler pool's hand-off would be counted here, not on the pool's thread: the count
+    // means what it says only when every call was answered on the driver.
+    assert_eq!(at_once, n as u64, "every call answered at once");
+    println!(
+        "path_instructions: {n} NFS {}s ({at_once} answered at once), {NFS_WINDOW} in flight; per one: client passes {:.2}, TCP segments {:.2}, frames {:.2}; server passes {:.2}, TCP segments {:.2}, frames {:.2}; {:.3} us on one thread driving both ends (not a latency figure)",
+        if proc3 == proc_::READ { "4 KiB READ" } else { "GETATTR" },
+        per(ca.loops - cb.loops),
+        per(ca.device.tx_tcp_segments - cb.device.tx_tcp_segments),
+        per(ca.device.tx_packets - cb.device.tx_packets),
+        per(sa.loops - sb.loops),
+        per(sa.device.tx_tcp_segments - sb.device.tx_tcp_segments),
+        per(sa.device.tx_packets - sb.device.tx_packets),
+        secs * 1e6 / n as f64
+    );
+    // The disconnect's FIN and its answer.
+    p.client.disconnect();
+    for _ in 0..1000 {
+        dp.port_drivers(1)[0].poll();
+        p.reactor.lock().unwrap().pass();
+    }
+}
+
 /// Drive both ends until both QPs read closed (at most 10 s).
 fn close(s: &End, c: &End) {
     c.qp.disconnect();
@@ -321,6 +560,9 @@ fn main() {
         Dataplane::start_with(&config(a.mtu), WorkerMode::Driven).expect("dataplane (root, DPDK)");
     // The measuring thread gets an lcore id (mempool cache), as a driving thread does.
     dp.port_drivers(0)[0].attach();
+    if a.test.starts_with("nfs_") {
+        return nfs_main(&dp, &a);
+    }
     let (s, c, target) = connect(&dp, a.crc);
     let n = a.iters.unwrap_or(match a.test.as_str() {
         "send" => 2000,

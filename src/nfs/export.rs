@@ -806,13 +806,29 @@ impl Export {
     /// `name` in `dir`, opened `O_PATH` beneath it (never following a symlink, never into
     /// another mount), with the credentials in force; `resolve` adds flags.
     fn open_child(&self, dir: &Obj, name: &OsStr, extra: ResolveFlags) -> Result<Obj, Stat> {
-        let fd = rfs::openat2(
-            &*dir.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            resolve_flags() | extra,
-        )?;
+        let how = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rfs::openat2(&*dir.fd, name, how, Mode::empty(), resolve_flags() | extra) {
+            Err(Errno::NOSYS)
+                if extra.is_empty()
+                    && name != "."
+                    && name != ".."
+                    && !name.as_bytes().contains(&b'/') =>
+            {
+                // No openat2 (Linux before 5.6, a container's seccomp filter, valgrind): one
+                // name, not followed if a symlink, stays beneath `dir` as RESOLVE_BENEATH and
+                // RESOLVE_NO_SYMLINKS ask; RESOLVE_NO_XDEV is checked after, by mount id.
+                let fd = rfs::openat(&*dir.fd, name, how, Mode::empty())?;
+                let mnt = |fd: &OwnedFd| {
+                    rfs::statx(fd, "", AtFlags::EMPTY_PATH, rfs::StatxFlags::MNT_ID)
+                        .map(|x| x.stx_mnt_id)
+                };
+                if mnt(&fd)? != mnt(&dir.fd)? {
+                    return Err(Errno::XDEV.into());
+                }
+                fd
+            }
+            r => r?,
+        };
         self.obj_of_fd(fd)
     }
 

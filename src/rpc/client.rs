@@ -356,6 +356,21 @@ impl RdmaClient {
         })
     }
 
+    /// [`RdmaClient::connect`] on a driven dataplane worker, with `poll` as what waiting for a
+    /// completion runs instead of a pass of the client's own worker: for one thread that
+    /// drives both ends of a connection in one process (a pass of the client's worker, then
+    /// the server's: benches/path_instructions counts an NFS call's instructions so).
+    pub fn connect_polling(
+        net: &Net,
+        addr: SocketAddr,
+        cfg: ClientConfig,
+        poll: crate::verbs::CqDriver,
+    ) -> Result<Self, RpcError> {
+        Self::connect_with(cfg, Some(poll), net.qp_driver(), |qp, p| {
+            net.connect(addr, qp, p)
+        })
+    }
+
     /// Connect over an already-open byte stream (e.g. the in-memory link), then run
     /// CONFIG_RDMA if configured.
     pub fn connect_transport(t: Box<dyn Transport>, cfg: ClientConfig) -> Result<Self, RpcError> {

@@ -367,6 +367,28 @@ impl RdmaServer {
         Ok(self.serve_inner(listener, reactors, stop)?)
     }
 
+    /// A reactor for worker `k` of the driven dataplane `net` that the caller runs pass by pass
+    /// ([`SteppedReactor::pass`]) instead of a thread of its own ([`RdmaServer::listen`]): for
+    /// one thread that drives both ends of a connection in one process, so that a call's work
+    /// on both sides runs on that thread in a repeatable order (benches/path_instructions
+    /// counts an NFS call's instructions so). Connections come in by its
+    /// [`SteppedReactor::door`]; blocking procedures go to the server's handler pool as usual.
+    pub fn stepped_reactor(&self, net: &Net, k: usize) -> Result<SteppedReactor, RpcError> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let reactors = Arc::new(Reactors {
+            senders: vec![tx],
+            pools: vec![CreditPool::new(self.cfg.credit_pool, self.cfg.max_credits)],
+            handlers: self.handler_pool()?,
+        });
+        Ok(SteppedReactor {
+            reactor: Reactor::new(net.clone(), k, rx, Arc::new(AtomicBool::new(false))),
+            door: ReactorDoor {
+                server: self.clone(),
+                reactors,
+            },
+        })
+    }
+
     /// Serve the requests of `listener` until stopped ([`RdmaServer::listen`]), each
     /// connection as [`RdmaServer::serve_request`] does.
     pub fn serve(&self, listener: Listener) -> std::io::Result<ServerHandle> {
@@ -543,6 +565,42 @@ impl RdmaServer {
         );
         conn.peer = peer;
         Ok(conn)
+    }
+}
+
+/// A reactor the caller runs pass by pass ([`RdmaServer::stepped_reactor`]).
+pub struct SteppedReactor {
+    reactor: Reactor,
+    door: ReactorDoor,
+}
+
+/// Where connections are handed to a [`SteppedReactor`], from any thread.
+#[derive(Clone)]
+pub struct ReactorDoor {
+    server: RdmaServer,
+    reactors: Arc<Reactors>,
+}
+
+impl SteppedReactor {
+    /// One pass of the reactor on the calling thread: the worker's pass, then every listed
+    /// connection's calls, and their replies framed and handed to the PMD; true if anything
+    /// happened. The thread must have the worker's lcore ([`Net::attach_worker`]).
+    pub fn pass(&mut self) -> bool {
+        self.reactor.pass()
+    }
+
+    /// The door connections come in by.
+    pub fn door(&self) -> ReactorDoor {
+        self.door.clone()
+    }
+}
+
+impl ReactorDoor {
+    /// Accept `req` (a blocking accept: it drives the worker on this thread meanwhile, as on
+    /// a driven dataplane) and hand the connection to the reactor, which serves it from its
+    /// next pass on.
+    pub fn serve(&self, req: ConnRequest) -> Result<(), RpcError> {
+        self.server.serve_on_reactor(req, &self.reactors)
     }
 }
 
@@ -831,43 +889,48 @@ impl Reactor {
         served
     }
 
+    /// One pass: the worker's, the connections handed over since the last, then the
+    /// connections listed (all of them now and then); true if anything happened.
+    fn pass(&mut self) -> bool {
+        let mut work = self.net.poll_worker(self.k);
+        while let Ok(c) = self.incoming.try_recv() {
+            self.add(c);
+            work = true;
+        }
+        while let Some(t) = self.ready.pop() {
+            self.list(t);
+        }
+        self.passes += 1;
+        // The clock only on the passes that may be full ones.
+        let full_from = self
+            .passes
+            .is_multiple_of(REACTOR_FULL_PASS)
+            .then(Instant::now)
+            .filter(|&t| t >= self.full_at);
+        if full_from.is_some() {
+            for t in 0..self.conns.len() {
+                self.list(t);
+            }
+        }
+        let served = self.serve();
+        if let Some(t0) = full_from {
+            let end = Instant::now();
+            self.full_at = end + end.saturating_duration_since(t0) * REACTOR_FULL_SHARE;
+        }
+        if served {
+            // What the connections just posted (replies, RDMA Reads) goes out now, all of
+            // it in one send-side pass, not after the next pass's receive phase.
+            self.net.poll_transmit_worker(self.k);
+        }
+        work | served
+    }
+
     fn run(mut self) {
         self.net.attach_worker(self.k);
         let mut last_work = Instant::now();
         let mut idle_passes = 0u32;
         loop {
-            let mut work = self.net.poll_worker(self.k);
-            while let Ok(c) = self.incoming.try_recv() {
-                self.add(c);
-                work = true;
-            }
-            while let Some(t) = self.ready.pop() {
-                self.list(t);
-            }
-            self.passes += 1;
-            // The clock only on the passes that may be full ones.
-            let full_from = self
-                .passes
-                .is_multiple_of(REACTOR_FULL_PASS)
-                .then(Instant::now)
-                .filter(|&t| t >= self.full_at);
-            if full_from.is_some() {
-                for t in 0..self.conns.len() {
-                    self.list(t);
-                }
-            }
-            let served = self.serve();
-            if let Some(t0) = full_from {
-                let end = Instant::now();
-                self.full_at = end + end.saturating_duration_since(t0) * REACTOR_FULL_SHARE;
-            }
-            if served {
-                // What the connections just posted (replies, RDMA Reads) goes out now, all of
-                // it in one send-side pass, not after the next pass's receive phase.
-                self.net.poll_transmit_worker(self.k);
-            }
-            work |= served;
-            if work {
+            if self.pass() {
                 idle_passes = 0;
                 continue;
             }
