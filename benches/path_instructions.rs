@@ -30,7 +30,8 @@
 //!   answered at once on the driver (docs/nfs.md "Calls answered at once"). Per call, both
 //!   ends: the client's call and reply handling, both workers' passes, the server's RPC and
 //!   NFS work. User-space instructions only: the kernel's part of the target's `preadv2` and
-//!   `fstat` is not counted (callgrind sees no kernel code).
+//!   `fstat` is not counted (callgrind sees no kernel code). The caller is root (the file's
+//!   owner, as nfs-bench's), or `--uid N`.
 //!
 //! The work measured runs inside `measured_send` / `measured_write` only (after a warm-up
 //! outside them: the first connection's ARP, slow start, lazy initialisation); the script
@@ -71,6 +72,8 @@ struct Args {
     iters: Option<usize>,
     mtu: u16,
     crc: bool,
+    /// The NFS caller's AUTH_SYS uid and gid (`nfs_*`; the file is root's, mode 0644).
+    uid: u32,
 }
 
 fn args() -> Args {
@@ -79,6 +82,7 @@ fn args() -> Args {
         iters: None,
         mtu: 1500,
         crc: true,
+        uid: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -88,6 +92,7 @@ fn args() -> Args {
             "--iters" => a.iters = Some(v().parse().expect("--iters N")),
             "--mtu" => a.mtu = v().parse().expect("--mtu N"),
             "--no-crc" => a.crc = false,
+            "--uid" => a.uid = v().parse().expect("--uid N"),
             // What cargo and test runners pass to a harness-less bench (benches/dp_ring).
             "--bench" | "--exact" | "--ignored" | "--nocapture" => {}
             "--format" => {
@@ -342,7 +347,7 @@ impl Drop for NfsPair {
     }
 }
 
-fn nfs_pair(dp: &Dataplane, crc: bool) -> NfsPair {
+fn nfs_pair(dp: &Dataplane, crc: bool, uid: u32) -> NfsPair {
     let dir = std::env::temp_dir().join(format!("dpwarp-instr-nfs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temporary export");
     let file: Vec<u8> = (0..NFS_FILE).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -397,13 +402,14 @@ fn nfs_pair(dp: &Dataplane, crc: bool) -> NfsPair {
     )
     .expect("connect");
     accepted.join().unwrap();
-    // As nfs-bench calls: root, not squashed (`no_root_squash`), the file's owner, so a READ's
-    // permission is decided without taking on other credentials.
+    // By default as nfs-bench calls: root, not squashed (`no_root_squash`), the file's owner,
+    // so a READ's permission is decided without taking on other credentials; `--uid` calls as
+    // another user, whom the kernel is asked about (docs/nfs.md "Calls answered at once").
     client.cred = Auth::Sys(AuthSys {
         stamp: 1,
         machinename: b"path-instructions".to_vec(),
-        uid: 0,
-        gid: 0,
+        uid,
+        gid: uid,
         gids: vec![],
     });
     let mut p = NfsPair {
@@ -492,7 +498,7 @@ fn measured_nfs_getattr(p: &mut NfsPair, n: usize) {
 
 /// The `nfs_*` tests (see the module doc).
 fn nfs_main(dp: &Dataplane, a: &Args) {
-    let mut p = nfs_pair(dp, a.crc);
+    let mut p = nfs_pair(dp, a.crc, a.uid);
     let n = a.iters.unwrap_or(2000);
     let proc3 = if a.test == "nfs_read" {
         proc_::READ

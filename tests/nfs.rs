@@ -1256,6 +1256,65 @@ fn cached_attributes_never_hide_a_change_made_through_the_export() {
     assert_eq!(len(&mut n, &f), 100, "seen after the cache time");
 }
 
+/// A READ by a caller other than the file's owner asks the kernel (with the caller's
+/// credentials) once: the READs answered at once after it, by the same caller on the same file
+/// state, do not ask again. Any change of the file's mode (beside the export or through it)
+/// and another caller ask again, and the kernel's "no" is the answer.
+#[test]
+fn a_readers_permission_is_asked_once_per_file_state() {
+    let dir = TempDir::new("rgrant");
+    let path = dir.0.join("shared");
+    std::fs::write(&path, pattern(5, 8192)).unwrap();
+    std::os::unix::fs::chown(&path, Some(1000), Some(1000)).unwrap();
+    let chmod = |m: u32| {
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    chmod(0o644);
+    let mut n = over_memlink(&dir);
+    let root = n.root.clone();
+    let (f, _) = n.lookup(&root, "shared").unwrap();
+    let checks = |n: &Nfs| n.e.read_access_checks();
+    n.c.cred = user_cred(4242);
+    for _ in 0..2 {
+        assert_eq!(n.read(&f, 0, 4096, 0).unwrap().0, pattern(5, 8192)[..4096]);
+    }
+    let (k, at_once) = (checks(&n), nowait(&n));
+    for i in 0..8u64 {
+        let off = (i % 2) * 4096;
+        let (d, _, _) = n.read(&f, off, 4096, 0).unwrap();
+        assert_eq!(d, pattern(5, 8192)[off as usize..off as usize + 4096]);
+    }
+    assert_eq!(nowait(&n) - at_once, 8, "answered at once");
+    assert_eq!(
+        checks(&n),
+        k,
+        "the kernel's answer reused for the same caller and file"
+    );
+    // Beside the export: the mode changes, the kernel is asked, and says no.
+    chmod(0o600);
+    assert_eq!(n.read(&f, 0, 4096, 0).map(|_| ()), Err(Stat::Acces.code()));
+    chmod(0o644);
+    let k = checks(&n);
+    n.read(&f, 0, 4096, 0).unwrap();
+    assert!(checks(&n) > k, "asked again after the mode changed");
+    // Another caller is asked for on its own.
+    n.c.cred = user_cred(4343);
+    let k = checks(&n);
+    n.read(&f, 0, 4096, 0).unwrap();
+    assert!(checks(&n) > k, "another caller is asked for");
+    // Through the export: SETATTR takes "other" read away.
+    n.c.cred = root_cred();
+    assert_eq!(n.chmod(&f, 0o640), 0);
+    for who in [4242, 4343] {
+        n.c.cred = user_cred(who);
+        assert_eq!(
+            n.read(&f, 0, 4096, 0).map(|_| ()),
+            Err(Stat::Acces.code()),
+            "uid {who} after SETATTR mode 0640"
+        );
+    }
+}
+
 /// Large READs of one file, many in flight at once (each into a write chunk), in three orders:
 /// each reply carries its own range's bytes, all from buffers of the export's READ pool
 /// (`bulk_lent_bytes`), and the pool makes no more buffers than READs were in flight. Over the

@@ -224,9 +224,49 @@ struct Kept {
     /// `execve` of the file fail with ETXTBSY meanwhile.
     write: Option<Arc<OwnedFd>>,
     /// The object's attributes as a call answered at once last took them
-    /// ([`Export::kept_attrs`]).
+    /// ([`Export::set_attr_cache`]).
     attrs: Option<CachedAttrs>,
+    /// Callers other than the owner the kernel let read it lately ([`ReadGrant`]).
+    read_grants: Option<Arc<Vec<ReadGrant>>>,
 }
+
+/// A caller the kernel let read a kept file (`access(2)` with the caller's credentials, as
+/// [`Export::may_read`] asks), and the state of the file it decided on: its mode, owner, group
+/// and ctime. A change to any of what the decision depends on (mode bits, owner, group, an
+/// ACL) sets the ctime, so a READ answered at once by the same caller while those four are
+/// unchanged gets the same answer without taking on the caller's credentials (three
+/// `set*id` calls there and three back, each making new kernel credentials). Read from a fresh
+/// `fstat` (or attributes cached as [`Export::set_attr_cache`] allows).
+#[derive(Clone, PartialEq, Eq)]
+struct ReadGrant {
+    file: FileAccessKey,
+    uid: u32,
+    gid: u32,
+    gids: Vec<u32>,
+}
+
+/// What a permission decision on a file depends on, as `fstat` shows it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileAccessKey {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    ctime: (i64, i64),
+}
+
+impl FileAccessKey {
+    fn of(st: &rfs::Stat) -> FileAccessKey {
+        FileAccessKey {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+        }
+    }
+}
+
+/// Callers a kept file remembers as allowed to read it at most (the latest first).
+const READ_GRANTS: usize = 4;
 
 /// Attributes taken by `fstat`, with when and at which change count of the export
 /// ([`Export::set_attr_cache`]).
@@ -294,6 +334,7 @@ impl OpenObjects {
                     read: read.cloned(),
                     write: None,
                     attrs: None,
+                    read_grants: None,
                 },
                 fh: None,
             },
@@ -357,6 +398,8 @@ pub struct Export {
     open: Mutex<OpenObjects>,
     /// Handle MACs computed to check a handle ([`Export::handles_checked`]).
     macs_checked: std::sync::atomic::AtomicU64,
+    /// READ permissions the kernel was asked for ([`Export::read_access_checks`]).
+    read_checks: std::sync::atomic::AtomicU64,
     /// Changes made through the export so far (each procedure that may change an object
     /// counts one when it is done): attributes cached before the last one are not used.
     changes: std::sync::atomic::AtomicU64,
@@ -539,6 +582,7 @@ impl Export {
             read_pool: BulkPool::new(MAX_IO as usize, POOLED_READ_BUFFERS),
             open: Mutex::new(OpenObjects::default()),
             macs_checked: Default::default(),
+            read_checks: Default::default(),
             changes: Default::default(),
             attr_cache: std::time::Duration::ZERO,
         })
@@ -604,6 +648,14 @@ impl Export {
     /// per call on the pool.
     pub fn handles_checked(&self) -> u64 {
         self.macs_checked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many times a READ by a caller other than the file's owner asked the kernel whether
+    /// the caller may read (with the caller's credentials); a READ answered at once whose
+    /// caller the kernel allowed before, the file's mode, owner, group and ctime unchanged
+    /// since, does not ask again ([`ReadGrant`]).
+    pub fn read_access_checks(&self) -> u64 {
+        self.read_checks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn open_objects(&self) -> std::sync::MutexGuard<'_, OpenObjects> {
@@ -1004,7 +1056,9 @@ impl Export {
             kh,
             readable: true,
         };
-        if ftype_of(st.st_mode) != ftype::REG || self.may_read(c, &o).is_err() {
+        if ftype_of(st.st_mode) != ftype::REG
+            || self.may_read_kept(c, &o, k.read_grants.as_deref()).is_err()
+        {
             return None;
         }
         let size = st.st_size as u64;
@@ -1068,10 +1122,50 @@ impl Export {
         if c.uid == o.st.st_uid {
             return Ok(());
         }
+        self.read_checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _as = self.as_caller(c)?;
         sys::access(&*o.fd, libc::R_OK)
             .or_else(|_| sys::access(&*o.fd, libc::X_OK))
             .map_err(Stat::from)
+    }
+
+    /// [`Export::may_read`] of the kept object `o` (`o.st` taken before this), answered from
+    /// `grants` when the kernel allowed this caller before on the same mode, owner, group and
+    /// ctime ([`ReadGrant`]); a new allowance is remembered with the object.
+    fn may_read_kept(
+        &self,
+        c: &Cred,
+        o: &Obj,
+        grants: Option<&Vec<ReadGrant>>,
+    ) -> Result<(), Stat> {
+        if c.uid == o.st.st_uid {
+            return Ok(());
+        }
+        let file = FileAccessKey::of(&o.st);
+        let same =
+            |g: &ReadGrant| g.file == file && g.uid == c.uid && g.gid == c.gid && g.gids == c.gids;
+        if grants.is_some_and(|g| g.iter().any(same)) {
+            return Ok(());
+        }
+        self.may_read(c, o)?;
+        if let Ok(mut t) = self.open.try_lock() {
+            if let Some(e) = t.map.get_mut(&o.kh) {
+                // Grants for another state of the file are stale: dropped.
+                let mut v = vec![ReadGrant {
+                    file,
+                    uid: c.uid,
+                    gid: c.gid,
+                    gids: c.gids.clone(),
+                }];
+                if let Some(old) = e.kept.read_grants.as_deref() {
+                    v.extend(old.iter().filter(|g| g.file == file).cloned());
+                }
+                v.truncate(READ_GRANTS);
+                e.kept.read_grants = Some(Arc::new(v));
+            }
+        }
+        Ok(())
     }
 
     /// May `c` write `o`: its owner, or as the kernel says (with the credentials in force).
