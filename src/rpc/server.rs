@@ -1836,7 +1836,8 @@ impl ConnServer {
             .collect();
         let mut wi = 0usize;
         // Bulk items moved into write chunks: their length (the XDR keeps only that).
-        let mut in_chunk: Vec<Option<usize>> = vec![None; pieces.len()];
+        let mut in_chunk: smallvec::SmallVec<[Option<usize>; 8]> =
+            smallvec::smallvec![None; pieces.len()];
         for (i, p) in pieces.iter_mut().enumerate() {
             if let Some(n) = p.bulk_len() {
                 if let Some(wc) = chunks.writes.get(wi) {
@@ -1906,31 +1907,38 @@ impl ConnServer {
             w.into_vec()
         };
         let inline_max = self.maxreply.min(self.cfg.inline_send) as usize;
+        // The write list moves into the inline reply's header, and back out of it when the
+        // reply is not inline after all (no copy of the lists either way).
         let lists = Chunks {
             reads: vec![],
-            writes: returned.clone(),
+            writes: returned,
             reply: None,
         };
-        let inline_body = match self.cfg.reply_padding {
-            Some(padding) => RdmaBody::MsgP {
-                padding,
-                chunks: lists.clone(),
-            },
-            None => RdmaBody::Msg(lists.clone()),
-        };
-        let hlen = HeaderRepr {
+        let header = HeaderRepr {
             xid,
             vers: RPCRDMA_VERSION,
             credits: 0,
-            body: inline_body.clone(),
-        }
-        .buffer_len();
+            body: match self.cfg.reply_padding {
+                Some(padding) => RdmaBody::MsgP {
+                    padding,
+                    chunks: lists,
+                },
+                None => RdmaBody::Msg(lists),
+            },
+        };
+        let hlen = header.buffer_len();
+        let inline_body = header.body;
         let msg = encode(self.cfg.reply_padding.map(|p| (p, hlen)));
         if hlen + msg.len() <= inline_max {
             let r = self.send_header(xid, inline_body, &msg, staged);
             self.reply_scratch = msg;
             return Ok(r?);
         }
+        let returned = match inline_body {
+            RdmaBody::Msg(c) | RdmaBody::MsgP { chunks: c, .. } => c.writes,
+            // Not built above.
+            _ => Vec::new(),
+        };
         let msg = encode(None);
         if let Some(rc) = chunks.reply.as_ref() {
             let cap: u64 = rc.iter().map(|s| u64::from(s.length)).sum();
