@@ -954,8 +954,16 @@ impl Export {
     }
 
     /// The cached attributes `a` if they may be used now ([`Export::set_attr_cache`]); else
-    /// the change count and instant that fresh ones, taken after this, are valid under.
-    fn fresh_attrs(&self, a: Option<&CachedAttrs>) -> Result<rfs::Stat, (u64, std::time::Instant)> {
+    /// the change count and instant that fresh ones, taken after this, are valid under (`None`
+    /// with the cache off).
+    fn fresh_attrs(
+        &self,
+        a: Option<&CachedAttrs>,
+    ) -> Result<rfs::Stat, Option<(u64, std::time::Instant)>> {
+        if self.attr_cache.is_zero() {
+            // Off: nothing cached, no clock read.
+            return Err(None);
+        }
         let changes = self.changes.load(std::sync::atomic::Ordering::Acquire);
         let now = std::time::Instant::now();
         match a {
@@ -965,7 +973,7 @@ impl Export {
             {
                 Ok(a.st)
             }
-            _ => Err((changes, now)),
+            _ => Err(Some((changes, now))),
         }
     }
 
@@ -976,10 +984,10 @@ impl Export {
         &self,
         kh: &KernelHandle,
         fd: &OwnedFd,
-        (changes, at): (u64, std::time::Instant),
+        when: Option<(u64, std::time::Instant)>,
     ) -> Option<rfs::Stat> {
         let st = rfs::fstat(fd).ok()?;
-        if !self.attr_cache.is_zero() {
+        if let Some((changes, at)) = when {
             if let Ok(mut t) = self.open.try_lock() {
                 if let Some(e) = t.map.get_mut(kh) {
                     e.kept.attrs = Some(CachedAttrs { st, at, changes });
