@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use dpwarp::cm::{ConnParam, Net};
 use dpwarp::config::DataplaneConfig;
-use dpwarp::dataplane::{Dataplane, Driver, WorkerMode};
+use dpwarp::dataplane::{Dataplane, Driver, WorkerMode, WorkerStats};
 use dpwarp::nfs::export::{Export, HandleKey};
 use dpwarp::nfs::exports::ClientList;
 use dpwarp::nfs::xdr::parse_post_op_attr;
@@ -520,14 +520,39 @@ fn nfs_main(dp: &Dataplane, a: &Args) {
     }
     let secs = t.elapsed().as_secs_f64();
     let (sa, ca) = (p.server.stats(), dp.port_drivers(1)[0].stats());
-    let per = |x: u64| x as f64 / n as f64;
     let at_once = at_once() - k;
     // The handler pool's hand-off would be counted here, not on the pool's thread: the count
     // means what it says only when every call was answered on the driver.
     assert_eq!(at_once, n as u64, "every call answered at once");
+    let what = format!(
+        "NFS {}s ({at_once} answered at once), {NFS_WINDOW} in flight",
+        if proc3 == proc_::READ {
+            "4 KiB READ"
+        } else {
+            "GETATTR"
+        }
+    );
+    print_per_one(&what, n, (&cb, &ca), (&sb, &sa), secs);
+    // The disconnect's FIN and its answer.
+    p.client.disconnect();
+    for _ in 0..1000 {
+        dp.port_drivers(1)[0].poll();
+        p.reactor.lock().unwrap().pass();
+    }
+}
+
+/// The bench's own line (scripts/instructions reads it): each end's passes, TCP segments and
+/// frames per message over the `n` measured, from the workers' counters before and after.
+fn print_per_one(
+    what: &str,
+    n: usize,
+    (cb, ca): (&WorkerStats, &WorkerStats),
+    (sb, sa): (&WorkerStats, &WorkerStats),
+    secs: f64,
+) {
+    let per = |x: u64| x as f64 / n as f64;
     println!(
-        "path_instructions: {n} NFS {}s ({at_once} answered at once), {NFS_WINDOW} in flight; per one: client passes {:.2}, TCP segments {:.2}, frames {:.2}; server passes {:.2}, TCP segments {:.2}, frames {:.2}; {:.3} us on one thread driving both ends (not a latency figure)",
-        if proc3 == proc_::READ { "4 KiB READ" } else { "GETATTR" },
+        "path_instructions: {n} {what}; per one: client passes {:.2}, TCP segments {:.2}, frames {:.2}; server passes {:.2}, TCP segments {:.2}, frames {:.2}; {:.3} us on one thread driving both ends (not a latency figure)",
         per(ca.loops - cb.loops),
         per(ca.device.tx_tcp_segments - cb.device.tx_tcp_segments),
         per(ca.device.tx_packets - cb.device.tx_packets),
@@ -536,12 +561,6 @@ fn nfs_main(dp: &Dataplane, a: &Args) {
         per(sa.device.tx_packets - sb.device.tx_packets),
         secs * 1e6 / n as f64
     );
-    // The disconnect's FIN and its answer.
-    p.client.disconnect();
-    for _ in 0..1000 {
-        dp.port_drivers(1)[0].poll();
-        p.reactor.lock().unwrap().pass();
-    }
 }
 
 /// Drive both ends until both QPs read closed (at most 10 s).
@@ -600,16 +619,6 @@ fn main() {
     };
     let secs = t.elapsed().as_secs_f64();
     let (sa, ca) = (s.driver.stats(), c.driver.stats());
-    let per = |x: u64| x as f64 / n as f64;
-    println!(
-        "path_instructions: {n} {what}; per one: client passes {:.2}, TCP segments {:.2}, frames {:.2}; server passes {:.2}, TCP segments {:.2}, frames {:.2}; {:.3} us on one thread driving both ends (not a latency figure)",
-        per(ca.loops - cb.loops),
-        per(ca.device.tx_tcp_segments - cb.device.tx_tcp_segments),
-        per(ca.device.tx_packets - cb.device.tx_packets),
-        per(sa.loops - sb.loops),
-        per(sa.device.tx_tcp_segments - sb.device.tx_tcp_segments),
-        per(sa.device.tx_packets - sb.device.tx_packets),
-        secs * 1e6 / n as f64
-    );
+    print_per_one(what, n, (&cb, &ca), (&sb, &sa), secs);
     close(&s, &c);
 }

@@ -1163,6 +1163,8 @@ fn a_write_stream_keeps_one_descriptor_until_commit() {
 #[test]
 fn cached_attributes_never_hide_a_change_made_through_the_export() {
     let len = |n: &mut Nfs, f: &[u8]| n.getattr(f).unwrap().size;
+    // A new export of `dir` with `keep` as its attribute cache, and its file "f" of 5000
+    // octets, written and read (kept open, its attributes cached by a GETATTR at once).
     let with_cache = |dir: &TempDir, keep: Duration| {
         let mut e = Export::new(
             &dir.0,
@@ -1171,24 +1173,30 @@ fn cached_attributes_never_hide_a_change_made_through_the_export() {
         )
         .unwrap();
         e.set_attr_cache(keep);
-        memlink_to(Arc::new(e))
+        let mut n = memlink_to(Arc::new(e));
+        let root = n.root.clone();
+        let f = n.create(&root, "f", 0).unwrap();
+        n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
+        n.read(&f, 0, 4096, 0).unwrap();
+        assert_eq!(len(&mut n, &f), 5000);
+        (n, f)
+    };
+    // The file cut to 100 octets beside the export.
+    let truncate_beside = |dir: &TempDir| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.0.join("f"))
+            .unwrap()
+            .set_len(100)
+            .unwrap()
     };
     // An hour: only changes through the export end it.
     let dir = TempDir::new("acache");
-    let mut n = with_cache(&dir, Duration::from_secs(3600));
+    let (mut n, f) = with_cache(&dir, Duration::from_secs(3600));
     let root = n.root.clone();
-    let f = n.create(&root, "f", 0).unwrap();
-    let path = dir.0.join("f");
-    n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
-    n.read(&f, 0, 4096, 0).unwrap();
     let k = nowait(&n);
     assert_eq!(len(&mut n, &f), 5000);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(100)
-        .unwrap();
+    truncate_beside(&dir);
     assert_eq!(
         len(&mut n, &f),
         5000,
@@ -1220,18 +1228,8 @@ fn cached_attributes_never_hide_a_change_made_through_the_export() {
     drop(n);
     // Off: every call answered at once takes the attributes again.
     let dir = TempDir::new("acache0");
-    let mut n = with_cache(&dir, Duration::ZERO);
-    let root = n.root.clone();
-    let f = n.create(&root, "f", 0).unwrap();
-    n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
-    n.read(&f, 0, 4096, 0).unwrap();
-    assert_eq!(len(&mut n, &f), 5000);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.0.join("f"))
-        .unwrap()
-        .set_len(100)
-        .unwrap();
+    let (mut n, f) = with_cache(&dir, Duration::ZERO);
+    truncate_beside(&dir);
     assert_eq!(
         len(&mut n, &f),
         100,
@@ -1240,18 +1238,8 @@ fn cached_attributes_never_hide_a_change_made_through_the_export() {
     drop(n);
     // Short: a local change is seen once the time ran out.
     let dir = TempDir::new("acache50");
-    let mut n = with_cache(&dir, Duration::from_millis(50));
-    let root = n.root.clone();
-    let f = n.create(&root, "f", 0).unwrap();
-    n.write(&f, 0, &pattern(1, 5000), 2).unwrap();
-    n.read(&f, 0, 4096, 0).unwrap();
-    assert_eq!(len(&mut n, &f), 5000);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.0.join("f"))
-        .unwrap()
-        .set_len(100)
-        .unwrap();
+    let (mut n, f) = with_cache(&dir, Duration::from_millis(50));
+    truncate_beside(&dir);
     thread::sleep(Duration::from_millis(120));
     assert_eq!(len(&mut n, &f), 100, "seen after the cache time");
 }

@@ -997,13 +997,24 @@ impl Export {
         Some(st)
     }
 
+    /// The attributes of the kept object `kh` (its `cached` ones when they may be used, else
+    /// by `fstat` of `fd`, cached in turn).
+    fn kept_attrs(
+        &self,
+        kh: &KernelHandle,
+        cached: Option<&CachedAttrs>,
+        fd: &OwnedFd,
+    ) -> Option<rfs::Stat> {
+        match self.fresh_attrs(cached) {
+            Ok(st) => Some(st),
+            Err(when) => self.take_attrs(kh, fd, when),
+        }
+    }
+
     /// ACCESS without waiting: [`Export::access`] of a kept object, and its attributes.
     pub fn access_nowait(&self, c: &Cred, fh: &[u8], asked: u32) -> Option<(u32, rfs::Stat)> {
         let (kh, k) = self.kept_nowait(c, fh)?;
-        let st = match self.fresh_attrs(k.attrs.as_ref()) {
-            Ok(st) => st,
-            Err(when) => self.take_attrs(&kh, &k.path, when)?,
-        };
+        let st = self.kept_attrs(&kh, k.attrs.as_ref(), &k.path)?;
         let o = Obj {
             st: Some(st).filter(|st| st.st_nlink > 0)?,
             fd: k.path,
@@ -1048,10 +1059,7 @@ impl Export {
                 fd
             }
         };
-        let st = match self.fresh_attrs(k.attrs.as_ref()) {
-            Ok(st) => st,
-            Err(when) => self.take_attrs(&kh, &fd, when)?,
-        };
+        let st = self.kept_attrs(&kh, k.attrs.as_ref(), &fd)?;
         if st.st_nlink == 0 {
             if let Ok(mut t) = self.open.try_lock() {
                 t.remove(&kh);
