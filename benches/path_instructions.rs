@@ -407,10 +407,10 @@ fn nfs_pair(dp: &Dataplane, crc: bool, uid: u32) -> NfsPair {
     // another user, whom the kernel is asked about (docs/nfs.md "Calls answered at once").
     client.cred = Auth::Sys(AuthSys {
         stamp: 1,
-        machinename: b"path-instructions".to_vec(),
+        machinename: b"path-instructions"[..].into(),
         uid,
         gid: uid,
-        gids: vec![],
+        gids: Default::default(),
     });
     let mut p = NfsPair {
         client,

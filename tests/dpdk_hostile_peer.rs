@@ -524,6 +524,11 @@ impl Peer {
                 }
                 6 | 7 => {
                     let mut f = self.frame(&real_seq);
+                    if kind == 7 && f.len() < 14 + 60 {
+                        // The checksum of a 60-octet header reads 60 octets, more than a frame
+                        // with a short payload holds; it is cut to 40 below either way.
+                        f.resize(14 + 60, 0);
+                    }
                     let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
                     ip.set_header_len(if kind == 6 { 16 } else { 60 });
                     ip.fill_checksum();

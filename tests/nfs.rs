@@ -68,20 +68,20 @@ struct Nfs {
 fn root_cred() -> Auth {
     Auth::Sys(AuthSys {
         stamp: 1,
-        machinename: b"test".to_vec(),
+        machinename: b"test"[..].into(),
         uid: 0,
         gid: 0,
-        gids: vec![],
+        gids: Default::default(),
     })
 }
 
 fn user_cred(uid: u32) -> Auth {
     Auth::Sys(AuthSys {
         stamp: 1,
-        machinename: b"test".to_vec(),
+        machinename: b"test"[..].into(),
         uid,
         gid: uid,
-        gids: vec![],
+        gids: Default::default(),
     })
 }
 

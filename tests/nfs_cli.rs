@@ -340,10 +340,10 @@ mod restart {
         .expect("connects");
         c.cred = Auth::Sys(AuthSys {
             stamp: 1,
-            machinename: b"test".to_vec(),
+            machinename: b"test"[..].into(),
             uid: 0,
             gid: 0,
-            gids: vec![],
+            gids: Default::default(),
         });
         c
     }

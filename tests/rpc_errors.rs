@@ -373,10 +373,10 @@ fn rpc_level_errors() {
     // AUTH_SYS is accepted; an unknown flavor is denied.
     c.cred = Auth::Sys(AuthSys {
         stamp: 1,
-        machinename: b"test".to_vec(),
+        machinename: b"test"[..].into(),
         uid: 0,
         gid: 0,
-        gids: vec![1],
+        gids: [1][..].into(),
     });
     still_works(&mut c);
     c.cred = Auth::Other {

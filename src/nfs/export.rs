@@ -27,7 +27,7 @@
 //! whatever its mode bits (a file created read-only is still written by the client that
 //! created it) and READ to whoever may execute the file.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io::Write;
@@ -46,7 +46,7 @@ use super::sys::{self, CallerCreds, KernelHandle};
 use super::xdr::{ftype, Fattr3, NfsTime, Sattr3, SetTime, StableHow, Wcc};
 use super::Stat;
 use crate::rpc::program::BulkPool;
-use crate::wire::oncrpc::Auth;
+use crate::wire::oncrpc::{Auth, Gids};
 
 const FH_TAG: &[u8; 4] = b"DPW2";
 /// Tag, export id, NFS type, kernel handle type.
@@ -150,7 +150,7 @@ pub struct Cred {
     /// The gid.
     pub gid: u32,
     /// Supplementary gids.
-    pub gids: Vec<u32>,
+    pub gids: Gids,
     /// Its client entry allows changes (`rw`).
     pub rw: bool,
     /// No client entry matches it: every call but NULL is NFS3ERR_ACCES.
@@ -163,7 +163,7 @@ impl Cred {
         Cred {
             uid,
             gid,
-            gids,
+            gids: Gids::from_vec(gids),
             rw: true,
             denied: false,
         }
@@ -200,9 +200,13 @@ impl Obj {
 /// calls after the first find it by the handle's octets instead of computing the keyed BLAKE3
 /// again (after `fstat`, the largest cost of a GETATTR answered at once). Only octets that passed the check are ever inserted, and an entry goes with its object,
 /// so a forged handle still has to pass [`Export::decode`].
+///
+/// Both maps hash with FxHash, not a keyed hash: their keys are octets no peer chooses (kernel
+/// handles the file system made, and wire handles that carry our MAC), so no peer can make
+/// them collide; every call answered at once looks both up.
 #[derive(Default)]
 struct OpenObjects {
-    map: HashMap<KernelHandle, Entry>,
+    map: FxHashMap<KernelHandle, Entry>,
     order: VecDeque<KernelHandle>,
     verified: FxHashMap<Box<[u8]>, KernelHandle>,
 }
@@ -242,7 +246,7 @@ struct ReadGrant {
     file: FileAccessKey,
     uid: u32,
     gid: u32,
-    gids: Vec<u32>,
+    gids: Gids,
 }
 
 /// What a permission decision on a file depends on, as `fstat` shows it.
@@ -615,7 +619,7 @@ impl Export {
             None => Cred {
                 uid: super::exports::ANON_ID,
                 gid: super::exports::ANON_ID,
-                gids: vec![],
+                gids: Gids::new(),
                 rw: false,
                 denied: true,
             },
@@ -632,7 +636,7 @@ impl Export {
     /// when `c` is the server itself.
     fn as_caller(&self, c: &Cred) -> Result<Option<CallerCreds>, Stat> {
         let (u, g, gs) = &self.server_ids;
-        if c.uid == *u && c.gid == *g && c.gids == *gs {
+        if c.uid == *u && c.gid == *g && c.gids[..] == gs[..] {
             return Ok(None);
         }
         CallerCreds::enter(c.uid, c.gid, &c.gids, &self.server_ids)
@@ -921,12 +925,16 @@ impl Export {
     /// connection's own thread): only an object kept open; `None` otherwise (the call then
     /// goes to a thread that may wait, with the same outcome or the error).
     pub fn stat_nowait(&self, c: &Cred, fh: &[u8]) -> Option<rfs::Stat> {
+        // Under the table's lock only the descriptor is taken, and the kernel handle only
+        // when the attributes will be cached under it.
         let st = match self.kept_nowait_with(c, fh, |kh, k| {
             self.fresh_attrs(k.attrs.as_ref())
-                .map_err(|when| (kh.clone(), k.path.clone(), when))
+                .map_err(|when| (when.map(|w| (kh.clone(), w)), k.path.clone()))
         })? {
             Ok(st) => st,
-            Err((kh, path, when)) => self.take_attrs(&kh, &path, when)?,
+            Err((cache, path)) => {
+                self.take_attrs(&path, cache.as_ref().map(|(kh, when)| (kh, *when)))?
+            }
         };
         (st.st_nlink > 0).then_some(st)
     }
@@ -977,17 +985,17 @@ impl Export {
         }
     }
 
-    /// `fstat` of the kept object `kh` through `fd`, cached with `when` from
-    /// [`Export::fresh_attrs`] (read before the `fstat`: a change counted after it makes the
-    /// entry stale, even one the `fstat` already saw).
+    /// `fstat` of a kept object through `fd`; with `cache`, kept as that object's (its kernel
+    /// handle, and the change count and instant from [`Export::fresh_attrs`], read before
+    /// the `fstat`: a change counted after it makes the entry stale, even one the `fstat`
+    /// already saw).
     fn take_attrs(
         &self,
-        kh: &KernelHandle,
         fd: &OwnedFd,
-        when: Option<(u64, std::time::Instant)>,
+        cache: Option<(&KernelHandle, (u64, std::time::Instant))>,
     ) -> Option<rfs::Stat> {
         let st = rfs::fstat(fd).ok()?;
-        if let Some((changes, at)) = when {
+        if let Some((kh, (changes, at))) = cache {
             if let Ok(mut t) = self.open.try_lock() {
                 if let Some(e) = t.map.get_mut(kh) {
                     e.kept.attrs = Some(CachedAttrs { st, at, changes });
@@ -1007,7 +1015,7 @@ impl Export {
     ) -> Option<rfs::Stat> {
         match self.fresh_attrs(cached) {
             Ok(st) => Some(st),
-            Err(when) => self.take_attrs(kh, fd, when),
+            Err(when) => self.take_attrs(fd, when.map(|w| (kh, w))),
         }
     }
 

@@ -20,7 +20,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::wire::oncrpc::Auth;
+use crate::wire::oncrpc::{Auth, Gids};
 
 /// uid and gid of an anonymous caller unless `anonuid` / `anongid` say otherwise
 /// (`nobody` / `nogroup` on Linux).
@@ -65,7 +65,7 @@ pub struct Identity {
     /// fsgid.
     pub gid: u32,
     /// Supplementary groups.
-    pub gids: Vec<u32>,
+    pub gids: Gids,
 }
 
 impl ExportOptions {
@@ -75,7 +75,7 @@ impl ExportOptions {
         let anon = Identity {
             uid: self.anonuid,
             gid: self.anongid,
-            gids: vec![],
+            gids: Gids::new(),
         };
         let s = match auth {
             Auth::Sys(s) if !self.all_squash => s,
@@ -369,10 +369,10 @@ mod tests {
         let sys = |uid, gid, gids: &[u32]| {
             Auth::Sys(AuthSys {
                 stamp: 0,
-                machinename: vec![],
+                machinename: Default::default(),
                 uid,
                 gid,
-                gids: gids.to_vec(),
+                gids: gids.into(),
             })
         };
         let d = ExportOptions::default();
@@ -381,7 +381,7 @@ mod tests {
             Identity {
                 uid: ANON_ID,
                 gid: ANON_ID,
-                gids: vec![ANON_ID, 5]
+                gids: Gids::from_slice(&[ANON_ID, 5])
             }
         );
         assert_eq!(d.identity(&sys(1000, 1000, &[])).uid, 1000);
@@ -402,7 +402,7 @@ mod tests {
             Identity {
                 uid: 7,
                 gid: 8,
-                gids: vec![]
+                gids: Gids::new()
             }
         );
     }

@@ -233,6 +233,9 @@ impl core::fmt::Debug for BulkView<'_> {
 
 impl Reply {
     /// The results, if the call was accepted with SUCCESS.
+    // The error is the reply status as it came, its verifier held inline (no allocation per
+    // call): large, and returned only when the call failed.
+    #[allow(clippy::result_large_err)]
     pub fn results(&self) -> Result<ReplyReader<'_>, ReplyStat> {
         match &self.header.stat {
             ReplyStat::Accepted {
@@ -338,6 +341,10 @@ pub struct RdmaClient {
     sink_cache: Arc<SinkCache>,
     /// Reused copy of the reply being handled.
     rx_scratch: Vec<u8>,
+    /// Reused buffers of the call being sent: its RPC message, and the Send (header and
+    /// inline message).
+    call_scratch: Vec<u8>,
+    send_scratch: Vec<u8>,
     /// Counters since connecting.
     pub stats: ClientStats,
     /// Credentials put in every call (RFC 5531 §8.2; AUTH_NONE unless changed).
@@ -428,6 +435,8 @@ impl RdmaClient {
             ord: u32::from(n.ord.max(1)),
             sink_cache,
             rx_scratch: Vec::new(),
+            call_scratch: Vec::new(),
+            send_scratch: Vec::new(),
             stats: ClientStats::default(),
             cred: Auth::None,
             cfg,
@@ -546,8 +555,9 @@ impl RdmaClient {
         };
         // Encode with or without MSGP padding; bulk items in read chunks leave only their
         // length word inline and are recorded with their XDR position (RFC 8166 §3.5.3).
-        let encode = |pad: Option<(Padding, usize)>| {
-            let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY);
+        let encode = |buf: Vec<u8>, pad: Option<(Padding, usize)>| {
+            let mut w = XdrWriter::reusing(buf);
+            w.reserve(ENCODE_CAPACITY);
             if let Some((p, off)) = pad {
                 w.set_padding(Some(p), off);
             }
@@ -604,10 +614,11 @@ impl RdmaClient {
         };
         let hlen = self.header(xid, inline_body(shape)).buffer_len();
         let inline_max = self.cfg.inline_send.min(self.server.maxcall_sendsize) as usize;
-        let (mut msg, mut reads) = encode(padding.map(|p| (p, hlen)));
+        let buf = std::mem::take(&mut self.call_scratch);
+        let (mut msg, mut reads) = encode(buf, padding.map(|p| (p, hlen)));
         let long = hlen + msg.len() > inline_max;
         if long && padding.is_some() {
-            (msg, reads) = encode(None);
+            (msg, reads) = encode(msg, None);
         }
         let mut exposed = Vec::new();
         let mut rlist = Vec::new();
@@ -658,7 +669,8 @@ impl RdmaClient {
         } else {
             (self.header(xid, inline_body(chunks)), &msg[..])
         };
-        let mut w = XdrWriter::with_capacity(ENCODE_CAPACITY + inline_rpc.len());
+        let mut w = XdrWriter::reusing(std::mem::take(&mut self.send_scratch));
+        w.reserve(ENCODE_CAPACITY + inline_rpc.len());
         h.emit(&mut w);
         debug_assert!(long || w.len() == hlen);
         w.put_raw(inline_rpc);
@@ -674,7 +686,12 @@ impl RdmaClient {
             },
         );
         self.note_send();
-        if let Err(e) = self.ep.send(w.as_slice(), vec![]) {
+        let sent = self.ep.send(w.as_slice(), vec![]);
+        self.send_scratch = w.into_vec();
+        if !long {
+            self.call_scratch = msg;
+        }
+        if let Err(e) = sent {
             self.outstanding.remove(&xid);
             return Err(e);
         }

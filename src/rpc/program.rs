@@ -510,10 +510,14 @@ impl ResultBufs {
     }
 }
 
+/// A body's pieces in order, held inline up to two (the plain XDR of most calls and replies,
+/// or a bulk item and the XDR before it): every call and reply makes one.
+pub type Pieces = smallvec::SmallVec<[Piece; 2]>;
+
 /// An XDR body under construction, with bulk items kept apart for chunk placement.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Body {
-    pieces: Vec<Piece>,
+    pieces: Pieces,
     cur: XdrWriter,
 }
 
@@ -527,7 +531,7 @@ impl Body {
     /// that knows its reply's size writes it without growing the buffer step by step.
     pub fn with_capacity(cap: usize) -> Self {
         Body {
-            pieces: Vec::new(),
+            pieces: Pieces::new(),
             cur: XdrWriter::with_capacity(cap),
         }
     }
@@ -578,7 +582,7 @@ impl Body {
     }
 
     /// The pieces in order.
-    pub fn into_pieces(mut self) -> Vec<Piece> {
+    pub fn into_pieces(mut self) -> Pieces {
         self.flush();
         self.pieces
     }
@@ -839,6 +843,9 @@ impl Registry {
     }
 
     /// The procedure `call` names, or the reply refusing it (with no results).
+    // The error is a reply header, its verifier held inline (no allocation per call): large,
+    // and returned only for a call no procedure takes.
+    #[allow(clippy::result_large_err)]
     fn find(&self, call: &CallRepr) -> core::result::Result<&Proc, ReplyRepr> {
         let xid = call.xid;
         let acc = |s| ReplyRepr::accepted(xid, s);

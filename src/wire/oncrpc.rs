@@ -25,19 +25,27 @@ pub const MAX_MACHINE_NAME: usize = 255;
 /// Bound on the number of AUTH_SYS supplementary `gids` (RFC 5531 App. A).
 pub const MAX_GIDS: usize = 16;
 
+/// An AUTH_SYS `machinename`, held inline up to 64 octets (Linux's `HOST_NAME_MAX`): decoding,
+/// cloning and dropping a credential happen for every call, and then allocate nothing.
+pub type MachineName = smallvec::SmallVec<[u8; 64]>;
+
+/// AUTH_SYS supplementary gids, held inline up to [`MAX_GIDS`] (all a decoded credential can
+/// carry).
+pub type Gids = smallvec::SmallVec<[u32; MAX_GIDS]>;
+
 /// AUTH_SYS credentials (RFC 5531 App. A).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AuthSys {
     /// Arbitrary ID chosen by the caller's machine.
     pub stamp: u32,
     /// The caller's host name (at most [`MAX_MACHINE_NAME`] bytes, not necessarily UTF-8).
-    pub machinename: Vec<u8>,
+    pub machinename: MachineName,
     /// The caller's effective user ID.
     pub uid: u32,
     /// The caller's effective group ID.
     pub gid: u32,
     /// Supplementary group IDs (at most [`MAX_GIDS`]).
-    pub gids: Vec<u32>,
+    pub gids: Gids,
 }
 
 /// An `opaque_auth` (RFC 5531 §8.2).
@@ -66,11 +74,11 @@ impl Auth {
             AUTH_SYS => {
                 let mut b = XdrReader::new(body);
                 let stamp = b.get_u32()?;
-                let machinename = b.get_string(MAX_MACHINE_NAME)?.to_vec();
+                let machinename = MachineName::from_slice(b.get_string(MAX_MACHINE_NAME)?);
                 let uid = b.get_u32()?;
                 let gid = b.get_u32()?;
                 let n = b.get_len(MAX_GIDS)?;
-                let mut gids = Vec::with_capacity(n);
+                let mut gids = Gids::new();
                 for _ in 0..n {
                     gids.push(b.get_u32()?);
                 }
@@ -100,17 +108,24 @@ impl Auth {
                 w.put_u32(0);
             }
             Auth::Sys(s) => {
-                let mut b = XdrWriter::new();
-                b.put_u32(s.stamp);
-                b.put_opaque(&s.machinename);
-                b.put_u32(s.uid);
-                b.put_u32(s.gid);
-                b.put_u32(s.gids.len() as u32);
-                for g in &s.gids {
-                    b.put_u32(*g);
-                }
+                // The body straight into `w` behind its length word, encoded as the
+                // `opaque<MAX_AUTH_BYTES>` it is (RFC 5531 §8.2), without a staging buffer:
+                // this runs for every call a client sends.
+                let name_len = s.machinename.len();
+                let body_len = 4 + 4 + name_len + super::xdr::pad_len(name_len) + 4 + 4 + 4;
+                let body_len = body_len + 4 * s.gids.len();
                 w.put_u32(AUTH_SYS);
-                w.put_opaque(b.as_slice());
+                w.put_u32(body_len as u32);
+                w.put_msgp_pad(body_len);
+                w.put_u32(s.stamp);
+                w.put_u32(name_len as u32);
+                w.put_fixed(&s.machinename);
+                w.put_u32(s.uid);
+                w.put_u32(s.gid);
+                w.put_u32(s.gids.len() as u32);
+                for g in &s.gids {
+                    w.put_u32(*g);
+                }
             }
             Auth::Other { flavor, body } => {
                 w.put_u32(*flavor);
@@ -480,6 +495,45 @@ impl RecordDecoder {
 mod tests {
     use super::*;
 
+    /// AUTH_SYS is encoded in place, behind a length word computed up front: it must be the
+    /// same octets as the body encoded alone and put as an opaque (RFC 5531 §8.2, App. A),
+    /// for every machine-name length (each XDR pad) and group count.
+    #[test]
+    fn auth_sys_encodes_as_its_opaque_body() {
+        for name_len in 0..=9 {
+            for ngids in [0, 1, 2, 16] {
+                let s = AuthSys {
+                    stamp: 0x0102_0304,
+                    machinename: (0..name_len).map(|i| b'a' + i as u8).collect(),
+                    uid: 1000,
+                    gid: 100,
+                    gids: (0..ngids).map(|g| 5000 + g as u32).collect(),
+                };
+                let mut body = XdrWriter::new();
+                body.put_u32(s.stamp);
+                body.put_opaque(&s.machinename);
+                body.put_u32(s.uid);
+                body.put_u32(s.gid);
+                body.put_u32(s.gids.len() as u32);
+                for g in &s.gids {
+                    body.put_u32(*g);
+                }
+                let mut want = XdrWriter::new();
+                want.put_u32(AUTH_SYS);
+                want.put_opaque(body.as_slice());
+                let mut got = XdrWriter::new();
+                Auth::Sys(s.clone()).emit(&mut got);
+                assert_eq!(
+                    got.as_slice(),
+                    want.as_slice(),
+                    "name {name_len}, gids {ngids}"
+                );
+                let back = Auth::parse(&mut XdrReader::new(got.as_slice())).unwrap();
+                assert_eq!(back, Auth::Sys(s));
+            }
+        }
+    }
+
     #[test]
     fn call_and_reply_round_trip() {
         let c = CallRepr {
@@ -489,10 +543,10 @@ mod tests {
             proc_: 6,
             cred: Auth::Sys(AuthSys {
                 stamp: 9,
-                machinename: b"host".to_vec(),
+                machinename: MachineName::from_slice(b"host"),
                 uid: 1000,
                 gid: 100,
-                gids: vec![4, 24],
+                gids: Gids::from_slice(&[4, 24]),
             }),
             verf: Auth::None,
         };

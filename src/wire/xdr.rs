@@ -197,6 +197,9 @@ impl<'a> XdrReader<'a> {
     }
 }
 
+/// Bytes an empty [`XdrWriter`] allocates when it is first written to.
+pub const FIRST_ROOM: usize = 128;
+
 /// An appending XDR encoder.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct XdrWriter {
@@ -248,6 +251,11 @@ impl XdrWriter {
         self.pad_offset = pad_offset;
     }
 
+    /// Room for at least `n` more bytes without reallocating.
+    pub fn reserve(&mut self, n: usize) {
+        self.buf.reserve(n);
+    }
+
     /// Absolute position of the next byte.
     pub fn position(&self) -> usize {
         self.base + self.buf.len()
@@ -273,13 +281,30 @@ impl XdrWriter {
         self.buf
     }
 
+    /// Room for `n` more bytes. An empty writer's first growth takes [`FIRST_ROOM`] at once:
+    /// RPC arguments and results are mostly tens to a few hundred octets, and a `Vec` would
+    /// otherwise reallocate its way up from 8 bytes, four or five times per message.
+    #[inline]
+    fn room(&mut self, n: usize) {
+        if self.buf.capacity() - self.buf.len() < n {
+            self.grow(n);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, n: usize) {
+        self.buf.reserve(n.max(FIRST_ROOM));
+    }
+
     /// Append raw, already-encoded bytes.
     pub fn put_raw(&mut self, b: &[u8]) {
+        self.room(b.len());
         self.buf.extend_from_slice(b);
     }
 
     /// An unsigned 32-bit integer, big-endian (RFC 4506 §4.2).
     pub fn put_u32(&mut self, v: u32) {
+        self.room(4);
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
@@ -290,6 +315,7 @@ impl XdrWriter {
 
     /// An unsigned hyper, big-endian (RFC 4506 §4.5).
     pub fn put_u64(&mut self, v: u64) {
+        self.room(8);
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
@@ -300,6 +326,7 @@ impl XdrWriter {
 
     /// Fixed-length opaque plus padding.
     pub fn put_fixed(&mut self, d: &[u8]) {
+        self.room(d.len() + 3);
         self.buf.extend_from_slice(d);
         self.buf.resize(self.buf.len() + pad_len(d.len()), 0);
     }

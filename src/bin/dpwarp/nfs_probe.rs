@@ -193,7 +193,7 @@ pub(crate) fn connect(
                 .collect(),
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
-            gids: vec![],
+            gids: Default::default(),
         });
     }
     Ok(c)
