@@ -453,7 +453,7 @@ impl RawClient {
             vers: 1,
             credits,
             body: RdmaBody::Msg(Chunks {
-                writes: vec![seg_list],
+                writes: smallvec::smallvec![seg_list.into()],
                 ..Chunks::default()
             }),
         }

@@ -30,7 +30,8 @@ use crate::transport::Transport;
 use crate::verbs::{Device, Mr, MrBytes, Pd, Qp, WcStatus, WorkCompletion};
 use crate::wire::oncrpc::{AcceptStat, Auth, CallRepr, ReplyRepr, ReplyStat};
 use crate::wire::rpcrdma::{
-    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, RPCRDMA_VERSION,
+    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadSegment, Segment, Segments, WriteList,
+    RPCRDMA_VERSION,
 };
 use crate::wire::xdr::{Padding, XdrReader, XdrWriter};
 use crate::wire::Error;
@@ -95,7 +96,7 @@ pub struct CallOpts {
 }
 
 /// `len` bytes of `mr` as `k` segments (the last takes the remainder).
-fn split(mr: &Mr, len: usize, k: u32) -> Vec<Segment> {
+fn split(mr: &Mr, len: usize, k: u32) -> Segments {
     let k = (k.max(1) as usize).min(len.max(1));
     let step = len / k;
     (0..k)
@@ -579,7 +580,7 @@ impl RdmaClient {
             .filter_map(|p| chunked(p).map(|n| (k.max(1) as usize).min(n.max(1))))
             .sum();
         let mut writes = Vec::new();
-        let mut wsegs = Vec::new();
+        let mut wsegs = WriteList::new();
         for &cap in &opts.write_chunks {
             let mr = self.sink(cap);
             wsegs.push(split(&mr, cap, k));
@@ -589,15 +590,15 @@ impl RdmaClient {
         let rseg = reply_chunk
             .as_ref()
             .zip(opts.reply_chunk)
-            .map(|(mr, cap)| split(mr, cap, k));
+            .map(|(mr, cap)| split(mr, cap, k).into_vec());
         let dummy = ReadSegment {
             position: 0,
             target: Segment::default(),
         };
         let shape = Chunks {
             reads: vec![dummy; nreads],
-            writes: wsegs.clone(),
-            reply: rseg.clone(),
+            writes: wsegs,
+            reply: rseg,
         };
         let padding = match (self.cfg.padding_thresh, self.server.align) {
             (Some(thresh), align) if align >= 4 && align.is_power_of_two() => {
@@ -612,7 +613,14 @@ impl RdmaClient {
             },
             None => RdmaBody::Msg(c),
         };
-        let hlen = self.header(xid, inline_body(shape)).buffer_len();
+        // The header's length with the read list as it will be (segments not yet known): the
+        // write list and reply chunk go in to be measured and come back out.
+        let sized = self.header(xid, inline_body(shape));
+        let hlen = sized.buffer_len();
+        let (wsegs, rseg) = match sized.body {
+            RdmaBody::Msg(c) | RdmaBody::MsgP { chunks: c, .. } => (c.writes, c.reply),
+            _ => unreachable!("inline_body makes RDMA_MSG or RDMA_MSGP"),
+        };
         let inline_max = self.cfg.inline_send.min(self.server.maxcall_sendsize) as usize;
         let buf = std::mem::take(&mut self.call_scratch);
         let (mut msg, mut reads) = encode(buf, padding.map(|p| (p, hlen)));

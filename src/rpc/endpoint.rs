@@ -27,7 +27,7 @@ use crate::verbs::{
     sge, Access, Cq, CqDriver, Mr, Opcode, Pd, Qp, QpCap, QpInitAttr, RecvWr, SendWr, SharedMem,
     WcStatus, WorkCompletion, MAX_INLINE_DATA,
 };
-use crate::wire::rpcrdma::Segment;
+use crate::wire::rpcrdma::{Segment, Segments};
 
 /// What a send-queue work request holds until it completes.
 pub(crate) enum Res {
@@ -473,8 +473,8 @@ impl RpcQp {
         src_off: usize,
         len: usize,
         segs: &[Segment],
-    ) -> Result<Vec<Segment>, RpcError> {
-        let mut out = Vec::with_capacity(segs.len());
+    ) -> Result<Segments, RpcError> {
+        let mut out = Segments::with_capacity(segs.len());
         let mut done = 0usize;
         for s in segs {
             let n = (len - done).min(s.length as usize);

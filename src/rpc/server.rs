@@ -44,7 +44,7 @@ use crate::verbs::{
 };
 use crate::wire::oncrpc::{AcceptStat, CallError, CallRepr, ReplyRepr, ReplyStat, RPC_VERSION};
 use crate::wire::rpcrdma::{
-    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadChunk, ReadSegment, Segment,
+    Body as RdmaBody, Chunks, HeaderError, HeaderRepr, ReadChunk, ReadSegment, Segment, WriteList,
     MAX_SEGMENTS, RPCRDMA_VERSION,
 };
 use crate::wire::rpcrdma_cpd::CpdRepr;
@@ -1829,7 +1829,7 @@ impl ConnServer {
         let mut pieces = body.into_pieces();
         // Which bulk item goes to which write chunk (in order, RFC 8166 §4.3.2).
         let mut staged: Vec<Res> = Vec::new();
-        let mut returned: Vec<Vec<Segment>> = chunks
+        let mut returned: WriteList = chunks
             .writes
             .iter()
             .map(|c| c.iter().map(|s| Segment { length: 0, ..*s }).collect())
@@ -1937,7 +1937,7 @@ impl ConnServer {
         let returned = match inline_body {
             RdmaBody::Msg(c) | RdmaBody::MsgP { chunks: c, .. } => c.writes,
             // Not built above.
-            _ => Vec::new(),
+            _ => WriteList::new(),
         };
         let msg = encode(None);
         if let Some(rc) = chunks.reply.as_ref() {
@@ -1950,7 +1950,7 @@ impl ConnServer {
                 let body = RdmaBody::NoMsg(Chunks {
                     reads: vec![],
                     writes: returned,
-                    reply: Some(rrc),
+                    reply: Some(rrc.into_vec()),
                 });
                 return Ok(self.send_header(xid, body, &[], staged)?);
             }
@@ -1960,7 +1960,7 @@ impl ConnServer {
         // release it with, and its one segment must fit the header beside the returned write
         // list (at most MAX_SEGMENTS in all; a client's parser bounded like ours refuses more).
         // Then no RPC-level reply is possible (RFC 8166 §4.5.3: ERR_CHUNK).
-        let returned_segs: usize = returned.iter().map(Vec::len).sum();
+        let returned_segs: usize = returned.iter().map(|a| a.len()).sum();
         let no_read_chunk = if self.rfc8166_peer {
             Some("an RFC 8166 client cannot release a reply read chunk")
         } else if returned_segs + 1 > MAX_SEGMENTS {

@@ -66,13 +66,23 @@ pub struct ReadSegment {
     pub target: Segment,
 }
 
+/// A write chunk's segment array (RFC 8166 §4.3.2), held inline up to two segments: a READ's
+/// write list is parsed from its call and built into its reply, and most chunks have one
+/// segment.
+pub type Segments = smallvec::SmallVec<[Segment; 2]>;
+
+/// The write list, held inline up to one write chunk (a READ's). The read list and the reply
+/// chunk are plain `Vec`s: empty on most calls (no allocation), and a header is moved
+/// whole several times on every call, so it is kept small.
+pub type WriteList = smallvec::SmallVec<[Segments; 1]>;
+
 /// The three chunk lists of RDMA_MSG / RDMA_NOMSG / RDMA_MSGP.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Chunks {
     /// The read list, flat (RFC 8166 §4.3.1); see [`Chunks::read_chunks`].
     pub reads: Vec<ReadSegment>,
     /// The write list: one segment array per write chunk (RFC 8166 §4.3.2).
-    pub writes: Vec<Vec<Segment>>,
+    pub writes: WriteList,
     /// The reply chunk, if any (RFC 8166 §4.3.3).
     pub reply: Option<Vec<Segment>>,
 }
@@ -120,8 +130,8 @@ impl Chunks {
 
     fn segment_count(&self) -> usize {
         self.reads.len()
-            + self.writes.iter().map(Vec::len).sum::<usize>()
-            + self.reply.as_ref().map_or(0, Vec::len)
+            + self.writes.iter().map(|a| a.len()).sum::<usize>()
+            + self.reply.as_ref().map_or(0, |a| a.len())
     }
 
     fn parse(r: &mut XdrReader<'_>) -> Result<Chunks, Error> {
@@ -147,7 +157,7 @@ impl Chunks {
         if r.get_bool()? {
             let n = r.get_u32()? as usize;
             take(n)?;
-            c.reply = Some(parse_array(r, n)?);
+            c.reply = Some(parse_array(r, n)?.into_vec());
         }
         Ok(c)
     }
@@ -194,9 +204,9 @@ fn parse_segment(r: &mut XdrReader<'_>) -> Result<Segment, Error> {
     })
 }
 
-fn parse_array(r: &mut XdrReader<'_>, n: usize) -> Result<Vec<Segment>, Error> {
+fn parse_array(r: &mut XdrReader<'_>, n: usize) -> Result<Segments, Error> {
     // `n` was checked against the segment budget, so this allocation is bounded.
-    let mut v = Vec::with_capacity(n);
+    let mut v = Segments::with_capacity(n);
     for _ in 0..n {
         v.push(parse_segment(r)?);
     }
@@ -423,7 +433,10 @@ mod tests {
                     target: seg(3, 8, 0x3000),
                 },
             ],
-            writes: vec![vec![seg(4, 4096, 0x4000), seg(5, 10, 0)], vec![]],
+            writes: smallvec::smallvec![
+                smallvec::smallvec![seg(4, 4096, 0x4000), seg(5, 10, 0)],
+                Segments::new()
+            ],
             reply: Some(vec![seg(6, 1024, 0x6000)]),
         };
         let bodies = [
