@@ -617,10 +617,11 @@ impl RdmaClient {
         // write list and reply chunk go in to be measured and come back out.
         let sized = self.header(xid, inline_body(shape));
         let hlen = sized.buffer_len();
-        let (wsegs, rseg) = match sized.body {
-            RdmaBody::Msg(c) | RdmaBody::MsgP { chunks: c, .. } => (c.writes, c.reply),
-            _ => unreachable!("inline_body makes RDMA_MSG or RDMA_MSGP"),
-        };
+        let Chunks {
+            writes: wsegs,
+            reply: rseg,
+            ..
+        } = sized.body.into_chunks().unwrap_or_default();
         let inline_max = self.cfg.inline_send.min(self.server.maxcall_sendsize) as usize;
         let buf = std::mem::take(&mut self.call_scratch);
         let (mut msg, mut reads) = encode(buf, padding.map(|p| (p, hlen)));

@@ -1934,11 +1934,7 @@ impl ConnServer {
             self.reply_scratch = msg;
             return Ok(r?);
         }
-        let returned = match inline_body {
-            RdmaBody::Msg(c) | RdmaBody::MsgP { chunks: c, .. } => c.writes,
-            // Not built above.
-            _ => WriteList::new(),
-        };
+        let returned = inline_body.into_chunks().unwrap_or_default().writes;
         let msg = encode(None);
         if let Some(rc) = chunks.reply.as_ref() {
             let cap: u64 = rc.iter().map(|s| u64::from(s.length)).sum();

@@ -48,6 +48,29 @@ pub struct AuthSys {
     pub gids: Gids,
 }
 
+impl AuthSys {
+    /// Octets of the encoded body ([`AuthSys::emit_body`]).
+    pub fn body_len(&self) -> usize {
+        let name_len = self.machinename.len();
+        4 + 4 + name_len + super::xdr::pad_len(name_len) + 4 + 4 + 4 + 4 * self.gids.len()
+    }
+
+    /// Encode the `authsys_parms` body (RFC 5531 App. A), [`AuthSys::body_len`] octets; the
+    /// machine name as the string it is, never RDMA_MSGP-padded (it is inside an
+    /// `opaque_auth`, not a DDP-eligible item).
+    pub fn emit_body(&self, w: &mut XdrWriter) {
+        w.put_u32(self.stamp);
+        w.put_u32(self.machinename.len() as u32);
+        w.put_fixed(&self.machinename);
+        w.put_u32(self.uid);
+        w.put_u32(self.gid);
+        w.put_u32(self.gids.len() as u32);
+        for g in &self.gids {
+            w.put_u32(*g);
+        }
+    }
+}
+
 /// An `opaque_auth` (RFC 5531 §8.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
@@ -111,21 +134,11 @@ impl Auth {
                 // The body straight into `w` behind its length word, encoded as the
                 // `opaque<MAX_AUTH_BYTES>` it is (RFC 5531 §8.2), without a staging buffer:
                 // this runs for every call a client sends.
-                let name_len = s.machinename.len();
-                let body_len = 4 + 4 + name_len + super::xdr::pad_len(name_len) + 4 + 4 + 4;
-                let body_len = body_len + 4 * s.gids.len();
+                let body_len = s.body_len();
                 w.put_u32(AUTH_SYS);
                 w.put_u32(body_len as u32);
                 w.put_msgp_pad(body_len);
-                w.put_u32(s.stamp);
-                w.put_u32(name_len as u32);
-                w.put_fixed(&s.machinename);
-                w.put_u32(s.uid);
-                w.put_u32(s.gid);
-                w.put_u32(s.gids.len() as u32);
-                for g in &s.gids {
-                    w.put_u32(*g);
-                }
+                s.emit_body(w);
             }
             Auth::Other { flavor, body } => {
                 w.put_u32(*flavor);
@@ -510,14 +523,8 @@ mod tests {
                     gids: (0..ngids).map(|g| 5000 + g as u32).collect(),
                 };
                 let mut body = XdrWriter::new();
-                body.put_u32(s.stamp);
-                body.put_opaque(&s.machinename);
-                body.put_u32(s.uid);
-                body.put_u32(s.gid);
-                body.put_u32(s.gids.len() as u32);
-                for g in &s.gids {
-                    body.put_u32(*g);
-                }
+                s.emit_body(&mut body);
+                assert_eq!(body.len(), s.body_len(), "name {name_len}, gids {ngids}");
                 let mut want = XdrWriter::new();
                 want.put_u32(AUTH_SYS);
                 want.put_opaque(body.as_slice());

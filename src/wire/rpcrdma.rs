@@ -157,7 +157,7 @@ impl Chunks {
         if r.get_bool()? {
             let n = r.get_u32()? as usize;
             take(n)?;
-            c.reply = Some(parse_array(r, n)?.into_vec());
+            c.reply = Some(parse_array(r, n)?);
         }
         Ok(c)
     }
@@ -204,13 +204,10 @@ fn parse_segment(r: &mut XdrReader<'_>) -> Result<Segment, Error> {
     })
 }
 
-fn parse_array(r: &mut XdrReader<'_>, n: usize) -> Result<Segments, Error> {
-    // `n` was checked against the segment budget, so this allocation is bounded.
-    let mut v = Segments::with_capacity(n);
-    for _ in 0..n {
-        v.push(parse_segment(r)?);
-    }
-    Ok(v)
+/// `n` segments into a write chunk's `Segments` or the reply chunk's `Vec`.
+fn parse_array<C: FromIterator<Segment>>(r: &mut XdrReader<'_>, n: usize) -> Result<C, Error> {
+    // `n` was checked against the segment budget, so the collection's room is bounded.
+    (0..n).map(|_| parse_segment(r)).collect()
 }
 
 fn emit_segment(w: &mut XdrWriter, s: &Segment) {
@@ -257,6 +254,14 @@ pub enum Body {
 impl Body {
     /// The chunk lists, for the message kinds that carry them.
     pub fn chunks(&self) -> Option<&Chunks> {
+        match self {
+            Body::Msg(c) | Body::NoMsg(c) | Body::MsgP { chunks: c, .. } => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The chunk lists, moved out, for the message kinds that carry them.
+    pub fn into_chunks(self) -> Option<Chunks> {
         match self {
             Body::Msg(c) | Body::NoMsg(c) | Body::MsgP { chunks: c, .. } => Some(c),
             _ => None,
