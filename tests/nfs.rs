@@ -2017,14 +2017,14 @@ fn replies_carry_the_attributes_after_the_mode_was_set() {
 }
 
 /// The target as a library type (`dpwarp::nfs::target`): what `nfs-server` runs, embedded in a
-/// program: MOUNT through rpcbind's answer, then NFS over RPC-over-RDMA on kernel TCP.
+/// program: NFS over RPC-over-RDMA on kernel TCP, then MOUNT found through rpcbind.
 #[test]
 fn an_embedded_target_serves_mount_and_nfs() {
     use dpwarp::nfs::target::{NfsTarget, TargetConfig};
     let dir = TempDir::new("target");
     std::fs::write(dir.0.join("hello"), b"hello").unwrap();
     let lo = SocketAddr::from(([127, 0, 0, 1], 0));
-    let target = NfsTarget::start(TargetConfig {
+    let mut target = NfsTarget::new(TargetConfig {
         name: "/export".into(),
         clients: ClientList::parse(&["127.0.0.1(rw,no_root_squash,insecure)"]).unwrap(),
         mount_listen: lo,
@@ -2032,6 +2032,8 @@ fn an_embedded_target_serves_mount_and_nfs() {
         ..TargetConfig::new(&dir.0)
     })
     .unwrap();
+    let h = target.listen(&Net::kernel(), lo).unwrap();
+    target.announce().unwrap();
     // rpcbind names the MOUNT port.
     let mut pc = TcpClient::connect(target.rpcbind.as_ref().unwrap().addr, 1).unwrap();
     let mut b = Body::new();
@@ -2040,7 +2042,7 @@ fn an_embedded_target_serves_mount_and_nfs() {
     }
     let r = pc.call(PMAP_PROG, PMAP_V2, pproc::GETPORT, &b).unwrap();
     let port = r.results().unwrap().xdr.get_u32().unwrap() as u16;
-    assert_eq!(port, target.mount.addr.port());
+    assert_eq!(Some(port), target.mount_addr().map(|a| a.port()));
     let mut mc = TcpClient::connect(SocketAddr::from(([127, 0, 0, 1], port)), 1).unwrap();
     let mut b = Body::new();
     b.xdr().put_opaque(b"/export");
@@ -2048,7 +2050,6 @@ fn an_embedded_target_serves_mount_and_nfs() {
     let mut rr = r.results().unwrap();
     assert_eq!(rr.xdr.get_u32().unwrap(), mount::MNT3_OK);
     let root = rr.xdr.get_opaque(64).unwrap().to_vec();
-    let h = target.listen(&Net::kernel(), lo).unwrap();
     let mut c = RdmaClient::connect(&Net::kernel(), h.addr, ClientConfig::default()).unwrap();
     c.cred = root_cred();
     let mut n = Nfs {

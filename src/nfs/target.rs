@@ -1,7 +1,8 @@
 //! The NFS storage target as a library type: an export with its client list and handle key,
 //! the NFSv3 program on an RPC-over-RDMA server that admits only the export's clients, and
 //! MOUNT v3 and rpcbind v2 on kernel TCP. `dpwarp nfs-server` is [`NfsServerConfig::load`],
-//! [`NfsTarget::start`] and [`NfsTarget::serve`]; a program of its own embeds it the same way:
+//! [`NfsTarget::new`], [`NfsTarget::serve`] and [`NfsTarget::announce`]; a program of its own
+//! embeds it the same way:
 //!
 //! ```no_run
 //! use dpwarp::cm::Net;
@@ -10,7 +11,7 @@
 //! use dpwarp::nfs::target::{NfsTarget, TargetConfig};
 //!
 //! # fn main() -> Result<(), String> {
-//! let target = NfsTarget::start(TargetConfig {
+//! let mut target = NfsTarget::new(TargetConfig {
 //!     clients: ClientList::parse(&["192.0.2.0/24(rw)"])?,
 //!     key: HandleKey::load_or_create("/var/lib/myapp/nfs.state".as_ref())?,
 //!     ..TargetConfig::new("/srv/export")
@@ -19,6 +20,8 @@
 //! let nfs = target
 //!     .listen(&Net::kernel(), "0.0.0.0:20049".parse().unwrap())
 //!     .map_err(|e| e.to_string())?;
+//! // Then MOUNT and rpcbind, where clients find it.
+//! target.announce()?;
 //! // ... until the program stops:
 //! nfs.stop();
 //! target.stop();
@@ -87,23 +90,27 @@ impl TargetConfig {
     }
 }
 
-/// A running NFS target: MOUNT and rpcbind listening, NFS ready to [`NfsTarget::listen`].
+/// An NFS target: its export and RPC-over-RDMA server, NFS ready to [`NfsTarget::listen`] or
+/// [`NfsTarget::serve`], MOUNT and rpcbind once [`NfsTarget::announce`]d.
 pub struct NfsTarget {
     /// The export (its client list, handles, file-system operations).
     pub export: Arc<Export>,
     /// The RPC-over-RDMA server carrying NFSv3; it admits only the export's clients.
     pub server: RdmaServer,
-    /// MOUNT v3 over TCP.
-    pub mount: TcpServerHandle,
-    /// rpcbind v2 over TCP, if served.
+    /// MOUNT v3 over TCP, once announced.
+    pub mount: Option<TcpServerHandle>,
+    /// rpcbind v2 over TCP, once announced, if served.
     pub rpcbind: Option<TcpServerHandle>,
+    name: String,
+    mount_listen: SocketAddr,
+    rpcbind_listen: Option<SocketAddr>,
 }
 
 impl NfsTarget {
-    /// Open the export and start MOUNT (and rpcbind). Fails with a message naming the problem:
-    /// an empty client list, an export that is `/` or a symlink, a file system without usable
-    /// handles, not root, a port in use.
-    pub fn start(cfg: TargetConfig) -> Result<NfsTarget, String> {
+    /// Open the export and build its RPC-over-RDMA server; nothing listens yet. Fails with a
+    /// message naming the problem: an empty client list, an export that is `/` or a symlink, a
+    /// file system without usable handles, not root.
+    pub fn new(cfg: TargetConfig) -> Result<NfsTarget, String> {
         if cfg.clients.is_empty() {
             return Err("no clients: nobody could use the export (docs/nfs.md \"Exports\")".into());
         }
@@ -118,25 +125,47 @@ impl NfsTarget {
         scfg.admit = Some(Admit(Arc::new(move |peer| {
             ex.clients().rule_for(peer).is_some()
         })));
-        let server = RdmaServer::new(reg, scfg);
-        let mut mreg = Registry::new();
-        mount::register_mount(&mut mreg, export.clone(), &cfg.name);
-        let mount = tcp::serve(cfg.mount_listen, mreg)
-            .map_err(|e| format!("mount listen {}: {e}", cfg.mount_listen))?;
-        let rpcbind = match cfg.rpcbind_listen {
-            Some(at) => {
-                let mut preg = Registry::new();
-                mount::register_pmap(&mut preg, mount::pmap_table(mount.addr.port(), at.port()));
-                Some(tcp::serve(at, preg).map_err(|e| format!("rpcbind listen {at}: {e}"))?)
-            }
-            None => None,
-        };
         Ok(NfsTarget {
             export,
-            server,
-            mount,
-            rpcbind,
+            server: RdmaServer::new(reg, scfg),
+            mount: None,
+            rpcbind: None,
+            name: cfg.name,
+            mount_listen: cfg.mount_listen,
+            rpcbind_listen: cfg.rpcbind_listen,
         })
+    }
+
+    /// Start MOUNT (and rpcbind): call it once NFS listens. A client finds the target through
+    /// them (rpcbind names MOUNT's port, MNT gives the root handle, then it connects to NFS),
+    /// so a client that mounts while the target starts never meets a closed NFS port; knfsd
+    /// likewise registers with rpcbind after its sockets are up. Fails on a port in use.
+    pub fn announce(&mut self) -> Result<(), String> {
+        if self.mount.is_some() {
+            return Ok(());
+        }
+        let mut mreg = Registry::new();
+        mount::register_mount(&mut mreg, self.export.clone(), &self.name);
+        let m = tcp::serve(self.mount_listen, mreg)
+            .map_err(|e| format!("mount listen {}: {e}", self.mount_listen))?;
+        if let Some(at) = self.rpcbind_listen {
+            let mut preg = Registry::new();
+            mount::register_pmap(&mut preg, mount::pmap_table(m.addr.port(), at.port()));
+            match tcp::serve(at, preg) {
+                Ok(p) => self.rpcbind = Some(p),
+                Err(e) => {
+                    m.stop();
+                    return Err(format!("rpcbind listen {at}: {e}"));
+                }
+            }
+        }
+        self.mount = Some(m);
+        Ok(())
+    }
+
+    /// MOUNT's address, once announced.
+    pub fn mount_addr(&self) -> Option<SocketAddr> {
+        self.mount.as_ref().map(|m| m.addr)
     }
 
     /// Serve NFS over RPC-over-RDMA on `net` at `addr` (RFC 8267 §6.3's port is 20049) until
@@ -154,9 +183,11 @@ impl NfsTarget {
 
     /// Stop MOUNT and rpcbind (stop the handles [`NfsTarget::listen`] gave first).
     pub fn stop(self) {
-        self.mount.stop();
         if let Some(p) = self.rpcbind {
             p.stop();
+        }
+        if let Some(m) = self.mount {
+            m.stop();
         }
     }
 }

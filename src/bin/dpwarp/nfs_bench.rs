@@ -331,7 +331,7 @@ fn set_up(a: &Args) -> Result<(Target, Option<Dataplane>, Net), String> {
     let d = ServerConfig::default();
     // Room in the credit pool for every connection's request and its DONE (RFC 8166 §4.3).
     let wanted = (a.connections + a.idle_connections) * (a.credits.max(1) as usize + 1);
-    let target = NfsTarget::start(TargetConfig {
+    let mut target = NfsTarget::new(TargetConfig {
         // The RDMA side's address, and loopback, where MOUNT is asked.
         clients: ClientList::parse(&[
             &format!("{client_ip}(rw,no_root_squash,insecure)"),
@@ -350,9 +350,10 @@ fn set_up(a: &Args) -> Result<(Target, Option<Dataplane>, Net), String> {
     let handle = target
         .listen(&server_net, SocketAddr::new(listen_ip, port))
         .map_err(|e| format!("listen: {e}"))?;
+    target.announce()?;
     let target = Target {
         nfs: handle.addr,
-        mount: target.mount.addr,
+        mount: target.mount_addr().ok_or("MOUNT not started")?,
         export: dir.to_string_lossy().into_owned(),
         server_side: Some((server_net, listen_ip)),
         _keep: Some(InProcess {

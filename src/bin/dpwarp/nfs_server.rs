@@ -57,11 +57,13 @@ pub fn run(a: Args) -> Result<(), String> {
     let transport = cfg.transport(&a.config, a.dataplane.as_deref())?;
     let tc = cfg.target_config(&a.config, &transport)?;
     let name = tc.name.clone();
-    let target = NfsTarget::start(tc).map_err(|e| format!("{}: {e}", a.config.display()))?;
+    let mut target = NfsTarget::new(tc).map_err(|e| format!("{}: {e}", a.config.display()))?;
     for r in target.export.clients().rules() {
         log::info!("nfs-server: client entry {}", r.text);
     }
     let mut l = target.serve(cfg.listen, transport)?;
+    // MOUNT and rpcbind only once NFS listens: they are how a client finds it.
+    target.announce()?;
     println!(
         "nfs-server: NFSv3 over RPC-over-RDMA ({}) on {}, export {} as {:?}{}",
         l.describe(),
@@ -70,7 +72,9 @@ pub fn run(a: Args) -> Result<(), String> {
         name,
         if cfg.read_only { " (read-only)" } else { "" }
     );
-    println!("nfs-server: MOUNT v3 over TCP on {}", target.mount.addr);
+    if let Some(m) = target.mount_addr() {
+        println!("nfs-server: MOUNT v3 over TCP on {m}");
+    }
     if let Some(p) = &target.rpcbind {
         println!("nfs-server: rpcbind v2 over TCP on {}", p.addr);
     }
