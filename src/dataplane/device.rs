@@ -499,7 +499,7 @@ impl DpdkDevice {
             offload: CksumOffload::default(),
             mac: [0; 6],
             faults: None,
-            rx_faulted: Vec::new(),
+            rx_faulted: Vec::with_capacity(batch),
             zc: None,
             arp_seen: false,
             syn_seen: false,
@@ -764,6 +764,10 @@ impl DpdkDevice {
         if !self.rx.is_empty() {
             return 0;
         }
+        // A burst takes at most the vector's spare room. With faults on, `rx` and
+        // `rx_faulted` trade places every burst, so the one left here when faults are turned
+        // off must have room too: with none, the queue would never be read again.
+        self.rx.reserve(self.batch);
         let n = self.queue.rx_burst(&mut self.rx, self.batch);
         if n == 0 && self.steering.is_none() && self.faults.is_none() {
             // An empty burst: nothing to count, steer, fault or order (the idle pass).
