@@ -657,7 +657,7 @@ impl Export {
     /// How many times a READ by a caller other than the file's owner asked the kernel whether
     /// the caller may read (with the caller's credentials); a READ answered at once whose
     /// caller the kernel allowed before, the file's mode, owner, group and ctime unchanged
-    /// since, does not ask again ([`ReadGrant`]).
+    /// since, does not ask again (a `ReadGrant`, private to this module).
     pub fn read_access_checks(&self) -> u64 {
         self.read_checks.load(std::sync::atomic::Ordering::Relaxed)
     }
