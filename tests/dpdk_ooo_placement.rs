@@ -2,10 +2,10 @@
 //! on by default): a net_ring pair whose server port drops and reorders received frames
 //! (seeded), 64 KiB RDMA Writes each followed by a Send that names it. Segments that arrive
 //! behind a lost one carry tagged FPDUs the worker places at once (`WorkerStats::
-//! ooo_placed_fpdus` > 0), and every Write is exact when its Send arrives in order. Then the
-//! server port's faults are turned on and off again, each time after a different number of
-//! the worker's passes, and a Send after each must still arrive: a port whose faults were
-//! turned off must go on receiving.
+//! ooo_placed_fpdus` > 0), and every Write is exact when its Send arrives in order. Then both
+//! ports' faults are turned on and off again, each time after a different number of the
+//! workers' passes, and a Send (to the server) and an RDMA Read's response (to the client)
+//! must arrive after each: a port whose faults were turned off must go on receiving.
 //! One EAL per process: the only EAL test of this binary.
 
 use dpwarp::verbs::smallvec;
@@ -24,7 +24,8 @@ use dp_common::{accept_advertising_then, connect_to_advertiser, pattern, ring_co
 const WRITE: usize = 64 * 1024;
 const SLOTS: usize = 16;
 const ROUNDS: usize = 160;
-/// Sends after the Writes, each behind faults turned on and off again on the server's port.
+/// Send and RDMA Read pairs after the Writes, each behind faults turned on and off again on
+/// both ports.
 const TOGGLES: usize = 32;
 
 #[test]
@@ -118,6 +119,17 @@ fn writes_behind_lost_segments_are_placed_ahead_and_stay_exact() {
     // data arrived, not that the server's thread has read it yet).
     let mut in_flight = 0;
     let mut checked = 0;
+    // The signaled Send that names round `r` to the server.
+    let send_name = |r: usize| {
+        names.write_at(8 * r, &(r as u64).to_be_bytes());
+        qp.post_send(SendWr {
+            wr_id: 2 * r as u64 + 1,
+            opcode: Opcode::Send,
+            sg_list: smallvec![sge(&names, 8 * r, 8)],
+            signaled: true,
+        })
+        .unwrap();
+    };
     for r in 0..ROUNDS {
         while in_flight >= SLOTS / 2 {
             let wc = cq.wait(Duration::from_secs(30)).expect("send completion");
@@ -133,7 +145,6 @@ fn writes_behind_lost_segments_are_placed_ahead_and_stay_exact() {
         }
         let slot = r % SLOTS;
         src.write_at(slot * WRITE, &pattern(r as u8, WRITE));
-        names.write_at(8 * r, &(r as u64).to_be_bytes());
         qp.post_send(SendWr {
             wr_id: 2 * r as u64,
             opcode: Opcode::Write {
@@ -144,13 +155,7 @@ fn writes_behind_lost_segments_are_placed_ahead_and_stay_exact() {
             signaled: false,
         })
         .unwrap();
-        qp.post_send(SendWr {
-            wr_id: 2 * r as u64 + 1,
-            opcode: Opcode::Send,
-            sg_list: smallvec![sge(&names, 8 * r, 8)],
-            signaled: true,
-        })
-        .unwrap();
+        send_name(r);
         in_flight += 1;
     }
     while in_flight > 0 {
@@ -180,14 +185,7 @@ fn writes_behind_lost_segments_are_placed_ahead_and_stay_exact() {
             p.set_faults(None).unwrap();
         }
         let r = ROUNDS + t;
-        names.write_at(8 * r, &(r as u64).to_be_bytes());
-        qp.post_send(SendWr {
-            wr_id: 2 * r as u64 + 1,
-            opcode: Opcode::Send,
-            sg_list: smallvec![sge(&names, 8 * r, 8)],
-            signaled: true,
-        })
-        .unwrap();
+        send_name(r);
         qp.post_send(SendWr {
             wr_id: u64::MAX,
             opcode: Opcode::Read {

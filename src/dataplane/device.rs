@@ -499,7 +499,7 @@ impl DpdkDevice {
             offload: CksumOffload::default(),
             mac: [0; 6],
             faults: None,
-            rx_faulted: Vec::with_capacity(batch),
+            rx_faulted: Vec::new(),
             zc: None,
             arp_seen: false,
             syn_seen: false,
